@@ -1,0 +1,16 @@
+# Warnings, release tuning and sanitizers, applied to every agentq target.
+add_library(agentq_flags INTERFACE)
+target_compile_options(agentq_flags INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+if(NOT AGENTQ_PORTABLE)
+  # NOTE: tuned for the build host; kernels also carry scalar fallbacks.
+  target_compile_options(agentq_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+endif()
+if(CMAKE_BUILD_TYPE STREQUAL "Release")
+  target_compile_options(agentq_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-O3>)
+endif()
+if(AGENTQ_SANITIZE)
+  target_compile_options(agentq_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
+  target_link_options(agentq_flags INTERFACE -fsanitize=address,undefined)
+endif()

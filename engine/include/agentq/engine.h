@@ -1,0 +1,212 @@
+// agentq engine — the one public header of the decode engine.
+// Loads a GGUF model and runs many jobs' turns in one continuous batch, keeping
+// each job's KV cache resident between turns. Knows nothing of HTTP, JSON
+// libraries, SQLite or Redis: structured values cross this boundary as plain
+// C++ types, JSON payloads (tool arguments, schemas) as strings.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace agentq {
+
+using token_id = int32_t;
+
+// ---------------------------------------------------------------------------
+// Configuration and model description
+
+struct engine_config {
+  std::string model_path;            // GGUF file
+  int32_t n_threads = 0;             // 0 = one per hardware core
+  uint64_t kv_budget_bytes = 256ull << 20;  // bytes of KV blocks in the pool
+  int32_t block_size = 16;           // tokens per KV block
+  int32_t max_step_tokens = 512;     // token budget per scheduler step (decode + prefill chunks)
+  int32_t max_running = 64;          // sequences in one step at most
+  std::string spill_dir;             // disk tier for parked KV; empty = no disk tier
+  std::string chat_family;           // override template family ("chatml", "llama3", ...); empty = detect
+  bool prefix_reuse = true;          // false = re-prefill baseline (benchmarks)
+};
+
+struct model_desc {
+  std::string name;                  // file stem
+  std::string arch;                  // "llama", "qwen2"
+  std::string chat_family;           // detected or configured prompt format
+  std::string digest;                // identifies weights (spill keys)
+  int32_t n_vocab = 0;
+  int32_t n_ctx = 0;                 // trained context length (tokens)
+  int32_t n_embd = 0;
+  int32_t n_layer = 0;
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  token_id bos = -1, eos = -1, eot = -1;
+};
+
+// ---------------------------------------------------------------------------
+// Chat-level types (OpenAI-style messages; JSON stays text)
+
+enum class role { system, user, assistant, tool };
+
+struct tool_call {
+  std::string id;                    // stable call id ("call_...")
+  std::string name;
+  std::string arguments_json;        // a JSON object, as text
+};
+
+struct chat_message {
+  enum role role = role::user;
+  std::string content;
+  std::vector<tool_call> tool_calls; // assistant only
+  std::string tool_call_id;          // tool only
+  std::string name;                  // tool only: the function's name (some formats need it)
+};
+
+struct tool_def {
+  std::string name;
+  std::string description;
+  std::string parameters_json;       // JSON Schema of the arguments, as text
+};
+
+enum class tool_choice_mode { automatic, none, required, named };
+struct tool_choice {
+  tool_choice_mode mode = tool_choice_mode::automatic;
+  std::string name;                  // for named
+};
+
+struct sampling_params {
+  float temperature = 0.0f;          // 0 = greedy
+  int32_t top_k = 0;                 // 0 = off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repeat_penalty = 1.0f;       // 1 = off
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  int32_t penalty_last_n = 64;       // window for the penalties (tokens)
+  uint64_t seed = 0;
+};
+
+enum class finish_reason { stop, length, tool_calls, cancelled, error };
+const char* to_string(finish_reason r);
+
+struct turn_usage {
+  int32_t n_tokens_prompt = 0;       // tokens of the whole rendered prompt this turn
+  int32_t n_tokens_cached = 0;       // of those, served from resident / prefix-cached KV
+  int32_t n_tokens_computed = 0;     // of those, actually prefilled
+  int32_t n_tokens_generated = 0;    // sampled tokens
+  double queue_ms = 0;               // submit -> first scheduled
+  double prefill_ms = 0;             // first scheduled -> first token
+  double decode_ms = 0;              // first token -> done
+};
+
+// Token-level request: what the CLI, benchmarks and the chat layer submit.
+struct token_request {
+  uint64_t job_key = 0;              // stable per job: KV residency and scheduling key (0 = none)
+  uint64_t arrival_seq = 0;          // program-level FCFS: the job's first arrival order
+  int32_t priority = 0;              // higher runs first
+  std::vector<token_id> prompt;      // the whole conversation so far (cached prefix is skipped)
+  int32_t max_tokens = 256;          // tokens to generate at most
+  sampling_params sampling;
+  std::vector<token_id> stop_tokens; // in addition to the model's EOS/EOT
+  std::vector<std::string> stop;     // stop strings (not included in output)
+  std::string json_schema;           // non-empty: output constrained to this JSON Schema
+};
+
+struct token_result {
+  finish_reason finish = finish_reason::stop;
+  std::vector<token_id> output_ids;
+  std::string text;
+  turn_usage usage;
+  std::string error;
+};
+
+// Message-level request: one agent turn.
+struct turn_request {
+  uint64_t job_key = 0;
+  uint64_t arrival_seq = 0;
+  int32_t priority = 0;
+  std::vector<chat_message> messages;
+  std::vector<tool_def> tools;
+  tool_choice choice;
+  bool parallel_tool_calls = true;
+  std::string response_schema_json;  // non-empty: the final answer must match this JSON Schema
+  sampling_params sampling;
+  int32_t max_tokens = 256;          // per turn
+  std::vector<std::string> stop;
+};
+
+struct turn_result {
+  finish_reason finish = finish_reason::stop;
+  chat_message message;              // the assistant message: content and/or tool_calls
+  turn_usage usage;
+  std::string error;                 // finish == error, or a malformed tool call to report to the model
+  std::vector<token_id> output_ids;
+};
+
+// Called on the engine thread; keep them short.
+struct token_callbacks {
+  std::function<void(std::string_view piece)> on_text;   // complete UTF-8 only
+  std::function<void(token_result)> on_done;
+};
+struct turn_callbacks {
+  std::function<void(std::string_view piece)> on_text;
+  std::function<void(turn_result)> on_done;
+};
+
+struct engine_stats {
+  int64_t n_blocks_total = 0, n_blocks_used = 0, n_blocks_free = 0;
+  int64_t n_blocks_cached = 0;       // unreferenced, held by the prefix cache
+  int64_t n_blocks_parked = 0;       // held by parked jobs
+  int64_t n_blocks_spilled = 0;      // on the disk tier
+  int64_t n_evictions = 0, n_spills = 0, n_restores = 0;
+  int64_t n_tokens_prompt = 0, n_tokens_cached = 0, n_tokens_computed = 0, n_tokens_generated = 0;
+  int32_t n_running = 0, n_waiting = 0;
+  int32_t last_batch_tokens = 0;     // tokens in the latest step
+};
+
+// ---------------------------------------------------------------------------
+
+class engine {
+ public:
+  // Load a model; nullptr with *error set (a message a user can act on) on failure.
+  static std::unique_ptr<engine> load(const engine_config& config, std::string* error);
+  virtual ~engine() = default;
+
+  virtual const model_desc& model() const = 0;
+
+  // Tokenizer. parse_special: recognise special-token text such as "<|im_start|>".
+  virtual std::vector<token_id> tokenize(std::string_view text, bool add_special, bool parse_special) const = 0;
+  virtual std::string detokenize(std::span<const token_id> ids) const = 0;
+
+  // The prompt a turn would feed the model (for debugging templates).
+  virtual std::string render(const std::vector<chat_message>& messages, const std::vector<tool_def>& tools) const = 0;
+  // Check a request up front (schema compiles, tools well-formed, prompt fits the context);
+  // nullopt when fine, else a message naming what is wrong.
+  virtual std::optional<std::string> validate(const turn_request& request) const = 0;
+
+  // Submit work; thread-safe. Returns a request id for cancel(). Callbacks run on the engine thread.
+  virtual uint64_t submit(token_request request, token_callbacks callbacks) = 0;
+  virtual uint64_t submit(turn_request request, turn_callbacks callbacks) = 0;
+  // Finish a request with finish_reason::cancelled within one step and free its KV.
+  virtual void cancel(uint64_t request_id) = 0;
+
+  // Residency: a job waits on a tool for about expected_wait_s seconds (client tools: long).
+  // The engine keeps, spills or drops its KV by policy; the next turn resumes from it.
+  virtual void park(uint64_t job_key, double expected_wait_s) = 0;
+  // The job is over: its KV may be reclaimed (shared prefixes stay cached).
+  virtual void release(uint64_t job_key) = 0;
+
+  // Drive the engine: one scheduler step on the calling thread; false when there was nothing to do.
+  virtual bool step() = 0;
+  // Or let the engine run its own loop thread until stop().
+  virtual void start() = 0;
+  virtual void stop() = 0;
+
+  virtual engine_stats stats() const = 0;
+};
+
+}  // namespace agentq

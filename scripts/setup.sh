@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Idempotent setup: install missing Debian packages, configure and build.
+#   AGENTQ_BUILD_DIR   build directory (default: build)
+#   AGENTQ_CMAKE_ARGS  extra CMake arguments
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build pkg-config libboost1.81-dev libhiredis-dev libsqlite3-dev
+  nlohmann-json3-dev libspdlog-dev doctest-dev libssl-dev redis-server sqlite3 curl python3)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+build_dir=${AGENTQ_BUILD_DIR:-build}
+# shellcheck disable=SC2086
+cmake -S . -B "$build_dir" -G Ninja ${AGENTQ_CMAKE_ARGS:-} >/dev/null
+cmake --build "$build_dir" -j "$(nproc)"
+echo "setup: built into $build_dir/bin"
