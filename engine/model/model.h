@@ -1,0 +1,53 @@
+// The transformer forward pass over a paged KV cache (CPU). One call processes
+// any mix of sequences: decode steps (1 token) and prefill chunks (many).
+// NOTE: every row's reductions run in a fixed order whatever the batch holds,
+// so a sequence's logits do not depend on its batch-mates (batch invariance).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "agentq/engine.h"
+#include "kv/kv_store.h"
+
+namespace agentq {
+
+namespace gguf { class file; }
+
+struct batch_seq {
+  const int32_t* block_table = nullptr;  // physical block ids covering positions [0, n_past + n_tokens)
+  int32_t n_past = 0;                    // tokens already in KV (positions 0..n_past-1)
+  const token_id* tokens = nullptr;      // new tokens: positions n_past..n_past+n_tokens-1
+  int32_t n_tokens = 0;
+  bool all_logits = false;               // logits for every new token, else only the last
+};
+
+struct model_hparams {
+  std::string arch;
+  int32_t n_vocab = 0, n_ctx = 0, n_embd = 0, n_ff = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+  float rms_eps = 1e-5f, rope_base = 10000.0f, rope_scale = 1.0f;
+  int32_t n_rot = 0;
+  bool rope_neox = false;
+};
+
+class model {
+ public:
+  // Load weights from an opened GGUF (kept alive by the model); nullptr + *error on failure,
+  // e.g. an unsupported weight type named in the message.
+  static std::unique_ptr<model> load(std::shared_ptr<const gguf::file> file, int32_t n_threads, std::string* error);
+  virtual ~model() = default;
+
+  virtual const model_hparams& hparams() const = 0;
+  kv_layout kv_layout_for(int32_t block_size) const {
+    const auto& h = hparams();
+    return {h.n_layer, h.n_head_kv, h.head_dim, block_size};
+  }
+  // Writes the new tokens' K/V into kv through each block table and returns logits:
+  // for each seq in order, n_tokens rows if all_logits else 1 row, each [n_vocab].
+  // Returns the number of rows written to logits.
+  virtual int32_t forward(std::span<const batch_seq> seqs, kv_store& kv, float* logits) = 0;
+};
+
+}  // namespace agentq
