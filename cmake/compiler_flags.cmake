@@ -14,3 +14,9 @@ if(AGENTQ_SANITIZE)
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
   target_link_options(agentq_flags INTERFACE -fsanitize=address,undefined)
 endif()
+if(AGENTQ_FUZZ)
+  # Coverage instrumentation everywhere; only the fuzz targets link libFuzzer's main.
+  target_compile_options(agentq_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -g>)
+  target_link_options(agentq_flags INTERFACE -fsanitize=address,undefined)
+endif()

@@ -1,0 +1,22 @@
+// libFuzzer target: the GGUF reader over arbitrary bytes must never crash, hang
+// or allocate beyond the input; a parsed file's accessors must be safe.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "gguf/reader.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string err;
+  auto f = agentq::gguf::file::parse(data, size, &err);
+  if (!f) return 0;
+  for (const auto& [key, v] : f->metadata()) {
+    if (v.is_array()) {
+      for (uint64_t i = 0; i < v.n && i < 16; ++i) (void)v.at_f64(i);
+    }
+  }
+  for (const auto& t : f->tensors()) {
+    if (t.n_bytes > 0) (void)t.data[t.n_bytes - 1];
+  }
+  return 0;
+}
