@@ -1,0 +1,216 @@
+// Block pool: free list, reference counts, block tables and copy-on-write.
+#include "kv/block_pool.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace agentq {
+
+void kv_assert_fail(const char* expr, const char* file, int line) {
+  std::fprintf(stderr, "AGENTQ_KV_ASSERT(%s) failed at %s:%d\n", expr, file, line);
+  std::abort();
+}
+
+block_pool::block_pool(kv_layout layout, int32_t n_blocks)
+    : store_(layout, n_blocks), refs_(size_t(n_blocks), 0), cache_held_(size_t(n_blocks), 0) {
+  AGENTQ_KV_ASSERT(n_blocks > 0 && layout.block_size > 0);
+  free_.reserve(size_t(n_blocks));
+  // NOTE: pushed in reverse so blocks are handed out 0, 1, 2, ... (easy to read in tests).
+  for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+}
+
+int32_t block_pool::blocks_for_budget(const kv_layout& layout, uint64_t budget_bytes) {
+  const uint64_t per = uint64_t(layout.block_bytes());
+  if (per == 0) return 1;
+  uint64_t n = budget_bytes / per;
+  if (n > uint64_t(INT32_MAX / 2)) n = INT32_MAX / 2;
+  return std::max<int32_t>(1, int32_t(n));
+}
+
+int32_t block_pool::create_seq() {
+  int32_t idx;
+  if (!free_seq_slots_.empty()) {
+    idx = free_seq_slots_.back();
+    free_seq_slots_.pop_back();
+  } else {
+    idx = int32_t(seqs_.size());
+    seqs_.emplace_back();
+  }
+  seqs_[size_t(idx)] = seq_blocks{};
+  seqs_[size_t(idx)].live = true;
+  return idx;
+}
+
+void block_pool::free_seq(int32_t seq_idx) {
+  auto& s = seqs_[size_t(seq_idx)];
+  AGENTQ_KV_ASSERT(s.live);
+  // NOTE: released tail first so that, with a LIFO free list, a prefix's head blocks are the
+  // last to be reused.
+  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) unref(*it);
+  s = seq_blocks{};
+  free_seq_slots_.push_back(seq_idx);
+}
+
+int32_t block_pool::n_seqs_live() const {
+  int32_t n = 0;
+  for (const auto& s : seqs_) n += s.live ? 1 : 0;
+  return n;
+}
+
+void block_pool::attach(int32_t seq_idx, std::span<const int32_t> blocks, int32_t n_tokens) {
+  auto& s = seqs_[size_t(seq_idx)];
+  AGENTQ_KV_ASSERT(s.live && s.blocks.empty() && s.n_tokens == 0);
+  AGENTQ_KV_ASSERT(n_tokens <= int32_t(blocks.size()) * block_size());
+  for (int32_t b : blocks) {
+    AGENTQ_KV_ASSERT(refs_[size_t(b)] > 0);
+    ++refs_[size_t(b)];
+    s.blocks.push_back(b);
+  }
+  s.n_tokens = n_tokens;
+}
+
+int32_t block_pool::fork(int32_t src_seq_idx) {
+  const int32_t idx = create_seq();
+  const auto& src = seqs_[size_t(src_seq_idx)];  // after create_seq: seqs_ may have grown
+  AGENTQ_KV_ASSERT(src.live);
+  auto& dst = seqs_[size_t(idx)];
+  dst.blocks = src.blocks;
+  dst.n_tokens = src.n_tokens;
+  for (int32_t b : dst.blocks) ++refs_[size_t(b)];
+  return idx;
+}
+
+int32_t block_pool::pop_free() {
+  while (free_.empty()) {
+    if (!evictor_ || !evictor_()) return -1;
+  }
+  const int32_t b = free_.back();
+  free_.pop_back();
+  AGENTQ_KV_ASSERT(refs_[size_t(b)] == 0);
+  refs_[size_t(b)] = 1;
+  return b;
+}
+
+int32_t block_pool::allocate_raw() { return pop_free(); }
+
+void block_pool::unref(int32_t block_idx) {
+  auto& r = refs_[size_t(block_idx)];
+  AGENTQ_KV_ASSERT(r > 0);
+  if (--r == 0) {
+    AGENTQ_KV_ASSERT(!cache_held_[size_t(block_idx)]);
+    free_.push_back(block_idx);
+  }
+}
+
+void block_pool::cache_hold(int32_t block_idx) {
+  AGENTQ_KV_ASSERT(!cache_held_[size_t(block_idx)] && refs_[size_t(block_idx)] > 0);
+  cache_held_[size_t(block_idx)] = 1;
+  ++refs_[size_t(block_idx)];
+}
+
+void block_pool::cache_drop(int32_t block_idx) {
+  AGENTQ_KV_ASSERT(cache_held_[size_t(block_idx)]);
+  cache_held_[size_t(block_idx)] = 0;
+  unref(block_idx);
+}
+
+void block_pool::copy_rows(int32_t src, int32_t dst, int32_t n_rows) {
+  const size_t bytes = size_t(n_rows) * size_t(layout().row()) * sizeof(float);
+  for (int32_t l = 0; l < layout().n_layer; ++l) {
+    std::memcpy(store_.k(l, dst), store_.k(l, src), bytes);
+    std::memcpy(store_.v(l, dst), store_.v(l, src), bytes);
+  }
+}
+
+int32_t block_pool::blocks_needed(int32_t seq_idx, int32_t n_tokens_total) const {
+  const auto& s = seqs_[size_t(seq_idx)];
+  const int32_t have = int32_t(s.blocks.size());
+  int32_t need = std::max(0, blocks_for_tokens(n_tokens_total) - have);
+  const int32_t bs = block_size();
+  // the block the next write lands in, if shared, is copied first
+  if (n_tokens_total > s.n_tokens && s.n_tokens / bs < have && refs_[size_t(s.blocks[size_t(s.n_tokens / bs)])] > 1)
+    ++need;
+  return need;
+}
+
+bool block_pool::reserve(int32_t seq_idx, int32_t n_tokens_total) {
+  AGENTQ_KV_ASSERT(seqs_[size_t(seq_idx)].live);
+  const int32_t bs = block_size();
+  {
+    // copy-on-write: every existing block that positions [n_tokens, n_tokens_total) write into
+    // must be private. Only the block holding n_tokens can be partially filled and shared
+    // (later ones were reserved by this seq alone), but check them all: truncate() may leave
+    // shared blocks past n_tokens.
+    auto& s = seqs_[size_t(seq_idx)];
+    const int32_t first = s.n_tokens / bs;
+    const int32_t last = std::min<int32_t>(int32_t(s.blocks.size()), blocks_for_tokens(n_tokens_total));
+    for (int32_t i = first; i < last && n_tokens_total > s.n_tokens; ++i) {
+      const int32_t old = seqs_[size_t(seq_idx)].blocks[size_t(i)];
+      if (refs_[size_t(old)] <= 1) continue;
+      const int32_t fresh = pop_free();
+      if (fresh < 0) return false;
+      auto& s2 = seqs_[size_t(seq_idx)];
+      const int32_t rows = std::clamp(s2.n_tokens - i * bs, 0, bs);
+      if (rows > 0) copy_rows(old, fresh, rows);
+      s2.blocks[size_t(i)] = fresh;
+      unref(old);
+      ++n_cow_copies_;
+    }
+  }
+  while (int32_t(seqs_[size_t(seq_idx)].blocks.size()) < blocks_for_tokens(n_tokens_total)) {
+    const int32_t b = pop_free();
+    if (b < 0) return false;
+    seqs_[size_t(seq_idx)].blocks.push_back(b);
+  }
+  return true;
+}
+
+void block_pool::set_n_tokens(int32_t seq_idx, int32_t n_tokens) {
+  auto& s = seqs_[size_t(seq_idx)];
+  AGENTQ_KV_ASSERT(s.live && n_tokens >= 0 && n_tokens <= int32_t(s.blocks.size()) * block_size());
+  s.n_tokens = n_tokens;
+}
+
+void block_pool::truncate(int32_t seq_idx, int32_t n_tokens) {
+  auto& s = seqs_[size_t(seq_idx)];
+  AGENTQ_KV_ASSERT(s.live && n_tokens >= 0);
+  s.n_tokens = std::min(s.n_tokens, n_tokens);
+  const int32_t keep = blocks_for_tokens(s.n_tokens);
+  while (int32_t(s.blocks.size()) > keep) {
+    const int32_t b = s.blocks.back();
+    s.blocks.pop_back();
+    unref(b);
+  }
+}
+
+void block_pool::sanity() const {
+  const int32_t n = n_blocks_total();
+  std::vector<int32_t> count(size_t(n), 0);
+  for (const auto& s : seqs_) {
+    if (!s.live) {
+      AGENTQ_KV_ASSERT(s.blocks.empty() && s.n_tokens == 0);
+      continue;
+    }
+    AGENTQ_KV_ASSERT(s.n_tokens >= 0 && s.n_tokens <= int32_t(s.blocks.size()) * block_size());
+    for (int32_t b : s.blocks) {
+      AGENTQ_KV_ASSERT(b >= 0 && b < n);
+      ++count[size_t(b)];
+    }
+  }
+  for (int32_t b = 0; b < n; ++b) count[size_t(b)] += cache_held_[size_t(b)] ? 1 : 0;
+  std::vector<uint8_t> in_free(size_t(n), 0);
+  for (int32_t b : free_) {
+    AGENTQ_KV_ASSERT(b >= 0 && b < n);
+    AGENTQ_KV_ASSERT(!in_free[size_t(b)]);  // no duplicates
+    in_free[size_t(b)] = 1;
+  }
+  for (int32_t b = 0; b < n; ++b) {
+    AGENTQ_KV_ASSERT(refs_[size_t(b)] == count[size_t(b)]);
+    AGENTQ_KV_ASSERT((refs_[size_t(b)] == 0) == bool(in_free[size_t(b)]));
+  }
+  for (int32_t slot : free_seq_slots_) AGENTQ_KV_ASSERT(!seqs_[size_t(slot)].live);
+}
+
+}  // namespace agentq

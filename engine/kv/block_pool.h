@@ -1,0 +1,101 @@
+// The pool of paged-KV blocks: a free list, reference counts, per-sequence block
+// tables and copy-on-write of shared blocks. The prefix cache and parked jobs hold
+// blocks through the same reference counts; the memory itself is a kv_store.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "kv/kv_store.h"
+
+namespace agentq {
+
+// Always-on invariant check: prints expression, file and line, then aborts.
+[[noreturn]] void kv_assert_fail(const char* expr, const char* file, int line);
+#define AGENTQ_KV_ASSERT(x) ((x) ? (void)0 : ::agentq::kv_assert_fail(#x, __FILE__, __LINE__))
+
+// One sequence's block table. Positions [0, n_tokens) hold valid K/V; blocks cover
+// at least that many positions (reserve() may add room beyond it).
+struct seq_blocks {
+  std::vector<int32_t> blocks;  // physical block ids, one per block_size positions
+  int32_t n_tokens = 0;         // positions with valid K/V (tokens)
+  bool live = false;            // slot in use
+};
+
+class block_pool {
+ public:
+  // n_blocks: how many blocks the store holds (see blocks_for_budget).
+  block_pool(kv_layout layout, int32_t n_blocks);
+
+  // Blocks that fit in budget_bytes for this layout (at least 1).
+  static int32_t blocks_for_budget(const kv_layout& layout, uint64_t budget_bytes);
+
+  kv_store& store() { return store_; }
+  const kv_store& store() const { return store_; }
+  const kv_layout& layout() const { return store_.layout(); }
+  int32_t block_size() const { return store_.layout().block_size; }
+  int32_t n_blocks_total() const { return store_.n_blocks(); }
+  int32_t n_blocks_free() const { return int32_t(free_.size()); }
+  int32_t n_blocks_used() const { return n_blocks_total() - n_blocks_free(); }
+  int32_t blocks_for_tokens(int32_t n_tokens) const { return (n_tokens + block_size() - 1) / block_size(); }
+
+  // Called when the free list is empty; frees at least one block (e.g. evicts the LRU
+  // cached block, reclaims a parked job) and returns true, or false when it cannot.
+  void set_evictor(std::function<bool()> evictor) { evictor_ = std::move(evictor); }
+
+  // Sequences (block tables). create_seq returns a slot index; free_seq drops every reference.
+  int32_t create_seq();
+  void free_seq(int32_t seq_idx);
+  const seq_blocks& seq(int32_t seq_idx) const { return seqs_[size_t(seq_idx)]; }
+  int32_t n_seqs_live() const;
+
+  // Give an empty seq the (shared) blocks of a cached prefix covering n_tokens positions.
+  void attach(int32_t seq_idx, std::span<const int32_t> blocks, int32_t n_tokens);
+  // A new seq sharing every block of src (copy-on-write on the next write into a shared block).
+  int32_t fork(int32_t src_seq_idx);
+  // Make room to write positions [n_tokens, n_tokens_total): allocates blocks and copies a
+  // shared partially-filled last block (copy-on-write). false when the pool is exhausted even
+  // after evicting (blocks already obtained stay; the caller preempts and retries).
+  bool reserve(int32_t seq_idx, int32_t n_tokens_total);
+  // Blocks reserve() would need to allocate for n_tokens_total (incl. a copy-on-write block).
+  int32_t blocks_needed(int32_t seq_idx, int32_t n_tokens_total) const;
+  // Record that positions [0, n_tokens) now hold K/V (after a forward). n_tokens <= capacity.
+  void set_n_tokens(int32_t seq_idx, int32_t n_tokens);
+  // Forget positions >= n_tokens and drop blocks beyond them.
+  void truncate(int32_t seq_idx, int32_t n_tokens);
+
+  // Reference counts. A block is free iff its count is 0.
+  int32_t refcount(int32_t block_idx) const { return refs_[size_t(block_idx)]; }
+  // The prefix cache's hold on a block (one per block at most).
+  void cache_hold(int32_t block_idx);
+  void cache_drop(int32_t block_idx);
+  bool cache_held(int32_t block_idx) const { return cache_held_[size_t(block_idx)]; }
+
+  // A fresh block with refcount 1 owned by the caller (not in any table); -1 when full.
+  int32_t allocate_raw();  // -1 when full
+  void unref(int32_t block_idx);
+  // Copy the first n_rows token rows of K and V, every layer, from src to dst.
+  void copy_rows(int32_t src_block, int32_t dst_block, int32_t n_rows);
+
+  int64_t n_cow_copies() const { return n_cow_copies_; }
+
+  // Check every invariant: refcount == occurrences in live tables + cache hold; free list
+  // holds exactly the blocks with refcount 0, no duplicates; tables cover n_tokens.
+  void sanity() const;
+
+ private:
+  int32_t pop_free();  // -1 when empty after asking the evictor
+
+  kv_store store_;
+  std::vector<int32_t> refs_;        // [n_blocks]
+  std::vector<uint8_t> cache_held_;  // [n_blocks]
+  std::vector<int32_t> free_;        // stack of free block ids
+  std::vector<seq_blocks> seqs_;     // slots; !live ones are reusable
+  std::vector<int32_t> free_seq_slots_;
+  std::function<bool()> evictor_;
+  int64_t n_cow_copies_ = 0;
+};
+
+}  // namespace agentq
