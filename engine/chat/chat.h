@@ -1,0 +1,66 @@
+// Chat prompt formats: turn OpenAI-style messages + tools into the exact prompt
+// text a model's own chat template would produce, and recognise which format a
+// model uses from its Jinja template. Tool-call parsing is in chat/tool_parser.h.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agentq/engine.h"
+
+namespace agentq::chat {
+
+// One prompt format per family of chat templates (see docs in chat/render.cpp).
+enum class template_family {
+  plain,    // base models without a template: "System: ...\nUser: ...\nAssistant: ..."
+  chatml,   // Qwen2.5-Instruct: <|im_start|>role ... <|im_end|>, <tool_call> JSON
+  hermes,   // NousResearch Hermes 3 tool_use: ChatML with a fixed tool system prompt
+  qwen3,    // Qwen3: ChatML with <think> reasoning, tools in the system turn
+  llama3,   // Llama 3.1 / 3.2 Instruct: headers, tools in the first user turn, ipython role
+  mistral,  // Mistral Nemo: [INST], [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS]
+  phi3,     // Phi-3 / 3.5 mini: <|user|> ... <|end|> (no native tools: our extension)
+  smollm3,  // SmolLM3 (Unsloth template): ChatML with a metadata system header
+};
+
+const char* to_string(template_family f);
+// "chatml", "qwen2.5", "hermes", "qwen3", "llama3", "llama3.1", "llama3.2", "mistral",
+// "nemo", "phi3", "phi3.5", "smollm3", "plain"; nullopt when unknown.
+std::optional<template_family> family_from_name(std::string_view name);
+// Recognise a model's Jinja chat template by distinctive substrings; plain when
+// empty or unrecognised.
+template_family detect_family(std::string_view chat_template_jinja);
+
+// What the rest of the engine needs to know about a family.
+struct family_traits {
+  // The rendered prompt starts with the BOS token's text ("<|begin_of_text|>", "<s>"):
+  // tokenize with add_special=false, parse_special=true. When false, the caller
+  // adds BOS itself if the model wants one (add_special=true).
+  bool bos_in_text = false;
+  std::string bos_text;                    // "" when !bos_in_text
+  // Strings that end an assistant turn (besides the model's EOS/EOT token).
+  std::vector<std::string> stop_strings;
+  // Marker that opens a tool call in generated text ("<tool_call>", "[TOOL_CALLS]").
+  // Llama 3 has none: a call is a bare JSON object at the start of the turn.
+  std::string tool_call_open;
+  std::string tool_call_close;             // "</tool_call>" or ""
+};
+const family_traits& traits(template_family f);
+
+// Fixed values where a template inserts something variable. NOTE: deterministic
+// on purpose (byte-identical prompts keep the prefix cache hitting).
+inline constexpr const char* llama3_date_string = "26 Jul 2024";  // Llama 3.1's own default
+
+// Render the prompt. Never fails: where a real template would raise (Llama 3
+// with tools but no user message, Mistral out-of-order roles, >1 Llama 3 call),
+// it renders the closest sensible text (documented per family in render.cpp).
+// tool_call.arguments_json that is not valid JSON is inserted verbatim.
+std::string render(template_family family, const std::vector<chat_message>& messages,
+                   const std::vector<tool_def>& tools, bool add_generation_prompt);
+
+// The tool list as the OpenAI/HF-style JSON array
+// [{"type":"function","function":{"name","description","parameters"}}] (compact).
+std::string tools_json(const std::vector<tool_def>& tools);
+
+}  // namespace agentq::chat
