@@ -7,6 +7,9 @@
 
 namespace agentq::kernels {
 
+// ---------------------------------------------------------------------------
+// Scalars
+
 // IEEE half and bfloat16 conversions (round-to-nearest-even on the way down).
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);
@@ -17,5 +20,117 @@ inline float bf16_to_fp32(uint16_t h) {
   return f;
 }
 uint16_t fp32_to_bf16(float f);
+
+// ---------------------------------------------------------------------------
+// Weight formats (ggml type ids and block layouts, byte for byte)
+
+enum class weight_type : uint32_t { f32 = 0, f16 = 1, q8_0 = 8, q4_k = 12, q6_k = 14, bf16 = 30 };
+
+constexpr int64_t qk8_0 = 32;   // elements per Q8_0 block
+constexpr int64_t qk_k = 256;   // elements per K-quant super-block
+
+struct block_q8_0 {
+  uint16_t d;          // fp16 scale
+  int8_t qs[qk8_0];    // x = d * qs
+};
+static_assert(sizeof(block_q8_0) == 34);
+
+struct block_q4_k {
+  uint16_t d;          // fp16 super-scale of the 6-bit sub-block scales
+  uint16_t dmin;       // fp16 super-scale of the 6-bit sub-block mins
+  uint8_t scales[12];  // 8 scales + 8 mins, 6 bits each (ggml's get_scale_min_k4 packing)
+  uint8_t qs[qk_k / 2];  // 4-bit quants; per 64 elements: low nibbles first 32, high nibbles next 32
+};
+static_assert(sizeof(block_q4_k) == 144);
+
+struct block_q6_k {
+  uint8_t ql[qk_k / 2];  // low 4 bits of the quants
+  uint8_t qh[qk_k / 4];  // high 2 bits
+  int8_t scales[qk_k / 16];  // 8-bit scale per 16 elements
+  uint16_t d;            // fp16 super-scale
+};
+static_assert(sizeof(block_q6_k) == 210);
+
+// Elements per block (1 for float types); 0 for an unknown id.
+int64_t block_elems(weight_type t);
+// Bytes per block; 0 for an unknown id.
+size_t block_bytes(weight_type t);
+// Bytes of one row of n elements; n must be a multiple of block_elems(t).
+size_t row_bytes(weight_type t, int64_t n);
+// True for the ids above.
+bool is_weight_type(uint32_t id);
+const char* name_of(weight_type t);
+
+// Unpack n elements (n a multiple of block_elems(t)) of one row to float.
+void dequantize_row(weight_type t, const void* src, float* dst, int64_t n);
+// Pack n floats into t's format; the quantizers are ggml's reference ones
+// (quantize_row_*_ref), so files written with them match llama.cpp's.
+void quantize_row(weight_type t, const float* src, void* dst, int64_t n);
+
+// ---------------------------------------------------------------------------
+// Matrix products. W is [n_rows][n_cols] in format t, row r at w + r*row_stride_bytes.
+// NOTE: batch invariance — y[b][r] depends only on W[r] and x[b]: every path uses
+// one per-row dot routine with a fixed accumulation order, whatever n_x or the row
+// range; blocking only changes which (b, r) pairs are computed when.
+
+// For every b < n_x and r in [row_begin, row_end):
+//   y[b*n_rows + r] = dot(W[r, :], x[b*n_cols : (b+1)*n_cols])
+// x: [n_x][n_cols], y: [n_x][n_rows]. n_cols must be a multiple of block_elems(t).
+// Quantized types quantize x to 8 bits internally (per calling thread); callers
+// that split rows across threads can quantize once with quantize_activations and
+// call matmul_prequantized instead (same results, bit for bit).
+void matmul(weight_type t, const void* w, size_t row_stride_bytes, int64_t n_cols,
+            const float* x, int64_t n_x, float* y, int64_t row_begin, int64_t row_end, int64_t n_rows);
+
+// Bytes needed to hold n_x activation vectors of n_cols prepared for weights of type t.
+size_t activation_bytes(weight_type t, int64_t n_cols, int64_t n_x);
+// x: [n_x][n_cols] -> qx (activation_bytes(t, n_cols, n_x) bytes): Q8_0-style blocks
+// for q8_0, Q8_K-style blocks (with per-16 sums) for q4_k/q6_k, a float copy otherwise.
+void quantize_activations(weight_type t, const float* x, int64_t n_cols, int64_t n_x, void* qx);
+// matmul over activations already prepared by quantize_activations.
+void matmul_prequantized(weight_type t, const void* w, size_t row_stride_bytes, int64_t n_cols,
+                         const void* qx, int64_t n_x, float* y, int64_t row_begin, int64_t row_end,
+                         int64_t n_rows);
+
+// The plain scalar path of the same math (activation quantization included); for tests.
+void matmul_reference(weight_type t, const void* w, size_t row_stride_bytes, int64_t n_cols,
+                      const float* x, int64_t n_x, float* y, int64_t row_begin, int64_t row_end,
+                      int64_t n_rows);
+
+// ---------------------------------------------------------------------------
+// Vector ops (all fixed-order, so batch invariant)
+
+// y = x / sqrt(mean(x^2) + eps) * w; y may alias x.
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
+
+enum class rope_style {
+  normal,  // rotate pairs (2i, 2i+1)            (llama)
+  neox,    // rotate pairs (i, i + n_rot/2)      (qwen2, neox)
+};
+// Rotary position embedding in place. vec: [n_heads][head_dim]; the first n_rot
+// (even, <= head_dim) dims of each head rotate by theta_i = pos*scale*base^(-2i/n_rot);
+// scale is the linear frequency scale (1 = none).
+void rope(float* vec, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos, float base,
+          float scale, rope_style style = rope_style::normal);
+
+// x = softmax(x) over n values (max-subtracted).
+void softmax_inplace(float* x, int64_t n);
+// SwiGLU: y = silu(gate) * up; y may alias either input.
+void silu_mul(const float* gate, const float* up, float* y, int64_t n);
+// y = a + b; y may alias a or b (residual: vec_add(x, r, x, n)).
+void vec_add(const float* a, const float* b, float* y, int64_t n);
+// y += a * x (attention value accumulation).
+void vec_axpy(float a, const float* x, float* y, int64_t n);
+// y *= a.
+void vec_scale(float* y, float a, int64_t n);
+// sum(a[i] * b[i]) in a fixed order.
+float dot_f32(const float* a, const float* b, int64_t n);
+
+// ---------------------------------------------------------------------------
+// Machine measurement
+
+// Streams `bytes` of memory (split over n_threads threads) several times with wide
+// loads and returns the best observed read bandwidth in GB/s (1e9 bytes/s).
+double measure_read_bandwidth_gbps(size_t bytes, int n_threads);
 
 }  // namespace agentq::kernels

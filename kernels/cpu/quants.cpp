@@ -1,0 +1,442 @@
+// Weight formats: type geometry, ggml's reference quantizers (quantize_row_*_ref)
+// and dequantizers for F32/F16/BF16/Q8_0/Q4_K/Q6_K, plus the 8-bit activation formats.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "agentq/kernels.h"
+#include "cpu/check.h"
+#include "cpu/quants_internal.h"
+
+namespace agentq::kernels {
+
+using detail::nearest_int;
+
+int64_t block_elems(weight_type t) {
+  switch (t) {
+    case weight_type::f32: case weight_type::f16: case weight_type::bf16: return 1;
+    case weight_type::q8_0: return qk8_0;
+    case weight_type::q4_k: case weight_type::q6_k: return qk_k;
+  }
+  return 0;
+}
+
+size_t block_bytes(weight_type t) {
+  switch (t) {
+    case weight_type::f32: return 4;
+    case weight_type::f16: case weight_type::bf16: return 2;
+    case weight_type::q8_0: return sizeof(block_q8_0);
+    case weight_type::q4_k: return sizeof(block_q4_k);
+    case weight_type::q6_k: return sizeof(block_q6_k);
+  }
+  return 0;
+}
+
+size_t row_bytes(weight_type t, int64_t n) {
+  AGENTQ_KCHECK(n % block_elems(t) == 0);
+  return static_cast<size_t>(n / block_elems(t)) * block_bytes(t);
+}
+
+bool is_weight_type(uint32_t id) {
+  return id == 0 || id == 1 || id == 8 || id == 12 || id == 14 || id == 30;
+}
+
+const char* name_of(weight_type t) {
+  switch (t) {
+    case weight_type::f32: return "f32";
+    case weight_type::f16: return "f16";
+    case weight_type::bf16: return "bf16";
+    case weight_type::q8_0: return "q8_0";
+    case weight_type::q4_k: return "q4_k";
+    case weight_type::q6_k: return "q6_k";
+  }
+  return "unknown";
+}
+
+namespace {
+
+constexpr float group_max_eps = 1e-15f;
+
+// ---- Q8_0 ------------------------------------------------------------------
+
+void quantize_q8_0(const float* x, block_q8_0* y, int64_t n) {
+  for (int64_t i = 0; i < n / qk8_0; ++i, x += qk8_0) {
+    float amax = 0;
+    for (int j = 0; j < qk8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.f;
+    const float id = d ? 1.0f / d : 0.0f;
+    y[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < qk8_0; ++j) y[i].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+  }
+}
+
+void dequantize_q8_0(const block_q8_0* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / qk8_0; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < qk8_0; ++j) *y++ = x[i].qs[j] * d;
+  }
+}
+
+// ---- Q4_K ------------------------------------------------------------------
+
+float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min,
+                       uint8_t* Laux, float rmin, float rdelta, int nstep, bool use_mad) {
+  float min = x[0];
+  float max = x[0];
+  float sum_w = weights[0];
+  float sum_x = sum_w * x[0];
+  for (int i = 1; i < n; ++i) {
+    if (x[i] < min) min = x[i];
+    if (x[i] > max) max = x[i];
+    float w = weights[i];
+    sum_w += w;
+    sum_x += w * x[i];
+  }
+  if (min > 0) min = 0;
+  if (max == min) {
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    *the_min = -min;
+    return 0.f;
+  }
+  float iscale = nmax / (max - min);
+  float scale = 1 / iscale;
+  float best_error = 0;
+  for (int i = 0; i < n; ++i) {
+    int l = nearest_int(iscale * (x[i] - min));
+    L[i] = static_cast<uint8_t>(std::max(0, std::min(nmax, l)));
+    float diff = scale * L[i] + min - x[i];
+    diff = use_mad ? std::fabs(diff) : diff * diff;
+    best_error += weights[i] * diff;
+  }
+  if (nstep < 1) {
+    *the_min = -min;
+    return scale;
+  }
+  for (int is = 0; is <= nstep; ++is) {
+    iscale = (rmin + rdelta * is + nmax) / (max - min);
+    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+    for (int i = 0; i < n; ++i) {
+      int l = nearest_int(iscale * (x[i] - min));
+      l = std::max(0, std::min(nmax, l));
+      Laux[i] = static_cast<uint8_t>(l);
+      float w = weights[i];
+      sum_l += w * l;
+      sum_l2 += w * l * l;
+      sum_xl += w * l * x[i];
+    }
+    float D = sum_w * sum_l2 - sum_l * sum_l;
+    if (D > 0) {
+      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+      if (this_min > 0) {
+        this_min = 0;
+        this_scale = sum_xl / sum_l2;
+      }
+      float mad = 0;
+      for (int i = 0; i < n; ++i) {
+        float diff = this_scale * Laux[i] + this_min - x[i];
+        diff = use_mad ? std::fabs(diff) : diff * diff;
+        mad += weights[i] * diff;
+      }
+      if (mad < best_error) {
+        for (int i = 0; i < n; ++i) L[i] = Laux[i];
+        best_error = mad;
+        scale = this_scale;
+        min = this_min;
+      }
+    }
+  }
+  *the_min = -min;
+  return scale;
+}
+
+void quantize_q4_k(const float* x, block_q4_k* y, int64_t n) {
+  uint8_t L[qk_k];
+  uint8_t Laux[32];
+  float weights[32];
+  float mins[qk_k / 32];
+  float scales[qk_k / 32];
+  for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
+    float max_scale = 0;
+    float max_min = 0;
+    for (int j = 0; j < qk_k / 32; ++j) {
+      float sum_x2 = 0;
+      for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+      float av_x = std::sqrt(sum_x2 / 32);
+      for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
+      scales[j] = make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f, 0.1f, 20, false);
+      if (scales[j] > max_scale) max_scale = scales[j];
+      if (mins[j] > max_min) max_min = mins[j];
+    }
+    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    std::memset(y[i].scales, 0, sizeof(y[i].scales));
+    for (int j = 0; j < qk_k / 32; ++j) {
+      uint8_t ls = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
+      uint8_t lm = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
+      if (j < 4) {
+        y[i].scales[j] = ls;
+        y[i].scales[j + 4] = lm;
+      } else {
+        y[i].scales[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+        y[i].scales[j - 4] |= ((ls >> 4) << 6);
+        y[i].scales[j - 0] |= ((lm >> 4) << 6);
+      }
+    }
+    y[i].d = fp32_to_fp16(max_scale / 63.f);
+    y[i].dmin = fp32_to_fp16(max_min / 63.f);
+    uint8_t sc, m;
+    for (int j = 0; j < qk_k / 32; ++j) {
+      detail::get_scale_min_k4(j, y[i].scales, &sc, &m);
+      const float d = fp16_to_fp32(y[i].d) * sc;
+      if (!d) continue;
+      const float dm = fp16_to_fp32(y[i].dmin) * m;
+      for (int ii = 0; ii < 32; ++ii) {
+        int l = nearest_int((x[32 * j + ii] + dm) / d);
+        L[32 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(15, l)));
+      }
+    }
+    uint8_t* q = y[i].qs;
+    for (int j = 0; j < qk_k; j += 64) {
+      for (int l = 0; l < 32; ++l) q[l] = L[j + l] | (L[j + l + 32] << 4);
+      q += 32;
+    }
+  }
+}
+
+void dequantize_q4_k(const block_q4_k* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const uint8_t* q = x[i].qs;
+    const float d = fp16_to_fp32(x[i].d);
+    const float min = fp16_to_fp32(x[i].dmin);
+    int is = 0;
+    uint8_t sc, m;
+    for (int j = 0; j < qk_k; j += 64) {
+      detail::get_scale_min_k4(is + 0, x[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = min * m;
+      detail::get_scale_min_k4(is + 1, x[i].scales, &sc, &m);
+      const float d2 = d * sc, m2 = min * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0xF) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
+      q += 32;
+      is += 2;
+    }
+  }
+}
+
+// ---- Q6_K ------------------------------------------------------------------
+
+float make_qx_quants(int n, int nmax, const float* x, int8_t* L, int rmse_type) {
+  float max = 0;
+  float amax = 0;
+  for (int i = 0; i < n; ++i) {
+    float ax = std::fabs(x[i]);
+    if (ax > amax) { amax = ax; max = x[i]; }
+  }
+  if (amax < group_max_eps) {
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    return 0.f;
+  }
+  float iscale = -nmax / max;
+  auto weight = [&](float v) -> float {
+    return rmse_type == 1 ? v * v : rmse_type == 2 ? 1 : rmse_type == 3 ? std::fabs(v) : std::sqrt(std::fabs(v));
+  };
+  float sumlx = 0;
+  float suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    int l = nearest_int(iscale * x[i]);
+    l = std::max(-nmax, std::min(nmax - 1, l));
+    L[i] = static_cast<int8_t>(l + nmax);
+    float w = weight(x[i]);
+    sumlx += w * x[i] * l;
+    suml2 += w * l * l;
+  }
+  float scale = suml2 ? sumlx / suml2 : 0.0f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    iscale = -(nmax + 0.1f * is) / max;
+    sumlx = suml2 = 0;
+    for (int i = 0; i < n; ++i) {
+      int l = nearest_int(iscale * x[i]);
+      l = std::max(-nmax, std::min(nmax - 1, l));
+      float w = weight(x[i]);
+      sumlx += w * x[i] * l;
+      suml2 += w * l * l;
+    }
+    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+      for (int i = 0; i < n; ++i) {
+        int l = nearest_int(iscale * x[i]);
+        L[i] = static_cast<int8_t>(nmax + std::max(-nmax, std::min(nmax - 1, l)));
+      }
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
+
+void quantize_q6_k(const float* x, block_q6_k* y, int64_t n) {
+  int8_t L[qk_k];
+  float scales[qk_k / 16];
+  for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
+    float max_scale = 0;
+    float max_abs_scale = 0;
+    for (int ib = 0; ib < qk_k / 16; ++ib) {
+      const float scale = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1);
+      scales[ib] = scale;
+      const float abs_scale = std::fabs(scale);
+      if (abs_scale > max_abs_scale) {
+        max_abs_scale = abs_scale;
+        max_scale = scale;
+      }
+    }
+    if (max_abs_scale < group_max_eps) {
+      std::memset(&y[i], 0, sizeof(block_q6_k));
+      continue;
+    }
+    float iscale = -128.f / max_scale;
+    y[i].d = fp32_to_fp16(1 / iscale);
+    for (int ib = 0; ib < qk_k / 16; ++ib) {
+      y[i].scales[ib] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[ib])));
+    }
+    for (int j = 0; j < qk_k / 16; ++j) {
+      float d = fp16_to_fp32(y[i].d) * y[i].scales[j];
+      if (!d) continue;
+      for (int ii = 0; ii < 16; ++ii) {
+        int l = nearest_int(x[16 * j + ii] / d);
+        l = std::max(-32, std::min(31, l));
+        L[16 * j + ii] = static_cast<int8_t>(l + 32);
+      }
+    }
+    uint8_t* ql = y[i].ql;
+    uint8_t* qh = y[i].qh;
+    for (int j = 0; j < qk_k; j += 128) {
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t q1 = L[j + l + 0] & 0xF;
+        const uint8_t q2 = L[j + l + 32] & 0xF;
+        const uint8_t q3 = L[j + l + 64] & 0xF;
+        const uint8_t q4 = L[j + l + 96] & 0xF;
+        ql[l + 0] = q1 | (q3 << 4);
+        ql[l + 32] = q2 | (q4 << 4);
+        qh[l] = (L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+                ((L[j + l + 96] >> 4) << 6);
+      }
+      ql += 64;
+      qh += 32;
+    }
+  }
+}
+
+void dequantize_q6_k(const block_q6_k* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    const uint8_t* ql = x[i].ql;
+    const uint8_t* qh = x[i].qh;
+    const int8_t* sc = x[i].scales;
+    for (int j = 0; j < qk_k; j += 128) {
+      for (int l = 0; l < 32; ++l) {
+        int is = l / 16;
+        const int q1 = static_cast<int8_t>((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = static_cast<int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = static_cast<int8_t>((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l + 0] = d * sc[is + 0] * q1;
+        y[l + 32] = d * sc[is + 2] * q2;
+        y[l + 64] = d * sc[is + 4] * q3;
+        y[l + 96] = d * sc[is + 6] * q4;
+      }
+      y += 128;
+      ql += 64;
+      qh += 32;
+      sc += 8;
+    }
+  }
+}
+
+}  // namespace
+
+void dequantize_row(weight_type t, const void* src, float* dst, int64_t n) {
+  AGENTQ_KCHECK(n % block_elems(t) == 0);
+  switch (t) {
+    case weight_type::f32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case weight_type::f16: {
+      auto s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
+      return;
+    }
+    case weight_type::bf16: {
+      auto s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(s[i]);
+      return;
+    }
+    case weight_type::q8_0: dequantize_q8_0(static_cast<const block_q8_0*>(src), dst, n); return;
+    case weight_type::q4_k: dequantize_q4_k(static_cast<const block_q4_k*>(src), dst, n); return;
+    case weight_type::q6_k: dequantize_q6_k(static_cast<const block_q6_k*>(src), dst, n); return;
+  }
+  AGENTQ_KCHECK(!"unknown weight type");
+}
+
+void quantize_row(weight_type t, const float* src, void* dst, int64_t n) {
+  AGENTQ_KCHECK(n % block_elems(t) == 0);
+  switch (t) {
+    case weight_type::f32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case weight_type::f16: {
+      auto d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_fp16(src[i]);
+      return;
+    }
+    case weight_type::bf16: {
+      auto d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_bf16(src[i]);
+      return;
+    }
+    case weight_type::q8_0: quantize_q8_0(src, static_cast<block_q8_0*>(dst), n); return;
+    case weight_type::q4_k: quantize_q4_k(src, static_cast<block_q4_k*>(dst), n); return;
+    case weight_type::q6_k: quantize_q6_k(src, static_cast<block_q6_k*>(dst), n); return;
+  }
+  AGENTQ_KCHECK(!"unknown weight type");
+}
+
+namespace detail {
+
+void quantize_act_q8_0(const float* x, block_q8_0x* y, int64_t n) {
+  for (int64_t i = 0; i < n / qk8_0; ++i, x += qk8_0) {
+    float amax = 0;
+    for (int j = 0; j < qk8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.f;
+    const float id = d ? 1.0f / d : 0.0f;
+    y[i].d = d;
+    for (int j = 0; j < qk8_0; ++j) y[i].qs[j] = static_cast<int8_t>(nearest_int(x[j] * id));
+  }
+}
+
+void quantize_act_q8_k(const float* x, block_q8_k* y, int64_t n) {
+  for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
+    float max = 0;
+    float amax = 0;
+    for (int j = 0; j < qk_k; ++j) {
+      float ax = std::fabs(x[j]);
+      if (ax > amax) { amax = ax; max = x[j]; }
+    }
+    if (!amax) {
+      std::memset(&y[i], 0, sizeof(block_q8_k));
+      continue;
+    }
+    const float iscale = -127.f / max;
+    for (int j = 0; j < qk_k; ++j) y[i].qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * x[j])));
+    for (int j = 0; j < qk_k / 16; ++j) {
+      int sum = 0;
+      for (int ii = 0; ii < 16; ++ii) sum += y[i].qs[j * 16 + ii];
+      y[i].bsums[j] = static_cast<int16_t>(sum);
+    }
+    y[i].d = 1 / iscale;
+  }
+}
+
+}  // namespace detail
+}  // namespace agentq::kernels

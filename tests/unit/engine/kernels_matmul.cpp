@@ -1,0 +1,235 @@
+// Kernels: matmul against a double-precision reference and the scalar path for
+// every weight type, and batch invariance — y[b][r] bit-identical whatever n_x,
+// row split or batch-mates. Also the vector ops of the forward pass.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "agentq/kernels.h"
+
+using namespace agentq::kernels;
+
+namespace {
+
+const weight_type all_types[] = {weight_type::f32, weight_type::f16, weight_type::bf16,
+                                 weight_type::q8_0, weight_type::q4_k, weight_type::q6_k};
+
+std::vector<float> normal_data(size_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+struct matrix {
+  weight_type t;
+  int64_t n_rows, n_cols;
+  size_t stride;
+  std::vector<uint8_t> bytes;   // [n_rows][stride]
+  std::vector<float> deq;       // [n_rows][n_cols], the exact values the kernels see
+};
+
+// Rows are padded by 32 bytes so a stride larger than the row is exercised too.
+matrix make_matrix(weight_type t, int64_t n_rows, int64_t n_cols, uint32_t seed) {
+  matrix m{t, n_rows, n_cols, row_bytes(t, n_cols) + 32, {}, {}};
+  m.bytes.assign(m.stride * static_cast<size_t>(n_rows), 0xAB);
+  m.deq.resize(static_cast<size_t>(n_rows * n_cols));
+  const auto w = normal_data(static_cast<size_t>(n_rows * n_cols), seed, 0.02f);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    quantize_row(t, w.data() + r * n_cols, m.bytes.data() + r * m.stride, n_cols);
+    dequantize_row(t, m.bytes.data() + r * m.stride, m.deq.data() + r * n_cols, n_cols);
+  }
+  return m;
+}
+
+std::vector<float> run(const matrix& m, const std::vector<float>& x, int64_t n_x, int64_t rb = 0, int64_t re = -1) {
+  std::vector<float> y(static_cast<size_t>(n_x * m.n_rows), NAN);
+  matmul(m.t, m.bytes.data(), m.stride, m.n_cols, x.data(), n_x, y.data(), rb, re < 0 ? m.n_rows : re, m.n_rows);
+  return y;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+}  // namespace
+
+TEST_CASE("matmul matches a double-precision reference") {
+  // Tolerance relative to |w|.|x| per output: activations are quantized to 8 bits
+  // for the quantized types (rms error ~0.4% per element, averaging out over a row).
+  struct shape { int64_t n_rows, n_cols, n_x; };
+  for (auto t : all_types) {
+    const double tol = (t == weight_type::q8_0 || t == weight_type::q4_k || t == weight_type::q6_k) ? 2e-3 : 1e-5;
+    for (auto s : {shape{7, 256, 1}, shape{33, 512, 3}, shape{16, 768, 16}, shape{5, 4096, 5}, shape{3, 2816, 2}}) {
+      INFO(std::string(name_of(t)), " rows ", s.n_rows, " cols ", s.n_cols, " n_x ", s.n_x);
+      const matrix m = make_matrix(t, s.n_rows, s.n_cols, 11);
+      const auto x = normal_data(static_cast<size_t>(s.n_x * s.n_cols), 12);
+      const auto y = run(m, x, s.n_x);
+      std::vector<float> y_ref(y.size());
+      matmul_reference(t, m.bytes.data(), m.stride, s.n_cols, x.data(), s.n_x, y_ref.data(), 0, s.n_rows, s.n_rows);
+      for (int64_t b = 0; b < s.n_x; ++b) {
+        for (int64_t r = 0; r < s.n_rows; ++r) {
+          double ref = 0, wn = 0, xn = 0;
+          for (int64_t j = 0; j < s.n_cols; ++j) {
+            const double wv = m.deq[r * s.n_cols + j], xv = x[b * s.n_cols + j];
+            ref += wv * xv;
+            wn += wv * wv;
+            xn += xv * xv;
+          }
+          const double scale = std::sqrt(wn * xn);
+          const float got = y[b * s.n_rows + r];
+          REQUIRE(std::fabs(got - ref) <= tol * scale);
+          // The optimised path and the scalar reference path agree closely.
+          REQUIRE(std::fabs(got - y_ref[b * s.n_rows + r]) <= 1e-5 * scale);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("float formats handle lengths that are not a multiple of the vector width") {
+  for (auto t : {weight_type::f32, weight_type::f16, weight_type::bf16}) {
+    for (int64_t n_cols : {1, 7, 31, 33, 100}) {
+      INFO(std::string(name_of(t)), " cols ", n_cols);
+      const matrix m = make_matrix(t, 3, n_cols, 5);
+      const auto x = normal_data(static_cast<size_t>(2 * n_cols), 6);
+      const auto y = run(m, x, 2);
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t r = 0; r < 3; ++r) {
+          double ref = 0, an = 0;
+          for (int64_t j = 0; j < n_cols; ++j) {
+            ref += double(m.deq[r * n_cols + j]) * x[b * n_cols + j];
+            an += std::fabs(double(m.deq[r * n_cols + j]) * x[b * n_cols + j]);
+          }
+          REQUIRE(std::fabs(y[b * 3 + r] - ref) <= 1e-6 * an + 1e-30);
+        }
+    }
+  }
+}
+
+TEST_CASE("batch invariance: y[b][r] is bit-identical across n_x, row splits and batch-mates") {
+  const int64_t n_rows = 37, n_cols = 512, n_x = 16;
+  for (auto t : all_types) {
+    INFO(std::string(name_of(t)));
+    const matrix m = make_matrix(t, n_rows, n_cols, 21);
+    const auto x = normal_data(static_cast<size_t>(n_x * n_cols), 22);
+    const auto full = run(m, x, n_x);
+
+    // Each input alone (decode), over all rows and over uneven row splits.
+    for (int64_t b = 0; b < n_x; ++b) {
+      std::vector<float> xb(x.begin() + b * n_cols, x.begin() + (b + 1) * n_cols);
+      const auto one = run(m, xb, 1);
+      std::vector<float> split(static_cast<size_t>(n_rows), NAN);
+      for (auto [rb, re] : {std::pair<int64_t, int64_t>{0, 5}, {5, 6}, {6, 30}, {30, 37}})
+        matmul(t, m.bytes.data(), m.stride, n_cols, xb.data(), 1, split.data(), rb, re, n_rows);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        REQUIRE(same_bits(one[r], full[b * n_rows + r]));
+        REQUIRE(same_bits(split[r], full[b * n_rows + r]));
+      }
+    }
+    // Groups of 3 with the input at every position and different batch-mates.
+    for (int64_t b = 0; b < n_x; ++b) {
+      for (int pos = 0; pos < 3; ++pos) {
+        std::vector<float> x3(static_cast<size_t>(3 * n_cols));
+        const auto mates = normal_data(static_cast<size_t>(3 * n_cols), static_cast<uint32_t>(100 + b * 3 + pos), 5.0f);
+        std::copy(mates.begin(), mates.end(), x3.begin());
+        std::copy(x.begin() + b * n_cols, x.begin() + (b + 1) * n_cols, x3.begin() + pos * n_cols);
+        const auto y3 = run(m, x3, 3, 3, 29);
+        for (int64_t r = 3; r < 29; ++r) REQUIRE(same_bits(y3[pos * n_rows + r], full[b * n_rows + r]));
+      }
+    }
+    // A larger batch (crosses the input blocking) with the 16 inputs repeated.
+    std::vector<float> x_big;
+    for (int rep = 0; rep < 9; ++rep) x_big.insert(x_big.end(), x.begin(), x.end());
+    const auto big = run(m, x_big, 9 * n_x, 1, 36);
+    for (int64_t b = 0; b < 9 * n_x; ++b)
+      for (int64_t r = 1; r < 36; ++r) REQUIRE(same_bits(big[b * n_rows + r], full[(b % n_x) * n_rows + r]));
+
+    // Pre-quantized activations give the same bits as matmul.
+    std::vector<uint8_t> qx(activation_bytes(t, n_cols, n_x));
+    quantize_activations(t, x.data(), n_cols, n_x, qx.data());
+    std::vector<float> yq(full.size(), NAN);
+    matmul_prequantized(t, m.bytes.data(), m.stride, n_cols, qx.data(), n_x, yq.data(), 0, n_rows, n_rows);
+    for (size_t i = 0; i < full.size(); ++i) REQUIRE(same_bits(yq[i], full[i]));
+  }
+}
+
+TEST_CASE("matmul writes only its row range") {
+  const matrix m = make_matrix(weight_type::q4_k, 10, 256, 3);
+  const auto x = normal_data(2 * 256, 4);
+  const auto y = run(m, x, 2, 4, 7);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t r = 0; r < 10; ++r) CHECK(std::isnan(y[b * 10 + r]) == (r < 4 || r >= 7));
+}
+
+TEST_CASE("vector ops") {
+  const int64_t n = 300;
+  const auto a = normal_data(n, 31), b = normal_data(n, 32);
+
+  double d = 0;
+  for (int64_t i = 0; i < n; ++i) d += double(a[i]) * b[i];
+  CHECK(dot_f32(a.data(), b.data(), n) == doctest::Approx(d).epsilon(1e-5));
+
+  std::vector<float> y(n);
+  rms_norm(a.data(), b.data(), y.data(), n, 1e-5f);
+  double ss = 0;
+  for (float v : a) ss += double(v) * v;
+  const double inv = 1.0 / std::sqrt(ss / n + 1e-5);
+  for (int64_t i = 0; i < n; ++i) REQUIRE(y[i] == doctest::Approx(a[i] * inv * b[i]).epsilon(1e-5));
+
+  auto s = a;
+  softmax_inplace(s.data(), n);
+  double sum = 0;
+  for (float v : s) sum += v;
+  CHECK(sum == doctest::Approx(1.0).epsilon(1e-5));
+  CHECK(s[0] / s[1] == doctest::Approx(std::exp(double(a[0]) - a[1])).epsilon(1e-4));
+
+  silu_mul(a.data(), b.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) REQUIRE(y[i] == doctest::Approx(a[i] / (1 + std::exp(-double(a[i]))) * b[i]).epsilon(1e-5));
+
+  vec_add(a.data(), b.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) REQUIRE(y[i] == a[i] + b[i]);
+  y = a;
+  vec_axpy(0.5f, b.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) REQUIRE(y[i] == doctest::Approx(a[i] + 0.5 * b[i]));
+  vec_scale(y.data(), 2.0f, n);
+}
+
+TEST_CASE("rope: both pairings rotate by pos * base^(-2i/n_rot)") {
+  const int64_t n_heads = 3, head_dim = 16, n_rot = 12;
+  const float base = 10000.0f;
+  const auto v0 = normal_data(n_heads * head_dim, 41);
+  for (auto style : {rope_style::normal, rope_style::neox}) {
+    for (int64_t pos : {0, 1, 17, 4000}) {
+      auto v = v0;
+      rope(v.data(), n_heads, head_dim, n_rot, pos, base, 1.0f, style);
+      for (int64_t h = 0; h < n_heads; ++h) {
+        for (int64_t i = 0; i < n_rot / 2; ++i) {
+          const int64_t i0 = style == rope_style::neox ? i : 2 * i;
+          const int64_t i1 = style == rope_style::neox ? i + n_rot / 2 : 2 * i + 1;
+          const double th = double(pos) * std::pow(double(base), -2.0 * double(i) / double(n_rot));
+          const double x0 = v0[h * head_dim + i0], x1 = v0[h * head_dim + i1];
+          // float theta accumulates relative error ~1e-6 * pos radians
+          const double tol = 1e-4 + 2e-6 * double(pos) * (std::fabs(x0) + std::fabs(x1));
+          REQUIRE(std::fabs(v[h * head_dim + i0] - (x0 * std::cos(th) - x1 * std::sin(th))) <= tol);
+          REQUIRE(std::fabs(v[h * head_dim + i1] - (x0 * std::sin(th) + x1 * std::cos(th))) <= tol);
+        }
+        for (int64_t j = n_rot; j < head_dim; ++j) REQUIRE(v[h * head_dim + j] == v0[h * head_dim + j]);
+      }
+    }
+  }
+  // Linear scale: position 10 at scale 0.5 equals position 5.
+  auto p = v0, q = v0;
+  rope(p.data(), n_heads, head_dim, n_rot, 10, base, 0.5f);
+  rope(q.data(), n_heads, head_dim, n_rot, 5, base, 1.0f);
+  for (size_t i = 0; i < p.size(); ++i) REQUIRE(p[i] == doctest::Approx(q[i]).epsilon(1e-5));
+}
+
+TEST_CASE("read bandwidth probe returns a plausible figure") {
+  const double gbps = measure_read_bandwidth_gbps(64u << 20, 1);
+  CHECK(gbps > 0.5);
+  CHECK(gbps < 10000);
+}

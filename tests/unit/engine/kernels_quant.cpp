@@ -1,0 +1,212 @@
+// Kernels: fp16/bf16 conversions and the block formats (quantize -> dequantize
+// error bounds, byte layout, determinism) for every weight type.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "agentq/kernels.h"
+
+using namespace agentq::kernels;
+
+namespace {
+
+std::vector<float> normal_data(size_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// Root-mean-square error of quantize -> dequantize, relative to the data's rms.
+double relative_rmse(weight_type t, const std::vector<float>& x) {
+  std::vector<uint8_t> q(row_bytes(t, static_cast<int64_t>(x.size())));
+  std::vector<float> back(x.size());
+  quantize_row(t, x.data(), q.data(), static_cast<int64_t>(x.size()));
+  dequantize_row(t, q.data(), back.data(), static_cast<int64_t>(x.size()));
+  double se = 0, ss = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    se += (double(back[i]) - x[i]) * (double(back[i]) - x[i]);
+    ss += double(x[i]) * x[i];
+  }
+  return std::sqrt(se / ss);
+}
+
+}  // namespace
+
+TEST_CASE("fp16 conversion: known values and every half round-trips") {
+  CHECK(fp32_to_fp16(1.0f) == 0x3c00);
+  CHECK(fp32_to_fp16(-2.0f) == 0xc000);
+  CHECK(fp32_to_fp16(65504.0f) == 0x7bff);
+  CHECK(fp32_to_fp16(65520.0f) == 0x7c00);                 // rounds to inf
+  CHECK(fp32_to_fp16(std::ldexp(1.0f, -24)) == 0x0001);    // smallest subnormal
+  CHECK(fp32_to_fp16(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);  // tie -> even
+  CHECK(fp32_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);
+  CHECK(fp16_to_fp32(0x3555) == doctest::Approx(0.333251953125));
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const bool nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+    if (nan) {
+      CHECK(std::isnan(fp16_to_fp32(static_cast<uint16_t>(h))));
+      continue;
+    }
+    REQUIRE(fp32_to_fp16(fp16_to_fp32(static_cast<uint16_t>(h))) == h);
+#if defined(__F16C__)
+    REQUIRE(_cvtsh_ss(static_cast<uint16_t>(h)) == fp16_to_fp32(static_cast<uint16_t>(h)));
+#endif
+  }
+#if defined(__F16C__)
+  // The hardware conversion rounds the same way as ours.
+  for (float f : normal_data(100000, 7, 3.0f)) {
+    REQUIRE(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT) == fp32_to_fp16(f));
+  }
+#endif
+}
+
+TEST_CASE("bf16 conversion: rounding and round-trip") {
+  CHECK(fp32_to_bf16(1.0f) == 0x3f80);
+  CHECK(bf16_to_fp32(0x3f80) == 1.0f);
+  CHECK(fp32_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);      // tie -> even
+  CHECK(fp32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);  // tie -> even (up)
+  CHECK(std::isnan(bf16_to_fp32(fp32_to_bf16(std::nanf("")))));
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const bool nan = (h & 0x7f80) == 0x7f80 && (h & 0x7f);
+    if (nan) continue;
+    REQUIRE(fp32_to_bf16(bf16_to_fp32(static_cast<uint16_t>(h))) == h);
+  }
+}
+
+TEST_CASE("type geometry matches ggml") {
+  CHECK(block_elems(weight_type::q8_0) == 32);
+  CHECK(block_bytes(weight_type::q8_0) == 34);
+  CHECK(block_elems(weight_type::q4_k) == 256);
+  CHECK(block_bytes(weight_type::q4_k) == 144);
+  CHECK(block_bytes(weight_type::q6_k) == 210);
+  CHECK(row_bytes(weight_type::f16, 4096) == 8192);
+  CHECK(row_bytes(weight_type::q4_k, 4096) == 16 * 144);
+  CHECK(static_cast<uint32_t>(weight_type::bf16) == 30);
+  CHECK(is_weight_type(14));
+  CHECK_FALSE(is_weight_type(2));
+}
+
+TEST_CASE("quantize -> dequantize error bounds") {
+  const auto x = normal_data(4096 * 4, 1);
+  struct bound { weight_type t; double max_rel_rmse; };
+  // Expected from the formats: 8-bit ~0.4%, 6-bit ~2%, 4-bit (with mins) ~8%.
+  for (auto [t, max_err] : {bound{weight_type::f32, 0.0}, bound{weight_type::f16, 3e-4},
+                            bound{weight_type::bf16, 3e-3}, bound{weight_type::q8_0, 0.008},
+                            bound{weight_type::q6_k, 0.03}, bound{weight_type::q4_k, 0.10}}) {
+    const double e = relative_rmse(t, x);
+    INFO(std::string(name_of(t)), " rel rmse ", e);
+    CHECK(e <= max_err);
+  }
+  // Error scales with the data: tiny and huge magnitudes behave alike.
+  for (auto t : {weight_type::q8_0, weight_type::q4_k, weight_type::q6_k}) {
+    INFO(std::string(name_of(t)));
+    CHECK(relative_rmse(t, normal_data(1024, 2, 1e-3f)) < 0.1);
+    CHECK(relative_rmse(t, normal_data(1024, 3, 1e3f)) < 0.1);
+  }
+}
+
+TEST_CASE("all-zero and constant blocks") {
+  for (auto t : {weight_type::q8_0, weight_type::q4_k, weight_type::q6_k}) {
+    INFO(std::string(name_of(t)));
+    std::vector<float> z(512, 0.0f), back(512, 1.0f);
+    std::vector<uint8_t> q(row_bytes(t, 512));
+    quantize_row(t, z.data(), q.data(), 512);
+    dequantize_row(t, q.data(), back.data(), 512);
+    for (float v : back) REQUIRE(v == 0.0f);
+    std::vector<float> c(512, 0.75f);
+    quantize_row(t, c.data(), q.data(), 512);
+    dequantize_row(t, q.data(), back.data(), 512);
+    for (float v : back) REQUIRE(v == doctest::Approx(0.75).epsilon(0.02));
+  }
+}
+
+TEST_CASE("Q8_0 block layout is ggml's") {
+  std::vector<float> x(32);
+  for (int i = 0; i < 32; ++i) x[i] = static_cast<float>(i - 16);  // amax 16 at i = 0
+  block_q8_0 b;
+  quantize_row(weight_type::q8_0, x.data(), &b, 32);
+  CHECK(b.d == fp32_to_fp16(16.0f / 127.0f));
+  CHECK(b.qs[0] == -127);
+  CHECK(b.qs[16] == 0);
+  uint8_t raw[34];
+  std::memcpy(raw, &b, 34);
+  CHECK(static_cast<int8_t>(raw[2]) == -127);  // qs follow the 2-byte scale
+}
+
+TEST_CASE("Q4_K and Q6_K decode hand-built blocks") {
+  // Q4_K: d = 1, dmin = 0.5, sub-block j has scale j+1 and min j (6-bit packing).
+  block_q4_k b4{};
+  b4.d = fp32_to_fp16(1.0f);
+  b4.dmin = fp32_to_fp16(0.5f);
+  for (int j = 0; j < 8; ++j) {
+    const uint8_t ls = static_cast<uint8_t>(j + 1 + (j >= 4 ? 40 : 0)), lm = static_cast<uint8_t>(j + (j >= 4 ? 20 : 0));
+    if (j < 4) {
+      b4.scales[j] = ls;
+      b4.scales[j + 4] = lm;
+    } else {
+      b4.scales[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+      b4.scales[j - 4] |= (ls >> 4) << 6;
+      b4.scales[j] |= (lm >> 4) << 6;
+    }
+  }
+  for (int i = 0; i < 128; ++i) b4.qs[i] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
+  std::vector<float> y(256);
+  dequantize_row(weight_type::q4_k, &b4, y.data(), 256);
+  for (int j = 0; j < 8; ++j) {
+    const float sc = static_cast<float>(j + 1 + (j >= 4 ? 40 : 0)), mn = static_cast<float>(j + (j >= 4 ? 20 : 0));
+    for (int l = 0; l < 32; ++l) {
+      const int byte = 32 * (j / 2) + l;
+      const int q = j % 2 == 0 ? (byte % 16) : (15 - byte % 16);
+      REQUIRE(y[32 * j + l] == sc * q - 0.5f * mn);
+    }
+  }
+  // Q6_K: d = 0.25, scales[k] = k - 8; quant of element e is e % 64.
+  block_q6_k b6{};
+  b6.d = fp32_to_fp16(0.25f);
+  for (int k = 0; k < 16; ++k) b6.scales[k] = static_cast<int8_t>(k - 8);
+  for (int e = 0; e < 256; ++e) {
+    const int q = e % 64, half = e / 128, r = e % 128, l = r % 32, which = r / 32;
+    uint8_t* ql = b6.ql + 64 * half;
+    uint8_t* qh = b6.qh + 32 * half;
+    const int lo = q & 0xF, hi = q >> 4;
+    if (which == 0) ql[l] |= static_cast<uint8_t>(lo);
+    if (which == 1) ql[l + 32] |= static_cast<uint8_t>(lo);
+    if (which == 2) ql[l] |= static_cast<uint8_t>(lo << 4);
+    if (which == 3) ql[l + 32] |= static_cast<uint8_t>(lo << 4);
+    qh[l] |= static_cast<uint8_t>(hi << (2 * which));
+  }
+  dequantize_row(weight_type::q6_k, &b6, y.data(), 256);
+  for (int e = 0; e < 256; ++e) REQUIRE(y[e] == 0.25f * static_cast<float>(e / 16 - 8) * static_cast<float>(e % 64 - 32));
+}
+
+TEST_CASE("quantizers are deterministic and re-quantizing is stable") {
+  const auto x = normal_data(2048, 9);
+  for (auto t : {weight_type::q8_0, weight_type::q4_k, weight_type::q6_k, weight_type::f16, weight_type::bf16}) {
+    INFO(std::string(name_of(t)));
+    std::vector<uint8_t> a(row_bytes(t, 2048)), b(a.size());
+    quantize_row(t, x.data(), a.data(), 2048);
+    quantize_row(t, x.data(), b.data(), 2048);
+    CHECK(a == b);
+    // Dequantized values re-quantize to values at least as close (idempotence up to scale rounding).
+    std::vector<float> y(2048), z(2048);
+    dequantize_row(t, a.data(), y.data(), 2048);
+    quantize_row(t, y.data(), b.data(), 2048);
+    dequantize_row(t, b.data(), z.data(), 2048);
+    double se = 0, ss = 0;
+    for (int i = 0; i < 2048; ++i) {
+      se += (double(z[i]) - y[i]) * (double(z[i]) - y[i]);
+      ss += double(y[i]) * y[i];
+    }
+    CHECK(std::sqrt(se / ss) < 0.05);
+  }
+}
