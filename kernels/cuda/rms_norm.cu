@@ -1,0 +1,28 @@
+// RMSNorm: one block per row, a fixed-order block reduction of the squares.
+#include "common.cuh"
+
+namespace agentq::kernels::cuda {
+
+namespace {
+
+__global__ void __launch_bounds__(256) rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                                                       float* y, int32_t n, float eps) {
+  __shared__ float scratch[32];
+  const float* xr = x + int64_t(blockIdx.x) * n;  // [n]
+  float* yr = y + int64_t(blockIdx.x) * n;        // [n]
+  float ss = 0.0f;
+  for (int32_t i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+  ss = detail::block_sum(ss, scratch);
+  const float inv = rsqrtf(ss / float(n) + eps);
+  for (int32_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = (xr[i] * inv) * w[i];
+}
+
+}  // namespace
+
+void rms_norm(const float* x, const float* w, float* y, int32_t n_rows, int32_t n, float eps, stream_t s) {
+  if (n_rows <= 0) return;
+  rms_norm_kernel<<<n_rows, 256, 0, detail::as_stream(s)>>>(x, w, y, n, eps);
+  AGENTQ_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace agentq::kernels::cuda
