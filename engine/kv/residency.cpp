@@ -1,0 +1,141 @@
+// Residency: retention policy for jobs' KV between turns.
+#include "kv/residency.h"
+
+#include <algorithm>
+
+namespace agentq {
+
+residency::~residency() {
+  for (auto& [k, r] : jobs_) pool_.free_seq(r.seq_idx);
+}
+
+void residency::keep(resident_seq seq, double now) {
+  now_ = std::max(now_, now);
+  AGENTQ_KV_ASSERT(pool_.seq(seq.seq_idx).live && pool_.seq(seq.seq_idx).n_tokens == int32_t(seq.tokens.size()));
+  release(seq.job_key);
+  seq.state = resident_state::idle;
+  seq.expires_at = now + config_.idle_ttl_s;
+  jobs_[seq.job_key] = std::move(seq);
+}
+
+park_action residency::park(uint64_t job_key, double expected_wait_s, double now) {
+  now_ = std::max(now_, now);
+  auto it = jobs_.find(job_key);
+  if (it == jobs_.end()) return park_action::none;
+  ++counters_.n_parks;
+  const double used = double(pool_.n_blocks_used()) / double(pool_.n_blocks_total());
+  const bool pin = expected_wait_s <= config_.pin_max_wait_s ||
+                   (expected_wait_s <= config_.pin_relaxed_max_wait_s && used <= config_.pin_relaxed_used_fraction);
+  if (pin) {
+    it->second.state = resident_state::pinned;
+    it->second.expires_at = now + expected_wait_s * config_.pin_ttl_factor + 1.0;
+    ++counters_.n_pinned;
+    return park_action::pinned;
+  }
+  const bool spill = spill_ && int32_t(it->second.tokens.size()) >= config_.spill_min_tokens;
+  evict(it, true);
+  return spill ? park_action::spilled : park_action::dropped;
+}
+
+void residency::evict(std::map<uint64_t, resident_seq>::iterator it, bool allow_spill) {
+  resident_seq& r = it->second;
+  bool spilled = false;
+  if (allow_spill && spill_ && int32_t(r.tokens.size()) >= config_.spill_min_tokens) {
+    std::string path;
+    spilled = spill_->write(pool_, r.seq_idx, r.tokens, &path);
+    if (spilled) {
+      auto old = spilled_.find(r.job_key);
+      if (old != spilled_.end() && old->second != path) spill_->erase(old->second);
+      spilled_[r.job_key] = path;
+      ++counters_.n_spills;
+    }
+  }
+  if (!spilled) ++counters_.n_drops;
+  // NOTE: full blocks registered in the prefix cache stay there (unreferenced, evictable);
+  // only the partial tail and unregistered blocks return to the free list now.
+  pool_.free_seq(r.seq_idx);
+  jobs_.erase(it);
+}
+
+void residency::release(uint64_t job_key) {
+  auto it = jobs_.find(job_key);
+  if (it != jobs_.end()) {
+    pool_.free_seq(it->second.seq_idx);
+    jobs_.erase(it);
+  }
+  auto s = spilled_.find(job_key);
+  if (s != spilled_.end()) {
+    if (spill_) spill_->erase(s->second);
+    spilled_.erase(s);
+  }
+}
+
+std::optional<resident_seq> residency::take(uint64_t job_key) {
+  auto it = jobs_.find(job_key);
+  if (it == jobs_.end()) return std::nullopt;
+  resident_seq r = std::move(it->second);
+  jobs_.erase(it);
+  ++counters_.n_resumes;
+  return r;
+}
+
+int32_t residency::restore(std::span<const token_id> tokens, int32_t max_tokens, int32_t min_tokens, int32_t seq_idx) {
+  if (!spill_) return 0;
+  int32_t n_common = 0;
+  const int32_t idx = spill_->find(tokens, &n_common);
+  n_common = std::min(n_common, max_tokens);
+  if (idx < 0 || n_common <= min_tokens) return 0;
+  const std::string path = spill_->entries()[size_t(idx)].path;
+  const bool ok = spill_->restore(idx, n_common, pool_, seq_idx);
+  for (auto it = spilled_.begin(); it != spilled_.end();) {
+    if (it->second == path) it = spilled_.erase(it); else ++it;
+  }
+  if (!ok) {
+    ++counters_.n_restore_failures;
+    return 0;
+  }
+  ++counters_.n_restores;
+  return n_common;
+}
+
+void residency::expire(double now) {
+  now_ = std::max(now_, now);
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    auto next = std::next(it);
+    if (it->second.expires_at <= now_) {
+      ++counters_.n_expired;
+      evict(it, true);
+    }
+    it = next;
+  }
+}
+
+bool residency::reclaim_one() {
+  if (jobs_.empty()) return false;
+  // idle before pinned, then the soonest expiry
+  auto victim = std::min_element(jobs_.begin(), jobs_.end(), [](const auto& a, const auto& b) {
+    const int ra = a.second.state == resident_state::pinned, rb = b.second.state == resident_state::pinned;
+    if (ra != rb) return ra < rb;
+    return a.second.expires_at < b.second.expires_at;
+  });
+  ++counters_.n_reclaimed;
+  evict(victim, true);
+  return true;
+}
+
+int64_t residency::n_blocks_parked() const {
+  int64_t n = 0;
+  for (const auto& [k, r] : jobs_) n += int64_t(pool_.seq(r.seq_idx).blocks.size());
+  return n;
+}
+
+void residency::sanity() const {
+  for (const auto& [k, r] : jobs_) {
+    AGENTQ_KV_ASSERT(k == r.job_key);
+    AGENTQ_KV_ASSERT(pool_.seq(r.seq_idx).live);
+    AGENTQ_KV_ASSERT(pool_.seq(r.seq_idx).n_tokens == int32_t(r.tokens.size()));
+    AGENTQ_KV_ASSERT(int32_t(r.hashes.size()) <= int32_t(r.tokens.size()) / pool_.block_size());
+  }
+}
+
+}  // namespace agentq

@@ -1,0 +1,92 @@
+// Residency: each job's KV between turns. A finished turn's sequence stays resident
+// under its job_key; park() applies the retention policy (pin in memory with a TTL,
+// spill to the disk tier, or drop and recompute from the prefix cache on resume);
+// memory pressure reclaims resident sequences (idle before pinned, soonest expiry
+// first). The next turn adopts the resident sequence and computes only what it appends.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agentq/engine.h"
+#include "kv/block_pool.h"
+#include "kv/spill.h"
+
+namespace agentq {
+
+struct residency_config {
+  double idle_ttl_s = 60.0;                 // a finished turn's KV without park(): kept this long
+  double pin_max_wait_s = 30.0;             // park: expected waits up to this are pinned in memory
+  double pin_ttl_factor = 2.0;              // pinned for expected_wait * factor + 1 s
+  double pin_relaxed_max_wait_s = 300.0;    // ...and waits up to this while the pool is lightly used
+  double pin_relaxed_used_fraction = 0.5;   // "lightly used": at most this fraction of blocks in use
+  int32_t spill_min_tokens = 64;            // shorter sequences are dropped (cheap to recompute), not spilled
+};
+
+enum class resident_state { idle, pinned };
+enum class park_action { pinned, spilled, dropped, none };
+
+struct resident_seq {
+  uint64_t job_key = 0;
+  int32_t seq_idx = -1;              // block_pool slot; its n_tokens == tokens.size()
+  std::vector<token_id> tokens;      // tokens whose K/V the blocks hold
+  std::vector<uint64_t> hashes;      // prefix-cache chain hashes of its registered full blocks
+  resident_state state = resident_state::idle;
+  double expires_at = 0;             // seconds (caller's clock)
+};
+
+struct residency_counters {
+  int64_t n_parks = 0, n_pinned = 0, n_spills = 0, n_drops = 0, n_expired = 0, n_reclaimed = 0;
+  int64_t n_resumes = 0, n_restores = 0, n_restore_failures = 0;
+};
+
+class residency {
+ public:
+  // spill may be null (no disk tier).
+  residency(block_pool& pool, spill_store* spill, residency_config config)
+      : pool_(pool), spill_(spill), config_(config) {}
+  ~residency();
+
+  // A finished turn's sequence becomes the job's resident KV (replacing an older one).
+  void keep(resident_seq seq, double now);
+  // Apply the retention policy for a wait of about expected_wait_s seconds.
+  park_action park(uint64_t job_key, double expected_wait_s, double now);
+  // The job is over: drop its resident KV and its spill file (shared prefixes stay cached).
+  void release(uint64_t job_key);
+  // Hand the job's resident sequence to a new turn (removed from residency); nullopt if none.
+  std::optional<resident_seq> take(uint64_t job_key);
+  // Try the disk tier for tokens into the empty seq seq_idx: restores the longest spilled
+  // prefix of at most max_tokens tokens when it beats min_tokens. Returns tokens restored (0: none).
+  int32_t restore(std::span<const token_id> tokens, int32_t max_tokens, int32_t min_tokens, int32_t seq_idx);
+  // TTLs that ran out: spill or drop.
+  void expire(double now);
+  // Memory pressure (block_pool evictor): spill or drop one resident sequence; false if none.
+  bool reclaim_one();
+
+  bool has(uint64_t job_key) const { return jobs_.count(job_key) != 0; }
+  int32_t n_resident() const { return int32_t(jobs_.size()); }
+  int64_t n_blocks_parked() const;
+  const residency_counters& counters() const { return counters_; }
+  const residency_config& config() const { return config_; }
+  spill_store* spill() { return spill_; }
+
+  // Each entry's slot is live and holds exactly its tokens.
+  void sanity() const;
+
+ private:
+  // Spill (when the disk tier takes it) or drop, then free the blocks.
+  void evict(std::map<uint64_t, resident_seq>::iterator it, bool allow_spill);
+
+  block_pool& pool_;
+  spill_store* spill_;
+  residency_config config_;
+  std::map<uint64_t, resident_seq> jobs_;
+  std::map<uint64_t, std::string> spilled_;  // job_key -> spill file (this process's spills)
+  residency_counters counters_;
+  double now_ = 0;
+};
+
+}  // namespace agentq
