@@ -1,0 +1,101 @@
+// Dispatch over Redis Streams (transport, not truth): one consumer group per priority stream
+// (agentq:jobs:high|normal|low), a per-worker stream for continuations, XAUTOCLAIM reclaim,
+// a dead-letter stream, the outbox relay (SQLite -> Redis) and the reconciler.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "queue/redis_client.h"
+
+namespace agentq::store {
+class store;
+}
+
+namespace agentq::queue {
+
+struct queue_options {
+  redis_options redis;
+  std::string prefix = "agentq";          // key prefix
+  std::string group = "workers";          // consumer group on every stream
+  int64_t reclaim_idle_ms = 30000;        // XAUTOCLAIM entries idle longer than this
+  int32_t max_deliveries = 5;             // claims before a job is dead-lettered and failed
+  int64_t heartbeat_ttl_ms = 10000;       // worker alive key TTL
+  int64_t relay_interval_ms = 50;         // outbox poll when idle
+  int64_t reconcile_interval_ms = 5000;
+  int64_t reconcile_grace_ms = 2000;      // queued this long without being in Redis -> re-publish
+  int32_t max_stream_len = 1000000;       // approximate MAXLEN on XADD
+};
+
+// One entry read from a stream.
+struct delivery {
+  std::string stream;                     // full key
+  std::string entry_id;                   // stream entry id
+  std::string job_id;
+  bool continuation = false;              // from the worker's own stream
+  bool reclaimed = false;                 // taken over from a stalled consumer
+};
+
+struct queue_stats {
+  int64_t n_published = 0, n_read = 0, n_acked = 0, n_reclaimed = 0, n_dead_lettered = 0;
+  int64_t n_relayed = 0, n_reconciled = 0;
+  redis_stats redis;
+};
+
+class queue {
+ public:
+  queue(queue_options options, store::store& store);
+  ~queue();
+  queue(const queue&) = delete;
+  queue& operator=(const queue&) = delete;
+
+  const queue_options& options() const { return options_; }
+  std::string stream_key(int priority_idx) const;       // 0 high, 1 normal, 2 low
+  std::string worker_stream_key(const std::string& worker_id) const;
+  std::string dead_letter_key() const;
+
+  // --- Relay + reconciler (run in any process that writes jobs) -------------
+  // Background thread: drains "publish"/"continue" outbox rows into Redis, reconciles periodically.
+  void start_relay();
+  void stop_relay();
+  // One pass each (tests, and the thread's body). Return how many jobs were (re)published.
+  int32_t relay_once();
+  int32_t reconcile_once();
+
+  // --- Consumer side (a worker; call from one thread) -----------------------
+  // Create the consumer groups (idempotent; also re-created after a Redis wipe).
+  bool ensure_groups(const std::string& worker_id);
+  // Read up to max entries: own continuation stream first, then high, normal, low;
+  // blocks up to block_ms when nothing is ready. Empty on timeout or Redis error.
+  std::vector<delivery> read(const std::string& worker_id, int32_t max, int32_t block_ms);
+  // XAUTOCLAIM entries idle > reclaim_idle_ms on the shared streams.
+  std::vector<delivery> reclaim(const std::string& worker_id, int32_t max);
+  // Reset the idle time of entries we are still working on (so they are not reclaimed).
+  bool touch(const std::string& worker_id, const std::vector<delivery>& held);
+  // Done with an entry (job terminal, waiting on a client, or claimed elsewhere).
+  bool ack(const delivery& d);
+  // Move to the dead-letter stream with a reason and ack.
+  bool dead_letter(const delivery& d, const std::string& reason);
+  // Worker liveness (SET key PX ttl) and lookup (continuation routing).
+  bool heartbeat(const std::string& worker_id);
+  bool is_alive(const std::string& worker_id);
+
+  // Publish directly (the relay's primitive): XADD + record in the inflight hash, atomically.
+  bool publish(const std::string& job_id, int priority_idx, const std::string& worker_id = {});
+
+  queue_stats stats() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+  queue_options options_;
+  store::store& store_;
+  std::atomic<bool> relay_running_{false};
+  std::thread relay_thread_;
+};
+
+}  // namespace agentq::queue

@@ -1,0 +1,75 @@
+// A thin RAII layer over the SQLite C API for the store: connections, prepared statements,
+// typed bind/column helpers. Errors throw sqlite_error; the store facade catches them.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace agentq::store {
+
+struct sqlite_error : std::runtime_error {
+  int code;
+  sqlite_error(int code, const std::string& what) : std::runtime_error(what), code(code) {}
+};
+
+class sqlite_stmt;
+
+class sqlite_db {
+ public:
+  // Open path (create if missing); busy timeout in ms. Throws sqlite_error.
+  sqlite_db(const std::string& path, int32_t busy_timeout_ms, bool read_only = false);
+  ~sqlite_db();
+  sqlite_db(const sqlite_db&) = delete;
+  sqlite_db& operator=(const sqlite_db&) = delete;
+
+  void exec(const std::string& sql);                 // one or more statements, no results
+  sqlite_stmt prepare(std::string_view sql);
+  int64_t changes() const;
+  int64_t last_insert_rowid() const;
+  int32_t user_version();
+  sqlite3* handle() { return db_; }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+class sqlite_stmt {
+ public:
+  sqlite_stmt(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  sqlite_stmt(sqlite_stmt&& o) noexcept : db_(o.db_), stmt_(o.stmt_) { o.stmt_ = nullptr; }
+  sqlite_stmt& operator=(sqlite_stmt&&) = delete;
+  ~sqlite_stmt();
+
+  // Bind by 1-based index; chainable.
+  sqlite_stmt& bind(int idx, int64_t v);
+  sqlite_stmt& bind(int idx, int32_t v) { return bind(idx, static_cast<int64_t>(v)); }
+  sqlite_stmt& bind(int idx, std::string_view v);
+  sqlite_stmt& bind(int idx, const std::string& v) { return bind(idx, std::string_view(v)); }
+  sqlite_stmt& bind(int idx, const char* v) { return bind(idx, std::string_view(v)); }
+  sqlite_stmt& bind_null(int idx);
+  template <class... A>
+  sqlite_stmt& bind_all(const A&... a) {
+    int i = 0;
+    (bind(++i, a), ...);
+    return *this;
+  }
+
+  bool step();                                       // true = a row is ready; false = done
+  void run() { while (step()) {} }                   // execute to completion
+  void reset();
+
+  int64_t col_int(int idx) const;                    // 0-based
+  std::string col_text(int idx) const;
+  bool col_null(int idx) const;
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_;
+};
+
+}  // namespace agentq::store

@@ -1,0 +1,890 @@
+// The SQLite job store: a writer thread with group commit (each op in a savepoint inside one
+// IMMEDIATE transaction; futures complete after COMMIT), plus a pool of reader connections.
+#include "store/store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "store/migrations.h"
+#include "store/sqlite.h"
+
+namespace agentq::store {
+
+using json = nlohmann::json;
+
+// ---------------------------------------------------------------------------
+// Small enums and helpers
+
+const char* to_string(job_status s) {
+  switch (s) {
+    case job_status::queued: return "queued";
+    case job_status::running: return "running";
+    case job_status::requires_action: return "requires_action";
+    case job_status::completed: return "completed";
+    case job_status::failed: return "failed";
+    case job_status::cancelled: return "cancelled";
+    case job_status::incomplete: return "incomplete";
+  }
+  return "?";
+}
+
+std::optional<job_status> parse_job_status(std::string_view s) {
+  for (auto st : {job_status::queued, job_status::running, job_status::requires_action, job_status::completed,
+                  job_status::failed, job_status::cancelled, job_status::incomplete})
+    if (s == to_string(st)) return st;
+  return std::nullopt;
+}
+
+bool is_terminal(job_status s) {
+  return s == job_status::completed || s == job_status::failed || s == job_status::cancelled ||
+         s == job_status::incomplete;
+}
+
+const char* to_string(job_priority p) {
+  switch (p) {
+    case job_priority::high: return "high";
+    case job_priority::normal: return "normal";
+    case job_priority::low: return "low";
+  }
+  return "?";
+}
+
+std::optional<job_priority> parse_job_priority(std::string_view s) {
+  for (auto p : {job_priority::high, job_priority::normal, job_priority::low})
+    if (s == to_string(p)) return p;
+  return std::nullopt;
+}
+
+const char* to_string(write_status s) {
+  switch (s) {
+    case write_status::ok: return "ok";
+    case write_status::fenced: return "fenced";
+    case write_status::not_found: return "not_found";
+    case write_status::invalid: return "invalid";
+    case write_status::error: return "error";
+  }
+  return "?";
+}
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string usage_totals::to_json() const {
+  return json{{"prompt_tokens", prompt_tokens},
+              {"cached_tokens", cached_tokens},
+              {"computed_tokens", computed_tokens},
+              {"completion_tokens", completion_tokens},
+              {"turns", turns}}
+      .dump();
+}
+
+usage_totals usage_totals::from_json(std::string_view text) {
+  usage_totals u;
+  json j = json::parse(text, nullptr, false);
+  if (!j.is_object()) return u;
+  u.prompt_tokens = j.value("prompt_tokens", int64_t{0});
+  u.cached_tokens = j.value("cached_tokens", int64_t{0});
+  u.computed_tokens = j.value("computed_tokens", int64_t{0});
+  u.completion_tokens = j.value("completion_tokens", int64_t{0});
+  u.turns = j.value("turns", 0);
+  return u;
+}
+
+namespace {
+
+constexpr const char* k_terminal_sql = "('completed','failed','cancelled','incomplete')";
+
+std::string new_job_id() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(now_ms())};
+  std::lock_guard lock(mu);
+  char buf[40];
+  snprintf(buf, sizeof buf, "job_%016llx%08llx", static_cast<unsigned long long>(rng()),
+           static_cast<unsigned long long>(rng() & 0xffffffffull));
+  return buf;
+}
+
+// A connection with a prepared-statement cache (statements are reset after each use).
+class conn {
+ public:
+  conn(const std::string& path, int32_t busy_ms) : db(path, busy_ms) {
+    db.exec("PRAGMA journal_mode=WAL");
+    db.exec("PRAGMA synchronous=FULL");
+    db.exec("PRAGMA foreign_keys=ON");
+  }
+  sqlite_stmt& stmt(const std::string& sql) {
+    auto it = cache_.find(sql);
+    if (it == cache_.end()) it = cache_.emplace(sql, std::make_unique<sqlite_stmt>(db.prepare(sql))).first;
+    it->second->reset();
+    return *it->second;
+  }
+  // End every statement so the connection holds no read snapshot between uses.
+  void reset_all() {
+    for (auto& [sql, st] : cache_) st->reset();
+  }
+  sqlite_db db;
+
+ private:
+  std::unordered_map<std::string, std::unique_ptr<sqlite_stmt>> cache_;
+};
+
+const char* k_job_cols =
+    "id, tenant, status, priority, request_json, result_json, error, usage_json, pending_json, attempts, "
+    "lease_epoch, lease_owner, lease_expires_ms, COALESCE(idempotency_key,''), request_hash, created_ms, "
+    "started_ms, finished_ms, updated_ms, deadline_ms";
+
+job_row read_job(const sqlite_stmt& s) {
+  job_row j;
+  j.id = s.col_text(0);
+  j.tenant = s.col_text(1);
+  j.status = parse_job_status(s.col_text(2)).value_or(job_status::failed);
+  j.priority = static_cast<job_priority>(std::clamp<int64_t>(s.col_int(3), 0, 2));
+  j.request_json = s.col_text(4);
+  j.result_json = s.col_text(5);
+  j.error = s.col_text(6);
+  j.usage_json = s.col_text(7);
+  j.pending_json = s.col_text(8);
+  j.attempts = static_cast<int32_t>(s.col_int(9));
+  j.lease_epoch = s.col_int(10);
+  j.lease_owner = s.col_text(11);
+  j.lease_expires_ms = s.col_int(12);
+  j.idempotency_key = s.col_text(13);
+  j.request_hash = s.col_text(14);
+  j.created_ms = s.col_int(15);
+  j.started_ms = s.col_int(16);
+  j.finished_ms = s.col_int(17);
+  j.updated_ms = s.col_int(18);
+  j.deadline_ms = s.col_int(19);
+  return j;
+}
+
+std::optional<job_row> select_job(conn& c, const std::string& id) {
+  auto& s = c.stmt(std::string("SELECT ") + k_job_cols + " FROM jobs WHERE id=?");
+  s.bind(1, id);
+  if (!s.step()) return std::nullopt;
+  return read_job(s);
+}
+
+void insert_event(conn& c, const std::string& job_id, const std::string& type, const std::string& data, int64_t now) {
+  auto& s = c.stmt(
+      "INSERT INTO job_events(job_id, tenant, type, data_json, created_ms) "
+      "SELECT id, tenant, ?, ?, ? FROM jobs WHERE id=?");
+  s.bind_all(type, data, now, job_id).run();
+}
+
+void insert_status_event(conn& c, const std::string& job_id, job_status st, const json& extra, int64_t now) {
+  json d = extra.is_object() ? extra : json::object();
+  d["status"] = to_string(st);
+  insert_event(c, job_id, "status", d.dump(), now);
+}
+
+void insert_outbox(conn& c, const std::string& kind, const std::string& job_id, const std::string& payload,
+                   const std::string& target, int64_t now) {
+  auto& s = c.stmt(
+      "INSERT INTO outbox(kind, job_id, payload_json, target, next_attempt_ms, created_ms) VALUES (?,?,?,?,0,?)");
+  s.bind_all(kind, job_id, payload, target, now).run();
+}
+
+void insert_transcript(conn& c, const std::string& job_id, const transcript_row& r, int64_t now) {
+  auto& s = c.stmt(
+      "INSERT INTO transcript(job_id, seq, turn_idx, role, content, tool_calls_json, tool_call_id, name, usage_json, "
+      "created_ms) VALUES (?1, (SELECT COALESCE(MAX(seq),-1)+1 FROM transcript WHERE job_id=?1), ?2,?3,?4,?5,?6,?7,?8,?9)");
+  s.bind_all(job_id, r.turn_idx, r.role, r.content, r.tool_calls_json, r.tool_call_id, r.name, r.usage_json, now)
+      .run();
+}
+
+// The job is ours: running at this epoch.
+bool fence_ok(conn& c, const std::string& job_id, int64_t epoch) {
+  auto& s = c.stmt("SELECT 1 FROM jobs WHERE id=? AND lease_epoch=? AND status='running'");
+  s.bind_all(job_id, epoch);
+  return s.step();
+}
+
+std::string priority_payload(job_priority p) { return json{{"priority", static_cast<int>(p)}}.dump(); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+class sqlite_store final : public store {
+ public:
+  explicit sqlite_store(store_options o) : options_(std::move(o)) {}
+  ~sqlite_store() override {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (writer_.joinable()) writer_.join();
+  }
+
+  bool open(std::string* error) {
+    try {
+      writer_conn_ = std::make_unique<conn>(options_.path, options_.busy_timeout_ms);
+      if (!migrate(writer_conn_->db, latest_schema_version(), error)) return false;
+      for (int i = 0; i < std::max(1, options_.n_readers); ++i)
+        readers_.push_back(std::make_unique<conn>(options_.path, options_.busy_timeout_ms));
+    } catch (const sqlite_error& e) {
+      *error = e.what();
+      return false;
+    }
+    writer_ = std::thread([this] { writer_loop(); });
+    return true;
+  }
+
+  // --- write path ------------------------------------------------------------
+
+  struct write_op {
+    std::function<void(conn&)> apply;          // runs inside a savepoint; may throw
+    std::function<void(bool committed)> done;  // after COMMIT (or failure)
+  };
+
+  // Queue fn (T(conn&)) for the writer; the future carries fn's value once durable, else fail_value.
+  template <class T, class F>
+  std::future<T> submit(F fn, T fail_value) {
+    auto p = std::make_shared<std::promise<T>>();
+    auto res = std::make_shared<std::optional<T>>();
+    auto fut = p->get_future();
+    write_op op;
+    op.apply = [fn = std::move(fn), res](conn& c) mutable { *res = fn(c); };
+    op.done = [p, res, fail_value = std::move(fail_value)](bool committed) mutable {
+      if (committed && res->has_value())
+        p->set_value(std::move(**res));
+      else
+        p->set_value(std::move(fail_value));
+    };
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back(std::move(op));
+    }
+    cv_.notify_one();
+    return fut;
+  }
+
+  void writer_loop() {
+    conn& c = *writer_conn_;
+    std::vector<write_op> batch;
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty() && stopping_) return;
+        size_t n = options_.group_commit ? std::min<size_t>(queue_.size(), std::max(1, options_.max_batch_ops)) : 1;
+        for (size_t i = 0; i < n; ++i) {
+          batch.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+      }
+      run_batch(c, batch);
+      batch.clear();
+    }
+  }
+
+  void run_batch(conn& c, std::vector<write_op>& batch) {
+    std::vector<bool> applied(batch.size(), false);
+    bool committed = false;
+    try {
+      c.db.exec("BEGIN IMMEDIATE");
+      for (size_t i = 0; i < batch.size(); ++i) {
+        c.db.exec("SAVEPOINT op");
+        try {
+          batch[i].apply(c);
+          c.reset_all();
+          c.db.exec("RELEASE op");
+          applied[i] = true;
+        } catch (const std::exception& e) {
+          spdlog::warn("store: write op failed: {}", e.what());
+          n_write_errors_++;
+          c.reset_all();
+          c.db.exec("ROLLBACK TO op");
+          c.db.exec("RELEASE op");
+        }
+      }
+      c.db.exec("COMMIT");
+      committed = true;
+    } catch (const std::exception& e) {
+      spdlog::error("store: transaction failed: {}", e.what());
+      n_write_errors_++;
+      try {
+        c.db.exec("ROLLBACK");
+      } catch (...) {
+      }
+    }
+    n_transactions_++;
+    n_write_ops_ += static_cast<int64_t>(batch.size());
+    if (committed) {
+      std::lock_guard lock(event_mu_);
+      commit_seq_++;
+    }
+    event_cv_.notify_all();
+    for (size_t i = 0; i < batch.size(); ++i) batch[i].done(committed && applied[i]);
+  }
+
+  // --- readers -----------------------------------------------------------------
+
+  template <class F>
+  auto with_reader(F fn) -> decltype(fn(std::declval<conn&>())) {
+    std::unique_ptr<conn> c;
+    {
+      std::unique_lock lock(reader_mu_);
+      reader_cv_.wait(lock, [&] { return !readers_.empty(); });
+      c = std::move(readers_.back());
+      readers_.pop_back();
+    }
+    struct give_back {
+      sqlite_store* self;
+      std::unique_ptr<conn>& c;
+      ~give_back() {
+        {
+          std::lock_guard lock(self->reader_mu_);
+          self->readers_.push_back(std::move(c));
+        }
+        self->reader_cv_.notify_one();
+      }
+    } guard{this, c};
+    struct end_reads {
+      conn& c;
+      ~end_reads() { c.reset_all(); }
+    } end{*c};
+    return fn(*c);
+  }
+
+  // --- API side ------------------------------------------------------------------
+
+  std::future<create_result> create_job(new_job nj) override {
+    create_result fail;
+    fail.error = "database write failed";
+    return submit<create_result>(
+        [nj = std::move(nj)](conn& c) {
+          create_result r;
+          int64_t now = now_ms();
+          if (!nj.idempotency_key.empty()) {
+            auto& s = c.stmt(std::string("SELECT ") + k_job_cols + " FROM jobs WHERE tenant=? AND idempotency_key=?");
+            s.bind_all(nj.tenant, nj.idempotency_key);
+            if (s.step()) {
+              r.job = read_job(s);
+              if (r.job.request_hash == nj.request_hash) {
+                r.outcome = create_outcome::existing;
+              } else {
+                r.outcome = create_outcome::conflict;
+                r.error = "idempotency key reused with a different request";
+              }
+              return r;
+            }
+          }
+          std::string id = new_job_id();
+          auto& ins = c.stmt(
+              "INSERT INTO jobs(id, tenant, status, priority, request_json, idempotency_key, request_hash, created_ms, "
+              "updated_ms, deadline_ms) VALUES (?,?,'queued',?,?,?,?,?,?,?)");
+          ins.bind_all(id, nj.tenant, static_cast<int64_t>(nj.priority), nj.request_json);
+          if (nj.idempotency_key.empty())
+            ins.bind_null(5);
+          else
+            ins.bind(5, nj.idempotency_key);
+          ins.bind(6, nj.request_hash).bind(7, now).bind(8, now).bind(9, nj.deadline_ms).run();
+          insert_status_event(c, id, job_status::queued, json::object(), now);
+          insert_outbox(c, "publish", id, priority_payload(nj.priority), "", now);
+          r.outcome = create_outcome::created;
+          r.job = *select_job(c, id);
+          return r;
+        },
+        fail);
+  }
+
+  std::optional<job_row> get_job(const std::string& job_id, const std::string& tenant) override {
+    return with_reader([&](conn& c) -> std::optional<job_row> {
+      auto j = select_job(c, job_id);
+      if (j && !tenant.empty() && j->tenant != tenant) return std::nullopt;
+      return j;
+    });
+  }
+
+  std::vector<job_row> list_jobs(const std::string& tenant, std::optional<job_status> status, int32_t limit,
+                                 const std::string& before_id) override {
+    return with_reader([&](conn& c) {
+      std::vector<job_row> out;
+      int64_t before_created = INT64_MAX;
+      std::string before = before_id.empty() ? std::string("\x7f") : before_id;
+      if (!before_id.empty()) {
+        auto& s = c.stmt("SELECT created_ms FROM jobs WHERE id=?");
+        s.bind(1, before_id);
+        if (s.step()) before_created = s.col_int(0);
+      }
+      auto& s = c.stmt(std::string("SELECT ") + k_job_cols +
+                       " FROM jobs WHERE (?1='' OR tenant=?1) AND (?2='' OR status=?2) AND "
+                       "(created_ms < ?3 OR (created_ms = ?3 AND id < ?4)) ORDER BY created_ms DESC, id DESC LIMIT ?5");
+      s.bind_all(tenant, status ? std::string(to_string(*status)) : std::string(), before_created, before,
+                 static_cast<int64_t>(limit));
+      while (s.step()) out.push_back(read_job(s));
+      return out;
+    });
+  }
+
+  std::future<write_status> cancel_job(const std::string& job_id, const std::string& tenant) override {
+    return submit<write_status>(
+        [job_id, tenant](conn& c) {
+          int64_t now = now_ms();
+          auto& u = c.stmt(std::string("UPDATE jobs SET status='cancelled', error='cancelled by request', "
+                                       "finished_ms=?1, updated_ms=?1, lease_expires_ms=0, pending_json='' "
+                                       "WHERE id=?2 AND (?3='' OR tenant=?3) AND status NOT IN ") +
+                           k_terminal_sql);
+          u.bind_all(now, job_id, tenant).run();
+          if (c.db.changes() == 0) {
+            auto j = select_job(c, job_id);
+            return (!j || (!tenant.empty() && j->tenant != tenant)) ? write_status::not_found : write_status::fenced;
+          }
+          insert_status_event(c, job_id, job_status::cancelled, json::object(), now);
+          insert_outbox(c, "terminal", job_id, json{{"status", "cancelled"}}.dump(), "", now);
+          return write_status::ok;
+        },
+        write_status::error);
+  }
+
+  std::future<write_status> submit_tool_outputs(const std::string& job_id, std::vector<tool_output> outputs,
+                                                const std::string& tenant) override {
+    return submit<write_status>(
+        [job_id, outputs = std::move(outputs), tenant](conn& c) {
+          int64_t now = now_ms();
+          auto j = select_job(c, job_id);
+          if (!j || (!tenant.empty() && j->tenant != tenant)) return write_status::not_found;
+          if (j->status != job_status::requires_action) return write_status::fenced;
+          json pending = json::parse(j->pending_json, nullptr, false);
+          if (!pending.is_array()) return write_status::invalid;
+          std::unordered_map<std::string, std::string> names;  // call id -> tool name
+          for (auto& p : pending) names[p.value("id", "")] = p.value("name", "");
+          std::unordered_map<std::string, const tool_output*> by_id;
+          for (auto& o : outputs) {
+            if (!names.count(o.call_id)) return write_status::invalid;
+            by_id[o.call_id] = &o;
+          }
+          // NOTE: already-recorded results (server-side calls of the same turn) count as answered.
+          auto& rs = c.stmt("SELECT call_id FROM tool_results WHERE job_id=?");
+          rs.bind(1, job_id);
+          std::unordered_map<std::string, bool> recorded;
+          while (rs.step()) recorded[rs.col_text(0)] = true;
+          for (auto& [id, name] : names)
+            if (!by_id.count(id) && !recorded.count(id)) return write_status::invalid;
+          for (auto& [id, o] : by_id) {
+            auto& ins = c.stmt(
+                "INSERT OR IGNORE INTO tool_results(job_id, call_id, name, output, is_error, created_ms) "
+                "VALUES (?,?,?,?,?,?)");
+            ins.bind_all(job_id, id, names[id], o->output, static_cast<int64_t>(o->is_error), now).run();
+            if (c.db.changes() > 0) {
+              transcript_row r;
+              r.role = "tool";
+              r.content = o->output;
+              r.tool_call_id = id;
+              r.name = names[id];
+              insert_transcript(c, job_id, r, now);
+            }
+          }
+          auto& u = c.stmt(
+              "UPDATE jobs SET status='queued', pending_json='', updated_ms=? WHERE id=? AND status='requires_action'");
+          u.bind_all(now, job_id).run();
+          insert_status_event(c, job_id, job_status::queued, json{{"reason", "tool_outputs"}}, now);
+          insert_outbox(c, "continue", job_id, priority_payload(j->priority), j->lease_owner, now);
+          return write_status::ok;
+        },
+        write_status::error);
+  }
+
+  std::vector<transcript_row> read_transcript(const std::string& job_id) override {
+    return with_reader([&](conn& c) {
+      std::vector<transcript_row> out;
+      auto& s = c.stmt(
+          "SELECT seq, turn_idx, role, content, tool_calls_json, tool_call_id, name, usage_json, created_ms "
+          "FROM transcript WHERE job_id=? ORDER BY seq");
+      s.bind(1, job_id);
+      while (s.step()) {
+        transcript_row r;
+        r.seq = s.col_int(0);
+        r.turn_idx = static_cast<int32_t>(s.col_int(1));
+        r.role = s.col_text(2);
+        r.content = s.col_text(3);
+        r.tool_calls_json = s.col_text(4);
+        r.tool_call_id = s.col_text(5);
+        r.name = s.col_text(6);
+        r.usage_json = s.col_text(7);
+        r.created_ms = s.col_int(8);
+        out.push_back(std::move(r));
+      }
+      return out;
+    });
+  }
+
+  static std::vector<job_event> read_events_stmt(sqlite_stmt& s) {
+    std::vector<job_event> out;
+    while (s.step()) {
+      job_event e;
+      e.id = s.col_int(0);
+      e.job_id = s.col_text(1);
+      e.type = s.col_text(2);
+      e.data_json = s.col_text(3);
+      e.created_ms = s.col_int(4);
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
+
+  std::vector<job_event> read_events(const std::string& job_id, int64_t after_id, int32_t limit) override {
+    return with_reader([&](conn& c) {
+      auto& s = c.stmt(
+          "SELECT id, job_id, type, data_json, created_ms FROM job_events WHERE job_id=? AND id>? ORDER BY id LIMIT ?");
+      s.bind_all(job_id, after_id, static_cast<int64_t>(limit));
+      return read_events_stmt(s);
+    });
+  }
+
+  std::vector<job_event> read_all_events(int64_t after_id, int32_t limit) override {
+    return with_reader([&](conn& c) {
+      auto& s =
+          c.stmt("SELECT id, job_id, type, data_json, created_ms FROM job_events WHERE id>? ORDER BY id LIMIT ?");
+      s.bind_all(after_id, static_cast<int64_t>(limit));
+      return read_events_stmt(s);
+    });
+  }
+
+  bool wait_events(int64_t after_id, std::chrono::milliseconds timeout) override {
+    std::unique_lock lock(event_mu_);
+    uint64_t seen = commit_seq_;
+    return event_cv_.wait_for(lock, timeout, [&] { return commit_seq_ != seen; });
+  }
+
+  // --- outbox ----------------------------------------------------------------------
+
+  std::vector<outbox_row> fetch_outbox(const std::string& kind, int32_t limit) override {
+    return with_reader([&](conn& c) {
+      std::vector<outbox_row> out;
+      auto& s = c.stmt(
+          "SELECT id, kind, job_id, payload_json, target, attempts, created_ms FROM outbox "
+          "WHERE kind=? AND next_attempt_ms<=? ORDER BY id LIMIT ?");
+      s.bind_all(kind, now_ms(), static_cast<int64_t>(limit));
+      while (s.step()) {
+        outbox_row r;
+        r.id = s.col_int(0);
+        r.kind = s.col_text(1);
+        r.job_id = s.col_text(2);
+        r.payload_json = s.col_text(3);
+        r.target = s.col_text(4);
+        r.attempts = static_cast<int32_t>(s.col_int(5));
+        r.created_ms = s.col_int(6);
+        out.push_back(std::move(r));
+      }
+      return out;
+    });
+  }
+
+  std::future<write_status> complete_outbox(std::vector<int64_t> ids) override {
+    return submit<write_status>(
+        [ids = std::move(ids)](conn& c) {
+          for (int64_t id : ids) c.stmt("DELETE FROM outbox WHERE id=?").bind(1, id).run();
+          return write_status::ok;
+        },
+        write_status::error);
+  }
+
+  std::future<write_status> retry_outbox(int64_t id, int64_t not_before_ms) override {
+    return submit<write_status>(
+        [id, not_before_ms](conn& c) {
+          c.stmt("UPDATE outbox SET attempts=attempts+1, next_attempt_ms=? WHERE id=?").bind_all(not_before_ms, id).run();
+          return c.db.changes() ? write_status::ok : write_status::not_found;
+        },
+        write_status::error);
+  }
+
+  // --- reconciler ------------------------------------------------------------------
+
+  std::vector<job_row> list_dispatchable(int64_t grace_ms, int32_t limit) override {
+    return with_reader([&](conn& c) {
+      std::vector<job_row> out;
+      int64_t cutoff = now_ms() - grace_ms;
+      auto& s = c.stmt(std::string("SELECT ") + k_job_cols +
+                       " FROM jobs WHERE (status='queued' AND updated_ms<?1) OR "
+                       "(status='running' AND lease_expires_ms<?1) ORDER BY priority, created_ms LIMIT ?2");
+      s.bind_all(cutoff, static_cast<int64_t>(limit));
+      while (s.step()) out.push_back(read_job(s));
+      return out;
+    });
+  }
+
+  std::future<write_status> fail_job(const std::string& job_id, std::string reason, job_status status) override {
+    return submit<write_status>(
+        [job_id, reason = std::move(reason), status](conn& c) {
+          int64_t now = now_ms();
+          auto& u = c.stmt(std::string("UPDATE jobs SET status=?1, error=?2, finished_ms=?3, updated_ms=?3, "
+                                       "lease_expires_ms=0 WHERE id=?4 AND status NOT IN ") +
+                           k_terminal_sql);
+          u.bind_all(to_string(status), reason, now, job_id).run();
+          if (c.db.changes() == 0) return select_job(c, job_id) ? write_status::fenced : write_status::not_found;
+          insert_status_event(c, job_id, status, json{{"error", reason}}, now);
+          insert_outbox(c, "terminal", job_id, json{{"status", to_string(status)}}.dump(), "", now);
+          return write_status::ok;
+        },
+        write_status::error);
+  }
+
+  // --- worker side -----------------------------------------------------------------
+
+  std::future<claim_result> claim_job(const std::string& job_id, const std::string& worker_id, int64_t lease_ms,
+                                      int32_t max_attempts) override {
+    return submit<claim_result>(
+        [=](conn& c) {
+          claim_result r;
+          int64_t now = now_ms();
+          auto j = select_job(c, job_id);
+          if (!j) {
+            r.outcome = claim_outcome::not_found;
+            return r;
+          }
+          if (j->status != job_status::queued && j->status != job_status::running) {
+            r.outcome = claim_outcome::not_claimable;
+            return r;
+          }
+          if (j->status == job_status::running && j->lease_expires_ms > now) {
+            r.outcome = claim_outcome::busy;
+            return r;
+          }
+          if (max_attempts > 0 && j->attempts + 1 > max_attempts) {
+            std::string reason = "poison job: delivered " + std::to_string(j->attempts) +
+                                 " times without finishing (max " + std::to_string(max_attempts) + ")";
+            auto& u = c.stmt(std::string("UPDATE jobs SET status='failed', error=?1, finished_ms=?2, updated_ms=?2, "
+                                         "lease_expires_ms=0 WHERE id=?3 AND status NOT IN ") +
+                             k_terminal_sql);
+            u.bind_all(reason, now, job_id).run();
+            insert_status_event(c, job_id, job_status::failed, json{{"error", reason}}, now);
+            insert_outbox(c, "terminal", job_id, json{{"status", "failed"}}.dump(), "", now);
+            r.outcome = claim_outcome::poisoned;
+            return r;
+          }
+          auto& u = c.stmt(
+              "UPDATE jobs SET status='running', lease_epoch=lease_epoch+1, lease_owner=?1, lease_expires_ms=?2, "
+              "attempts=attempts+1, started_ms=CASE WHEN started_ms=0 THEN ?3 ELSE started_ms END, updated_ms=?3 "
+              "WHERE id=?4 AND status IN ('queued','running')");
+          u.bind_all(worker_id, now + lease_ms, now, job_id).run();
+          auto after = select_job(c, job_id);
+          insert_status_event(c, job_id, job_status::running,
+                              json{{"worker", worker_id}, {"epoch", after->lease_epoch}, {"attempt", after->attempts}},
+                              now);
+          r.outcome = claim_outcome::claimed;
+          r.won = lease{job_id, after->lease_epoch, *after};
+          return r;
+        },
+        claim_result{});
+  }
+
+  std::future<std::vector<std::string>> renew_leases(std::vector<std::pair<std::string, int64_t>> jobs,
+                                                     int64_t lease_ms) override {
+    std::vector<std::string> all;
+    for (auto& [id, e] : jobs) all.push_back(id);
+    return submit<std::vector<std::string>>(
+        [jobs = std::move(jobs), lease_ms](conn& c) {
+          std::vector<std::string> lost;
+          int64_t now = now_ms();
+          for (auto& [id, epoch] : jobs) {
+            c.stmt("UPDATE jobs SET lease_expires_ms=? WHERE id=? AND lease_epoch=? AND status='running'")
+                .bind_all(now + lease_ms, id, epoch)
+                .run();
+            if (c.db.changes() == 0) lost.push_back(id);
+          }
+          return lost;
+        },
+        std::vector<std::string>{});  // NOTE: a failed renew loses nothing; the next one retries
+  }
+
+  std::future<write_status> init_transcript(const std::string& job_id, int64_t epoch,
+                                            std::vector<transcript_row> input) override {
+    return submit<write_status>(
+        [job_id, epoch, input = std::move(input)](conn& c) {
+          if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
+          auto& s = c.stmt("SELECT COUNT(*) FROM transcript WHERE job_id=?");
+          s.bind(1, job_id);
+          s.step();
+          if (s.col_int(0) > 0) return write_status::ok;
+          int64_t now = now_ms();
+          for (auto r : input) {
+            r.turn_idx = -1;
+            insert_transcript(c, job_id, r, now);
+          }
+          return write_status::ok;
+        },
+        write_status::error);
+  }
+
+  std::future<write_status> commit_turn(const std::string& job_id, int64_t epoch, turn_commit t) override {
+    return submit<write_status>(
+        [job_id, epoch, t = std::move(t)](conn& c) {
+          int64_t now = now_ms();
+          auto& s = c.stmt("SELECT 1 FROM transcript WHERE job_id=? AND turn_idx=? AND role='assistant'");
+          s.bind_all(job_id, t.turn_idx);
+          bool exists = s.step();
+          auto& u = c.stmt("UPDATE jobs SET usage_json=?, updated_ms=? WHERE id=? AND lease_epoch=? AND status='running'");
+          u.bind_all(t.job_usage.to_json(), now, job_id, epoch).run();
+          if (c.db.changes() == 0) return write_status::fenced;
+          if (exists) return write_status::ok;
+          transcript_row r;
+          r.turn_idx = t.turn_idx;
+          r.role = "assistant";
+          r.content = t.content;
+          r.tool_calls_json = t.tool_calls_json;
+          r.usage_json = t.turn_usage_json;
+          insert_transcript(c, job_id, r, now);
+          json d = {{"turn", t.turn_idx}, {"usage", json::parse(t.turn_usage_json.empty() ? "{}" : t.turn_usage_json, nullptr, false)}};
+          if (!t.tool_calls_json.empty()) d["tool_calls"] = json::parse(t.tool_calls_json, nullptr, false);
+          insert_event(c, job_id, "turn", d.dump(), now);
+          return write_status::ok;
+        },
+        write_status::error);
+  }
+
+  std::future<write_status> record_tool_result(const std::string& job_id, int64_t epoch, tool_output o,
+                                               std::string name) override {
+    return submit<write_status>(
+        [job_id, epoch, o = std::move(o), name = std::move(name)](conn& c) {
+          if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
+          int64_t now = now_ms();
+          c.stmt("INSERT OR IGNORE INTO tool_results(job_id, call_id, name, output, is_error, created_ms) "
+                 "VALUES (?,?,?,?,?,?)")
+              .bind_all(job_id, o.call_id, name, o.output, static_cast<int64_t>(o.is_error), now)
+              .run();
+          if (c.db.changes() == 0) return write_status::ok;
+          transcript_row r;
+          r.role = "tool";
+          r.content = o.output;
+          r.tool_call_id = o.call_id;
+          r.name = name;
+          insert_transcript(c, job_id, r, now);
+          insert_event(c, job_id, "tool_result",
+                       json{{"call_id", o.call_id}, {"name", name}, {"is_error", o.is_error}}.dump(), now);
+          return write_status::ok;
+        },
+        write_status::error);
+  }
+
+  std::future<write_status> require_action(const std::string& job_id, int64_t epoch,
+                                           std::string pending_calls_json) override {
+    return submit<write_status>(
+        [job_id, epoch, pending = std::move(pending_calls_json)](conn& c) {
+          int64_t now = now_ms();
+          c.stmt("UPDATE jobs SET status='requires_action', pending_json=?1, lease_expires_ms=0, attempts=0, "
+                 "updated_ms=?2 WHERE id=?3 AND lease_epoch=?4 AND status='running'")
+              .bind_all(pending, now, job_id, epoch)
+              .run();
+          if (c.db.changes() == 0) return write_status::fenced;
+          insert_status_event(c, job_id, job_status::requires_action,
+                              json{{"tool_calls", json::parse(pending, nullptr, false)}}, now);
+          return write_status::ok;
+        },
+        write_status::error);
+  }
+
+  std::future<write_status> finish_job(const std::string& job_id, int64_t epoch, job_status status,
+                                       std::string result_json, std::string error, usage_totals usage) override {
+    return submit<write_status>(
+        [=, result_json = std::move(result_json), error = std::move(error)](conn& c) {
+          int64_t now = now_ms();
+          c.stmt("UPDATE jobs SET status=?1, result_json=?2, error=?3, usage_json=?4, finished_ms=?5, updated_ms=?5, "
+                 "lease_expires_ms=0 WHERE id=?6 AND lease_epoch=?7 AND status='running'")
+              .bind_all(to_string(status), result_json, error, usage.to_json(), now, job_id, epoch)
+              .run();
+          if (c.db.changes() == 0) return write_status::fenced;
+          json d = json::object();
+          if (!error.empty()) d["error"] = error;
+          insert_status_event(c, job_id, status, d, now);
+          insert_outbox(c, "terminal", job_id, json{{"status", to_string(status)}}.dump(), "", now);
+          return write_status::ok;
+        },
+        write_status::error);
+  }
+
+  std::future<write_status> release_job(const std::string& job_id, int64_t epoch) override {
+    return submit<write_status>(
+        [job_id, epoch](conn& c) {
+          int64_t now = now_ms();
+          c.stmt("UPDATE jobs SET status='queued', lease_expires_ms=0, attempts=MAX(attempts-1,0), updated_ms=?1 "
+                 "WHERE id=?2 AND lease_epoch=?3 AND status='running'")
+              .bind_all(now, job_id, epoch)
+              .run();
+          if (c.db.changes() == 0) return write_status::fenced;
+          auto j = select_job(c, job_id);
+          insert_status_event(c, job_id, job_status::queued, json{{"reason", "released"}}, now);
+          insert_outbox(c, "publish", job_id, priority_payload(j->priority), "", now);
+          return write_status::ok;
+        },
+        write_status::error);
+  }
+
+  std::future<write_status> append_event(const std::string& job_id, int64_t epoch, std::string type,
+                                         std::string data_json) override {
+    return submit<write_status>(
+        [job_id, epoch, type = std::move(type), data = std::move(data_json)](conn& c) {
+          if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
+          insert_event(c, job_id, type, data, now_ms());
+          return write_status::ok;
+        },
+        write_status::error);
+  }
+
+  std::vector<std::string> cancelled_among(const std::vector<std::string>& job_ids) override {
+    if (job_ids.empty()) return {};
+    return with_reader([&](conn& c) {
+      std::vector<std::string> out;
+      for (auto& id : job_ids) {
+        auto& s = c.stmt("SELECT status FROM jobs WHERE id=?");
+        s.bind(1, id);
+        if (s.step() && s.col_text(0) == "cancelled") out.push_back(id);
+      }
+      return out;
+    });
+  }
+
+  std::vector<tool_output> read_tool_results(const std::string& job_id) override {
+    return with_reader([&](conn& c) {
+      std::vector<tool_output> out;
+      auto& s = c.stmt("SELECT call_id, output, is_error FROM tool_results WHERE job_id=? ORDER BY created_ms");
+      s.bind(1, job_id);
+      while (s.step()) out.push_back(tool_output{s.col_text(0), s.col_text(1), s.col_int(2) != 0});
+      return out;
+    });
+  }
+
+  store_stats stats() const override { return {n_write_ops_.load(), n_transactions_.load(), n_write_errors_.load()}; }
+
+ private:
+  store_options options_;
+  std::unique_ptr<conn> writer_conn_;
+  std::thread writer_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<write_op> queue_;
+  bool stopping_ = false;
+
+  std::mutex reader_mu_;
+  std::condition_variable reader_cv_;
+  std::vector<std::unique_ptr<conn>> readers_;
+
+  std::mutex event_mu_;
+  std::condition_variable event_cv_;
+  uint64_t commit_seq_ = 0;
+
+  std::atomic<int64_t> n_write_ops_{0}, n_transactions_{0}, n_write_errors_{0};
+};
+
+std::unique_ptr<store> store::open(const store_options& options, std::string* error) {
+  auto s = std::make_unique<sqlite_store>(options);
+  if (!s->open(error)) return nullptr;
+  return s;
+}
+
+}  // namespace agentq::store

@@ -1,0 +1,251 @@
+// The job store: SQLite is the source of truth for jobs, transcripts, events and the outbox.
+// One writer thread applies write ops with group commit (many ops per transaction, each in
+// its own savepoint); readers use their own connections. Used by the API, queue and workers.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace agentq::store {
+
+// ---------------------------------------------------------------------------
+// Job states. completed/failed/cancelled/incomplete are terminal: once there, a job's row
+// never changes again (every UPDATE carries `status NOT IN (terminal)`).
+enum class job_status { queued, running, requires_action, completed, failed, cancelled, incomplete };
+const char* to_string(job_status s);
+std::optional<job_status> parse_job_status(std::string_view s);
+bool is_terminal(job_status s);
+
+enum class job_priority { high = 0, normal = 1, low = 2 };
+const char* to_string(job_priority p);
+std::optional<job_priority> parse_job_priority(std::string_view s);
+
+int64_t now_ms();  // wall clock, milliseconds since the Unix epoch (all *_ms timestamps)
+
+struct job_row {
+  std::string id;                  // "job_<hex>"
+  std::string tenant;
+  job_status status = job_status::queued;
+  job_priority priority = job_priority::normal;
+  std::string request_json;        // the job spec as submitted (see worker/agent_spec.h)
+  std::string result_json;         // final answer ({"content":..,"message":..}); empty until terminal
+  std::string error;               // failure reason; empty if none
+  std::string usage_json;          // {"prompt_tokens","cached_tokens","computed_tokens","completion_tokens","turns"}
+  std::string pending_json;        // requires_action: JSON array of pending tool calls [{id,name,arguments}]
+  int32_t attempts = 0;            // claims since the job last waited on a client (poison detection)
+  int64_t lease_epoch = 0;         // fencing token: bumped on every claim
+  std::string lease_owner;         // worker id holding (or last holding: KV hint) the job
+  int64_t lease_expires_ms = 0;    // 0 = no live lease
+  std::string idempotency_key;     // empty = none
+  std::string request_hash;        // hash of the request for idempotency conflicts
+  int64_t created_ms = 0, started_ms = 0, finished_ms = 0, updated_ms = 0;
+  int64_t deadline_ms = 0;         // absolute; 0 = none
+};
+
+struct new_job {
+  std::string tenant;
+  std::string request_json;
+  job_priority priority = job_priority::normal;
+  std::string idempotency_key;     // optional; unique per tenant
+  std::string request_hash;        // required with idempotency_key
+  int64_t deadline_ms = 0;         // absolute; 0 = none
+};
+
+enum class create_outcome { created, existing, conflict, error };
+struct create_result {
+  create_outcome outcome = create_outcome::error;
+  job_row job;                     // created or existing (idempotent replay)
+  std::string error;               // conflict / error: a message
+};
+
+// Fenced writes (worker side) and API-side transitions.
+enum class write_status {
+  ok,
+  fenced,        // stale lease epoch, or the job already terminal / not in the expected state
+  not_found,
+  invalid,       // bad argument (e.g. tool outputs that match no pending call)
+  error,         // SQLite failure; see log
+};
+const char* to_string(write_status s);
+
+struct transcript_row {
+  int64_t seq = 0;                 // per job, 0.. in commit order
+  int32_t turn_idx = -1;           // the model turn that produced it; -1 = input message
+  std::string role;                // system|user|assistant|tool
+  std::string content;
+  std::string tool_calls_json;     // assistant: JSON array [{id,name,arguments}]; else empty
+  std::string tool_call_id;        // tool: the call it answers
+  std::string name;                // tool: function name
+  std::string usage_json;          // assistant: this turn's usage
+  int64_t created_ms = 0;
+};
+
+struct job_event {
+  int64_t id = 0;                  // global, strictly increasing (SSE Last-Event-ID)
+  std::string job_id;
+  std::string type;                // "status" | "turn" | "tool_call" | "tool_result" | "token" | ...
+  std::string data_json;
+  int64_t created_ms = 0;
+};
+
+struct outbox_row {
+  int64_t id = 0;
+  std::string kind;                // "publish" (job -> shared stream), "continue" (-> KV-holding worker),
+                                   // "terminal" (a job reached a terminal state: webhook fan-out)
+  std::string job_id;
+  std::string payload_json;
+  std::string target;              // continue: worker id that holds the KV
+  int32_t attempts = 0;
+  int64_t created_ms = 0;
+};
+
+// A claim won in SQLite: the fencing epoch every later write must carry.
+struct lease {
+  std::string job_id;
+  int64_t epoch = 0;
+  job_row job;                     // the row after the claim
+};
+enum class claim_outcome { claimed, busy /* live lease elsewhere */, not_claimable /* terminal / requires_action */, not_found, poisoned /* attempts exhausted */, error };
+struct claim_result {
+  claim_outcome outcome = claim_outcome::error;
+  std::optional<lease> won;
+};
+
+struct tool_output {
+  std::string call_id;
+  std::string output;              // text handed to the model
+  bool is_error = false;
+};
+
+struct usage_totals {
+  int64_t prompt_tokens = 0, cached_tokens = 0, computed_tokens = 0, completion_tokens = 0;
+  int32_t turns = 0;
+  std::string to_json() const;
+  static usage_totals from_json(std::string_view json);  // empty / malformed -> zeros
+};
+
+// One committed model turn: the assistant message and its usage, written before tools run.
+struct turn_commit {
+  int32_t turn_idx = 0;
+  std::string content;
+  std::string tool_calls_json;     // JSON array [{id,name,arguments}] or empty
+  std::string turn_usage_json;
+  usage_totals job_usage;          // job totals after this turn
+};
+
+struct store_options {
+  std::string path;                      // SQLite file
+  int32_t busy_timeout_ms = 5000;
+  int32_t max_batch_ops = 512;           // write ops per transaction at most
+  int32_t n_readers = 4;                 // reader connection pool size
+  bool group_commit = true;              // false = one transaction per write op (benchmark baseline)
+};
+
+struct store_stats {
+  int64_t n_write_ops = 0, n_transactions = 0, n_write_errors = 0;
+};
+
+class store {
+ public:
+  // Open (creating if needed), apply pending migrations, start the writer thread.
+  // nullptr with *error set when the file can't be opened, a migration fails, or the database
+  // is newer than this binary knows ("database schema version N is newer than this agentq (M)").
+  static std::unique_ptr<store> open(const store_options& options, std::string* error);
+  virtual ~store() = default;
+
+  // The newest schema version compiled into this binary.
+  static int32_t latest_schema_version();
+
+  // --- API side ------------------------------------------------------------
+  // Insert a queued job + "status" event + "publish" outbox row, atomically. With an
+  // idempotency key: same (tenant,key,hash) -> existing; same key, other hash -> conflict.
+  virtual std::future<create_result> create_job(new_job job) = 0;
+  // Reads (reader connection; see committed data only). tenant empty = any tenant.
+  virtual std::optional<job_row> get_job(const std::string& job_id, const std::string& tenant = {}) = 0;
+  // Newest first; before_id is a cursor (exclusive; empty = from the newest). status empty = any.
+  virtual std::vector<job_row> list_jobs(const std::string& tenant, std::optional<job_status> status,
+                                         int32_t limit, const std::string& before_id = {}) = 0;
+  // ok, fenced (already terminal), not_found. The worker running it notices within its cancel poll.
+  virtual std::future<write_status> cancel_job(const std::string& job_id, const std::string& tenant = {}) = 0;
+  // requires_action -> queued with the outputs recorded; a "continue" outbox row routes the job
+  // back to the worker holding its KV. invalid: an output for no pending call, or calls left
+  // unanswered; fenced: job not in requires_action.
+  virtual std::future<write_status> submit_tool_outputs(const std::string& job_id,
+                                                        std::vector<tool_output> outputs,
+                                                        const std::string& tenant = {}) = 0;
+  virtual std::vector<transcript_row> read_transcript(const std::string& job_id) = 0;
+  // Events of one job with id > after_id (SSE replay), oldest first.
+  virtual std::vector<job_event> read_events(const std::string& job_id, int64_t after_id, int32_t limit) = 0;
+  // Events of all jobs with id > after_id (webhook fan-out, tailing).
+  virtual std::vector<job_event> read_all_events(int64_t after_id, int32_t limit) = 0;
+  // Block until an event with id > after_id may exist (a commit in this process wrote events)
+  // or timeout; true if woken by a commit. Other processes' commits are seen by re-reading.
+  virtual bool wait_events(int64_t after_id, std::chrono::milliseconds timeout) = 0;
+
+  // --- Outbox (queue relay, webhook dispatch) -------------------------------
+  virtual std::vector<outbox_row> fetch_outbox(const std::string& kind, int32_t limit) = 0;
+  virtual std::future<write_status> complete_outbox(std::vector<int64_t> ids) = 0;
+  virtual std::future<write_status> retry_outbox(int64_t id, int64_t not_before_ms) = 0;
+
+  // --- Reconciler / reaper -------------------------------------------------
+  // Jobs a queue should hold: queued and not updated for grace_ms, or running with a lease
+  // that expired more than grace_ms ago.
+  virtual std::vector<job_row> list_dispatchable(int64_t grace_ms, int32_t limit) = 0;
+  // Unfenced failure (dead letter, deadline reaper); fenced if already terminal.
+  virtual std::future<write_status> fail_job(const std::string& job_id, std::string reason,
+                                             job_status status = job_status::failed) = 0;
+
+  // --- Worker side (fenced by lease epoch) -----------------------------------
+  // Claim: queued, or running with an expired lease. Bumps lease_epoch and attempts;
+  // poisoned (and the job failed) when attempts would exceed max_attempts.
+  virtual std::future<claim_result> claim_job(const std::string& job_id, const std::string& worker_id,
+                                              int64_t lease_ms, int32_t max_attempts) = 0;
+  // Extend leases; returns the job ids whose lease is lost (epoch moved or job terminal).
+  virtual std::future<std::vector<std::string>> renew_leases(std::vector<std::pair<std::string, int64_t>> jobs,
+                                                             int64_t lease_ms) = 0;
+  // Store the job's input messages as transcript rows (first claim only; idempotent).
+  virtual std::future<write_status> init_transcript(const std::string& job_id, int64_t epoch,
+                                                    std::vector<transcript_row> input) = 0;
+  // Commit one model turn (transcript row + job usage + "turn" event). Idempotent per turn_idx.
+  virtual std::future<write_status> commit_turn(const std::string& job_id, int64_t epoch, turn_commit turn) = 0;
+  // Record a tool's result durably (keyed by call id; a second record of the same call is a no-op).
+  virtual std::future<write_status> record_tool_result(const std::string& job_id, int64_t epoch,
+                                                       tool_output output, std::string name) = 0;
+  // running -> requires_action with the pending calls; the lease is dropped, lease_owner kept as KV hint.
+  virtual std::future<write_status> require_action(const std::string& job_id, int64_t epoch,
+                                                   std::string pending_calls_json) = 0;
+  // running -> terminal (completed / failed / incomplete / cancelled), + "terminal" outbox row.
+  virtual std::future<write_status> finish_job(const std::string& job_id, int64_t epoch, job_status status,
+                                               std::string result_json, std::string error,
+                                               usage_totals usage) = 0;
+  // running -> queued (graceful worker shutdown), + "publish" outbox row.
+  virtual std::future<write_status> release_job(const std::string& job_id, int64_t epoch) = 0;
+  // A progress event (fenced): e.g. "tool_call", "token".
+  virtual std::future<write_status> append_event(const std::string& job_id, int64_t epoch, std::string type,
+                                                 std::string data_json) = 0;
+  // Cancelled jobs among these ids (worker cancel poll).
+  virtual std::vector<std::string> cancelled_among(const std::vector<std::string>& job_ids) = 0;
+  // Tool results recorded for a job, keyed by call id (crash resume).
+  virtual std::vector<tool_output> read_tool_results(const std::string& job_id) = 0;
+
+  virtual store_stats stats() const = 0;
+};
+
+// The SQL of every migration compiled into this binary, in version order (1..latest).
+struct migration {
+  int32_t version;
+  const char* name;                // "0001_init"
+  const char* sql;
+};
+const std::vector<migration>& migrations();
+// Migrate a database file up to target_version (tests: build a DB at an older version).
+// false with *error on failure or if the DB is newer than target_version.
+bool migrate_file(const std::string& path, int32_t target_version, std::string* error);
+
+}  // namespace agentq::store

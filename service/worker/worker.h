@@ -1,0 +1,87 @@
+// A worker: claims jobs from the queue, runs many jobs' agent loops at once on one engine
+// (render -> generate -> parse tool calls -> run tools -> append -> continue), commits each
+// turn before its tools run, and resumes crashed jobs from the last committed turn.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace agentq {
+class engine;
+struct engine_config;
+}  // namespace agentq
+namespace agentq::store {
+class store;
+}
+namespace agentq::queue {
+class queue;
+}
+
+namespace agentq::worker {
+
+// A server-side tool call: POST {job_id, call_id, name, arguments} to url.
+struct http_tool_request {
+  std::string url;
+  std::string body_json;
+  std::string job_id, call_id;         // also for signing headers (webhook-id = call_id)
+  int32_t timeout_ms = 10000;
+  int64_t max_response_bytes = 1 << 20;
+};
+struct http_tool_response {
+  bool ok = false;                     // transport ok and 2xx
+  int32_t status = 0;                  // HTTP status; 0 = no response
+  std::string body;
+  std::string error;                   // transport error / too large / timeout
+  bool retryable = false;              // 5xx, 429, timeouts, connection errors
+};
+// Blocking; called on a tool thread. The default is a plain HTTP/1.1 client (worker/http_tool.cpp);
+// the daemon plugs in net/http_client (SSRF guard, TLS) with webhook-style signing.
+using http_tool_fn = std::function<http_tool_response(const http_tool_request&)>;
+
+struct worker_options {
+  std::string worker_id;               // empty = "<hostname>-<pid>-<random>"
+  int32_t max_jobs = 64;               // jobs held at once
+  int64_t lease_ms = 30000;            // SQLite lease; renewed every lease_ms/3
+  int64_t heartbeat_ms = 2000;         // Redis alive key + idle reset of held entries
+  int64_t cancel_poll_ms = 100;        // how often held jobs are checked for cancellation
+  int64_t reclaim_interval_ms = 5000;  // XAUTOCLAIM sweep
+  int32_t read_block_ms = 200;
+  int32_t n_tool_threads = 8;
+  double client_tool_park_s = 300;     // park() hint while waiting on a client
+  std::string signing_secret;          // for server-side tool requests (Standard Webhooks style)
+  http_tool_fn http_tool;              // empty = built-in client
+};
+
+struct worker_stats {
+  int64_t n_claimed = 0, n_completed = 0, n_failed = 0, n_cancelled = 0, n_requires_action = 0;
+  int64_t n_turns = 0, n_tool_calls = 0, n_fenced = 0, n_resumed = 0;
+  int32_t n_active = 0;
+};
+
+class worker {
+ public:
+  // The engine is shared (the daemon may own it); the worker starts/stops its loop thread
+  // only if start_engine. store and queue must outlive the worker.
+  worker(worker_options options, std::shared_ptr<engine> engine, store::store& store, queue::queue& queue,
+         bool start_engine = true);
+  ~worker();                           // stop(): held jobs are released back to the queue
+  worker(const worker&) = delete;
+  worker& operator=(const worker&) = delete;
+
+  void start();
+  // Stop claiming; release running jobs back to queued (their transcript stays), join threads.
+  void stop();
+  const std::string& id() const;
+  worker_stats stats() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+// Load a model for a worker; nullptr with *error set on failure (see engine::load).
+std::shared_ptr<engine> load_engine(const engine_config& config, std::string* error);
+
+}  // namespace agentq::worker
