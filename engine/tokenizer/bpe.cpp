@@ -1,6 +1,6 @@
 // Byte-level BPE encoding (tokenizer.ggml.model = "gpt2"): pre-tokenizer split,
 // then per word the lowest-rank merge first over byte symbols, as llama.cpp does.
-#include <queue>
+#include <algorithm>
 
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -64,20 +64,24 @@ void tokenizer::encode_bpe_word(std::string_view word, std::vector<token_id>* ou
   }
   std::vector<bpe_bigram> storage;
   storage.reserve(word.size());
-  std::priority_queue<bpe_bigram, std::vector<bpe_bigram>, bpe_order> queue(bpe_order{}, std::move(storage));
+  bool heap_built = false;  // the first pairs are heapified at once
   auto try_add = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const token_id a = symbols[left].id, b = symbols[right].id;
     if (a < 0 || b < 0) return;
-    const auto it = merges_.find((static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b));
-    if (it == merges_.end()) return;
-    queue.push({left, right, it->second.rank, a, b, it->second.result});
+    const merge_index::merge* m = merges_.find(a, b);
+    if (!m) return;
+    storage.push_back({left, right, m->rank, a, b, m->result});
+    if (heap_built) std::push_heap(storage.begin(), storage.end(), bpe_order{});
   };
   for (int32_t i = 1; i < n; ++i) try_add(i - 1, i);
+  std::make_heap(storage.begin(), storage.end(), bpe_order{});
+  heap_built = true;
 
-  while (!queue.empty()) {
-    const bpe_bigram bg = queue.top();
-    queue.pop();
+  while (!storage.empty()) {
+    std::pop_heap(storage.begin(), storage.end(), bpe_order{});
+    const bpe_bigram bg = storage.back();
+    storage.pop_back();
     bpe_symbol& l = symbols[bg.left];
     bpe_symbol& r = symbols[bg.right];
     if (!l.alive || !r.alive || l.next != bg.right || l.id != bg.left_id || r.id != bg.right_id) continue;

@@ -1,6 +1,6 @@
 // SentencePiece-style encoding (tokenizer.ggml.model = "llama"): llama.cpp's
 // score-driven bigram merging over UTF-8 characters, with <0xXX> byte fallback.
-#include <queue>
+#include <algorithm>
 
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -37,15 +37,31 @@ void tokenizer::push_byte_spm(uint8_t byte, std::vector<token_id>* out) const {
   else if (unk_ >= 0) out->push_back(unk_);
 }
 
-// text: already escaped ('▁' for spaces, prefix added). NOTE: callers keep
-// fragments under 4 GiB; larger inputs are split on character boundaries first.
+// text: already escaped ('▁' for spaces, prefix added).
 void tokenizer::encode_spm(std::string_view text, std::vector<token_id>* out) const {
+  constexpr std::string_view marker = "\xE2\x96\x81";
+  if (!spm_split_words_) {
+    encode_spm_word(text, out);
+    return;
+  }
+  // Cut before each '▁' that follows another character (see spm_split_words_).
+  size_t begin = 0;
+  for (size_t at = text.find(marker, 1); at != std::string_view::npos; at = text.find(marker, at + marker.size())) {
+    if (at >= marker.size() && text.compare(at - marker.size(), marker.size(), marker) == 0) continue;
+    encode_spm_word(text.substr(begin, at - begin), out);
+    begin = at;
+  }
+  encode_spm_word(text.substr(begin), out);
+}
+
+// NOTE: symbol offsets are 32-bit; a longer run is cut on a character boundary first.
+void tokenizer::encode_spm_word(std::string_view text, std::vector<token_id>* out) const {
   constexpr size_t k_max_chunk = size_t(1) << 31;
   if (text.size() > k_max_chunk) {
     size_t cut = k_max_chunk;
     while (cut > 0 && (static_cast<uint8_t>(text[cut]) & 0xC0) == 0x80) --cut;
-    encode_spm(text.substr(0, cut), out);
-    encode_spm(text.substr(cut), out);
+    encode_spm_word(text.substr(0, cut), out);
+    encode_spm_word(text.substr(cut), out);
     return;
   }
   std::vector<spm_symbol> symbols;
@@ -62,19 +78,23 @@ void tokenizer::encode_spm(std::string_view text, std::vector<token_id>* out) co
 
   std::vector<spm_bigram> storage;
   storage.reserve(symbols.size());
-  std::priority_queue<spm_bigram, std::vector<spm_bigram>, spm_order> queue(spm_order{}, std::move(storage));
+  bool heap_built = false;  // the first pairs are heapified at once
   auto try_add = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const uint32_t size = symbols[left].n + symbols[right].n;
     const token_id id = find_token(text.substr(symbols[left].begin, size));
     if (id < 0) return;
-    queue.push({left, right, scores_[id], size});
+    storage.push_back({left, right, scores_[id], size});
+    if (heap_built) std::push_heap(storage.begin(), storage.end(), spm_order{});
   };
   for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) try_add(i - 1, i);
+  std::make_heap(storage.begin(), storage.end(), spm_order{});
+  heap_built = true;
 
-  while (!queue.empty()) {
-    const spm_bigram b = queue.top();
-    queue.pop();
+  while (!storage.empty()) {
+    std::pop_heap(storage.begin(), storage.end(), spm_order{});
+    const spm_bigram b = storage.back();
+    storage.pop_back();
     spm_symbol& l = symbols[b.left];
     spm_symbol& r = symbols[b.right];
     if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;  // stale

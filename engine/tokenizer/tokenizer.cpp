@@ -87,11 +87,7 @@ bool tokenizer::init(const gguf::file& f, std::string* error) {
       types_[i] = (t >= 0 && t <= 6) ? static_cast<agentq::token_type>(t) : agentq::token_type::undefined;
     }
   }
-  // NOTE: views into texts_, which no longer grows. A duplicate text keeps its first id.
-  text_to_id_.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (!texts_[i].empty()) text_to_id_.emplace(texts_[i], static_cast<token_id>(i));
-  }
+  text_to_id_.build(texts_);  // NOTE: texts_ must not change from here on
 
   if (kind_ == vocab_kind::bpe) {
     const auto pre = f.get_string("tokenizer.ggml.pre").value_or("default");
@@ -126,8 +122,7 @@ bool tokenizer::init(const gguf::file& f, std::string* error) {
       joined.append(m.substr(sp + 1));
       const token_id result = find_token(joined);
       if (left < 0 || right < 0 || result < 0) continue;
-      const uint64_t key = (static_cast<uint64_t>(left) << 32) | static_cast<uint32_t>(right);
-      merges_.emplace(key, merge{static_cast<int32_t>(rank), result});
+      merges_.insert(left, right, {static_cast<int32_t>(rank), result});
     }
     for (int b = 0; b < 256; ++b) {
       std::string s;
@@ -141,6 +136,16 @@ bool tokenizer::init(const gguf::file& f, std::string* error) {
     eos_ = 2;
     unk_ = 0;
     static const char* hex = "0123456789ABCDEF";
+    // Words may be encoded one by one when no token joins a character to a following '▁':
+    // then no merge can cross a word start and the result is the same, with small queues.
+    spm_split_words_ = true;
+    for (const std::string& t : texts_) {
+      for (size_t at = t.find(k_space_marker, 1); at != std::string::npos; at = t.find(k_space_marker, at + 1)) {
+        if (at < k_space_marker.size() || t.compare(at - k_space_marker.size(), k_space_marker.size(), k_space_marker) != 0) {
+          spm_split_words_ = false;
+        }
+      }
+    }
     for (int b = 0; b < 256; ++b) {
       const char buf[7] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>', 0};
       token_id id = find_token(buf);
@@ -223,8 +228,7 @@ void tokenizer::init_special(const gguf::file& f) {
 }
 
 token_id tokenizer::find_token(std::string_view text) const {
-  const auto it = text_to_id_.find(text);
-  return it == text_to_id_.end() ? -1 : it->second;
+  return text_to_id_.find(text);
 }
 
 const std::string& tokenizer::token_text(token_id id) const {

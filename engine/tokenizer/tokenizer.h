@@ -7,12 +7,12 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "agentq/engine.h"
 #include "gguf/reader.h"
 #include "tokenizer/pretokenize.h"
+#include "tokenizer/vocab_index.h"
 
 namespace agentq {
 
@@ -66,10 +66,6 @@ class tokenizer {
   agentq::token_type token_type(token_id id) const;
 
  private:
-  struct merge {
-    int32_t rank;
-    token_id result;
-  };
   enum : uint8_t { attr_lstrip = 1, attr_rstrip = 2 };
 
   tokenizer() = default;
@@ -77,6 +73,7 @@ class tokenizer {
   void init_special(const gguf::file& f);
   void encode_fragment(std::string_view text, bool space_prefix, std::vector<token_id>* out) const;
   void encode_spm(std::string_view text, std::vector<token_id>* out) const;
+  void encode_spm_word(std::string_view text, std::vector<token_id>* out) const;
   void encode_bpe(std::string_view text, std::vector<token_id>* out) const;
   void encode_bpe_word(std::string_view word, std::vector<token_id>* out) const;
   void push_byte_spm(uint8_t byte, std::vector<token_id>* out) const;
@@ -88,8 +85,8 @@ class tokenizer {
   std::vector<float> scores_;                         // [n_vocab] SPM merge scores
   std::vector<agentq::token_type> types_;             // [n_vocab]
   std::vector<uint8_t> attrs_;                        // [n_vocab] attr_* strip flags
-  std::unordered_map<std::string_view, token_id> text_to_id_;  // views into texts_
-  std::unordered_map<uint64_t, merge> merges_;        // (left id << 32 | right id) -> merge
+  text_index text_to_id_;                             // over texts_
+  merge_index merges_;                                // BPE: (left, right) -> rank, result
   token_id byte_tokens_[256];                         // SPM <0xXX> / BPE byte char; -1 if absent
   std::vector<std::string> pieces_;                   // [n_vocab] decoded bytes
   std::vector<token_id> special_ids_;                 // matched in text: control, user-defined, unknown
@@ -100,6 +97,7 @@ class tokenizer {
   bool add_space_prefix_ = false;                     // SPM: "▁" before the text
   bool ignore_merges_ = false;                        // BPE: a word that is a token is taken whole
   bool has_user_defined_ = false;
+  bool spm_split_words_ = false;                      // SPM: no token has '▁' after another character
 };
 
 }  // namespace agentq

@@ -1,0 +1,126 @@
+// Pre-tokenizer splits (GPT-2, Llama 3, Qwen2 patterns) checked piece by piece,
+// and the streaming detokenizer's UTF-8 completeness.
+#include <doctest/doctest.h>
+
+#include "gguf/reader.h"
+#include "test_env.h"
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/stream_decoder.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
+
+using namespace agentq;
+
+namespace {
+
+std::vector<std::string> split(pre_type type, std::string_view text) {
+  std::vector<byte_span> spans;
+  pre_split(type, text, &spans);
+  std::vector<std::string> out;
+  size_t next = 0;
+  for (const byte_span& s : spans) {
+    CHECK(s.begin == next);  // pieces tile the text
+    CHECK(s.end > s.begin);
+    next = s.end;
+    out.emplace_back(text.substr(s.begin, s.end - s.begin));
+  }
+  CHECK(next == text.size());
+  return out;
+}
+
+using pieces = std::vector<std::string>;
+
+bool valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = unicode::valid_utf8_len(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+std::unique_ptr<tokenizer> load_vocab(const char* name) {
+  std::string err;
+  auto f = gguf::file::open((test::shared_dir() / "models" / "vocab" / name).string(), &err);
+  REQUIRE_MESSAGE(f, err);
+  auto t = tokenizer::load(*f, &err);
+  REQUIRE_MESSAGE(t, err);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("unicode classes") {
+  CHECK(unicode::is_letter('a'));
+  CHECK(unicode::is_letter(0xE9));      // é
+  CHECK(unicode::is_letter(0x65E5));    // 日
+  CHECK(unicode::is_letter(0x0436));    // ж
+  CHECK(unicode::is_letter(0x1D400));   // mathematical bold A (astral)
+  CHECK(unicode::is_number('7'));
+  CHECK(unicode::is_number(0xBD));      // ½
+  CHECK(unicode::is_number(0x0663));    // Arabic-Indic three
+  CHECK_FALSE(unicode::is_letter(0x1F642));  // emoji
+  CHECK(unicode::is_whitespace(0x3000));
+  CHECK_FALSE(unicode::is_whitespace(0x200B));  // zero width space is not White_Space
+  for (int b = 0; b < 256; ++b) CHECK(unicode::cpt_to_byte(unicode::byte_to_cpt(static_cast<uint8_t>(b))) == b);
+  CHECK(unicode::byte_to_cpt(' ') == 0x120);  // 'Ġ'
+}
+
+TEST_CASE("gpt-2 split") {
+  CHECK(split(pre_type::gpt2, "Hello world") == pieces{"Hello", " world"});
+  CHECK(split(pre_type::gpt2, "don't DON'T") == pieces{"don", "'t", " DON", "'", "T"});
+  CHECK(split(pre_type::gpt2, "a  b") == pieces{"a", " ", " b"});
+  CHECK(split(pre_type::gpt2, "x 12345 ½!?") == pieces{"x", " 12345", " ½", "!?"});
+  CHECK(split(pre_type::gpt2, "caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC") == pieces{"caf\xC3\xA9", " \xE6\x97\xA5\xE6\x9C\xAC"});
+  CHECK(split(pre_type::gpt2, "end  \n") == pieces{"end", "  \n"});
+  CHECK(split(pre_type::gpt2, "\t\tx") == pieces{"\t", "\t", "x"});
+  CHECK(split(pre_type::gpt2, "a\xFF\xFE b") == pieces{"a", "\xFF\xFE", " b"});  // invalid bytes are "other"
+}
+
+TEST_CASE("llama3 split") {
+  CHECK(split(pre_type::llama3, "Hello world 12345 don't\n\n  x") ==
+        pieces{"Hello", " world", " ", "123", "45", " don", "'t", "\n\n", " ", " x"});
+  CHECK(split(pre_type::llama3, "DON'T") == pieces{"DON", "'T"});  // contractions ignore case
+  CHECK(split(pre_type::llama3, "(hello) 1234567") == pieces{"(hello", ")", " ", "123", "456", "7"});
+  CHECK(split(pre_type::llama3, "x = {};\n\ny") == pieces{"x", " =", " {};\n\n", "y"});
+  CHECK(split(pre_type::llama3, "a \n b") == pieces{"a", " \n", " b"});
+  CHECK(split(pre_type::llama3, "\tfoo") == pieces{"\tfoo"});
+}
+
+TEST_CASE("qwen2 split: one digit per piece") {
+  CHECK(split(pre_type::qwen2, "v12 345") == pieces{"v", "1", "2", " ", "3", "4", "5"});
+  CHECK(split(pre_type::qwen2, "Hello, world!") == pieces{"Hello", ",", " world", "!"});
+}
+
+TEST_CASE("stream decoder emits only complete UTF-8") {
+  const std::string text = "h\xC3\xA9llo \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x99\x82 ok \xF0\x9F\xA6\x99!";
+  for (const char* name : {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf"}) {
+    INFO(name);
+    auto tok = load_vocab(name);
+    const auto ids = tok->encode(text, false, false);
+    stream_decoder dec(*tok);
+    std::string got;
+    bool held_back = false;
+    for (token_id id : ids) {
+      const std::string part = dec.push(id);
+      CHECK(valid_utf8(part));
+      held_back |= dec.n_pending() > 0;
+      got += part;
+    }
+    got += dec.flush();
+    CHECK(held_back);  // the emoji are split across byte tokens in both vocabularies
+    // SPM keeps the prefix space the encoder added; decode() would strip it.
+    CHECK(got == (tok->kind() == vocab_kind::spm ? " " + text : text));
+  }
+}
+
+TEST_CASE("stream decoder passes bytes that cannot become UTF-8") {
+  auto tok = load_vocab("ggml-vocab-gpt-2.gguf");
+  stream_decoder dec(*tok);
+  const auto ids = tok->encode("\xFF" "a\xC3", false, false);
+  std::string got;
+  for (token_id id : ids) got += dec.push(id);
+  CHECK(got == "\xFF" "a");  // 0xFF is emitted at once, 0xC3 waits for a continuation
+  CHECK(dec.flush() == "\xC3");
+  CHECK(dec.flush().empty());
+}
