@@ -7,11 +7,22 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "agentq/kernels_cuda.h"
 
 // Checks the last kernel launch (records sticky failures like any CUDA call).
 #define AGENTQ_CUDA_CHECK_LAUNCH() AGENTQ_CUDA_CHECK(cudaGetLastError())
+
+// Broken caller invariant (bad shape for a kernel): print and abort, always on.
+#define AGENTQ_CUDA_REQUIRE(cond)                                                               \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
+      std::fprintf(stderr, "agentq: %s:%d: requirement failed: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                             \
+    }                                                                                           \
+  } while (0)
 
 namespace agentq::kernels::cuda::detail {
 

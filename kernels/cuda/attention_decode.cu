@@ -1,0 +1,139 @@
+// Paged attention for decode: one query token per sequence, K/V read through the
+// block table. Split-K over fixed attention_partition-token partitions (grid z),
+// then a second kernel combines each head's partials in partition order.
+#include "common.cuh"
+
+namespace agentq::kernels::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kMaxDimPerLane = attention_max_head_dim / 32;
+
+// workspace record per (seq, head, partition): acc[head_dim], m, l
+__device__ __forceinline__ int64_t part_offset(int32_t s, int32_t h, int32_t part, int32_t n_head, int32_t max_parts,
+                                               int32_t head_dim) {
+  return ((int64_t(s) * n_head + h) * max_parts + part) * (head_dim + 2);
+}
+
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_decode_partial(const float* __restrict__ q, const float* __restrict__ k_cache,
+                             const float* __restrict__ v_cache, const int32_t* __restrict__ block_tables,
+                             int32_t max_blocks, const int32_t* __restrict__ seq_lens, int32_t n_head,
+                             int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale, int32_t max_parts,
+                             float* __restrict__ ws) {
+  const int32_t h = blockIdx.x, s = blockIdx.y, part = blockIdx.z;
+  const int32_t len = seq_lens[s];
+  const int32_t p0 = part * attention_partition;
+  if (p0 >= len) return;
+  const int32_t p1 = min(len, p0 + attention_partition);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int n_dim = head_dim / 32;  // dims per lane: lane + 32*j
+  const int32_t row = n_head_kv * head_dim;
+  const int64_t kv_off = int64_t(h / (n_head / n_head_kv)) * head_dim;
+  const int32_t* table = block_tables + int64_t(s) * max_blocks;
+
+  float qr[kMaxDimPerLane], acc[kMaxDimPerLane];
+  const float* qh = q + (int64_t(s) * n_head + h) * head_dim;
+#pragma unroll
+  for (int j = 0; j < kMaxDimPerLane; ++j) {
+    qr[j] = j < n_dim ? qh[lane + 32 * j] : 0.0f;
+    acc[j] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int32_t p = p0 + warp; p < p1; p += kWarps) {
+    const int64_t base = (int64_t(table[p / block_size]) * block_size + p % block_size) * row + kv_off;
+    const float* k = k_cache + base;
+    const float* v = v_cache + base;
+    float dot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxDimPerLane; ++j)
+      if (j < n_dim) dot = fmaf(qr[j], k[lane + 32 * j], dot);
+    dot = detail::warp_sum(dot) * scale;
+    const float new_m = fmaxf(m, dot);
+    const float corr = m == -INFINITY ? 0.0f : expf(m - new_m);
+    const float e = expf(dot - new_m);
+    l = fmaf(l, corr, e);
+#pragma unroll
+    for (int j = 0; j < kMaxDimPerLane; ++j)
+      if (j < n_dim) acc[j] = fmaf(acc[j], corr, e * v[lane + 32 * j]);
+    m = new_m;
+  }
+
+  // Combine the warps in warp order.
+  __shared__ float sm_m[kWarps], sm_l[kWarps];
+  __shared__ float sm_acc[kWarps][attention_max_head_dim];
+  if (lane == 0) {
+    sm_m[warp] = m;
+    sm_l[warp] = l;
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxDimPerLane; ++j)
+    if (j < n_dim) sm_acc[warp][lane + 32 * j] = acc[j];
+  __syncthreads();
+  float big_m = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) big_m = fmaxf(big_m, sm_m[w]);
+  float* rec = ws + part_offset(s, h, part, n_head, max_parts, head_dim);
+  for (int32_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int w = 0; w < kWarps; ++w)
+      if (sm_m[w] != -INFINITY) o = fmaf(sm_acc[w][d], expf(sm_m[w] - big_m), o);
+    rec[d] = o;
+  }
+  if (threadIdx.x == 0) {
+    float big_l = 0.0f;
+    for (int w = 0; w < kWarps; ++w)
+      if (sm_m[w] != -INFINITY) big_l = fmaf(sm_l[w], expf(sm_m[w] - big_m), big_l);
+    rec[head_dim] = big_m;
+    rec[head_dim + 1] = big_l;
+  }
+}
+
+__global__ void attention_decode_reduce(const float* __restrict__ ws, const int32_t* __restrict__ seq_lens,
+                                        int32_t n_head, int32_t head_dim, int32_t max_parts, float* __restrict__ out) {
+  const int32_t h = blockIdx.x, s = blockIdx.y;
+  const int32_t n_parts = (seq_lens[s] + attention_partition - 1) / attention_partition;
+  float* o = out + (int64_t(s) * n_head + h) * head_dim;
+  float big_m = -INFINITY;
+  for (int32_t p = 0; p < n_parts; ++p) big_m = fmaxf(big_m, ws[part_offset(s, h, p, n_head, max_parts, head_dim) + head_dim]);
+  float big_l = 0.0f;
+  for (int32_t p = 0; p < n_parts; ++p) {
+    const float* rec = ws + part_offset(s, h, p, n_head, max_parts, head_dim);
+    if (rec[head_dim] != -INFINITY) big_l = fmaf(rec[head_dim + 1], expf(rec[head_dim] - big_m), big_l);
+  }
+  const float inv_l = big_l > 0.0f ? 1.0f / big_l : 0.0f;
+  for (int32_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int32_t p = 0; p < n_parts; ++p) {
+      const float* rec = ws + part_offset(s, h, p, n_head, max_parts, head_dim);
+      if (rec[head_dim] != -INFINITY) acc = fmaf(rec[d], expf(rec[head_dim] - big_m), acc);
+    }
+    o[d] = acc * inv_l;
+  }
+}
+
+}  // namespace
+
+size_t attention_decode_workspace_floats(int32_t n_seqs, int32_t n_head, int32_t head_dim, int32_t max_seq_len) {
+  const int64_t max_parts = (int64_t(max_seq_len) + attention_partition - 1) / attention_partition;
+  return size_t(n_seqs) * size_t(n_head) * size_t(max_parts) * size_t(head_dim + 2);
+}
+
+void attention_decode(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_tables,
+                      int32_t max_blocks, const int32_t* seq_lens, int32_t n_seqs, int32_t max_seq_len,
+                      int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale,
+                      float* workspace, float* out, stream_t s) {
+  if (n_seqs <= 0 || max_seq_len <= 0) return;
+  AGENTQ_CUDA_REQUIRE(head_dim % 32 == 0 && head_dim <= attention_max_head_dim && n_head % n_head_kv == 0);
+  const int32_t max_parts = (max_seq_len + attention_partition - 1) / attention_partition;
+  const cudaStream_t st = detail::as_stream(s);
+  attention_decode_partial<<<dim3(n_head, n_seqs, max_parts), kWarps * 32, 0, st>>>(
+      q, k_cache, v_cache, block_tables, max_blocks, seq_lens, n_head, n_head_kv, head_dim, block_size, scale,
+      max_parts, workspace);
+  AGENTQ_CUDA_CHECK_LAUNCH();
+  attention_decode_reduce<<<dim3(n_head, n_seqs), 128, 0, st>>>(workspace, seq_lens, n_head, head_dim, max_parts,
+                                                                 out);
+  AGENTQ_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace agentq::kernels::cuda
