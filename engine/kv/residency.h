@@ -71,7 +71,7 @@ class residency {
   int64_t n_blocks_parked() const;
   const residency_counters& counters() const { return counters_; }
   const residency_config& config() const { return config_; }
-  spill_store* spill() { return spill_; }
+  spill_store* spill() const { return spill_; }
 
   // Each entry's slot is live and holds exactly its tokens.
   void sanity() const;

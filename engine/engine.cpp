@@ -1,0 +1,513 @@
+// agentq::engine: load, submit/cancel/park/release through a locked inbox, and the
+// step: schedule -> forward -> sample -> update -> stream / finish.
+#include "engine_impl.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+
+namespace agentq {
+
+const char* to_string(finish_reason r) {
+  switch (r) {
+    case finish_reason::stop: return "stop";
+    case finish_reason::length: return "length";
+    case finish_reason::tool_calls: return "tool_calls";
+    case finish_reason::cancelled: return "cancelled";
+    case finish_reason::error: return "error";
+  }
+  return "unknown";
+}
+
+std::unique_ptr<engine> engine::load(const engine_config& config, std::string* error) {
+  return engine_impl::create(config, error);
+}
+
+namespace {
+// Identifies the weights: file size, tensor table and samples of the tensor data.
+std::string model_digest(const gguf::file& f) {
+  uint64_t h = checksum64(nullptr, 0);
+  const uint64_t size = f.size();
+  h = checksum64(&size, sizeof size, h);
+  for (const auto& t : f.tensors()) {
+    h = checksum64(t.name.data(), t.name.size(), h);
+    h = checksum64(&t.offset, sizeof t.offset, h);
+    if (t.data && t.n_bytes) h = checksum64(t.data, std::min<uint64_t>(t.n_bytes, 4096), h);
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+}  // namespace
+
+std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::string* error) {
+  std::string err;
+  auto set_err = [&](const std::string& e) {
+    if (error) *error = e;
+    return nullptr;
+  };
+  if (config.block_size <= 0 || config.max_step_tokens <= 0 || config.max_running <= 0)
+    return set_err("block_size, max_step_tokens and max_running must be positive");
+  std::shared_ptr<const gguf::file> file = gguf::file::open(config.model_path, &err);
+  if (!file) return set_err("cannot load model '" + config.model_path + "': " + err);
+  std::unique_ptr<engine_impl> e(new engine_impl());
+  e->config_ = config;
+  e->file_ = file;
+  e->model_ = model::load(file, config.n_threads, &err);
+  if (!e->model_) return set_err("cannot load model '" + config.model_path + "': " + err);
+  e->tok_ = tokenizer::load(*file, &err);
+  if (!e->tok_) return set_err("cannot load the tokenizer of '" + config.model_path + "': " + err);
+
+  const auto& hp = e->model_->hparams();
+  auto& d = e->desc_;
+  d.name = std::filesystem::path(config.model_path).stem().string();
+  d.arch = hp.arch;
+  d.digest = model_digest(*file);
+  d.n_vocab = hp.n_vocab;
+  d.n_ctx = hp.n_ctx;
+  d.n_embd = hp.n_embd;
+  d.n_layer = hp.n_layer;
+  d.n_head = hp.n_head;
+  d.n_head_kv = hp.n_head_kv;
+  d.bos = e->tok_->bos();
+  d.eos = e->tok_->eos();
+  d.eot = e->tok_->eot();
+  if (!config.chat_family.empty()) {
+    auto fam = chat::family_from_name(config.chat_family);
+    if (!fam) return set_err("unknown chat_family '" + config.chat_family + "'");
+    e->family_ = *fam;
+  } else {
+    e->family_ = chat::detect_family(file->get_string("tokenizer.chat_template").value_or(""));
+  }
+  d.chat_family = chat::to_string(e->family_);
+
+  const kv_layout layout = e->model_->kv_layout_for(config.block_size);
+  e->pool_ = std::make_unique<block_pool>(layout, block_pool::blocks_for_budget(layout, config.kv_budget_bytes));
+  e->cache_ = std::make_unique<prefix_cache>(*e->pool_);
+  if (!config.spill_dir.empty()) e->spill_ = std::make_unique<spill_store>(config.spill_dir, d.digest, layout);
+  e->residency_ = std::make_unique<residency>(*e->pool_, e->spill_.get(), residency_config{});
+  sched_config sc;
+  sc.max_step_tokens = config.max_step_tokens;
+  sc.max_running = config.max_running;
+  sc.prefix_reuse = config.prefix_reuse;
+  sc.n_ctx = d.n_ctx;
+  e->sched_ = std::make_unique<scheduler>(*e->pool_, *e->cache_, e->residency_.get(), sc);
+  e->update_stats(0);
+  return e;
+}
+
+engine_impl::~engine_impl() {
+  stop();
+  // NOTE: the scheduler and residency hand their blocks back to the pool: destroy them first.
+  sched_.reset();
+  residency_.reset();
+}
+
+std::vector<token_id> engine_impl::tokenize(std::string_view text, bool add_special, bool parse_special) const {
+  return tok_->encode(text, add_special, parse_special);
+}
+
+std::string engine_impl::detokenize(std::span<const token_id> ids) const { return tok_->decode(ids); }
+
+double engine_impl::now_s() const { return std::chrono::duration<double>(engine_clock::now() - t0_).count(); }
+
+// --- inbox ------------------------------------------------------------------
+
+void engine_impl::push(op o) {
+  {
+    std::lock_guard lk(inbox_mutex_);
+    inbox_.push_back(std::move(o));
+  }
+  cv_.notify_one();
+}
+
+uint64_t engine_impl::submit(token_request request, token_callbacks callbacks) {
+  auto ar = std::make_unique<active_request>();
+  {
+    std::lock_guard lk(inbox_mutex_);
+    ar->id = next_id_++;
+  }
+  ar->t_submit = engine_clock::now();
+  ar->req = std::move(request);
+  ar->token_cb = std::move(callbacks);
+  const uint64_t id = ar->id;
+  push(op_submit{std::move(ar)});
+  return id;
+}
+
+uint64_t engine_impl::submit(turn_request request, turn_callbacks callbacks) {
+  std::string err;
+  auto ar = make_turn(std::move(request), callbacks, &err);
+  if (!ar) {
+    // NOTE: reported on the engine thread like every other completion.
+    ar = std::make_unique<active_request>();
+    ar->is_turn = true;
+    ar->turn_cb = std::move(callbacks);
+    ar->req.max_tokens = -1;  // marks "failed before admission"
+    ar->text = err;
+  }
+  {
+    std::lock_guard lk(inbox_mutex_);
+    ar->id = next_id_++;
+  }
+  ar->t_submit = engine_clock::now();
+  const uint64_t id = ar->id;
+  push(op_submit{std::move(ar)});
+  return id;
+}
+
+void engine_impl::cancel(uint64_t request_id) { push(op_cancel{request_id}); }
+void engine_impl::park(uint64_t job_key, double expected_wait_s) { push(op_park{job_key, expected_wait_s}); }
+void engine_impl::release(uint64_t job_key) { push(op_release{job_key}); }
+
+bool engine_impl::drain_inbox() {
+  std::deque<op> ops;
+  {
+    std::lock_guard lk(inbox_mutex_);
+    ops.swap(inbox_);
+  }
+  for (auto& o : ops) {
+    if (auto* s = std::get_if<op_submit>(&o)) {
+      admit(std::move(s->ar));
+    } else if (auto* c = std::get_if<op_cancel>(&o)) {
+      if (active_.count(c->id)) finish(c->id, finish_reason::cancelled);
+    } else if (auto* p = std::get_if<op_park>(&o)) {
+      bool busy = false;
+      for (auto& [id, ar] : active_) busy |= ar->req.job_key == p->job_key;
+      if (busy) pending_park_[p->job_key] = p->wait_s;
+      else residency_->park(p->job_key, p->wait_s, now_s());
+    } else if (auto* r = std::get_if<op_release>(&o)) {
+      pending_park_.erase(r->job_key);
+      residency_->release(r->job_key);
+    }
+  }
+  return !ops.empty();
+}
+
+void engine_impl::admit(std::unique_ptr<active_request> ar) {
+  const uint64_t id = ar->id;
+  auto fail = [&](const std::string& msg) {
+    active_.emplace(id, std::move(ar));
+    finish(id, finish_reason::error, msg);
+  };
+  if (ar->is_turn && ar->req.max_tokens < 0) return fail(ar->text.empty() ? "invalid request" : std::string(ar->text));
+  ar->text.clear();
+  const auto& r = ar->req;
+  for (token_id t : r.prompt)
+    if (t < 0 || t >= desc_.n_vocab) return fail("prompt token " + std::to_string(t) + " is out of the vocabulary");
+  if (r.max_tokens < 0) return fail("max_tokens must be >= 0");
+  if (!r.json_schema.empty() && !ar->constraint) {
+    std::string err;
+    ar->constraint = make_schema_constraint(r.json_schema, &err);
+    if (!ar->constraint) return fail("json_schema: " + err);
+  }
+  for (auto& [oid, other] : active_)
+    if (r.job_key != 0 && other->req.job_key == r.job_key)
+      return fail("job " + std::to_string(r.job_key) + " already has a turn running");
+  seq_request sr;
+  sr.id = id;
+  sr.job_key = r.job_key;
+  sr.arrival_seq = r.arrival_seq;
+  sr.priority = r.priority;
+  sr.prompt = r.prompt;
+  if (auto err = sched_->add(std::move(sr))) return fail(*err);
+  ar->decoder = std::make_unique<stream_decoder>(*tok_);
+  for (const auto& s : r.stop) ar->max_stop_len = std::max(ar->max_stop_len, s.size());
+  ar->rng.seed(r.sampling.seed);
+  active_.emplace(id, std::move(ar));
+}
+
+// --- the step -----------------------------------------------------------------
+
+bool engine_impl::step() {
+  std::lock_guard step_lk(step_mutex_);
+  bool did = drain_inbox();
+  residency_->expire(now_s());
+  step_plan plan = sched_->schedule();
+  for (uint64_t id : plan.out_of_memory) {
+    finish(id, finish_reason::length);
+    did = true;
+  }
+  if (plan.empty()) {
+    update_stats(0);
+    return did;
+  }
+  const auto now = engine_clock::now();
+  std::vector<batch_seq> batch(plan.items.size());
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const auto& it = plan.items[i];
+    batch[i].block_table = it.block_table;
+    batch[i].n_past = it.n_past;
+    batch[i].tokens = it.tokens;
+    batch[i].n_tokens = it.n_tokens;
+    batch[i].all_logits = false;
+    auto& ar = *active_.at(it.id);
+    if (!ar.scheduled) {
+      ar.scheduled = true;
+      ar.t_first_sched = now;
+    }
+  }
+  const size_t n_vocab = size_t(desc_.n_vocab);
+  logits_.resize(plan.items.size() * n_vocab);
+  model_->forward(batch, pool_->store(), logits_.data());
+
+  std::vector<token_id> sampled(plan.items.size(), -1);
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const auto& it = plan.items[i];
+    if (!it.sample) continue;
+    sampled[i] = sample(*active_.at(it.id), logits_.data() + i * n_vocab, *sched_->find(it.id));
+  }
+  sched_->update(plan, sampled);
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const auto& it = plan.items[i];
+    if (!it.sample) continue;
+    auto found = active_.find(it.id);
+    if (found == active_.end()) continue;
+    on_token(*found->second, sampled[i], *sched_->find(it.id));
+  }
+  update_stats(plan.n_tokens);
+  return true;
+}
+
+token_id engine_impl::sample(active_request& ar, float* logits, const sequence& seq) {
+  const int32_t n = desc_.n_vocab;
+  const auto& sp = ar.req.sampling;
+  if (ar.constraint) {
+    std::vector<uint32_t> mask;
+    ar.constraint->fill_mask(mask);
+    for (int32_t t = 0; t < n; ++t)
+      if (!((mask[size_t(t) / 32] >> (t % 32)) & 1u)) logits[t] = -std::numeric_limits<float>::infinity();
+  }
+  // penalties over the last penalty_last_n tokens of the sequence
+  if (sp.repeat_penalty != 1.0f || sp.frequency_penalty != 0.0f || sp.presence_penalty != 0.0f) {
+    std::map<token_id, int32_t> counts;
+    const int32_t n_last = std::max(0, sp.penalty_last_n);
+    const size_t from = seq.tokens.size() > size_t(n_last) ? seq.tokens.size() - size_t(n_last) : 0;
+    for (size_t i = from; i < seq.tokens.size(); ++i) ++counts[seq.tokens[i]];
+    for (auto [t, c] : counts) {
+      float& l = logits[t];
+      if (sp.repeat_penalty != 1.0f) l = l > 0 ? l / sp.repeat_penalty : l * sp.repeat_penalty;
+      l -= float(c) * sp.frequency_penalty + sp.presence_penalty;
+    }
+  }
+  if (sp.temperature <= 0.0f) {
+    // NOTE: ties go to the lowest id (as llama.cpp's greedy sampler).
+    int32_t best = 0;
+    for (int32_t t = 1; t < n; ++t)
+      if (logits[t] > logits[best]) best = t;
+    return best;
+  }
+  std::vector<std::pair<float, token_id>> cand;
+  cand.reserve(size_t(n));
+  for (int32_t t = 0; t < n; ++t)
+    if (std::isfinite(logits[t])) cand.emplace_back(logits[t] / sp.temperature, t);
+  if (cand.empty()) return 0;
+  std::sort(cand.begin(), cand.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  if (sp.top_k > 0 && size_t(sp.top_k) < cand.size()) cand.resize(size_t(sp.top_k));
+  const float mx = cand[0].first;
+  std::vector<double> p(cand.size());
+  double sum = 0;
+  for (size_t i = 0; i < cand.size(); ++i) sum += p[i] = std::exp(double(cand[i].first - mx));
+  size_t keep = cand.size();
+  if (sp.min_p > 0.0f) {
+    for (size_t i = 1; i < cand.size(); ++i)
+      if (p[i] < double(sp.min_p) * p[0]) { keep = i; break; }
+  }
+  if (sp.top_p < 1.0f) {
+    double acc = 0;
+    for (size_t i = 0; i < keep; ++i) {
+      acc += p[i] / sum;
+      if (acc >= double(sp.top_p)) { keep = i + 1; break; }
+    }
+  }
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += p[i];
+  double u = std::uniform_real_distribution<double>(0.0, total)(ar.rng);
+  for (size_t i = 0; i < keep; ++i) {
+    u -= p[i];
+    if (u <= 0) return cand[i].second;
+  }
+  return cand[keep - 1].second;
+}
+
+void engine_impl::emit_text(active_request& ar, size_t upto) {
+  // never split a UTF-8 character
+  while (upto > ar.n_text_emitted && upto < ar.text.size() && (uint8_t(ar.text[upto]) & 0xC0) == 0x80) --upto;
+  if (upto <= ar.n_text_emitted) return;
+  std::string_view piece(ar.text.data() + ar.n_text_emitted, upto - ar.n_text_emitted);
+  ar.n_text_emitted = upto;
+  if (ar.is_turn) {
+    if (ar.parser) {
+      const std::string content = ar.parser->feed(piece);
+      if (!content.empty() && ar.turn_cb.on_text) ar.turn_cb.on_text(content);
+    } else if (ar.turn_cb.on_text) {
+      ar.turn_cb.on_text(piece);
+    }
+  } else if (ar.token_cb.on_text) {
+    ar.token_cb.on_text(piece);
+  }
+}
+
+bool engine_impl::on_token(active_request& ar, token_id tok, const sequence& seq) {
+  if (!ar.got_token) {
+    ar.got_token = true;
+    ar.t_first_token = engine_clock::now();
+  }
+  const auto& r = ar.req;
+  const bool eog = tok_->is_eog(tok) || std::find(r.stop_tokens.begin(), r.stop_tokens.end(), tok) != r.stop_tokens.end();
+  if (eog) {
+    finish(ar.id, finish_reason::stop);
+    return true;
+  }
+  ar.output_ids.push_back(tok);
+  if (ar.constraint) ar.constraint->accept(tok);
+  const size_t before = ar.text.size();
+  ar.text += ar.decoder->push(tok);
+  // stop strings: search the new text (and the tail that may complete a match)
+  if (ar.max_stop_len > 0) {
+    const size_t from = before >= ar.max_stop_len ? before - ar.max_stop_len + 1 : 0;
+    size_t hit = std::string::npos;
+    for (const auto& s : r.stop) {
+      if (s.empty()) continue;
+      const size_t p = ar.text.find(s, from);
+      if (p != std::string::npos && p < hit) hit = p;
+    }
+    if (hit != std::string::npos) {
+      ar.text.resize(hit);
+      ar.decoder->reset();
+      finish(ar.id, finish_reason::stop);
+      return true;
+    }
+    const size_t hold = ar.max_stop_len - 1;
+    if (ar.text.size() > hold) emit_text(ar, ar.text.size() - hold);
+  } else {
+    emit_text(ar, ar.text.size());
+  }
+  if (ar.constraint && ar.constraint->is_finished()) {
+    finish(ar.id, finish_reason::stop);
+    return true;
+  }
+  if (int32_t(ar.output_ids.size()) >= r.max_tokens) {
+    finish(ar.id, finish_reason::length);
+    return true;
+  }
+  if (desc_.n_ctx > 0 && int32_t(seq.tokens.size()) >= desc_.n_ctx) {
+    finish(ar.id, finish_reason::length);
+    return true;
+  }
+  return false;
+}
+
+void engine_impl::finish(uint64_t id, finish_reason reason, const std::string& error) {
+  auto found = active_.find(id);
+  if (found == active_.end()) return;
+  std::unique_ptr<active_request> owned = std::move(found->second);
+  active_.erase(found);
+  active_request& ar = *owned;
+  token_result res;
+  res.finish = reason;
+  res.error = error;
+  if (ar.decoder) ar.text += ar.decoder->flush();
+  if (reason != finish_reason::error) emit_text(ar, ar.text.size());
+  res.output_ids = std::move(ar.output_ids);
+  res.text = ar.text;
+  const auto now = engine_clock::now();
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  if (const sequence* s = sched_->find(id)) {
+    res.usage.n_tokens_prompt = s->n_prompt;
+    res.usage.n_tokens_cached = s->n_tokens_cached;
+    res.usage.n_tokens_computed = s->n_tokens_computed;
+    res.usage.n_tokens_generated = int32_t(res.output_ids.size());
+    n_tokens_prompt_ += s->n_prompt;
+    n_tokens_cached_ += s->n_tokens_cached;
+    n_tokens_computed_ += s->n_tokens_computed;
+    n_tokens_generated_ += int32_t(res.output_ids.size());
+    // NOTE: a cancelled or failed turn's KV is freed; a finished one stays resident for the job.
+    const bool keep = reason != finish_reason::cancelled && reason != finish_reason::error;
+    sched_->finish(id, keep, now_s());
+  }
+  if (ar.scheduled) {
+    res.usage.queue_ms = ms(ar.t_submit, ar.t_first_sched);
+    const auto t_first = ar.got_token ? ar.t_first_token : now;
+    res.usage.prefill_ms = ms(ar.t_first_sched, t_first);
+    res.usage.decode_ms = ms(t_first, now);
+  } else {
+    res.usage.queue_ms = ms(ar.t_submit, now);
+  }
+  if (ar.req.job_key != 0) {
+    auto pp = pending_park_.find(ar.req.job_key);
+    if (pp != pending_park_.end()) {
+      residency_->park(ar.req.job_key, pp->second, now_s());
+      pending_park_.erase(pp);
+    }
+  }
+  if (ar.is_turn) {
+    finish_turn(ar, std::move(res));
+  } else if (ar.token_cb.on_done) {
+    ar.token_cb.on_done(std::move(res));
+  }
+}
+
+// --- loop and stats -----------------------------------------------------------
+
+void engine_impl::loop() {
+  for (;;) {
+    {
+      std::unique_lock lk(inbox_mutex_);
+      if (!running_) return;
+    }
+    if (step()) continue;
+    std::unique_lock lk(inbox_mutex_);
+    // NOTE: wakes now and then even when idle: parked jobs' TTLs expire by the clock.
+    cv_.wait_for(lk, std::chrono::milliseconds(100), [this] { return !running_ || !inbox_.empty(); });
+  }
+}
+
+void engine_impl::start() {
+  std::lock_guard lk(inbox_mutex_);
+  if (running_) return;
+  running_ = true;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void engine_impl::stop() {
+  {
+    std::lock_guard lk(inbox_mutex_);
+    running_ = false;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void engine_impl::update_stats(int32_t last_batch_tokens) {
+  engine_stats s;
+  s.n_blocks_total = pool_->n_blocks_total();
+  s.n_blocks_free = pool_->n_blocks_free();
+  s.n_blocks_used = pool_->n_blocks_used();
+  s.n_blocks_cached = cache_->n_unreferenced();
+  s.n_blocks_parked = residency_->n_blocks_parked();
+  s.n_blocks_spilled = spill_ ? spill_->n_blocks_on_disk() : 0;
+  s.n_evictions = cache_->n_evictions() + residency_->counters().n_reclaimed;
+  s.n_spills = residency_->counters().n_spills;
+  s.n_restores = residency_->counters().n_restores;
+  s.n_tokens_prompt = n_tokens_prompt_;
+  s.n_tokens_cached = n_tokens_cached_;
+  s.n_tokens_computed = n_tokens_computed_;
+  s.n_tokens_generated = n_tokens_generated_;
+  s.n_running = sched_->n_running();
+  s.n_waiting = sched_->n_waiting();
+  s.last_batch_tokens = last_batch_tokens;
+  std::lock_guard lk(stats_mutex_);
+  stats_ = s;
+}
+
+engine_stats engine_impl::stats() const {
+  std::lock_guard lk(stats_mutex_);
+  return stats_;
+}
+
+void engine_impl::sanity() const { sched_->sanity(); }
+
+}  // namespace agentq

@@ -1,0 +1,92 @@
+// Message-level turns: render messages (chat/), tokenize, submit as a token request,
+// and turn the generated text back into an assistant message (tool calls parsed).
+#include "engine_impl.h"
+
+namespace agentq {
+
+std::string engine_impl::render(const std::vector<chat_message>& messages, const std::vector<tool_def>& tools) const {
+  return chat::render(family_, messages, tools, true);
+}
+
+namespace {
+bool has_tool(const std::vector<tool_def>& tools, const std::string& name) {
+  for (const auto& t : tools)
+    if (t.name == name) return true;
+  return false;
+}
+}  // namespace
+
+std::optional<std::string> engine_impl::validate(const turn_request& r) const {
+  if (r.messages.empty()) return std::string("messages: at least one message is required");
+  if (r.max_tokens < 0) return std::string("max_tokens: must be >= 0");
+  for (size_t i = 0; i < r.tools.size(); ++i) {
+    if (r.tools[i].name.empty()) return "tools[" + std::to_string(i) + "].name: empty";
+    if (auto e = check_schema(r.tools[i].parameters_json)) return "tools[" + std::to_string(i) + "].parameters: " + *e;
+  }
+  if (r.choice.mode == tool_choice_mode::named && !has_tool(r.tools, r.choice.name))
+    return "tool_choice: no tool named '" + r.choice.name + "'";
+  if ((r.choice.mode == tool_choice_mode::required || r.choice.mode == tool_choice_mode::named) && r.tools.empty())
+    return std::string("tool_choice: requires tools");
+  if (auto e = check_schema(r.response_schema_json)) return "response_format: " + *e;
+  const auto& tr = chat::traits(family_);
+  const std::string text = render(r.messages, r.tools);
+  const size_t n = tok_->encode(text, !tr.bos_in_text, true).size();
+  if (desc_.n_ctx > 0 && n > size_t(desc_.n_ctx))
+    return "messages: the prompt has " + std::to_string(n) + " tokens, the model's context is " + std::to_string(desc_.n_ctx);
+  if (pool_->blocks_for_tokens(int32_t(n)) > pool_->n_blocks_total())
+    return "messages: the prompt needs more KV memory than the engine has (" + std::to_string(n) + " tokens)";
+  return std::nullopt;
+}
+
+std::unique_ptr<active_request> engine_impl::make_turn(turn_request r, turn_callbacks cb, std::string* error) const {
+  if (auto e = validate(r)) {
+    *error = *e;
+    return nullptr;
+  }
+  auto ar = std::make_unique<active_request>();
+  ar->is_turn = true;
+  ar->turn_cb = std::move(cb);
+  const auto& tr = chat::traits(family_);
+  ar->req.job_key = r.job_key;
+  ar->req.arrival_seq = r.arrival_seq;
+  ar->req.priority = r.priority;
+  ar->req.prompt = tok_->encode(render(r.messages, r.tools), !tr.bos_in_text, true);
+  ar->req.max_tokens = r.max_tokens;
+  ar->req.sampling = r.sampling;
+  ar->req.stop = r.stop;
+  for (const auto& s : tr.stop_strings) ar->req.stop.push_back(s);
+  const bool tools_on = !r.tools.empty() && r.choice.mode != tool_choice_mode::none;
+  if (tools_on) {
+    ar->parser = make_parser(r);
+    if (r.choice.mode == tool_choice_mode::required || r.choice.mode == tool_choice_mode::named) {
+      ar->constraint = make_tool_constraint(r, error);
+      if (!ar->constraint) return nullptr;
+    }
+  } else if (!r.response_schema_json.empty()) {
+    // NOTE: with tools on, the schema applies to a final answer the model may or may not give
+    // this turn; we constrain only turns that cannot call tools.
+    ar->req.json_schema = r.response_schema_json;
+  }
+  return ar;
+}
+
+void engine_impl::finish_turn(active_request& ar, token_result res) {
+  turn_result out;
+  out.finish = res.finish;
+  out.usage = res.usage;
+  out.error = res.error;
+  out.output_ids = std::move(res.output_ids);
+  out.message.role = role::assistant;
+  if (ar.parser && res.finish != finish_reason::error && res.finish != finish_reason::cancelled) {
+    chat::parse_result pr = ar.parser->finish();
+    out.message = std::move(pr.message);
+    out.message.role = role::assistant;
+    if (!out.message.tool_calls.empty() && res.finish == finish_reason::stop) out.finish = finish_reason::tool_calls;
+    for (const auto& e : pr.errors) out.error += (out.error.empty() ? "" : "; ") + e;
+  } else {
+    out.message.content = std::move(res.text);
+  }
+  if (ar.turn_cb.on_done) ar.turn_cb.on_done(std::move(out));
+}
+
+}  // namespace agentq
