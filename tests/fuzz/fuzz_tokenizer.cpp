@@ -1,0 +1,61 @@
+// libFuzzer target for the tokenizer (not built by ctest). Build and run:
+//   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address -Iengine -Iengine/include -Ikernels/include \
+//     tests/fuzz/fuzz_tokenizer.cpp engine/tokenizer/*.cpp engine/gguf/*.cpp -o fuzz_tokenizer && ./fuzz_tokenizer -max_total_time=60
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "gguf/reader.h"
+#include "tokenizer/stream_decoder.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace agentq;
+
+namespace {
+
+// The vocabulary: $AGENTQ_FUZZ_VOCAB, else the shared GPT-2 vocab beside the checkout.
+const tokenizer& vocab() {
+  static std::unique_ptr<tokenizer> tok = [] {
+    const char* env = std::getenv("AGENTQ_FUZZ_VOCAB");
+    const std::string path = env && *env ? env : "../shared/models/vocab/ggml-vocab-gpt-2.gguf";
+    std::string err;
+    auto f = gguf::file::open(path, &err);
+    std::unique_ptr<tokenizer> t = f ? tokenizer::load(*f, &err) : nullptr;
+    if (!t) {
+      std::fprintf(stderr, "fuzz_tokenizer: cannot load %s: %s\n", path.c_str(), err.c_str());
+      std::abort();
+    }
+    return t;
+  }();
+  return *tok;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const tokenizer& tok = vocab();
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+
+  const auto plain = tok.encode(text, true, false);
+  for (token_id id : plain) {
+    if (id < 0 || id >= tok.n_vocab()) std::abort();
+  }
+  // Byte-level BPE and SPM with byte fallback are lossless, except that SPM
+  // cannot tell a literal '▁' from an escaped space and that an added token may
+  // swallow the whitespace beside it (Phi-3's "</s>").
+  bool lossless = tok.kind() == vocab_kind::bpe || text.find("\xE2\x96\x81") == std::string_view::npos;
+  for (token_id id : plain) lossless &= tok.token_type(id) != agentq::token_type::user_defined;
+  if (lossless && tok.decode(plain) != text) std::abort();
+
+  const auto special = tok.encode(text, false, true);
+  for (token_id id : special) {
+    if (id < 0 || id >= tok.n_vocab()) std::abort();
+  }
+  stream_decoder dec(tok, true);
+  std::string streamed;
+  for (token_id id : special) streamed += dec.push(id);
+  streamed += dec.flush();
+  if (streamed != tok.decode(special, true) && tok.kind() == vocab_kind::bpe) std::abort();
+  return 0;
+}
