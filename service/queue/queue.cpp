@@ -1,0 +1,313 @@
+// Redis Streams dispatch: publish (XADD + inflight hash, one Lua call), priority reads,
+// XAUTOCLAIM reclaim, ack, dead letter, worker liveness, the outbox relay and the reconciler.
+#include "queue/queue.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "store/store.h"
+
+namespace agentq::queue {
+
+using json = nlohmann::json;
+
+namespace {
+
+// KEYS[1] stream, KEYS[2] inflight hash; ARGV job_id, priority, maxlen. Returns the entry id.
+const char* k_publish_lua = R"lua(
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'job_id', ARGV[1], 'priority', ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], KEYS[1] .. ' ' .. id)
+return id
+)lua";
+
+// KEYS[1] stream, KEYS[2] inflight hash; ARGV group, entry id, job_id.
+const char* k_ack_lua = R"lua(
+local n = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+if redis.call('HGET', KEYS[2], ARGV[3]) == KEYS[1] .. ' ' .. ARGV[2] then
+  redis.call('HDEL', KEYS[2], ARGV[3])
+end
+return n
+)lua";
+
+bool is_nogroup(const redis_reply& r) { return r.type == redis_reply::kind::error && r.str.rfind("NOGROUP", 0) == 0; }
+
+// Parse [[id, [field, value, ...]], ...] into deliveries.
+void parse_entries(const redis_reply& entries, const std::string& stream, bool continuation, bool reclaimed,
+                   std::vector<delivery>& out) {
+  for (auto& e : entries.elements) {
+    if (e.elements.size() < 2) continue;
+    const redis_reply& fields = e.elements[1];
+    delivery d;
+    d.stream = stream;
+    d.entry_id = e.elements[0].str;
+    d.continuation = continuation;
+    d.reclaimed = reclaimed;
+    for (size_t i = 0; i + 1 < fields.elements.size(); i += 2)
+      if (fields.elements[i].str == "job_id") d.job_id = fields.elements[i + 1].str;
+    out.push_back(std::move(d));  // NOTE: an entry without job_id is still returned so it can be acked
+  }
+}
+
+}  // namespace
+
+struct queue::impl {
+  explicit impl(const redis_options& o) : consumer(o), relay(o) {}
+  std::mutex consumer_mu, relay_mu;
+  redis_client consumer;   // worker side
+  redis_client relay;      // relay / reconciler / publish / liveness lookups
+  std::atomic<int64_t> n_published{0}, n_read{0}, n_acked{0}, n_reclaimed{0}, n_dead_lettered{0}, n_relayed{0},
+      n_reconciled{0};
+  std::map<std::string, bool> groups_made;  // relay side: streams with a group (reset on error)
+};
+
+queue::queue(queue_options options, store::store& store)
+    : impl_(std::make_unique<impl>(options.redis)), options_(std::move(options)), store_(store) {}
+
+queue::~queue() { stop_relay(); }
+
+std::string queue::stream_key(int priority_idx) const {
+  static const char* names[] = {"high", "normal", "low"};
+  return options_.prefix + ":jobs:" + names[std::clamp(priority_idx, 0, 2)];
+}
+std::string queue::worker_stream_key(const std::string& worker_id) const {
+  return options_.prefix + ":worker:" + worker_id;
+}
+std::string queue::dead_letter_key() const { return options_.prefix + ":dead"; }
+
+// ---------------------------------------------------------------------------
+// Publishing
+
+bool queue::publish(const std::string& job_id, int priority_idx, const std::string& worker_id) {
+  std::string stream = worker_id.empty() ? stream_key(priority_idx) : worker_stream_key(worker_id);
+  std::lock_guard lock(impl_->relay_mu);
+  auto& c = impl_->relay;
+  if (!impl_->groups_made[stream]) {
+    auto g = c.command({"XGROUP", "CREATE", stream, options_.group, "0", "MKSTREAM"});
+    if (!g.ok() && g.str.find("BUSYGROUP") == std::string::npos) return false;
+    impl_->groups_made[stream] = true;
+  }
+  auto r = c.command({"EVAL", k_publish_lua, "2", stream, options_.prefix + ":inflight", job_id,
+                      std::to_string(priority_idx), std::to_string(options_.max_stream_len)});
+  if (!r.ok()) {
+    impl_->groups_made.clear();  // Redis may have been wiped or restarted: recreate groups
+    return false;
+  }
+  impl_->n_published++;
+  return true;
+}
+
+int32_t queue::relay_once() {
+  int32_t n = 0;
+  for (const char* kind : {"publish", "continue"}) {
+    auto rows = store_.fetch_outbox(kind, 256);
+    std::vector<int64_t> done;
+    for (auto& row : rows) {
+      json p = json::parse(row.payload_json, nullptr, false);
+      int prio = p.is_object() ? p.value("priority", 1) : 1;
+      std::string target;
+      if (row.kind == "continue" && !row.target.empty() && is_alive(row.target)) target = row.target;
+      if (!publish(row.job_id, prio, target)) break;  // Redis down: retry the rest next pass
+      done.push_back(row.id);
+    }
+    if (!done.empty()) {
+      n += static_cast<int32_t>(done.size());
+      store_.complete_outbox(std::move(done)).get();
+    }
+  }
+  impl_->n_relayed += n;
+  return n;
+}
+
+int32_t queue::reconcile_once() {
+  auto jobs = store_.list_dispatchable(options_.reconcile_grace_ms, 1000);
+  if (jobs.empty()) return 0;
+  std::vector<std::vector<std::string>> cmds;
+  for (auto& j : jobs) cmds.push_back({"HGET", options_.prefix + ":inflight", j.id});
+  std::vector<redis_reply> replies;
+  {
+    std::lock_guard lock(impl_->relay_mu);
+    replies = impl_->relay.pipeline(cmds);
+  }
+  int32_t n = 0;
+  const std::string worker_prefix = options_.prefix + ":worker:";
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const redis_reply& r = replies[i];
+    if (r.type == redis_reply::kind::io_error) return n;  // Redis unreachable: try next time
+    bool republish = r.is_nil();
+    if (!republish && r.str.rfind(worker_prefix, 0) == 0) {
+      // In a worker's continuation stream: only useful while that worker lives.
+      std::string rest = r.str.substr(worker_prefix.size());
+      std::string worker_id = rest.substr(0, rest.find(' '));
+      republish = !is_alive(worker_id);
+    }
+    if (!republish) continue;
+    if (publish(jobs[i].id, static_cast<int>(jobs[i].priority))) {
+      n++;
+      spdlog::info("queue: reconciler re-published {} ({})", jobs[i].id, store::to_string(jobs[i].status));
+    }
+  }
+  impl_->n_reconciled += n;
+  return n;
+}
+
+void queue::start_relay() {
+  if (relay_running_.exchange(true)) return;
+  relay_thread_ = std::thread([this] {
+    auto next_reconcile = std::chrono::steady_clock::now();
+    while (relay_running_) {
+      int32_t n = 0;
+      try {
+        n = relay_once();
+        if (std::chrono::steady_clock::now() >= next_reconcile) {
+          reconcile_once();
+          next_reconcile = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.reconcile_interval_ms);
+        }
+      } catch (const std::exception& e) {
+        spdlog::warn("queue: relay pass failed: {}", e.what());
+      }
+      // NOTE: poll, but wake on local commits so a job published in-process goes out at once.
+      if (n == 0) store_.wait_events(0, std::chrono::milliseconds(options_.relay_interval_ms));
+    }
+  });
+}
+
+void queue::stop_relay() {
+  if (!relay_running_.exchange(false)) return;
+  if (relay_thread_.joinable()) relay_thread_.join();
+}
+
+// ---------------------------------------------------------------------------
+// Consumer side
+
+bool queue::ensure_groups(const std::string& worker_id) {
+  std::lock_guard lock(impl_->consumer_mu);
+  bool ok = true;
+  std::vector<std::string> streams = {worker_stream_key(worker_id), stream_key(0), stream_key(1), stream_key(2)};
+  for (auto& s : streams) {
+    auto r = impl_->consumer.command({"XGROUP", "CREATE", s, options_.group, "0", "MKSTREAM"});
+    if (!r.ok() && r.str.find("BUSYGROUP") == std::string::npos) ok = false;
+  }
+  return ok;
+}
+
+std::vector<delivery> queue::read(const std::string& worker_id, int32_t max, int32_t block_ms) {
+  std::vector<delivery> out;
+  if (max <= 0) return out;
+  std::vector<std::string> streams = {worker_stream_key(worker_id), stream_key(0), stream_key(1), stream_key(2)};
+  bool need_groups = false;
+  {
+    std::lock_guard lock(impl_->consumer_mu);
+    auto& c = impl_->consumer;
+    for (size_t i = 0; i < streams.size() && static_cast<int32_t>(out.size()) < max; ++i) {
+      auto r = c.command({"XREADGROUP", "GROUP", options_.group, worker_id, "COUNT",
+                          std::to_string(max - static_cast<int32_t>(out.size())), "STREAMS", streams[i], ">"});
+      if (is_nogroup(r)) need_groups = true;
+      if (r.type == redis_reply::kind::io_error) break;
+      if (r.type != redis_reply::kind::array) continue;
+      for (auto& s : r.elements)
+        if (s.elements.size() == 2) parse_entries(s.elements[1], streams[i], i == 0, false, out);
+    }
+    if (out.empty() && !need_groups && c.connected() && block_ms > 0) {
+      std::vector<std::string> argv = {"XREADGROUP", "GROUP", options_.group, worker_id, "COUNT", "1",
+                                       "BLOCK",      std::to_string(block_ms), "STREAMS"};
+      for (auto& s : streams) argv.push_back(s);
+      for (size_t i = 0; i < streams.size(); ++i) argv.push_back(">");
+      auto r = c.command(argv);
+      if (is_nogroup(r)) need_groups = true;
+      if (r.type == redis_reply::kind::array)
+        for (auto& s : r.elements)
+          if (s.elements.size() == 2) parse_entries(s.elements[1], s.elements[0].str, s.elements[0].str == streams[0], false, out);
+    }
+  }
+  if (need_groups) ensure_groups(worker_id);
+  if (out.empty() && block_ms > 0 && !impl_->consumer.connected())
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(block_ms, 100)));  // don't spin while Redis is down
+  impl_->n_read += static_cast<int64_t>(out.size());
+  return out;
+}
+
+std::vector<delivery> queue::reclaim(const std::string& worker_id, int32_t max) {
+  std::vector<delivery> out;
+  std::lock_guard lock(impl_->consumer_mu);
+  for (int p = 0; p < 3 && static_cast<int32_t>(out.size()) < max; ++p) {
+    std::string s = stream_key(p);
+    auto r = impl_->consumer.command({"XAUTOCLAIM", s, options_.group, worker_id,
+                                      std::to_string(options_.reclaim_idle_ms), "0-0", "COUNT",
+                                      std::to_string(max - static_cast<int32_t>(out.size()))});
+    if (r.type != redis_reply::kind::array || r.elements.size() < 2) continue;
+    parse_entries(r.elements[1], s, false, true, out);
+  }
+  impl_->n_reclaimed += static_cast<int64_t>(out.size());
+  return out;
+}
+
+bool queue::touch(const std::string& worker_id, const std::vector<delivery>& held) {
+  std::map<std::string, std::vector<std::string>> by_stream;
+  for (auto& d : held) by_stream[d.stream].push_back(d.entry_id);
+  std::lock_guard lock(impl_->consumer_mu);
+  bool ok = true;
+  for (auto& [stream, ids] : by_stream) {
+    std::vector<std::string> argv = {"XCLAIM", stream, options_.group, worker_id, "0"};
+    argv.insert(argv.end(), ids.begin(), ids.end());
+    argv.push_back("JUSTID");
+    ok = impl_->consumer.command(argv).ok() && ok;
+  }
+  return ok;
+}
+
+bool queue::ack(const delivery& d) {
+  std::lock_guard lock(impl_->consumer_mu);
+  auto r = impl_->consumer.command(
+      {"EVAL", k_ack_lua, "2", d.stream, options_.prefix + ":inflight", options_.group, d.entry_id, d.job_id});
+  if (r.ok()) impl_->n_acked++;
+  return r.ok();
+}
+
+bool queue::dead_letter(const delivery& d, const std::string& reason) {
+  {
+    std::lock_guard lock(impl_->consumer_mu);
+    auto r = impl_->consumer.command({"XADD", dead_letter_key(), "MAXLEN", "~", std::to_string(options_.max_stream_len),
+                                      "*", "job_id", d.job_id, "stream", d.stream, "entry_id", d.entry_id, "reason",
+                                      reason});
+    if (!r.ok()) return false;
+  }
+  impl_->n_dead_lettered++;
+  return ack(d);
+}
+
+bool queue::heartbeat(const std::string& worker_id) {
+  std::lock_guard lock(impl_->consumer_mu);
+  return impl_->consumer
+      .command({"SET", worker_stream_key(worker_id) + ":alive", "1", "PX", std::to_string(options_.heartbeat_ttl_ms)})
+      .ok();
+}
+
+bool queue::is_alive(const std::string& worker_id) {
+  std::lock_guard lock(impl_->relay_mu);
+  auto r = impl_->relay.command({"EXISTS", worker_stream_key(worker_id) + ":alive"});
+  return r.type == redis_reply::kind::integer && r.integer == 1;
+}
+
+queue_stats queue::stats() const {
+  queue_stats s;
+  s.n_published = impl_->n_published;
+  s.n_read = impl_->n_read;
+  s.n_acked = impl_->n_acked;
+  s.n_reclaimed = impl_->n_reclaimed;
+  s.n_dead_lettered = impl_->n_dead_lettered;
+  s.n_relayed = impl_->n_relayed;
+  s.n_reconciled = impl_->n_reconciled;
+  std::scoped_lock lock(impl_->consumer_mu, impl_->relay_mu);
+  auto a = impl_->consumer.stats(), b = impl_->relay.stats();
+  s.redis = {a.n_commands + b.n_commands, a.n_errors + b.n_errors, a.n_io_errors + b.n_io_errors,
+             a.n_reconnects + b.n_reconnects};
+  return s;
+}
+
+}  // namespace agentq::queue

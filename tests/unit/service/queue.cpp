@@ -1,0 +1,271 @@
+// Dispatch over a real redis-server: outbox relay, priorities, ack, XAUTOCLAIM reclaim, dead letter,
+// continuation routing, reconciler after FLUSHALL / restart / outage, duplicate-delivery fencing.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "queue/queue.h"
+#include "redis_server.h"
+#include "store/store.h"
+#include "temp_dir.h"
+
+using namespace agentq;
+using namespace agentq::store;
+using agentq::queue::delivery;
+
+namespace {
+
+struct fixture {
+  test::temp_dir dir;
+  test::redis_server redis;
+  std::unique_ptr<store::store> db;
+  std::unique_ptr<queue::queue> q;
+
+  explicit fixture(queue::queue_options o = {}) {
+    std::string err;
+    store_options so;
+    so.path = dir.file("jobs.db");
+    db = store::store::open(so, &err);
+    REQUIRE_MESSAGE(db, err);
+    o.redis.port = redis.port();
+    o.redis.backoff_initial_ms = 5;
+    o.redis.backoff_max_ms = 50;
+    o.reconcile_grace_ms = 0;
+    q = std::make_unique<queue::queue>(o, *db);
+  }
+  std::string create(job_priority p = job_priority::normal) {
+    new_job nj;
+    nj.tenant = "t";
+    nj.request_json = "{}";
+    nj.priority = p;
+    return db->create_job(nj).get().job.id;
+  }
+  std::vector<delivery> read_all(const std::string& worker, int max = 100) {
+    std::vector<delivery> out;
+    for (int i = 0; i < 20 && static_cast<int>(out.size()) < max; ++i) {
+      auto d = q->read(worker, max - static_cast<int>(out.size()), 50);
+      if (d.empty() && !out.empty()) break;
+      out.insert(out.end(), d.begin(), d.end());
+    }
+    return out;
+  }
+};
+
+int64_t xlen(test::redis_server& r, const std::string& key) {
+  auto s = r.command({"XLEN", key});
+  return s.size() > 1 ? std::stoll(s.substr(1)) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("publish via outbox, read, claim, ack") {
+  fixture f;
+  REQUIRE(f.q->ensure_groups("w1"));
+  std::string id = f.create();
+  CHECK(f.q->relay_once() == 1);
+  CHECK(f.db->fetch_outbox("publish", 10).empty());
+  CHECK(f.q->relay_once() == 0);
+  auto d = f.read_all("w1");
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].job_id == id);
+  CHECK(f.redis.command({"HEXISTS", "agentq:inflight", id}) == ":1");
+  auto c = f.db->claim_job(id, "w1", 30000, 5).get();
+  CHECK(c.outcome == claim_outcome::claimed);
+  CHECK(f.q->ack(d[0]));
+  CHECK(f.redis.command({"HEXISTS", "agentq:inflight", id}) == ":0");
+  CHECK(xlen(f.redis, "agentq:jobs:normal") == 0);
+  CHECK(f.q->read("w1", 10, 50).empty());
+}
+
+TEST_CASE("priorities: high before normal before low") {
+  fixture f;
+  f.q->ensure_groups("w1");
+  std::string low = f.create(job_priority::low);
+  std::string normal = f.create(job_priority::normal);
+  std::string high = f.create(job_priority::high);
+  f.q->relay_once();
+  auto d1 = f.q->read("w1", 1, 50);
+  auto d2 = f.q->read("w1", 1, 50);
+  auto d3 = f.q->read("w1", 1, 50);
+  REQUIRE(d1.size() == 1);
+  REQUIRE(d2.size() == 1);
+  REQUIRE(d3.size() == 1);
+  CHECK(d1[0].job_id == high);
+  CHECK(d2[0].job_id == normal);
+  CHECK(d3[0].job_id == low);
+}
+
+TEST_CASE("stalled entries are reclaimed with XAUTOCLAIM; touch keeps them") {
+  queue::queue_options o;
+  o.reclaim_idle_ms = 150;
+  fixture f(o);
+  f.q->ensure_groups("w1");
+  f.q->ensure_groups("w2");
+  std::string a = f.create(), b = f.create();
+  f.q->relay_once();
+  auto held = f.read_all("w1");
+  REQUIRE(held.size() == 2);
+  CHECK(f.q->reclaim("w2", 10).empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::vector<delivery> keep;
+  for (auto& d : held)
+    if (d.job_id == a) keep.push_back(d);
+  CHECK(f.q->touch("w1", keep));  // w1 is still working on a
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto r = f.q->reclaim("w2", 10);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].job_id == b);
+  CHECK(r[0].reclaimed);
+}
+
+TEST_CASE("poison job: dead-lettered after N deliveries and failed with a reason") {
+  queue::queue_options o;
+  o.reclaim_idle_ms = 20;
+  o.max_deliveries = 3;
+  fixture f(o);
+  f.q->ensure_groups("w");
+  std::string id = f.create();
+  f.q->relay_once();
+  auto d = f.read_all("w");
+  REQUIRE(d.size() == 1);
+  int claims = 0;
+  for (int i = 0; i < 10; ++i) {
+    auto c = f.db->claim_job(id, "w", 10, o.max_deliveries).get();  // the worker "crashes" each time
+    if (c.outcome == claim_outcome::poisoned) {
+      CHECK(f.q->dead_letter(d[0], "poison job"));
+      break;
+    }
+    REQUIRE(c.outcome == claim_outcome::claimed);
+    claims++;
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    auto r = f.q->reclaim("w", 10);
+    REQUIRE(r.size() == 1);
+    d = r;
+  }
+  CHECK(claims == 3);
+  CHECK(xlen(f.redis, "agentq:dead") == 1);
+  auto j = f.db->get_job(id);
+  CHECK(j->status == job_status::failed);
+  CHECK(j->error.find("poison") != std::string::npos);
+  CHECK(f.q->reclaim("w", 10).empty());
+}
+
+TEST_CASE("continuations go to the live worker holding the KV, else to the shared queue") {
+  fixture f;
+  f.q->ensure_groups("w1");
+  f.q->ensure_groups("w2");
+  auto prepare = [&](const std::string& worker) {
+    std::string id = f.create();
+    f.q->relay_once();
+    auto d = f.read_all(worker);
+    REQUIRE(d.size() == 1);
+    auto c = f.db->claim_job(id, worker, 30000, 5).get();
+    REQUIRE(c.outcome == claim_outcome::claimed);
+    REQUIRE(f.db->require_action(id, c.won->epoch, R"([{"id":"c1","name":"x","arguments":"{}"}])").get() ==
+            write_status::ok);
+    f.q->ack(d[0]);
+    REQUIRE(f.db->submit_tool_outputs(id, {{"c1", "out"}}).get() == write_status::ok);
+    return id;
+  };
+  CHECK(f.q->heartbeat("w1"));
+  std::string id1 = prepare("w1");
+  f.q->relay_once();
+  CHECK(f.q->read("w2", 10, 50).empty());  // not for w2
+  auto d = f.q->read("w1", 10, 50);
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].job_id == id1);
+  CHECK(d[0].continuation);
+  // w2 never heartbeats: its continuation goes to the shared stream.
+  std::string id2 = prepare("w2");
+  f.q->relay_once();
+  auto d2 = f.read_all("w1");
+  REQUIRE(d2.size() == 1);
+  CHECK(d2[0].job_id == id2);
+  CHECK_FALSE(d2[0].continuation);
+}
+
+TEST_CASE("reconciler re-publishes after FLUSHALL, after a restart that lost data, and after an outage") {
+  fixture f;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(f.create());
+  f.q->relay_once();
+  CHECK(f.q->reconcile_once() == 0);  // all in Redis
+  SUBCASE("FLUSHALL") {
+    CHECK(f.redis.command({"FLUSHALL"}) == "+OK");
+  }
+  SUBCASE("restart without persistence") {
+    f.redis.kill9();
+    std::filesystem::remove_all(f.redis.dir() / "appendonlydir");
+    f.redis.start();
+  }
+  int n = 0;  // the first calls may hit the dropped connection / reconnect backoff
+  for (int i = 0; i < 100 && n < 5; ++i) {
+    n += f.q->reconcile_once();
+    if (n < 5) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(n == 5);
+  CHECK(f.q->reconcile_once() == 0);
+  f.q->ensure_groups("w");
+  auto d = f.read_all("w");
+  CHECK(d.size() == 5);
+}
+
+TEST_CASE("kill -9 with AOF keeps the queue; an outage delays publishing but loses nothing") {
+  fixture f;
+  std::string a = f.create();
+  f.q->relay_once();
+  f.redis.kill9();
+  std::string b = f.create();
+  CHECK(f.q->relay_once() == 0);  // Redis down: the outbox row stays
+  CHECK(f.db->fetch_outbox("publish", 10).size() == 1);
+  f.redis.start();
+  int n = 0;
+  for (int i = 0; i < 50 && n == 0; ++i) {
+    n = f.q->relay_once();
+    if (n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(n == 1);
+  CHECK(f.q->reconcile_once() == 0);  // a survived in the AOF, b was relayed
+  f.q->ensure_groups("w");
+  auto d = f.read_all("w");
+  CHECK(d.size() == 2);
+  CHECK(f.q->stats().redis.n_io_errors > 0);
+}
+
+TEST_CASE("duplicate deliveries: only one claim wins, the loser acks") {
+  queue::queue_options o;
+  fixture f(o);
+  std::string id = f.create();
+  f.q->relay_once();
+  REQUIRE(f.q->publish(id, 1));  // a reconciler duplicate
+  f.q->ensure_groups("w1");
+  f.q->ensure_groups("w2");
+  auto d1 = f.q->read("w1", 1, 50);
+  auto d2 = f.q->read("w2", 1, 50);
+  REQUIRE(d1.size() == 1);
+  REQUIRE(d2.size() == 1);
+  CHECK(f.db->claim_job(id, "w1", 30000, 5).get().outcome == claim_outcome::claimed);
+  CHECK(f.db->claim_job(id, "w2", 30000, 5).get().outcome == claim_outcome::busy);
+  CHECK(f.q->ack(d2[0]));
+}
+
+TEST_CASE("throughput: publish + read + ack") {
+  fixture f;
+  f.q->ensure_groups("w");
+  const int n = 2000;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) REQUIRE(f.q->publish("job_" + std::to_string(i), i % 3));
+  auto t1 = std::chrono::steady_clock::now();
+  int got = 0;
+  while (got < n) {
+    auto d = f.q->read("w", 64, 50);
+    REQUIRE_FALSE(d.empty());
+    for (auto& x : d) f.q->ack(x);
+    got += static_cast<int>(d.size());
+  }
+  auto t2 = std::chrono::steady_clock::now();
+  double pub = n / std::chrono::duration<double>(t1 - t0).count();
+  double cons = n / std::chrono::duration<double>(t2 - t1).count();
+  MESSAGE("publish " << pub << " jobs/s; read+ack " << cons << " jobs/s (AOF fsync always)");
+}
