@@ -56,7 +56,10 @@ std::vector<std::vector<token_id>> read_outputs(const std::filesystem::path& p) 
 
 std::string join(const std::vector<token_id>& ids) {
   std::string s;
-  for (token_id id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
+  for (token_id id : ids) {
+    if (!s.empty()) s += ' ';
+    s += std::to_string(id);
+  }
   return s;
 }
 
