@@ -92,7 +92,10 @@ device_buffer& device_buffer::operator=(device_buffer&& o) noexcept {
 bool device_buffer::upload(const void* src, size_t n, size_t off) {
   if (n == 0) return true;
   if (!ptr_ || off + n > bytes_) return false;
-  return AGENTQ_CUDA_CHECK(cudaMemcpy(static_cast<char*>(ptr_) + off, src, n, cudaMemcpyHostToDevice));
+  // NOTE: a pageable H2D cudaMemcpy may return before its DMA lands; the sync makes the
+  // copy visible to work on any stream, as the header promises.
+  return AGENTQ_CUDA_CHECK(cudaMemcpy(static_cast<char*>(ptr_) + off, src, n, cudaMemcpyHostToDevice)) &&
+         AGENTQ_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
 bool device_buffer::download(void* dst, size_t n, size_t off) const {
@@ -101,7 +104,10 @@ bool device_buffer::download(void* dst, size_t n, size_t off) const {
   return AGENTQ_CUDA_CHECK(cudaMemcpy(dst, static_cast<const char*>(ptr_) + off, n, cudaMemcpyDeviceToHost));
 }
 
-bool device_buffer::zero() { return !ptr_ || AGENTQ_CUDA_CHECK(cudaMemset(ptr_, 0, bytes_)); }
+bool device_buffer::zero() {
+  // cudaMemset is asynchronous on the legacy stream; wait so other streams see zeros.
+  return !ptr_ || (AGENTQ_CUDA_CHECK(cudaMemset(ptr_, 0, bytes_)) && AGENTQ_CUDA_CHECK(cudaStreamSynchronize(nullptr)));
+}
 
 pinned_buffer::pinned_buffer(size_t bytes) {
   if (bytes == 0) return;

@@ -85,7 +85,8 @@ class device_buffer {
   void* data() const { return ptr_; }
   template <class T> T* as() const { return static_cast<T*>(ptr_); }
 
-  // Synchronous copies of n bytes at byte offset off; false on error.
+  // Synchronous (complete on return, visible to every stream) copies of n bytes at
+  // byte offset off, and zero-fill; false on error.
   bool upload(const void* src, size_t n, size_t off = 0);
   bool download(void* dst, size_t n, size_t off = 0) const;
   bool zero();
