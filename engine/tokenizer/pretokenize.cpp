@@ -10,7 +10,33 @@ namespace agentq {
 
 namespace {
 
-enum : uint8_t { f_letter = 1, f_number = 2, f_space = 4, f_any = 8 };
+enum : uint8_t {
+  f_letter = 1,  // \p{L}
+  f_number = 2,  // \p{N}
+  f_space = 4,   // \s
+  f_any = 8,     // any character (0 flags: past the end of the range)
+  f_upper = 16,  // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
+  f_lower = 32,  // [\p{Ll}\p{Lm}\p{Lo}\p{M}]
+};
+
+uint8_t flags_of(uint32_t cp) {
+  if (cp < 0x80) {
+    if (cp >= 'a' && cp <= 'z') return f_any | f_letter | f_lower;
+    if (cp >= 'A' && cp <= 'Z') return f_any | f_letter | f_upper;
+    if (cp >= '0' && cp <= '9') return f_any | f_number;
+    return unicode::is_whitespace(cp) ? f_any | f_space : f_any;
+  }
+  if (unicode::is_whitespace(cp)) return f_any | f_space;
+  using c = unicode::cpt_class;
+  switch (unicode::class_of(cp)) {
+    case c::upper: case c::title: return f_any | f_letter | f_upper;
+    case c::lower: return f_any | f_letter | f_lower;
+    case c::modifier: case c::other_letter: return f_any | f_letter | f_upper | f_lower;
+    case c::mark: return f_any | f_upper | f_lower;
+    case c::number: return f_any | f_number;
+    default: return f_any;
+  }
+}
 
 struct cpt_text {
   std::vector<uint32_t> cpts;
@@ -24,37 +50,33 @@ struct cpt_text {
     for (size_t pos = 0; pos < text.size();) {
       size_t len = 1;
       const uint32_t cp = unicode::decode_utf8(text, pos, &len);
-      uint8_t f = f_any;
-      if (cp < 0x80) {
-        const char c = static_cast<char>(cp);
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) f |= f_letter;
-        else if (c >= '0' && c <= '9') f |= f_number;
-        else if (unicode::is_whitespace(cp)) f |= f_space;
-      } else if (unicode::is_whitespace(cp)) {
-        f |= f_space;
-      } else {
-        const auto cls = unicode::class_of(cp);
-        if (cls == unicode::cpt_class::letter) f |= f_letter;
-        else if (cls == unicode::cpt_class::number) f |= f_number;
-      }
       cpts.push_back(cp);
-      flags.push_back(f);
+      flags.push_back(flags_of(cp));
       offs.push_back(pos);
       pos += len;
     }
     offs.push_back(text.size());
   }
-  size_t size() const { return cpts.size(); }
-  uint32_t cpt(size_t i) const { return i < cpts.size() ? cpts[i] : UINT32_MAX; }
-  uint8_t flag(size_t i) const { return i < flags.size() ? flags[i] : 0; }
+};
+
+// A range [lo, hi) of the text, read as if nothing were outside it.
+struct range {
+  const cpt_text& t;
+  size_t lo, hi;
+  uint32_t cpt(size_t i) const { return i < hi ? t.cpts[i] : UINT32_MAX; }
+  uint8_t flag(size_t i) const { return i < hi ? t.flags[i] : 0; }
+  bool is_punct(size_t i) const {  // [^\s\p{L}\p{N}]
+    const uint8_t f = flag(i);
+    return (f & f_any) && !(f & (f_letter | f_number | f_space));
+  }
 };
 
 inline uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
 // Length (in code points) of a contraction 's|'t|'re|'ve|'m|'ll|'d at pos, or 0.
-size_t match_contraction(const cpt_text& t, size_t pos, bool ignore_case) {
-  if (t.cpt(pos) != '\'') return 0;
-  auto at = [&](size_t i) { return ignore_case ? ascii_lower(t.cpt(i)) : t.cpt(i); };
+size_t match_contraction(const range& r, size_t pos, bool ignore_case) {
+  if (r.cpt(pos) != '\'') return 0;
+  auto at = [&](size_t i) { return ignore_case ? ascii_lower(r.cpt(i)) : r.cpt(i); };
   const uint32_t a = at(pos + 1);
   if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
   const uint32_t b = at(pos + 2);
@@ -62,92 +84,119 @@ size_t match_contraction(const cpt_text& t, size_t pos, bool ignore_case) {
   return 0;
 }
 
-void split_gpt2(const cpt_text& t, std::vector<size_t>* ends) {
-  const size_t n = t.size();
-  for (size_t pos = 0; pos < n;) {
-    const uint32_t cp = t.cpt(pos);
-    if (size_t k = match_contraction(t, pos, false)) {
+// The whitespace tail shared by the llama3-style patterns: \s*[\r\n]+|\s+(?!\S)|\s+,
+// or a lone character nothing else matched. Returns the end of the piece.
+size_t match_space_tail(const range& r, size_t pos, bool newline_rule) {
+  size_t n_space = 0, last_newline_end = 0;
+  while (r.flag(pos + n_space) & f_space) {
+    const uint32_t c = r.cpt(pos + n_space);
+    ++n_space;
+    if (c == '\r' || c == '\n') last_newline_end = pos + n_space;
+  }
+  if (newline_rule && last_newline_end > 0) return last_newline_end;  // '\s*[\r\n]+'
+  if (n_space > 1 && pos + n_space < r.hi) return pos + n_space - 1;  // '\s+(?!\S)': leave one for the next word
+  return pos + (n_space > 0 ? n_space : 1);                             // '\s+', or a lone character
+}
+
+void split_gpt2(const range& r, std::vector<size_t>* ends) {
+  for (size_t pos = r.lo; pos < r.hi;) {
+    const uint32_t cp = r.cpt(pos);
+    if (size_t k = match_contraction(r, pos, false)) {
       pos += k;
-      ends->push_back(pos);
-      continue;
+    } else if (const uint8_t f2 = cp == ' ' ? r.flag(pos + 1) : r.flag(pos); f2 & f_letter) {  // ' ?\p{L}+'
+      for (pos += cp == ' '; r.flag(pos) & f_letter;) ++pos;
+    } else if (f2 & f_number) {  // ' ?\p{N}+'
+      for (pos += cp == ' '; r.flag(pos) & f_number;) ++pos;
+    } else if ((f2 & f_any) && !(f2 & f_space)) {  // ' ?[^\s\p{L}\p{N}]+'
+      for (pos += cp == ' '; r.is_punct(pos);) ++pos;
+    } else {
+      pos = match_space_tail(r, pos, false);
     }
-    // ' ?' prefix: the class is decided by the character after the space
-    uint8_t f2 = cp == ' ' ? t.flag(pos + 1) : t.flag(pos);
-    if (f2 & f_letter) {  // ' ?\p{L}+'
-      pos += cp == ' ';
-      while (t.flag(pos) & f_letter) ++pos;
-      ends->push_back(pos);
-      continue;
-    }
-    if (f2 & f_number) {  // ' ?\p{N}+'
-      pos += cp == ' ';
-      while (t.flag(pos) & f_number) ++pos;
-      ends->push_back(pos);
-      continue;
-    }
-    if ((f2 & f_any) && !(f2 & (f_letter | f_number | f_space))) {  // ' ?[^\s\p{L}\p{N}]+'
-      pos += cp == ' ';
-      for (uint8_t f = t.flag(pos); (f & f_any) && !(f & (f_letter | f_number | f_space)); f = t.flag(++pos)) {}
-      ends->push_back(pos);
-      continue;
-    }
-    size_t n_space = 0;
-    while (t.flag(pos + n_space) & f_space) ++n_space;
-    if (n_space > 1 && pos + n_space < n) {  // '\s+(?!\S)': leave the last space to the next word
-      pos += n_space - 1;
-      ends->push_back(pos);
-      continue;
-    }
-    pos += n_space > 0 ? n_space : 1;  // '\s+', or a lone character nothing matched
     ends->push_back(pos);
   }
 }
 
+// \p{N} first: each digit its own piece, gpt2 on the text between.
+void split_gpt2_digits(const range& r, std::vector<size_t>* ends) {
+  for (size_t pos = r.lo; pos < r.hi;) {
+    if (r.flag(pos) & f_number) {
+      ends->push_back(++pos);
+      continue;
+    }
+    size_t end = pos;
+    while (end < r.hi && !(r.flag(end) & f_number)) ++end;
+    split_gpt2(range{r.t, pos, end}, ends);
+    pos = end;
+  }
+}
+
 // llama3 and qwen2; they differ only in the digits per number piece.
-void split_llama3(const cpt_text& t, size_t max_digits, std::vector<size_t>* ends) {
-  const size_t n = t.size();
-  for (size_t pos = 0; pos < n;) {
-    const uint32_t cp = t.cpt(pos);
-    const uint8_t f = t.flag(pos);
-    if (size_t k = match_contraction(t, pos, true)) {  // (?i:'s|'t|...)
+void split_llama3(const range& r, size_t max_digits, std::vector<size_t>* ends) {
+  for (size_t pos = r.lo; pos < r.hi;) {
+    const uint32_t cp = r.cpt(pos);
+    const uint8_t f = r.flag(pos);
+    if (size_t k = match_contraction(r, pos, true)) {  // (?i:'s|'t|...)
       pos += k;
-      ends->push_back(pos);
-      continue;
-    }
-    // '[^\r\n\p{L}\p{N}]?\p{L}+'
-    if (!(cp == '\r' || cp == '\n' || (f & f_number)) && ((f & f_letter) || (t.flag(pos + 1) & f_letter))) {
-      ++pos;
-      while (t.flag(pos) & f_letter) ++pos;
-      ends->push_back(pos);
-      continue;
-    }
-    if (f & f_number) {  // '\p{N}{1,max_digits}'
-      size_t k = 0;
-      while (k < max_digits && (t.flag(pos) & f_number)) { ++pos; ++k; }
-      ends->push_back(pos);
-      continue;
-    }
-    // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
-    uint8_t f2 = cp == ' ' ? t.flag(pos + 1) : f;
-    if ((f2 & f_any) && !(f2 & (f_letter | f_number | f_space))) {
-      pos += cp == ' ';
-      for (uint8_t g = t.flag(pos); (g & f_any) && !(g & (f_letter | f_number | f_space)); g = t.flag(++pos)) {}
-      while (t.cpt(pos) == '\r' || t.cpt(pos) == '\n') ++pos;
-      ends->push_back(pos);
-      continue;
-    }
-    size_t n_space = 0, last_newline_end = 0;
-    while (t.flag(pos + n_space) & f_space) {
-      const uint32_t c = t.cpt(pos + n_space);
-      ++n_space;
-      if (c == '\r' || c == '\n') last_newline_end = pos + n_space;
-    }
-    if (last_newline_end > 0) {  // '\s*[\r\n]+'
-      pos = last_newline_end;
-    } else if (n_space > 1 && pos + n_space < n) {  // '\s+(?!\S)'
-      pos += n_space - 1;
+    } else if (!(cp == '\r' || cp == '\n' || (f & f_number)) &&
+               ((f & f_letter) || (r.flag(pos + 1) & f_letter))) {  // '[^\r\n\p{L}\p{N}]?\p{L}+'
+      for (++pos; r.flag(pos) & f_letter;) ++pos;
+    } else if (f & f_number) {  // '\p{N}{1,max_digits}'
+      for (size_t k = 0; k < max_digits && (r.flag(pos) & f_number); ++k) ++pos;
+    } else if (const uint8_t f2 = cp == ' ' ? r.flag(pos + 1) : f; (f2 & f_any) && !(f2 & (f_letter | f_number | f_space))) {
+      // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+      for (pos += cp == ' '; r.is_punct(pos);) ++pos;
+      while (r.cpt(pos) == '\r' || r.cpt(pos) == '\n') ++pos;
     } else {
-      pos += n_space > 0 ? n_space : 1;  // '\s+', or a lone character
+      pos = match_space_tail(r, pos, true);
+    }
+    ends->push_back(pos);
+  }
+}
+
+// Tekken / GPT-4o word: alternative 1 is  P? U* L+ , alternative 2 is  P? U+ L*
+// (P the optional [^\r\n\p{L}\p{N}] prefix). Tried in regex order, with
+// backtracking where U and L overlap (Lm, Lo, M). Returns the end, or 0.
+size_t match_cased_word(const range& r, size_t pos) {
+  const uint32_t cp = r.cpt(pos);
+  const uint8_t f = r.flag(pos);
+  const bool can_prefix = cp != '\r' && cp != '\n' && (f & f_any) && !(f & (f_letter | f_number));
+  const size_t starts[2] = {pos + 1, pos};
+  const size_t* first = can_prefix ? starts : starts + 1;
+  for (int alt = 1; alt <= 2; ++alt) {
+    for (const size_t* s = first; s != starts + 2; ++s) {
+      size_t q = *s;
+      while (r.flag(q) & f_upper) ++q;  // greedy U run [*s, q)
+      if (alt == 1) {
+        for (size_t b = q + 1; b-- > *s;) {  // give back U chars until L+ can start
+          if (r.flag(b) & f_lower) {
+            while (r.flag(b) & f_lower) ++b;
+            return b;
+          }
+        }
+      } else if (q > *s) {
+        while (r.flag(q) & f_lower) ++q;
+        return q;
+      }
+    }
+  }
+  return 0;
+}
+
+void split_cased(const range& r, size_t max_digits, bool contractions, std::vector<size_t>* ends) {
+  for (size_t pos = r.lo; pos < r.hi;) {
+    const uint32_t cp = r.cpt(pos);
+    const uint8_t f = r.flag(pos);
+    if (size_t end = match_cased_word(r, pos)) {
+      pos = end;
+      if (contractions) pos += match_contraction(r, pos, true);
+    } else if (f & f_number) {
+      for (size_t k = 0; k < max_digits && (r.flag(pos) & f_number); ++k) ++pos;
+    } else if (const uint8_t f2 = cp == ' ' ? r.flag(pos + 1) : f; (f2 & f_any) && !(f2 & (f_letter | f_number | f_space))) {
+      // ' ?[^\s\p{L}\p{N}]+[\r\n/]*'
+      for (pos += cp == ' '; r.is_punct(pos);) ++pos;
+      while (r.cpt(pos) == '\r' || r.cpt(pos) == '\n' || r.cpt(pos) == '/') ++pos;
+    } else {
+      pos = match_space_tail(r, pos, true);
     }
     ends->push_back(pos);
   }
@@ -158,12 +207,16 @@ void split_llama3(const cpt_text& t, size_t max_digits, std::vector<size_t>* end
 void pre_split(pre_type type, std::string_view text, std::vector<byte_span>* out) {
   if (text.empty()) return;
   const cpt_text t(text);
+  const range all{t, 0, t.cpts.size()};
   std::vector<size_t> ends;  // code point index one past each piece
-  ends.reserve(t.size() / 3 + 1);
+  ends.reserve(t.cpts.size() / 3 + 1);
   switch (type) {
-    case pre_type::gpt2: split_gpt2(t, &ends); break;
-    case pre_type::llama3: split_llama3(t, 3, &ends); break;
-    case pre_type::qwen2: split_llama3(t, 1, &ends); break;
+    case pre_type::gpt2: split_gpt2(all, &ends); break;
+    case pre_type::gpt2_digits: split_gpt2_digits(all, &ends); break;
+    case pre_type::llama3: split_llama3(all, 3, &ends); break;
+    case pre_type::qwen2: split_llama3(all, 1, &ends); break;
+    case pre_type::tekken: split_cased(all, 1, false, &ends); break;
+    case pre_type::gpt4o: split_cased(all, 3, true, &ends); break;
   }
   size_t begin = 0;
   for (size_t e : ends) {

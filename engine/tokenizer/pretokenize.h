@@ -1,4 +1,4 @@
-// Byte-level BPE pre-tokenizers: the regex splits of GPT-2, Llama 3 and Qwen2,
+// Byte-level BPE pre-tokenizers: the regex splits of GPT-2, Llama 3, Qwen2, Tekken, GPT-4o,
 // hand-written over code points (no std::regex: too slow, and no \p{L}).
 #pragma once
 
@@ -12,6 +12,11 @@ enum class pre_type {
   gpt2,    // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
   llama3,  // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
   qwen2,   // as llama3 with \p{N} (one digit per piece)
+  gpt2_digits,  // \p{N} split first, then gpt2 (StarCoder, SmolLM, Command-R)
+  tekken,  // Mistral Nemo: [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|
+           //   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}|
+           //   ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  gpt4o,   // as tekken, with (?i:'s|'t|'re|'ve|'m|'ll|'d)? after each word and \p{N}{1,3}
 };
 
 struct byte_span {

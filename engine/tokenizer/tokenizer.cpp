@@ -100,6 +100,15 @@ bool tokenizer::init(const gguf::file& f, std::string* error) {
     } else if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "megrez" ||
                pre == "hunyuan") {
       pre_ = pre_type::qwen2;
+    } else if (pre == "tekken") {
+      pre_ = pre_type::tekken;
+      ignore_merges_ = true;
+      add_bos_ = true;
+    } else if (pre == "gpt-4o" || pre == "llama4") {
+      pre_ = pre_type::gpt4o;
+    } else if (pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "smollm" ||
+               pre == "codeshell" || pre == "exaone" || pre == "minerva-7b") {
+      pre_ = pre_type::gpt2_digits;
     } else {
       // NOTE: "default", "gpt-2" and pre-tokenizers we do not implement split as GPT-2 does:
       // the ids stay valid, a few splits may differ from the reference tokenizer.

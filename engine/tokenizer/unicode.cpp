@@ -17,8 +17,8 @@ struct class_cache {
     size_t r = 0;
     const size_t n = std::size(k_cpt_ranges);
     for (uint32_t cp = 0; cp < 0x10000; ++cp) {
-      while (r + 1 < n && (k_cpt_ranges[r + 1] >> 3) <= cp) ++r;
-      bmp[cp] = static_cast<cpt_class>(k_cpt_ranges[r] & 7);
+      while (r + 1 < n && (k_cpt_ranges[r + 1] >> 4) <= cp) ++r;
+      bmp[cp] = static_cast<cpt_class>(k_cpt_ranges[r] & 15);
     }
   }
 };
@@ -101,9 +101,9 @@ void append_utf8(std::string& out, uint32_t cp) {
 cpt_class class_of(uint32_t cp) {
   if (cp < 0x10000) return cache().bmp[cp];
   if (cp >= 0x110000) return cpt_class::other;  // invalid byte stand-ins
-  const uint32_t key = (cp << 3) | 7;
+  const uint32_t key = (cp << 4) | 15;
   const uint32_t* it = std::upper_bound(std::begin(k_cpt_ranges), std::end(k_cpt_ranges), key);
-  return static_cast<cpt_class>(*(it - 1) & 7);
+  return static_cast<cpt_class>(*(it - 1) & 15);
 }
 
 bool is_whitespace(uint32_t cp) {

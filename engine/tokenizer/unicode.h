@@ -9,16 +9,20 @@
 
 namespace agentq::unicode {
 
-// Coarse general category (first letter of the Unicode category).
+// Unicode general category, letters by case, the rest by first letter.
 enum class cpt_class : uint8_t {
-  undefined = 0,  // unassigned code point
-  letter = 1,     // \p{L}
-  number = 2,     // \p{N}
-  mark = 3,       // \p{M}
-  punctuation = 4,// \p{P}
-  symbol = 5,     // \p{S}
-  separator = 6,  // \p{Z}
-  other = 7,      // \p{C}; also a byte that is not valid UTF-8
+  undefined = 0,     // unassigned code point
+  upper = 1,         // Lu
+  lower = 2,         // Ll
+  title = 3,         // Lt
+  modifier = 4,      // Lm
+  other_letter = 5,  // Lo
+  mark = 6,          // \p{M}
+  number = 7,        // \p{N}
+  punctuation = 8,   // \p{P}
+  symbol = 9,        // \p{S}
+  separator = 10,    // \p{Z}
+  other = 11,        // \p{C}; also a byte that is not valid UTF-8
 };
 
 // Marks a byte that does not start a valid UTF-8 sequence: cpt = k_invalid_base + byte.
@@ -38,7 +42,8 @@ void append_utf8(std::string& out, uint32_t cpt);
 cpt_class class_of(uint32_t cpt);
 // \s: the Unicode White_Space property (what HF tokenizer regexes use).
 bool is_whitespace(uint32_t cpt);
-inline bool is_letter(uint32_t cpt) { return class_of(cpt) == cpt_class::letter; }
+inline bool is_letter(cpt_class c) { return c >= cpt_class::upper && c <= cpt_class::other_letter; }
+inline bool is_letter(uint32_t cpt) { return is_letter(class_of(cpt)); }
 inline bool is_number(uint32_t cpt) { return class_of(cpt) == cpt_class::number; }
 
 // GPT-2 byte-level mapping: every byte gets a printable code point.

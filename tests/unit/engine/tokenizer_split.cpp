@@ -92,6 +92,25 @@ TEST_CASE("qwen2 split: one digit per piece") {
   CHECK(split(pre_type::qwen2, "Hello, world!") == pieces{"Hello", ",", " world", "!"});
 }
 
+TEST_CASE("gpt2 with digits split first (StarCoder, SmolLM)") {
+  CHECK(split(pre_type::gpt2_digits, "x 123ab  4") == pieces{"x", " ", "1", "2", "3", "ab", "  ", "4"});
+}
+
+TEST_CASE("tekken split: words by case") {
+  CHECK(split(pre_type::tekken, "HelloWorld HTTPServer ABC def") ==
+        pieces{"Hello", "World", " HTTPServer", " ABC", " def"});
+  CHECK(split(pre_type::tekken, " 123") == pieces{" ", "1", "2", "3"});
+  CHECK(split(pre_type::tekken, "x/y\n/z") == pieces{"x", "/y", "\n", "/z"});
+  CHECK(split(pre_type::tekken, "a.../\nb") == pieces{"a", ".../\n", "b"});
+  CHECK(split(pre_type::tekken, "don't") == pieces{"don", "'t"});
+  CHECK(split(pre_type::tekken, "\xC3\x89t\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC") ==
+        pieces{"\xC3\x89t\xC3\xA9", " \xE6\x97\xA5\xE6\x9C\xAC"});  // Été 日本: Lo is both cases
+}
+
+TEST_CASE("gpt-4o split: contractions stay on the word, three digits") {
+  CHECK(split(pre_type::gpt4o, "I'm DON'T 12345") == pieces{"I'm", " DON'T", " ", "123", "45"});
+}
+
 TEST_CASE("stream decoder emits only complete UTF-8") {
   const std::string text = "h\xC3\xA9llo \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x99\x82 ok \xF0\x9F\xA6\x99!";
   for (const char* name : {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf"}) {
