@@ -28,7 +28,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (p0 >= len) return;
   const int32_t p1 = min(len, p0 + attention_partition);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int n_dim = head_dim / 32;  // dims per lane: lane + 32*j
   const int32_t row = n_head_kv * head_dim;
   const int64_t kv_off = int64_t(h / (n_head / n_head_kv)) * head_dim;
   const int32_t* table = block_tables + int64_t(s) * max_blocks;
@@ -37,7 +36,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float* qh = q + (int64_t(s) * n_head + h) * head_dim;
 #pragma unroll
   for (int j = 0; j < kMaxDimPerLane; ++j) {
-    qr[j] = j < n_dim ? qh[lane + 32 * j] : 0.0f;
+    qr[j] = lane + 32 * j < head_dim ? qh[lane + 32 * j] : 0.0f;
     acc[j] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
@@ -48,7 +47,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     float dot = 0.0f;
 #pragma unroll
     for (int j = 0; j < kMaxDimPerLane; ++j)
-      if (j < n_dim) dot = fmaf(qr[j], k[lane + 32 * j], dot);
+      if (lane + 32 * j < head_dim) dot = fmaf(qr[j], k[lane + 32 * j], dot);
     dot = detail::warp_sum(dot) * scale;
     const float new_m = fmaxf(m, dot);
     const float corr = m == -INFINITY ? 0.0f : expf(m - new_m);
@@ -56,7 +55,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     l = fmaf(l, corr, e);
 #pragma unroll
     for (int j = 0; j < kMaxDimPerLane; ++j)
-      if (j < n_dim) acc[j] = fmaf(acc[j], corr, e * v[lane + 32 * j]);
+      if (lane + 32 * j < head_dim) acc[j] = fmaf(acc[j], corr, e * v[lane + 32 * j]);
     m = new_m;
   }
 
@@ -69,7 +68,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 #pragma unroll
   for (int j = 0; j < kMaxDimPerLane; ++j)
-    if (j < n_dim) sm_acc[warp][lane + 32 * j] = acc[j];
+    if (lane + 32 * j < head_dim) sm_acc[warp][lane + 32 * j] = acc[j];
   __syncthreads();
   float big_m = -INFINITY;
   for (int w = 0; w < kWarps; ++w) big_m = fmaxf(big_m, sm_m[w]);
@@ -124,7 +123,7 @@ void attention_decode(const float* q, const float* k_cache, const float* v_cache
                       int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale,
                       float* workspace, float* out, stream_t s) {
   if (n_seqs <= 0 || max_seq_len <= 0) return;
-  AGENTQ_CUDA_REQUIRE(head_dim % 32 == 0 && head_dim <= attention_max_head_dim && n_head % n_head_kv == 0);
+  AGENTQ_CUDA_REQUIRE(head_dim > 0 && head_dim <= attention_max_head_dim && n_head % n_head_kv == 0);
   const int32_t max_parts = (max_seq_len + attention_partition - 1) / attention_partition;
   const cudaStream_t st = detail::as_stream(s);
   attention_decode_partial<<<dim3(n_head, n_seqs, max_parts), kWarps * 32, 0, st>>>(

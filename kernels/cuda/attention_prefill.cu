@@ -41,7 +41,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t kv_off = int64_t(h / (n_head / n_head_kv)) * head_dim;
   const int32_t* table = block_tables + int64_t(s) * max_blocks;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int n_dim = head_dim / 32;
 
   for (int32_t i = threadIdx.x; i < kTileQ * head_dim; i += blockDim.x) {
     const int32_t r = i / head_dim, d = i % head_dim;
@@ -93,7 +92,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         const float pc = __shfl_sync(0xffffffffu, pe, c);
 #pragma unroll
         for (int j = 0; j < kMaxDimPerLane; ++j)
-          if (j < n_dim) acc[r][j] = fmaf(pc, sv[c * head_dim + lane + 32 * j], acc[r][j]);
+          if (lane + 32 * j < head_dim) acc[r][j] = fmaf(pc, sv[c * head_dim + lane + 32 * j], acc[r][j]);
       }
       m[r] = new_m;
     }
@@ -107,7 +106,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const float inv_l = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
 #pragma unroll
     for (int j = 0; j < kMaxDimPerLane; ++j)
-      if (j < n_dim) o[lane + 32 * j] = acc[r][j] * inv_l;
+      if (lane + 32 * j < head_dim) o[lane + 32 * j] = acc[r][j] * inv_l;
   }
 }
 
@@ -118,7 +117,7 @@ void attention_prefill(const float* q, const float* k_cache, const float* v_cach
                        int32_t max_q, int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t block_size,
                        float scale, float* out, stream_t s) {
   if (n_seqs <= 0 || max_q <= 0) return;
-  AGENTQ_CUDA_REQUIRE(head_dim % 32 == 0 && head_dim <= attention_max_head_dim && n_head % n_head_kv == 0);
+  AGENTQ_CUDA_REQUIRE(head_dim > 0 && head_dim <= attention_max_head_dim && n_head % n_head_kv == 0);
   const size_t smem = prefill_smem_bytes(head_dim);
   if (smem > 48 * 1024) {  // opt in to large dynamic shared memory (head_dim > 128)
     AGENTQ_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

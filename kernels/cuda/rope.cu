@@ -7,7 +7,8 @@ namespace agentq::kernels::cuda {
 namespace {
 
 __global__ void rope_kernel(float* x, const int32_t* __restrict__ pos, int32_t n_tokens, int32_t n_head,
-                            int32_t head_dim, int32_t n_rot, float base, float scale, bool neox) {
+                            int32_t head_dim, int32_t n_rot, float base, float scale, bool neox,
+                            const float* __restrict__ freq_factors) {
   const int32_t half = n_rot / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // over [n_tokens][n_head][half]
   if (idx >= int64_t(n_tokens) * n_head * half) return;
@@ -15,7 +16,8 @@ __global__ void rope_kernel(float* x, const int32_t* __restrict__ pos, int32_t n
   const int64_t th = idx / half;  // token * n_head + head
   const int32_t t = int32_t(th / n_head);
   float* v = x + th * head_dim;
-  const double theta = double(pos[t]) * double(scale) * pow(double(base), -2.0 * i / n_rot);
+  double theta = double(pos[t]) * double(scale) * pow(double(base), -2.0 * i / n_rot);
+  if (freq_factors) theta /= double(freq_factors[i]);
   double sd, cd;
   sincos(theta, &sd, &cd);
   const float c = float(cd), s = float(sd);
@@ -29,11 +31,11 @@ __global__ void rope_kernel(float* x, const int32_t* __restrict__ pos, int32_t n
 }  // namespace
 
 void rope(float* x, const int32_t* pos, int32_t n_tokens, int32_t n_head, int32_t head_dim, int32_t n_rot,
-          float base, float scale, bool neox, stream_t s) {
+          float base, float scale, bool neox, const float* freq_factors, stream_t s) {
   const int64_t n = int64_t(n_tokens) * n_head * (n_rot / 2);
   if (n <= 0) return;
   rope_kernel<<<detail::ceil_div(n, 256), 256, 0, detail::as_stream(s)>>>(x, pos, n_tokens, n_head, head_dim, n_rot,
-                                                                          base, scale, neox);
+                                                                          base, scale, neox, freq_factors);
   AGENTQ_CUDA_CHECK_LAUNCH();
 }
 

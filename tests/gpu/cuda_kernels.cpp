@@ -69,7 +69,7 @@ TEST_CASE("embedding gather dequantises every weight type") {
   }
 }
 
-TEST_CASE("rms_norm, swiglu, rope (normal and neox), token mask") {
+TEST_CASE("rms_norm, swiglu, rope (normal, neox, freq factors), add/add_rows/gather_rows, token mask") {
   require_device();
   std::mt19937 rng(11);
   for (int32_t n : {64, 4096, 5000}) {
@@ -96,12 +96,34 @@ TEST_CASE("rms_norm, swiglu, rope (normal and neox), token mask") {
       const int32_t n_tokens = 5, n_head = 4, head_dim = 128;
       const std::vector<int32_t> pos = {0, 1, 17, 4000, 131000};
       auto x = test::random_floats(size_t(n_tokens * n_head * head_dim), rng);
+      const auto ff = test::random_floats(size_t(n_rot / 2), rng, 1.0f, 8.0f);  // Llama 3.1-style rope_freqs
+      const bool use_ff = n_rot == 64;
       auto dx = to_device(x);
       auto dpos = to_device(pos);
-      ref::rope(x.data(), pos.data(), n_tokens, n_head, head_dim, n_rot, 500000.0f, 1.0f, neox);
-      cu::rope(dx.as<float>(), dpos.as<int32_t>(), n_tokens, n_head, head_dim, n_rot, 500000.0f, 1.0f, neox, nullptr);
+      auto dff = to_device(ff);
+      ref::rope(x.data(), pos.data(), n_tokens, n_head, head_dim, n_rot, 500000.0f, 0.5f, neox,
+                use_ff ? ff.data() : nullptr);
+      cu::rope(dx.as<float>(), dpos.as<int32_t>(), n_tokens, n_head, head_dim, n_rot, 500000.0f, 0.5f, neox,
+               use_ff ? dff.as<float>() : nullptr, nullptr);
       CHECK_MESSAGE(rel_err(from_device<float>(dx, x.size()), x) < 1e-5, "neox ", neox, " n_rot ", n_rot);
     }
+  }
+  {
+    const int32_t rows = 5, n = 300;
+    auto x = test::random_floats(size_t(rows * n), rng);
+    const auto y = test::random_floats(x.size(), rng), b = test::random_floats(size_t(n), rng);
+    const std::vector<int32_t> pick = {4, 0, 4};
+    auto dx = to_device(x), dy = to_device(y), db = to_device(b), dpick = to_device(pick);
+    cu::device_buffer dg(pick.size() * size_t(n) * 4);
+    ref::add(x.data(), y.data(), int64_t(x.size()));
+    ref::add_rows(x.data(), b.data(), rows, n);
+    std::vector<float> g(pick.size() * size_t(n));
+    ref::gather_rows(x.data(), pick.data(), int32_t(pick.size()), n, g.data());
+    cu::add(dx.as<float>(), dy.as<float>(), int64_t(x.size()), nullptr);
+    cu::add_rows(dx.as<float>(), db.as<float>(), rows, n, nullptr);
+    cu::gather_rows(dx.as<float>(), dpick.as<int32_t>(), int32_t(pick.size()), n, dg.as<float>(), nullptr);
+    CHECK(from_device<float>(dx, x.size()) == x);
+    CHECK(from_device<float>(dg, g.size()) == g);
   }
   {
     const int32_t rows = 2, n_vocab = 1000, words = (n_vocab + 31) / 32;
@@ -171,7 +193,7 @@ TEST_CASE("gemm via cuBLAS matches the reference matvec") {
 TEST_CASE("paged attention: kv_write, split-K decode (batch-invariant), causal prefill") {
   require_device();
   std::mt19937 rng(14);
-  for (int32_t head_dim : {64, 128, 256}) {
+  for (int32_t head_dim : {8, 64, 128, 256}) {  // 8: the tiny test model's head size
     const std::vector<int32_t> lens = {1, 700, 1500, 37};
     const int32_t n_seqs = int32_t(lens.size()), n_head = 8, n_head_kv = 2, block_size = 16;
     test::paged_fixture f(lens, n_head_kv, head_dim, block_size, rng);

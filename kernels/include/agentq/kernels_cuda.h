@@ -182,10 +182,18 @@ void embedding(weight_type type, const void* table, const int32_t* ids, int32_t 
 void rms_norm(const float* x, const float* w, float* y, int32_t n_rows, int32_t n, float eps, stream_t s);
 
 // Rotary embedding in place on the first n_rot dims of each head.
-//   x: [n_tokens][n_head][head_dim]  pos: [n_tokens]
-// neox: pairs (i, i + n_rot/2); else adjacent pairs (2i, 2i+1). theta = pos*scale * base^(-2i/n_rot).
+//   x: [n_tokens][n_head][head_dim]  pos: [n_tokens]  freq_factors: [n_rot/2] or nullptr
+// neox: pairs (i, i + n_rot/2); else adjacent pairs (2i, 2i+1).
+// theta_i = pos * scale * base^(-2i/n_rot) / freq_factors[i] (Llama 3.1 rope_freqs), in double.
 void rope(float* x, const int32_t* pos, int32_t n_tokens, int32_t n_head, int32_t head_dim, int32_t n_rot,
-          float base, float scale, bool neox, stream_t s);
+          float base, float scale, bool neox, const float* freq_factors, stream_t s);
+
+// x[i] += y[i], i < n.
+void add(float* x, const float* y, int64_t n, stream_t s);
+// x[r][i] += b[i].  x: [n_rows][n]  b: [n]  (biases)
+void add_rows(float* x, const float* b, int32_t n_rows, int32_t n, stream_t s);
+// dst[i] = src[rows[i]].  src: [*][n]  rows: [n_rows]  dst: [n_rows][n]
+void gather_rows(const float* src, const int32_t* rows, int32_t n_rows, int32_t n, float* dst, stream_t s);
 
 // out[i] = silu(gate[i]) * up[i], i < n.  (out may alias gate or up)
 void swiglu(const float* gate, const float* up, float* out, int64_t n, stream_t s);
@@ -302,7 +310,10 @@ void dequantize(weight_type t, const void* src, float* dst, int64_t n);
 void embedding(weight_type type, const void* table, const int32_t* ids, int32_t n_ids, int32_t n_embd, float* out);
 void rms_norm(const float* x, const float* w, float* y, int32_t n_rows, int32_t n, float eps);
 void rope(float* x, const int32_t* pos, int32_t n_tokens, int32_t n_head, int32_t head_dim, int32_t n_rot,
-          float base, float scale, bool neox);
+          float base, float scale, bool neox, const float* freq_factors = nullptr);
+void add(float* x, const float* y, int64_t n);
+void add_rows(float* x, const float* b, int32_t n_rows, int32_t n);
+void gather_rows(const float* src, const int32_t* rows, int32_t n_rows, int32_t n, float* dst);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void kv_write(const float* k_new, const float* v_new, const int32_t* pos, const int32_t* tok_seq,
               const int32_t* block_tables, int32_t max_blocks, int32_t n_tokens, int32_t row, int32_t block_size,

@@ -147,6 +147,12 @@ TEST_CASE("rms_norm, swiglu, rope references") {
     auto r = v;
     const int32_t pos[] = {0, 1000};
     ref::rope(r.data(), pos, 2, 1, head_dim, n_rot, 10000.0f, 1.0f, neox);
+    // Freq factors divide the angle: factor 2 at position 2000 equals no factor at 1000.
+    auto r2 = v;
+    const std::vector<float> twos(n_rot / 2, 2.0f);
+    const int32_t pos2[] = {0, 2000};
+    ref::rope(r2.data(), pos2, 2, 1, head_dim, n_rot, 10000.0f, 1.0f, neox, twos.data());
+    for (int i = 0; i < 2 * head_dim; ++i) CHECK(r2[size_t(i)] == doctest::Approx(r[size_t(i)]).epsilon(1e-6));
     for (int i = 0; i < head_dim; ++i) CHECK(r[i] == v[i]);
     for (int i = n_rot; i < head_dim; ++i) CHECK(r[head_dim + i] == v[head_dim + i]);
     for (int i = 0; i < n_rot / 2; ++i) {
