@@ -132,5 +132,10 @@ float dot_f32(const float* a, const float* b, int64_t n);
 // Streams `bytes` of memory (split over n_threads threads) several times with wide
 // loads and returns the best observed read bandwidth in GB/s (1e9 bytes/s).
 double measure_read_bandwidth_gbps(size_t bytes, int n_threads);
+// The same, timed by each thread's CPU clock (the slowest thread's) instead of the
+// wall clock: the bandwidth a thread sees while it runs, robust on a shared host.
+double measure_read_bandwidth_cpu_gbps(size_t bytes, int n_threads);
+// Seconds of CPU time consumed by the calling thread.
+double thread_cpu_seconds();
 
 }  // namespace agentq::kernels
