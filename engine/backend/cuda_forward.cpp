@@ -1,0 +1,250 @@
+// The llama-family forward pass over kernels/cuda, mirroring engine/model/llama.cpp
+// step for step (norm, QKV, biases, RoPE, paged KV write, attention, SwiGLU FFN).
+#if AGENTQ_HAVE_CUDA
+
+#include "backend/cuda_forward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "gguf/reader.h"
+#include "model/weights.h"
+
+namespace agentq {
+
+namespace cu = kernels::cuda;
+
+namespace {
+
+// Grow-only upload of a small host array into b.
+template <class T>
+bool upload_array(cu::device_buffer& b, const std::vector<T>& v) {
+  const size_t bytes = std::max<size_t>(v.size() * sizeof(T), 16);
+  if (b.bytes() < bytes) b = cu::device_buffer(bytes);
+  return b.ok() && b.upload(v.data(), v.size() * sizeof(T));
+}
+
+}  // namespace
+
+std::unique_ptr<cuda_forward> cuda_forward::create(std::shared_ptr<const gguf::file> file, int32_t block_size,
+                                                   int32_t n_blocks, std::string* error) {
+  if (cu::device_count() == 0) {
+    *error = "no CUDA device";
+    return nullptr;
+  }
+  // The CPU model validates metadata and shapes; its weights are views into the mapping.
+  auto cpu = model::load(file, 1, error);
+  if (!cpu) return nullptr;
+  std::unique_ptr<cuda_forward> m(new cuda_forward());
+  m->file_ = std::move(file);
+  m->hp_ = cpu->hparams();
+  m->block_size_ = block_size;
+  const auto& hp = m->hp_;
+  if (hp.head_dim > cu::attention_max_head_dim) {
+    *error = "head dimension " + std::to_string(hp.head_dim) + " exceeds the CUDA attention limit of 256";
+    return nullptr;
+  }
+  m->stream_ = cu::stream_create();
+  m->cublas_ = m->stream_ ? cu::cublas_create(m->stream_) : nullptr;
+  if (!m->cublas_) {
+    *error = "CUDA stream / cuBLAS initialisation failed";
+    return nullptr;
+  }
+  const int64_t n_embd = hp.n_embd, hd = hp.head_dim;
+  if (!m->upload_matrix("token_embd.weight", n_embd, hp.n_vocab, &m->tok_embd_, error)) return nullptr;
+  if (m->file_->find_tensor("output.weight")) {
+    if (!m->upload_matrix("output.weight", n_embd, hp.n_vocab, &m->output_, error)) return nullptr;
+  } else if (!m->upload_matrix("token_embd.weight", n_embd, hp.n_vocab, &m->output_, error)) {  // tied
+    return nullptr;
+  }
+  if (!m->upload_vector("output_norm.weight", n_embd, &m->output_norm_, false, error) ||
+      !m->upload_vector("rope_freqs.weight", hp.n_rot / 2, &m->rope_freqs_, true, error))
+    return nullptr;
+  m->layers_.resize(size_t(hp.n_layer));
+  for (int32_t il = 0; il < hp.n_layer; ++il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    dev_layer& L = m->layers_[size_t(il)];
+    if (!m->upload_vector(b + "attn_norm.weight", n_embd, &L.attn_norm, false, error) ||
+        !m->upload_matrix(b + "attn_q.weight", n_embd, hp.n_head * hd, &L.wq, error) ||
+        !m->upload_matrix(b + "attn_k.weight", n_embd, hp.n_head_kv * hd, &L.wk, error) ||
+        !m->upload_matrix(b + "attn_v.weight", n_embd, hp.n_head_kv * hd, &L.wv, error) ||
+        !m->upload_matrix(b + "attn_output.weight", hp.n_head * hd, n_embd, &L.wo, error) ||
+        !m->upload_vector(b + "attn_q.bias", hp.n_head * hd, &L.bq, true, error) ||
+        !m->upload_vector(b + "attn_k.bias", hp.n_head_kv * hd, &L.bk, true, error) ||
+        !m->upload_vector(b + "attn_v.bias", hp.n_head_kv * hd, &L.bv, true, error) ||
+        !m->upload_vector(b + "ffn_norm.weight", n_embd, &L.ffn_norm, false, error) ||
+        !m->upload_matrix(b + "ffn_gate.weight", n_embd, hp.n_ff, &L.w_gate, error) ||
+        !m->upload_matrix(b + "ffn_up.weight", n_embd, hp.n_ff, &L.w_up, error) ||
+        !m->upload_matrix(b + "ffn_down.weight", hp.n_ff, n_embd, &L.w_down, error))
+      return nullptr;
+  }
+  m->kv_ = cu::kv_device_alloc(hp.n_layer, n_blocks, int64_t(block_size) * hp.n_head_kv * hd);
+  if (!m->kv_.k.ok() || !m->kv_.v.ok()) {
+    *error = "out of device memory for " + std::to_string(n_blocks) + " KV blocks";
+    return nullptr;
+  }
+  return m;
+}
+
+cuda_forward::~cuda_forward() {
+  if (stream_) cu::stream_synchronize(stream_);
+  cu::cublas_destroy(cublas_);
+  cu::stream_destroy(stream_);
+}
+
+bool cuda_forward::upload_matrix(const std::string& name, int64_t n_in, int64_t n_out, dev_weight* w,
+                                 std::string* error) {
+  const gguf::tensor_info* t = file_->find_tensor(name);
+  if (!t) {
+    *error = "missing tensor " + name;
+    return false;
+  }
+  w->type = static_cast<cu::weight_type>(static_cast<int32_t>(t->type));  // same ggml ids
+  w->n_in = n_in;
+  w->n_out = n_out;
+  const size_t bytes = cu::row_bytes(w->type, n_in) * size_t(n_out);
+  w->data = cu::device_buffer(bytes);
+  if (!w->data.ok() || !w->data.upload(t->data, bytes)) {
+    *error = "could not upload " + name + " to the device (" + std::to_string(bytes) + " bytes)";
+    return false;
+  }
+  return true;
+}
+
+bool cuda_forward::upload_vector(const std::string& name, int64_t n, cu::device_buffer* out, bool optional,
+                                 std::string* error) {
+  const gguf::tensor_info* t = file_->find_tensor(name);
+  if (!t) {
+    if (!optional) *error = "missing tensor " + name;
+    return optional;
+  }
+  std::vector<float> host(static_cast<size_t>(n));
+  dequantize_row(t->type, t->data, host.data(), n);
+  *out = cu::device_buffer(host.size() * 4);
+  if (!out->ok() || !out->upload(host.data(), host.size() * 4)) {
+    *error = "could not upload " + name + " to the device";
+    return false;
+  }
+  return true;
+}
+
+float* cuda_forward::scratch(cu::device_buffer& b, size_t floats) {
+  if (b.bytes() < floats * 4) b = cu::device_buffer(std::max<size_t>(floats * 4, 256));
+  return b.as<float>();
+}
+
+void cuda_forward::linear(const dev_weight& w, const float* x, int32_t n_x, float* y) {
+  if (n_x <= kGemmMinRows) {
+    cu::matvec(w.type, w.data.data(), w.n_out, w.n_in, x, n_x, y, stream_);
+    return;
+  }
+  const size_t need = cu::gemm_scratch_bytes(w.type, w.n_out, w.n_in, n_x);
+  if (gemm_ws_.bytes() < need) gemm_ws_ = cu::device_buffer(need);
+  cu::gemm(cublas_, w.type, w.data.data(), w.n_out, w.n_in, x, n_x, y, gemm_ws_.data(), stream_);
+}
+
+int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
+  if (cu::cuda_failed()) return -1;
+  const int32_t n_embd = hp_.n_embd, hd = hp_.head_dim, n_head = hp_.n_head, n_kv = hp_.n_head_kv;
+  const int32_t n_q = n_head * hd, n_kvd = n_kv * hd, n_ff = hp_.n_ff, n_vocab = hp_.n_vocab, bs = block_size_;
+  const int32_t n_seqs = int32_t(seqs.size());
+
+  // Flatten the batch on the host: token rows, positions, owning sequence, block tables.
+  std::vector<int32_t> ids, pos, tok_seq, seq_lens, q_start{0}, n_past, out_rows;
+  int32_t max_blocks = 1, max_q = 0, max_len = 0;
+  bool all_decode = true;
+  for (const auto& s : seqs) max_blocks = std::max(max_blocks, (s.n_past + s.n_tokens + bs - 1) / bs);
+  std::vector<int32_t> tables(size_t(n_seqs) * size_t(max_blocks), 0);
+  for (int32_t si = 0; si < n_seqs; ++si) {
+    const batch_seq& s = seqs[size_t(si)];
+    const int32_t row0 = int32_t(ids.size());
+    for (int32_t t = 0; t < s.n_tokens; ++t) {
+      token_id id = s.tokens[t];
+      ids.push_back(id < 0 || id >= n_vocab ? 0 : id);  // NOTE: as the CPU path: never read outside the table
+      pos.push_back(s.n_past + t);
+      tok_seq.push_back(si);
+    }
+    for (int32_t t = s.all_logits ? 0 : s.n_tokens - 1; t >= 0 && t < s.n_tokens; ++t) out_rows.push_back(row0 + t);
+    const int32_t nb = (s.n_past + s.n_tokens + bs - 1) / bs;
+    std::copy(s.block_table, s.block_table + nb, tables.begin() + ptrdiff_t(si) * max_blocks);
+    seq_lens.push_back(s.n_past + s.n_tokens);
+    q_start.push_back(int32_t(ids.size()));
+    n_past.push_back(s.n_past);
+    max_q = std::max(max_q, s.n_tokens);
+    max_len = std::max(max_len, s.n_past + s.n_tokens);
+    all_decode = all_decode && s.n_tokens == 1;
+  }
+  const int32_t n_x = int32_t(ids.size()), n_out = int32_t(out_rows.size());
+  if (n_x == 0) return 0;
+  if (!upload_array(ids_, ids) || !upload_array(pos_, pos) || !upload_array(tok_seq_, tok_seq) ||
+      !upload_array(tables_, tables) || !upload_array(seq_lens_, seq_lens) || !upload_array(q_start_, q_start) ||
+      !upload_array(n_past_, n_past) || !upload_array(out_rows_, out_rows))
+    return -1;
+
+  float* x = scratch(x_, size_t(n_x) * n_embd);     // [n_x][n_embd] residual stream
+  float* xb = scratch(xb_, size_t(n_x) * n_embd);   // [n_x][n_embd]
+  float* q = scratch(q_, size_t(n_x) * n_q);        // [n_x][n_head*hd]
+  float* k = scratch(k_, size_t(n_x) * n_kvd);      // [n_x][n_kv*hd]
+  float* v = scratch(v_, size_t(n_x) * n_kvd);      // [n_x][n_kv*hd]
+  float* att = scratch(att_, size_t(n_x) * n_q);    // [n_x][n_head*hd]
+  float* hb = scratch(hb_, size_t(n_x) * n_ff);     // [n_x][n_ff]
+  float* hb2 = scratch(hb2_, size_t(n_x) * n_ff);   // [n_x][n_ff]
+  float* rows = scratch(rows_, size_t(n_out) * n_embd);     // [n_out][n_embd]
+  float* dlogits = scratch(logits_, size_t(n_out) * n_vocab);  // [n_out][n_vocab]
+  float* ws = all_decode ? scratch(attn_ws_, cu::attention_decode_workspace_floats(n_seqs, n_head, hd, max_len))
+                         : nullptr;
+  if (cu::cuda_failed() || !x || !xb || !q || !k || !v || !att || !hb || !hb2 || !rows || !dlogits) return -1;
+  const auto* d_ids = ids_.as<int32_t>();
+  const auto* d_pos = pos_.as<int32_t>();
+  const auto* d_tables = tables_.as<int32_t>();
+  const float* freqs = rope_freqs_.ok() ? rope_freqs_.as<float>() : nullptr;
+  const float att_scale = 1.0f / std::sqrt(float(hd));
+
+  cu::embedding(tok_embd_.type, tok_embd_.data.data(), d_ids, n_x, n_embd, x, stream_);
+  for (int32_t il = 0; il < hp_.n_layer; ++il) {
+    const dev_layer& L = layers_[size_t(il)];
+    float* k_cache = kv_.k_layer(il);
+    float* v_cache = kv_.v_layer(il);
+
+    cu::rms_norm(x, L.attn_norm.as<float>(), xb, n_x, n_embd, hp_.rms_eps, stream_);
+    linear(L.wq, xb, n_x, q);
+    linear(L.wk, xb, n_x, k);
+    linear(L.wv, xb, n_x, v);
+    if (L.bq.ok()) {
+      cu::add_rows(q, L.bq.as<float>(), n_x, n_q, stream_);
+      cu::add_rows(k, L.bk.as<float>(), n_x, n_kvd, stream_);
+      cu::add_rows(v, L.bv.as<float>(), n_x, n_kvd, stream_);
+    }
+    cu::rope(q, d_pos, n_x, n_head, hd, hp_.n_rot, hp_.rope_base, hp_.rope_scale, hp_.rope_neox, freqs, stream_);
+    cu::rope(k, d_pos, n_x, n_kv, hd, hp_.n_rot, hp_.rope_base, hp_.rope_scale, hp_.rope_neox, freqs, stream_);
+    cu::kv_write(k, v, d_pos, tok_seq_.as<int32_t>(), d_tables, max_blocks, n_x, n_kvd, bs, k_cache, v_cache,
+                 stream_);
+    if (all_decode) {
+      cu::attention_decode(q, k_cache, v_cache, d_tables, max_blocks, seq_lens_.as<int32_t>(), n_seqs, max_len,
+                           n_head, n_kv, hd, bs, att_scale, ws, att, stream_);
+    } else {
+      cu::attention_prefill(q, k_cache, v_cache, d_tables, max_blocks, q_start_.as<int32_t>(), n_past_.as<int32_t>(),
+                            n_seqs, max_q, n_head, n_kv, hd, bs, att_scale, att, stream_);
+    }
+    linear(L.wo, att, n_x, xb);
+    cu::add(x, xb, int64_t(n_x) * n_embd, stream_);
+
+    cu::rms_norm(x, L.ffn_norm.as<float>(), xb, n_x, n_embd, hp_.rms_eps, stream_);
+    linear(L.w_gate, xb, n_x, hb);
+    linear(L.w_up, xb, n_x, hb2);
+    cu::swiglu(hb, hb2, hb, int64_t(n_x) * n_ff, stream_);
+    linear(L.w_down, hb, n_x, xb);
+    cu::add(x, xb, int64_t(n_x) * n_embd, stream_);
+  }
+  cu::gather_rows(x, out_rows_.as<int32_t>(), n_out, n_embd, rows, stream_);
+  cu::rms_norm(rows, output_norm_.as<float>(), rows, n_out, n_embd, hp_.rms_eps, stream_);
+  linear(output_, rows, n_out, dlogits);
+  if (!cu::memcpy_d2h_async(logits, dlogits, size_t(n_out) * n_vocab * 4, stream_) ||
+      !cu::stream_synchronize(stream_) || cu::cuda_failed())
+    return -1;
+  return n_out;
+}
+
+}  // namespace agentq
+
+#endif  // AGENTQ_HAVE_CUDA

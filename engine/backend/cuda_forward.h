@@ -1,0 +1,75 @@
+// The llama-family forward pass on one CUDA device (kernels/cuda): weights uploaded
+// once from the GGUF mapping, K/V in device blocks, one call per batch with the same
+// contract as model::forward. Built only with the CUDA backend (AGENTQ_HAVE_CUDA).
+// NOTE: not yet wired into the engine; the scheduler still drives the CPU model.
+#pragma once
+
+#if AGENTQ_HAVE_CUDA
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "agentq/kernels_cuda.h"
+#include "model/model.h"
+
+namespace agentq {
+
+class cuda_forward {
+ public:
+  // Validates the model through model::load (same hparams and error messages as the CPU
+  // path), uploads every weight and allocates n_blocks KV blocks of block_size tokens.
+  // nullptr + *error on failure (no device, out of device memory, unsupported model).
+  static std::unique_ptr<cuda_forward> create(std::shared_ptr<const gguf::file> file, int32_t block_size,
+                                              int32_t n_blocks, std::string* error);
+  ~cuda_forward();
+
+  const model_hparams& hparams() const { return hp_; }
+  kernels::cuda::kv_device_cache& kv() { return kv_; }
+
+  // As model::forward, with K/V in kv(): block tables index its blocks. logits is host
+  // memory, [rows][n_vocab]. Returns the rows written; -1 after a CUDA failure
+  // (kernels::cuda::cuda_failed() then says why).
+  // NOTE: batches of more than kGemmMinRows tokens use cuBLAS GEMM, which is not
+  // batch-invariant; decode batches up to that size use the fixed-order matvec.
+  int32_t forward(std::span<const batch_seq> seqs, float* logits);
+
+  static constexpr int32_t kGemmMinRows = 16;
+
+ private:
+  struct dev_weight {
+    kernels::cuda::weight_type type = kernels::cuda::weight_type::f32;
+    kernels::cuda::device_buffer data;  // [n_out][row_bytes]
+    int64_t n_in = 0, n_out = 0;
+  };
+  struct dev_layer {
+    kernels::cuda::device_buffer attn_norm, ffn_norm, bq, bk, bv;  // f32 vectors (biases may be empty)
+    dev_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+  };
+
+  cuda_forward() = default;
+  bool upload_matrix(const std::string& name, int64_t n_in, int64_t n_out, dev_weight* w, std::string* error);
+  bool upload_vector(const std::string& name, int64_t n, kernels::cuda::device_buffer* out, bool optional,
+                     std::string* error);
+  void linear(const dev_weight& w, const float* x, int32_t n_x, float* y);
+  float* scratch(kernels::cuda::device_buffer& b, size_t floats);
+
+  std::shared_ptr<const gguf::file> file_;
+  model_hparams hp_;
+  int32_t block_size_ = 16;
+  kernels::cuda::stream_t stream_ = nullptr;
+  void* cublas_ = nullptr;
+  dev_weight tok_embd_, output_;
+  kernels::cuda::device_buffer output_norm_, rope_freqs_;
+  std::vector<dev_layer> layers_;
+  kernels::cuda::kv_device_cache kv_;
+
+  // Per-batch device scratch, grown on demand. NOTE: forward() is not reentrant.
+  kernels::cuda::device_buffer x_, xb_, q_, k_, v_, att_, hb_, hb2_, rows_, logits_, attn_ws_, gemm_ws_;
+  kernels::cuda::device_buffer ids_, pos_, tok_seq_, tables_, seq_lens_, q_start_, n_past_, out_rows_;
+};
+
+}  // namespace agentq
+
+#endif  // AGENTQ_HAVE_CUDA
