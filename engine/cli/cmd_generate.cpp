@@ -1,0 +1,189 @@
+// `agentq-engine generate`: run one prompt through the CPU model with the sampler,
+// streaming text to stdout and reporting prompt and decode throughput on stderr
+// (or one JSON object with --json). The smallest end-to-end path through the engine.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "gguf/reader.h"
+#include "kv/kv_store.h"
+#include "model/model.h"
+#include "sample/sampler.h"
+#include "tokenizer/stream_decoder.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using namespace agentq;
+
+int usage(FILE* f) {
+  std::fprintf(f,
+               "usage: agentq-engine generate --model PATH (--prompt TEXT | --prompt-ids 1,2,3) [-n N]\n"
+               "         [--temp T] [--top-k K] [--top-p P] [--min-p M] [--repeat-penalty R]\n"
+               "         [--repeat-last-n N] [--seed S] [--threads N] [--ignore-eos] [--json]\n"
+               "  -n N             tokens to generate at most (default 128)\n"
+               "  --temp T         0 = greedy (default 0)\n"
+               "  --prompt-ids     token ids, comma-separated, used as given (no BOS added)\n"
+               "  --json           print {prompt_ids, output_ids, text, prompt_tokens_per_s, decode_tokens_per_s}\n");
+  return f == stdout ? 0 : 2;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') { out += '\\'; out += char(c); }
+    else if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (c < 0x20 || c == 0x7F) { char buf[8]; std::snprintf(buf, sizeof buf, "\\u%04x", c); out += buf; }
+    else out += char(c);
+  }
+  return out;
+}
+
+std::string json_ids(const std::vector<token_id>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+
+bool parse_ids(const char* text, std::vector<token_id>* out) {
+  const char* p = text;
+  while (*p) {
+    char* end = nullptr;
+    long v = std::strtol(p, &end, 10);
+    if (end == p || v < 0 || v > (1L << 30)) return false;
+    out->push_back(token_id(v));
+    p = end;
+    if (*p == ',') ++p;
+    else if (*p) return false;
+  }
+  return !out->empty();
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int cmd_generate(int argc, char** argv) {
+  const char *model_path = nullptr, *prompt = nullptr, *prompt_ids_arg = nullptr;
+  int32_t n_predict = 128, n_threads = 0;
+  bool json = false, ignore_eos = false;
+  sampling_params sp;
+  for (int i = 1; i < argc; ++i) {
+    auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) return usage(stdout);
+    if (arg("--model") || arg("-m")) model_path = argv[++i];
+    else if (arg("--prompt") || arg("-p")) prompt = argv[++i];
+    else if (arg("--prompt-ids")) prompt_ids_arg = argv[++i];
+    else if (arg("-n") || arg("--n-predict")) n_predict = std::atoi(argv[++i]);
+    else if (arg("--temp")) sp.temperature = float(std::atof(argv[++i]));
+    else if (arg("--top-k")) sp.top_k = std::atoi(argv[++i]);
+    else if (arg("--top-p")) sp.top_p = float(std::atof(argv[++i]));
+    else if (arg("--min-p")) sp.min_p = float(std::atof(argv[++i]));
+    else if (arg("--repeat-penalty")) sp.repeat_penalty = float(std::atof(argv[++i]));
+    else if (arg("--repeat-last-n")) sp.penalty_last_n = std::atoi(argv[++i]);
+    else if (arg("--seed")) sp.seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (arg("--threads") || arg("-t")) n_threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json")) json = true;
+    else if (!std::strcmp(argv[i], "--ignore-eos")) ignore_eos = true;
+    else {
+      std::fprintf(stderr, "generate: unknown or incomplete option '%s'\n", argv[i]);
+      return usage(stderr);
+    }
+  }
+  if (!model_path || (!prompt && !prompt_ids_arg) || n_predict < 0) return usage(stderr);
+
+  std::string err;
+  std::shared_ptr<const gguf::file> file = gguf::file::open(model_path, &err);
+  if (!file) { std::fprintf(stderr, "generate: %s\n", err.c_str()); return 1; }
+  auto tok = tokenizer::load(*file, &err);
+  if (!tok) { std::fprintf(stderr, "generate: %s: %s\n", model_path, err.c_str()); return 1; }
+  auto mdl = model::load(file, n_threads, &err);
+  if (!mdl) { std::fprintf(stderr, "generate: %s: %s\n", model_path, err.c_str()); return 1; }
+  const model_hparams& hp = mdl->hparams();
+
+  std::vector<token_id> prompt_ids;
+  if (prompt_ids_arg) {
+    if (!parse_ids(prompt_ids_arg, &prompt_ids)) { std::fprintf(stderr, "generate: bad --prompt-ids\n"); return 2; }
+  } else {
+    prompt_ids = tok->encode(prompt, /*add_special=*/true, /*parse_special=*/true);
+  }
+  for (token_id id : prompt_ids)
+    if (id >= hp.n_vocab) { std::fprintf(stderr, "generate: prompt id %d outside the vocabulary\n", id); return 2; }
+  if (prompt_ids.empty()) { std::fprintf(stderr, "generate: empty prompt\n"); return 2; }
+  const int32_t n_total = int32_t(prompt_ids.size()) + n_predict;
+  if (n_total > hp.n_ctx) {
+    std::fprintf(stderr, "generate: prompt + n (%d) exceeds the context length %d\n", n_total, hp.n_ctx);
+    return 2;
+  }
+
+  // One sequence over a contiguous block table.
+  constexpr int32_t k_block_size = 16;
+  const int32_t n_blocks = (n_total + k_block_size - 1) / k_block_size;
+  kv_store kv(mdl->kv_layout_for(k_block_size), n_blocks);
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  for (int32_t i = 0; i < n_blocks; ++i) table[size_t(i)] = i;
+  std::vector<float> logits(size_t(hp.n_vocab));
+
+  sampler smp(sp);
+  for (token_id id : prompt_ids) smp.accept(id);
+  stream_decoder stream(*tok);
+
+  // Prefill in chunks of up to 512 tokens.
+  auto t0 = std::chrono::steady_clock::now();
+  constexpr int32_t k_chunk = 512;
+  for (int32_t done = 0; done < int32_t(prompt_ids.size());) {
+    const int32_t n = std::min<int32_t>(k_chunk, int32_t(prompt_ids.size()) - done);
+    batch_seq s{table.data(), done, prompt_ids.data() + done, n, false};
+    mdl->forward({&s, 1}, kv, logits.data());
+    done += n;
+  }
+  const double prefill_s = seconds_since(t0);
+
+  std::vector<token_id> output_ids;
+  std::string text;
+  int32_t n_past = int32_t(prompt_ids.size());
+  double decode_s = 0;
+  int32_t n_decode_steps = 0;
+  for (int32_t i = 0; i < n_predict; ++i) {
+    token_id id = smp.sample(logits.data(), hp.n_vocab);
+    if (id < 0 || (!ignore_eos && tok->is_eog(id))) break;
+    smp.accept(id);
+    output_ids.push_back(id);
+    std::string piece = stream.push(id);
+    text += piece;
+    if (!json && !piece.empty()) { std::fwrite(piece.data(), 1, piece.size(), stdout); std::fflush(stdout); }
+    if (i + 1 == n_predict) break;
+    auto t1 = std::chrono::steady_clock::now();
+    batch_seq s{table.data(), n_past, &output_ids.back(), 1, false};
+    mdl->forward({&s, 1}, kv, logits.data());
+    decode_s += seconds_since(t1);
+    ++n_decode_steps;
+    ++n_past;
+  }
+  std::string rest = stream.flush();
+  text += rest;
+  const double pp_tps = prefill_s > 0 ? double(prompt_ids.size()) / prefill_s : 0;
+  const double tg_tps = decode_s > 0 ? double(n_decode_steps) / decode_s : 0;
+  if (json) {
+    std::printf("{\"prompt_ids\":%s,\"output_ids\":%s,\"text\":\"%s\",\"prompt_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.2f}\n",
+                json_ids(prompt_ids).c_str(), json_ids(output_ids).c_str(), json_escape(text).c_str(), pp_tps, tg_tps);
+  } else {
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::printf("\n");
+    std::fflush(stdout);
+    std::fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s | decode: %zu tokens, %.1f tokens/s\n", prompt_ids.size(),
+                 pp_tps, output_ids.size(), tg_tps);
+  }
+  return 0;
+}
+
+}  // namespace
+
+AGENTQ_REGISTER_COMMAND(generate, "generate text from a prompt (--json for ids, text and tokens/s)", cmd_generate);

@@ -1,0 +1,359 @@
+// The llama-family transformer on the CPU: Llama 2/3, Mistral, TinyLlama, SmolLM
+// (arch "llama") and Qwen2 (arch "qwen2": q/k/v biases, NeoX RoPE). GQA, RMSNorm,
+// SwiGLU; K/V live in the paged kv_store, reached through each sequence's block table.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gguf/reader.h"
+#include "model/model.h"
+#include "model/weights.h"
+#include "util/thread_pool.h"
+
+namespace agentq {
+
+namespace {
+
+struct layer_weights {
+  std::vector<float> attn_norm;           // [n_embd]
+  weight wq, wk, wv, wo;                  // [n_head*hd][n_embd], [n_kv*hd][n_embd] x2, [n_embd][n_head*hd]
+  std::vector<float> bq, bk, bv;          // qwen2 biases (empty for llama)
+  std::vector<float> ffn_norm;            // [n_embd]
+  weight w_gate, w_up, w_down;            // [n_ff][n_embd] x2, [n_embd][n_ff]
+};
+
+class llama_model final : public model {
+ public:
+  static std::unique_ptr<model> create(std::shared_ptr<const gguf::file> file, int32_t n_threads, std::string* error);
+
+  const model_hparams& hparams() const override { return hp_; }
+  int32_t forward(std::span<const batch_seq> seqs, kv_store& kv, float* logits) override;
+
+ private:
+  explicit llama_model(int32_t n_threads) : pool_(n_threads) {}
+  bool load_hparams(std::string* error);
+  bool load_weights(std::string* error);
+  void rope(float* vec, int32_t n_heads, int32_t pos) const;
+
+  std::shared_ptr<const gguf::file> file_;
+  model_hparams hp_;
+  thread_pool pool_;
+  weight tok_embd_;                       // [n_vocab][n_embd]
+  weight output_;                         // [n_vocab][n_embd] (= tok_embd_ when tied)
+  std::vector<float> output_norm_;        // [n_embd]
+  std::vector<layer_weights> layers_;
+  std::vector<float> rope_inv_freq_;      // [n_rot/2] angle per position of each rotated pair
+
+  // Scratch, grown on demand. NOTE: forward() is not reentrant (one engine thread calls it).
+  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, out_rows_;
+  std::vector<int32_t> tok_seq_, tok_pos_;
+};
+
+// --- loading ----------------------------------------------------------------
+
+bool llama_model::load_hparams(std::string* error) {
+  const gguf::file& f = *file_;
+  auto arch = f.get_string("general.architecture");
+  if (!arch) { *error = "missing general.architecture"; return false; }
+  hp_.arch = std::string(*arch);
+  if (hp_.arch != "llama" && hp_.arch != "qwen2") {
+    *error = "unsupported architecture '" + hp_.arch + "' (supported: llama, qwen2)";
+    return false;
+  }
+  const std::string p = hp_.arch + ".";
+  auto req_int = [&](const char* key, int32_t* out) {
+    auto v = f.get_int(p + key);
+    if (!v || *v <= 0 || *v > (1 << 30)) { *error = "missing or invalid metadata " + p + key; return false; }
+    *out = int32_t(*v);
+    return true;
+  };
+  if (!req_int("embedding_length", &hp_.n_embd) || !req_int("block_count", &hp_.n_layer) ||
+      !req_int("feed_forward_length", &hp_.n_ff) || !req_int("attention.head_count", &hp_.n_head))
+    return false;
+  hp_.n_ctx = int32_t(f.get_int(p + "context_length").value_or(2048));
+  hp_.n_head_kv = int32_t(f.get_int(p + "attention.head_count_kv").value_or(hp_.n_head));
+  if (hp_.n_head_kv <= 0 || hp_.n_head % hp_.n_head_kv != 0) {
+    *error = "attention.head_count_kv must divide attention.head_count";
+    return false;
+  }
+  hp_.head_dim = int32_t(f.get_int(p + "attention.key_length").value_or(hp_.n_embd / hp_.n_head));
+  if (hp_.head_dim <= 0 || hp_.head_dim % 2 != 0) { *error = "invalid head dimension"; return false; }
+  hp_.rms_eps = float(f.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  hp_.rope_base = float(f.get_float(p + "rope.freq_base").value_or(10000.0));
+  hp_.n_rot = int32_t(f.get_int(p + "rope.dimension_count").value_or(hp_.head_dim));
+  if (hp_.n_rot <= 0 || hp_.n_rot > hp_.head_dim || hp_.n_rot % 2 != 0) { *error = "invalid rope.dimension_count"; return false; }
+  hp_.rope_neox = hp_.arch == "qwen2";
+  hp_.rope_scale = 1.0f;
+  auto scaling = f.get_string(p + "rope.scaling.type");
+  auto factor = f.get_float(p + "rope.scaling.factor");
+  if (scaling && *scaling == "linear" && factor && *factor > 0) {
+    hp_.rope_scale = float(1.0 / *factor);
+  } else if (scaling && *scaling != "none" && *scaling != "linear") {
+    *error = "unsupported rope.scaling.type '" + std::string(*scaling) + "'";
+    return false;
+  }
+  return true;
+}
+
+bool llama_model::load_weights(std::string* error) {
+  const gguf::file& f = *file_;
+  // A matrix [n_out][n_in] (ggml dims {n_in, n_out}) of a supported type; optional ones may be absent.
+  auto get = [&](const std::string& name, int64_t n_in, int64_t n_out, weight* w, bool optional = false) {
+    const gguf::tensor_info* t = f.find_tensor(name);
+    if (!t) {
+      if (!optional) *error = "missing tensor " + name;
+      return optional;
+    }
+    if (!gguf::is_supported(t->type)) {
+      *error = "tensor " + name + " has weight type " + gguf::name_of(t->type) +
+               ", which this engine does not support (supported: F32, F16, BF16, Q8_0, Q4_K, Q6_K)";
+      return false;
+    }
+    int64_t d1 = t->dims.size() > 1 ? t->dims[1] : 1;
+    bool rest_one = true;
+    for (size_t i = 2; i < t->dims.size(); ++i) rest_one = rest_one && t->dims[i] == 1;
+    if (t->dims.empty() || t->dims[0] != n_in || (n_out > 0 && d1 != n_out) || !rest_one) {
+      *error = "tensor " + name + " has an unexpected shape";
+      return false;
+    }
+    auto tr = gguf::traits_of(t->type);
+    if (n_in % tr.block_size != 0) { *error = "tensor " + name + ": row length not a multiple of its block size"; return false; }
+    w->info = t;
+    w->type = t->type;
+    w->data = t->data;
+    w->n_in = n_in;
+    w->n_out = d1;
+    w->row_bytes = row_size(t->type, n_in);
+    return true;
+  };
+  auto get_vec = [&](const std::string& name, int64_t n, std::vector<float>* out, bool optional = false) {
+    weight w;
+    if (!get(name, n, 1, &w, optional)) return false;
+    if (!w) return true;
+    out->resize(size_t(n));
+    dequantize_row(w.type, w.data, out->data(), n);
+    return true;
+  };
+
+  const int64_t n_embd = hp_.n_embd, hd = hp_.head_dim;
+  if (!get("token_embd.weight", n_embd, 0, &tok_embd_)) return false;
+  hp_.n_vocab = int32_t(tok_embd_.n_out);
+  if (!get("output.weight", n_embd, hp_.n_vocab, &output_, true)) return false;
+  if (!output_) output_ = tok_embd_;
+  if (!get_vec("output_norm.weight", n_embd, &output_norm_)) return false;
+
+  layers_.resize(size_t(hp_.n_layer));
+  for (int32_t il = 0; il < hp_.n_layer; ++il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    layer_weights& L = layers_[size_t(il)];
+    const bool bias = hp_.arch == "qwen2";
+    if (!get_vec(b + "attn_norm.weight", n_embd, &L.attn_norm) ||
+        !get(b + "attn_q.weight", n_embd, hp_.n_head * hd, &L.wq) ||
+        !get(b + "attn_k.weight", n_embd, hp_.n_head_kv * hd, &L.wk) ||
+        !get(b + "attn_v.weight", n_embd, hp_.n_head_kv * hd, &L.wv) ||
+        !get(b + "attn_output.weight", hp_.n_head * hd, n_embd, &L.wo) ||
+        !get_vec(b + "attn_q.bias", hp_.n_head * hd, &L.bq, !bias) ||
+        !get_vec(b + "attn_k.bias", hp_.n_head_kv * hd, &L.bk, !bias) ||
+        !get_vec(b + "attn_v.bias", hp_.n_head_kv * hd, &L.bv, !bias) ||
+        !get_vec(b + "ffn_norm.weight", n_embd, &L.ffn_norm) ||
+        !get(b + "ffn_gate.weight", n_embd, hp_.n_ff, &L.w_gate) ||
+        !get(b + "ffn_up.weight", n_embd, hp_.n_ff, &L.w_up) ||
+        !get(b + "ffn_down.weight", hp_.n_ff, n_embd, &L.w_down))
+      return false;
+  }
+
+  // RoPE angles: theta_i = pos * scale * base^(-2i/n_rot) [/ rope_freqs[i] for Llama 3.1-style scaling].
+  std::vector<float> freq_factors;
+  if (!get_vec("rope_freqs.weight", hp_.n_rot / 2, &freq_factors, true)) return false;
+  rope_inv_freq_.resize(size_t(hp_.n_rot / 2));
+  const float theta_scale = std::pow(hp_.rope_base, -2.0f / float(hp_.n_rot));
+  float theta = hp_.rope_scale;
+  for (int32_t i = 0; i < hp_.n_rot / 2; ++i) {
+    rope_inv_freq_[size_t(i)] = freq_factors.empty() ? theta : theta / freq_factors[size_t(i)];
+    theta *= theta_scale;
+  }
+  return true;
+}
+
+std::unique_ptr<model> llama_model::create(std::shared_ptr<const gguf::file> file, int32_t n_threads, std::string* error) {
+  std::unique_ptr<llama_model> m(new llama_model(n_threads));
+  m->file_ = std::move(file);
+  if (!m->load_hparams(error) || !m->load_weights(error)) return nullptr;
+  return m;
+}
+
+// --- forward ----------------------------------------------------------------
+
+// y = x / rms(x) * w, the sum of squares in double in index order (as ggml).
+void rms_norm_row(const float* x, const float* w, float* y, int32_t n, float eps) {
+  double sum = 0.0;
+  for (int32_t i = 0; i < n; ++i) sum += double(x[i] * x[i]);
+  const float scale = 1.0f / std::sqrt(float(sum / n) + eps);
+  for (int32_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+}
+
+void llama_model::rope(float* vec, int32_t n_heads, int32_t pos) const {
+  const int32_t hd = hp_.head_dim, half = hp_.n_rot / 2;
+  for (int32_t i = 0; i < half; ++i) {
+    const float theta = float(pos) * rope_inv_freq_[size_t(i)];
+    const float c = std::cos(theta), s = std::sin(theta);
+    // normal: pairs (2i, 2i+1); NeoX: pairs (i, i + n_rot/2)
+    const int32_t i0 = hp_.rope_neox ? i : 2 * i, i1 = hp_.rope_neox ? i + half : 2 * i + 1;
+    for (int32_t h = 0; h < n_heads; ++h) {
+      float* v = vec + size_t(h) * hd;
+      const float a = v[i0], b = v[i1];
+      v[i0] = a * c - b * s;
+      v[i1] = a * s + b * c;
+    }
+  }
+}
+
+int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, float* logits) {
+  const int32_t n_embd = hp_.n_embd, hd = hp_.head_dim, n_head = hp_.n_head, n_kv = hp_.n_head_kv;
+  const int32_t n_q = n_head * hd, n_kvd = n_kv * hd, n_ff = hp_.n_ff, n_vocab = hp_.n_vocab;
+  const int32_t bs = kv.layout().block_size;
+
+  // Flatten the batch: row i of every activation matrix is token i of the concatenated seqs.
+  int32_t n_x = 0, n_out = 0;
+  for (const auto& s : seqs) {
+    n_x += s.n_tokens;
+    n_out += s.n_tokens == 0 ? 0 : (s.all_logits ? s.n_tokens : 1);
+  }
+  if (n_x == 0) return 0;
+  tok_seq_.resize(size_t(n_x));
+  tok_pos_.resize(size_t(n_x));
+  auto grow = [](std::vector<float>& v, size_t n) { if (v.size() < n) v.resize(n); };
+  grow(x_, size_t(n_x) * n_embd);
+  grow(xb_, size_t(n_x) * n_embd);
+  grow(q_, size_t(n_x) * n_q);
+  grow(k_, size_t(n_x) * n_kvd);
+  grow(v_, size_t(n_x) * n_kvd);
+  grow(att_, size_t(n_x) * n_q);
+  grow(hb_, size_t(n_x) * n_ff);
+  grow(hb2_, size_t(n_x) * n_ff);
+  grow(out_rows_, size_t(n_out) * n_embd);
+  float* x = x_.data();      // [n_x][n_embd] residual stream
+  float* xb = xb_.data();    // [n_x][n_embd]
+  float* q = q_.data();      // [n_x][n_head*hd]
+  float* k = k_.data();      // [n_x][n_kv*hd]
+  float* v = v_.data();      // [n_x][n_kv*hd]
+  float* att = att_.data();  // [n_x][n_head*hd]
+  float* hb = hb_.data();    // [n_x][n_ff]
+  float* hb2 = hb2_.data();  // [n_x][n_ff]
+
+  for (int32_t si = 0, i = 0; si < int32_t(seqs.size()); ++si) {
+    for (int32_t t = 0; t < seqs[size_t(si)].n_tokens; ++t, ++i) {
+      tok_seq_[size_t(i)] = si;
+      tok_pos_[size_t(i)] = seqs[size_t(si)].n_past + t;
+      token_id id = seqs[size_t(si)].tokens[t];
+      if (id < 0 || id >= n_vocab) id = 0;  // NOTE: callers validate ids; never read outside the table
+      dequantize_row(tok_embd_.type, tok_embd_.row(id), x + size_t(i) * n_embd, n_embd);
+    }
+  }
+
+  const float att_scale = 1.0f / std::sqrt(float(hd));
+  const int32_t group = n_head / n_kv;
+  for (int32_t il = 0; il < hp_.n_layer; ++il) {
+    const layer_weights& L = layers_[size_t(il)];
+
+    // attention: xb = norm(x); q,k,v = xb W^T (+ b); rope; store k,v in the paged cache
+    for (int32_t i = 0; i < n_x; ++i)
+      rms_norm_row(x + size_t(i) * n_embd, L.attn_norm.data(), xb + size_t(i) * n_embd, n_embd, hp_.rms_eps);
+    linear(pool_, L.wq, xb, n_x, q);
+    linear(pool_, L.wk, xb, n_x, k);
+    linear(pool_, L.wv, xb, n_x, v);
+    const int64_t rows_per_chunk = std::max<int64_t>(1, 4096 / (n_q + 2 * n_kvd));
+    pool_.parallel_for(n_x, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float* qi = q + size_t(i) * n_q;
+        float* ki = k + size_t(i) * n_kvd;
+        float* vi = v + size_t(i) * n_kvd;
+        if (!L.bq.empty()) {
+          for (int32_t j = 0; j < n_q; ++j) qi[j] += L.bq[size_t(j)];
+          for (int32_t j = 0; j < n_kvd; ++j) ki[j] += L.bk[size_t(j)];
+          for (int32_t j = 0; j < n_kvd; ++j) vi[j] += L.bv[size_t(j)];
+        }
+        const int32_t pos = tok_pos_[size_t(i)];
+        rope(qi, n_head, pos);
+        rope(ki, n_kv, pos);
+        const int32_t block = seqs[size_t(tok_seq_[size_t(i)])].block_table[pos / bs];
+        std::memcpy(kv.k(il, block) + size_t(pos % bs) * n_kvd, ki, size_t(n_kvd) * 4);
+        std::memcpy(kv.v(il, block) + size_t(pos % bs) * n_kvd, vi, size_t(n_kvd) * 4);
+      }
+    }, rows_per_chunk);
+
+    // Causal attention per (token, head) over positions 0..pos, in position order.
+    // NOTE: one item never splits its positions across threads (no batch-dependent split-K).
+    // ~16K multiply-adds per chunk at least (positions * head_dim * 2 per item).
+    const int64_t items_per_chunk = std::max<int64_t>(1, 8192 / (int64_t(tok_pos_[size_t(n_x - 1)] + 1) * hd));
+    pool_.parallel_for(int64_t(n_x) * n_head, [&](int64_t b, int64_t e) {
+      thread_local std::vector<float> scores;
+      for (int64_t item = b; item < e; ++item) {
+        const int32_t i = int32_t(item / n_head), h = int32_t(item % n_head), kvh = h / group;
+        const int32_t pos = tok_pos_[size_t(i)];
+        const int32_t* table = seqs[size_t(tok_seq_[size_t(i)])].block_table;
+        if (scores.size() < size_t(pos + 1)) scores.resize(size_t(pos + 1));
+        const float* qh = q + size_t(i) * n_q + size_t(h) * hd;
+        float mx = -INFINITY;
+        for (int32_t t = 0; t <= pos; ++t) {
+          const float* kt = kv.k(il, table[t / bs]) + size_t(t % bs) * n_kvd + size_t(kvh) * hd;
+          const float s = dot_f32(qh, kt, hd) * att_scale;
+          scores[size_t(t)] = s;
+          mx = std::max(mx, s);
+        }
+        double sum = 0.0;
+        for (int32_t t = 0; t <= pos; ++t) {
+          const float p = std::exp(scores[size_t(t)] - mx);
+          scores[size_t(t)] = p;
+          sum += p;
+        }
+        const float inv = float(1.0 / sum);
+        float* out = att + size_t(i) * n_q + size_t(h) * hd;
+        std::fill(out, out + hd, 0.0f);
+        for (int32_t t = 0; t <= pos; ++t) {
+          const float* vt = kv.v(il, table[t / bs]) + size_t(t % bs) * n_kvd + size_t(kvh) * hd;
+          const float p = scores[size_t(t)] * inv;
+          for (int32_t d = 0; d < hd; ++d) out[d] += p * vt[d];
+        }
+      }
+    }, items_per_chunk);
+    linear(pool_, L.wo, att, n_x, xb);
+    for (size_t j = 0; j < size_t(n_x) * n_embd; ++j) x[j] += xb[j];
+
+    // SwiGLU feed-forward: x += W_down (silu(W_gate xb) * W_up xb)
+    for (int32_t i = 0; i < n_x; ++i)
+      rms_norm_row(x + size_t(i) * n_embd, L.ffn_norm.data(), xb + size_t(i) * n_embd, n_embd, hp_.rms_eps);
+    linear(pool_, L.w_gate, xb, n_x, hb);
+    linear(pool_, L.w_up, xb, n_x, hb2);
+    pool_.parallel_for(n_x, [&](int64_t b, int64_t e) {
+      for (size_t j = size_t(b) * n_ff; j < size_t(e) * n_ff; ++j) {
+        const float g = hb[j];
+        hb[j] = g / (1.0f + std::exp(-g)) * hb2[j];
+      }
+    }, std::max<int64_t>(1, 8192 / n_ff));
+    linear(pool_, L.w_down, hb, n_x, xb);
+    for (size_t j = 0; j < size_t(n_x) * n_embd; ++j) x[j] += xb[j];
+  }
+
+  // Final norm on the rows that need logits, then the vocabulary projection.
+  float* rows = out_rows_.data();  // [n_out][n_embd]
+  int32_t r = 0;
+  for (int32_t si = 0, i0 = 0; si < int32_t(seqs.size()); ++si) {
+    const batch_seq& s = seqs[size_t(si)];
+    for (int32_t t = s.all_logits ? 0 : s.n_tokens - 1; t >= 0 && t < s.n_tokens; ++t, ++r)
+      rms_norm_row(x + size_t(i0 + t) * n_embd, output_norm_.data(), rows + size_t(r) * n_embd, n_embd, hp_.rms_eps);
+    i0 += s.n_tokens;
+  }
+  linear(pool_, output_, rows, n_out, logits);
+  return n_out;
+}
+
+}  // namespace
+
+std::unique_ptr<model> model::load(std::shared_ptr<const gguf::file> file, int32_t n_threads, std::string* error) {
+  if (!file) { *error = "no model file"; return nullptr; }
+  return llama_model::create(std::move(file), n_threads, error);
+}
+
+}  // namespace agentq

@@ -1,0 +1,42 @@
+// Weight tensors of a GGUF model as the forward pass sees them: typed views into
+// the mapping, row dequantization, and the batched matrix-vector product.
+// NOTE: linear() splits output rows across threads and relies on kernels::matmul's
+// contract (each y[b][r] depends only on W[r] and x[b], in a fixed order), so results
+// do not depend on n_x or on the split (batch invariance).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gguf/reader.h"
+
+namespace agentq {
+
+class thread_pool;
+
+struct weight {
+  const gguf::tensor_info* info = nullptr;
+  gguf::tensor_type type = gguf::tensor_type::f32;
+  const uint8_t* data = nullptr;  // [n_out][row_bytes] in the mapping
+  int64_t n_in = 0;               // elements per row (ggml dims[0])
+  int64_t n_out = 0;              // rows (dims[1]; 1 for vectors)
+  size_t row_bytes = 0;
+
+  explicit operator bool() const { return data != nullptr; }
+  const uint8_t* row(int64_t r) const { return data + size_t(r) * row_bytes; }
+};
+
+// Bytes of one row of n elements of type t (n a multiple of the block size).
+size_t row_size(gguf::tensor_type t, int64_t n);
+
+// Dequantize n elements (one row, or several whole rows) to f32. Types: those gguf::is_supported accepts.
+void dequantize_row(gguf::tensor_type t, const uint8_t* src, float* dst, int64_t n);
+
+// y[i][o] = dot(w.row(o), x[i]) for i < n_x, o < w.n_out.
+//   x: [n_x][w.n_in]   y: [n_x][w.n_out]
+void linear(thread_pool& pool, const weight& w, const float* x, int32_t n_x, float* y);
+
+// Fixed-order dot product (8-lane partial sums, then a fixed tree), n any length.
+float dot_f32(const float* a, const float* b, int64_t n);
+
+}  // namespace agentq
