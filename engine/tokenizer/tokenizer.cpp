@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cfloat>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 
 #include "tokenizer/unicode.h"
@@ -81,7 +84,10 @@ bool tokenizer::init(const gguf::file& f, std::string* error) {
   attrs_.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     texts_.emplace_back(tokens->strs[i]);
-    if (scores) scores_[i] = static_cast<float>(scores->at_f64(i));
+    if (scores) {
+      const auto v = static_cast<float>(scores->at_f64(i));
+      scores_[i] = std::isfinite(v) ? v : -FLT_MAX;  // NOTE: NaN would break the merge queue's ordering
+    }
     if (types) {
       const int64_t t = types->at_i64(i);
       types_[i] = (t >= 0 && t <= 6) ? static_cast<agentq::token_type>(t) : agentq::token_type::undefined;

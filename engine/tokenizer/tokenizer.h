@@ -23,6 +23,7 @@ enum class token_type : uint8_t {
 
 enum class vocab_kind { spm, bpe };
 
+// Immutable after load: every const method may be called from any thread.
 class tokenizer {
  public:
   // Build from f's metadata; nullptr with *error set when the tokenizer model is

@@ -1,8 +1,11 @@
-// libFuzzer target for the tokenizer (not built by ctest). Build and run:
+// libFuzzer target for the tokenizer (not built by ctest). An input is text to
+// encode, or, when it starts with "GGUF", a model file whose tokenizer metadata
+// is loaded and exercised. Build and run:
 //   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address -Iengine -Iengine/include -Ikernels/include \
 //     tests/fuzz/fuzz_tokenizer.cpp engine/tokenizer/*.cpp engine/gguf/*.cpp -o fuzz_tokenizer && ./fuzz_tokenizer -max_total_time=60
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -31,9 +34,36 @@ const tokenizer& vocab() {
   return *tok;
 }
 
+// Hostile tokenizer metadata: loading fails with a message or yields a tokenizer
+// whose output ids are all in range.
+void fuzz_load(const uint8_t* data, size_t size) {
+  std::string err;
+  auto f = gguf::file::parse(data, size, &err);
+  if (!f) return;
+  auto tok = tokenizer::load(*f, &err);
+  if (!tok) {
+    if (err.empty()) std::abort();
+    return;
+  }
+  for (const char* text : {"Hello world <s> \xE2\x96\x81 12345 \xFF\xC3", "", "  \n\t<|end|>"}) {
+    for (bool special : {false, true}) {
+      const auto ids = tok->encode(text, true, special);
+      for (token_id id : ids) {
+        if (id < 0 || id >= tok->n_vocab()) std::abort();
+      }
+      tok->decode(ids, special);
+    }
+  }
+  for (token_id id = -1; id <= tok->n_vocab(); ++id) tok->token_to_piece(id, true);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size >= 4 && std::memcmp(data, "GGUF", 4) == 0) {
+    fuzz_load(data, size);
+    return 0;
+  }
   const tokenizer& tok = vocab();
   const std::string_view text(reinterpret_cast<const char*>(data), size);
 
