@@ -281,20 +281,32 @@ void tile_q4_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
     prefetch(reinterpret_cast<const uint8_t*>(wb + i) + prefetch_bytes + 128);
     const float dw = h2f(wb[i].d);
     const float dminw = -h2f(wb[i].dmin);
-    uint32_t utmp[4];
-    std::memcpy(utmp, wb[i].scales, 12);
-    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
-    const uint32_t uaux = utmp[1] & kmask1;
-    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
-    utmp[2] = uaux;
-    utmp[0] &= kmask1;
+    // Unpack the 6-bit scales and mins in SIMD (ggml's utmp shuffle, lane-wise):
+    //   v = [u0, u1, u2, -] (the 12 scale bytes; reading 16 stays inside the block)
+    //   out = [u0 & m1, (u2 & m2) | ((u0 >> 6 & m3) << 4), u1 & m1, (u2 >> 4 & m2) | ((u1 >> 6 & m3) << 4)]
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[i].scales));
+    const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // [u0, u2, u1, u2]
+    const __m128i c = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // [u0, u0, u1, u1]
+    const __m128i even = _mm_and_si128(a, _mm_set1_epi32(static_cast<int>(kmask1)));
+    const __m128i odd = _mm_or_si128(
+        _mm_and_si128(_mm_srlv_epi32(a, _mm_set_epi32(4, 0, 0, 0)), _mm_set1_epi32(static_cast<int>(kmask2))),
+        _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(c, 6), _mm_set1_epi32(static_cast<int>(kmask3))), 4));
     // 16 x int16: scales[0..7], mins[0..7]
-    const __m256i mins_and_scales = _mm256_cvtepu8_epi16(
-        _mm_set_epi32(static_cast<int>(utmp[3]), static_cast<int>(utmp[2]), static_cast<int>(utmp[1]),
-                      static_cast<int>(utmp[0])));
+    const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_blend_epi32(even, odd, 0b1010));
     const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
-    const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
-    const __m256i scales = _mm256_set_m128i(sc128, sc128);
+    const __m256i scales = _mm256_permute2x128_si256(mins_and_scales, mins_and_scales, 0x00);
+    // Weight side once per super-block, shared by the B inputs:
+    // q4v[2j], q4v[2j+1]: the 4-bit quants of sub-blocks 2j, 2j+1; scv: their scales as int16.
+    __m256i q4v[8], scv[8];
+    for (int j = 0; j < qk_k / 64; ++j) {
+      const __m256i q4bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[i].qs + 32 * j));
+      q4v[2 * j] = _mm256_and_si256(q4bits, m4);
+      q4v[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+      for (int h = 0; h < 2; ++h) {
+        const int sb = 2 * j + h;
+        scv[sb] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((2 * sb) | ((2 * sb + 1) << 8))));
+      }
+    }
     for (int b = 0; b < B; ++b) {
       const block_q8_k& y = x[b][i];
       const __m256i q8sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
@@ -302,17 +314,9 @@ void tile_q4_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
       const __m128i prod = _mm_madd_epi16(mins, q8s);
       acc_m[b] = _mm_fmadd_ps(_mm_set1_ps(dminw * y.d), _mm_cvtepi32_ps(prod), acc_m[b]);
       __m256i sumi = _mm256_setzero_si256();
-      for (int j = 0; j < qk_k / 64; ++j) {
-        const __m256i scale_l = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((2 * (2 * j)) | ((2 * (2 * j) + 1) << 8))));
-        const __m256i scale_h = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((2 * (2 * j + 1)) | ((2 * (2 * j + 1) + 1) << 8))));
-        const __m256i q4bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[i].qs + 32 * j));
-        const __m256i q4l = _mm256_and_si256(q4bits, m4);
-        const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
-        const __m256i q8l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j));
-        const __m256i q8h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j + 32));
-        const __m256i p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
-        const __m256i p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
+      for (int sb = 0; sb < qk_k / 32; ++sb) {
+        const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * sb));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scv[sb], _mm256_maddubs_epi16(q4v[sb], q8)));
       }
       acc[b] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(sumi), acc[b]);
     }
