@@ -57,9 +57,10 @@ void parse_entries(const redis_reply& entries, const std::string& stream, bool c
 }  // namespace
 
 struct queue::impl {
-  explicit impl(const redis_options& o) : consumer(o), relay(o) {}
-  std::mutex consumer_mu, relay_mu;
-  redis_client consumer;   // worker side
+  explicit impl(const redis_options& o) : consumer(o), control(o), relay(o) {}
+  std::mutex consumer_mu, control_mu, relay_mu;
+  redis_client consumer;   // worker side: (blocking) reads, reclaim, group creation
+  redis_client control;    // worker side: ack, touch, heartbeat, dead letter (never behind a blocking read)
   redis_client relay;      // relay / reconciler / publish / liveness lookups
   std::atomic<int64_t> n_published{0}, n_read{0}, n_acked{0}, n_reclaimed{0}, n_dead_lettered{0}, n_relayed{0},
       n_reconciled{0};
@@ -250,20 +251,20 @@ std::vector<delivery> queue::reclaim(const std::string& worker_id, int32_t max) 
 bool queue::touch(const std::string& worker_id, const std::vector<delivery>& held) {
   std::map<std::string, std::vector<std::string>> by_stream;
   for (auto& d : held) by_stream[d.stream].push_back(d.entry_id);
-  std::lock_guard lock(impl_->consumer_mu);
+  std::lock_guard lock(impl_->control_mu);
   bool ok = true;
   for (auto& [stream, ids] : by_stream) {
     std::vector<std::string> argv = {"XCLAIM", stream, options_.group, worker_id, "0"};
     argv.insert(argv.end(), ids.begin(), ids.end());
     argv.push_back("JUSTID");
-    ok = impl_->consumer.command(argv).ok() && ok;
+    ok = impl_->control.command(argv).ok() && ok;
   }
   return ok;
 }
 
 bool queue::ack(const delivery& d) {
-  std::lock_guard lock(impl_->consumer_mu);
-  auto r = impl_->consumer.command(
+  std::lock_guard lock(impl_->control_mu);
+  auto r = impl_->control.command(
       {"EVAL", k_ack_lua, "2", d.stream, options_.prefix + ":inflight", options_.group, d.entry_id, d.job_id});
   if (r.ok()) impl_->n_acked++;
   return r.ok();
@@ -271,8 +272,8 @@ bool queue::ack(const delivery& d) {
 
 bool queue::dead_letter(const delivery& d, const std::string& reason) {
   {
-    std::lock_guard lock(impl_->consumer_mu);
-    auto r = impl_->consumer.command({"XADD", dead_letter_key(), "MAXLEN", "~", std::to_string(options_.max_stream_len),
+    std::lock_guard lock(impl_->control_mu);
+    auto r = impl_->control.command({"XADD", dead_letter_key(), "MAXLEN", "~", std::to_string(options_.max_stream_len),
                                       "*", "job_id", d.job_id, "stream", d.stream, "entry_id", d.entry_id, "reason",
                                       reason});
     if (!r.ok()) return false;
@@ -282,8 +283,8 @@ bool queue::dead_letter(const delivery& d, const std::string& reason) {
 }
 
 bool queue::heartbeat(const std::string& worker_id) {
-  std::lock_guard lock(impl_->consumer_mu);
-  return impl_->consumer
+  std::lock_guard lock(impl_->control_mu);
+  return impl_->control
       .command({"SET", worker_stream_key(worker_id) + ":alive", "1", "PX", std::to_string(options_.heartbeat_ttl_ms)})
       .ok();
 }
@@ -303,10 +304,13 @@ queue_stats queue::stats() const {
   s.n_dead_lettered = impl_->n_dead_lettered;
   s.n_relayed = impl_->n_relayed;
   s.n_reconciled = impl_->n_reconciled;
-  std::scoped_lock lock(impl_->consumer_mu, impl_->relay_mu);
-  auto a = impl_->consumer.stats(), b = impl_->relay.stats();
-  s.redis = {a.n_commands + b.n_commands, a.n_errors + b.n_errors, a.n_io_errors + b.n_io_errors,
-             a.n_reconnects + b.n_reconnects};
+  std::scoped_lock lock(impl_->consumer_mu, impl_->control_mu, impl_->relay_mu);
+  for (const redis_client* c : {&impl_->consumer, &impl_->control, &impl_->relay}) {
+    s.redis.n_commands += c->stats().n_commands;
+    s.redis.n_errors += c->stats().n_errors;
+    s.redis.n_io_errors += c->stats().n_io_errors;
+    s.redis.n_reconnects += c->stats().n_reconnects;
+  }
   return s;
 }
 

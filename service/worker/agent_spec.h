@@ -20,7 +20,7 @@ namespace agentq::worker {
 //   "response_format": {"type":"json_schema","json_schema":{"schema":{..}}},
 //   "temperature":0, "top_p":1, "top_k":0, "seed":0,
 //   "max_turns":16, "max_output_tokens":4096, "max_tokens_per_turn":512, "deadline_seconds":600,
-//   "priority":"high|normal|low", "stream_tokens": false
+//   "priority":"high|normal|low", "stream_tokens": false, "stop": ["..."]
 // }
 // Tools without "execution" are client-side: the job goes to requires_action.
 struct http_execution {
@@ -48,6 +48,7 @@ struct agent_spec {
   double deadline_seconds = 0;         // 0 = none
   std::string priority = "normal";
   bool stream_tokens = false;          // write "token" events
+  std::vector<std::string> stop;       // stop strings for every turn
   // NOTE: tool_choice required/named applies to the first turn only, then reverts to auto,
   // so a forced tool call doesn't loop forever. "tool_choice_every_turn": true keeps it.
   bool tool_choice_every_turn = false;

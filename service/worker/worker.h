@@ -50,7 +50,9 @@ struct worker_options {
   int32_t read_block_ms = 200;
   int32_t n_tool_threads = 8;
   double client_tool_park_s = 300;     // park() hint while waiting on a client
-  std::string signing_secret;          // for server-side tool requests (Standard Webhooks style)
+  std::string signing_secret;          // for server-side tool requests (Standard Webhooks style); empty = unsigned
+  std::string tool_allow_cidrs;        // SSRF allow-list for tool URLs, e.g. "127.0.0.0/8" (tests)
+  int32_t max_deliveries = 5;          // claims before a job is dead-lettered
   http_tool_fn http_tool;              // empty = built-in client
 };
 

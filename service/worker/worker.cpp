@@ -1,0 +1,678 @@
+// The worker: a dispatcher thread (read + claim), a housekeeping thread (heartbeat, lease renewal,
+// cancel poll, deadlines, reclaim) and one thread per held job running its agent loop.
+// NOTE: thread-per-job keeps each loop a readable top-to-bottom routine (submit -> wait -> commit ->
+// tools -> ...); the threads spend their life blocked on the engine, SQLite or a tool, and max_jobs
+// bounds them (64 by default). Concurrency on the GPU comes from the engine batching their turns.
+#include "worker/worker.h"
+
+#include <unistd.h>
+
+#include <agentq/engine.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "net/http_client.h"
+#include "queue/queue.h"
+#include "store/store.h"
+#include "webhooks/signing.h"
+#include "worker/agent_spec.h"
+#include "worker/fault.h"
+
+namespace agentq::worker {
+
+using json = nlohmann::json;
+using store::job_status;
+using store::write_status;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+std::string default_worker_id() {
+  char host[128] = {0};
+  gethostname(host, sizeof host - 1);
+  std::mt19937_64 rng{std::random_device{}()};
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s-%d-%04x", host, static_cast<int>(getpid()), static_cast<unsigned>(rng() & 0xffff));
+  return buf;
+}
+
+uint64_t job_key_of(const std::string& job_id) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : job_id) h = (h ^ c) * 1099511628211ull;
+  return h ? h : 1;
+}
+
+int32_t engine_priority(store::job_priority p) {
+  return p == store::job_priority::high ? 2 : p == store::job_priority::normal ? 1 : 0;
+}
+
+// Built-in server-side tool transport: net::http_client (SSRF-guarded) + Standard Webhooks signing.
+http_tool_fn make_default_http_tool(const std::string& allow_cidrs, const std::string& secret) {
+  std::vector<net::cidr> allow;
+  if (!allow_cidrs.empty()) {
+    std::string err;
+    auto parsed = net::parse_cidr_list(allow_cidrs, &err);
+    if (parsed)
+      allow = *parsed;
+    else
+      spdlog::error("worker: tool_allow_cidrs: {}", err);
+  }
+  auto client = std::make_shared<net::http_client>(net::ssrf_guard(allow));
+  return [client, secret](const http_tool_request& r) {
+    net::http_request req;
+    req.url = r.url;
+    req.body = r.body_json;
+    req.timeout = std::chrono::milliseconds(r.timeout_ms);
+    req.max_response_bytes = static_cast<size_t>(r.max_response_bytes);
+    req.headers.push_back({"Content-Type", "application/json"});
+    if (!secret.empty()) {
+      int64_t ts = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+      if (auto h = webhooks::make_headers(secret, r.call_id, ts, r.body_json)) {
+        req.headers.push_back({"webhook-id", h->id});
+        req.headers.push_back({"webhook-timestamp", h->timestamp});
+        req.headers.push_back({"webhook-signature", h->signature});
+      }
+    }
+    auto res = client->send(req);
+    http_tool_response out;
+    if (!res.ok()) {
+      out.error = std::string(net::to_string(res.error)) + ": " + res.message;
+      out.retryable = res.error == net::http_error::timeout || res.error == net::http_error::connect_failed ||
+                      res.error == net::http_error::protocol_error;
+      return out;
+    }
+    out.status = res.response.status;
+    out.body = std::move(res.response.body);
+    out.ok = out.status >= 200 && out.status < 300;
+    out.retryable = out.status >= 500 || out.status == 429;
+    if (!out.ok) out.error = "HTTP " + std::to_string(out.status);
+    return out;
+  };
+}
+
+// What a job's transcript says about where its loop stands.
+struct loop_state {
+  std::vector<chat_message> messages;   // input + committed turns + recorded tool results, in call order
+  std::vector<tool_call> pending;       // calls of the last turn without a recorded result
+  int32_t n_turns = 0;                  // committed model turns
+  bool last_turn_final = false;         // the last turn had no tool calls (crash after commit, before finish)
+  std::string last_content;
+};
+
+loop_state rebuild(const std::vector<store::transcript_row>& rows, size_t n_input) {
+  loop_state st;
+  std::unordered_map<std::string, const store::transcript_row*> results;
+  for (size_t i = n_input; i < rows.size(); ++i)
+    if (rows[i].role == "tool") results[rows[i].tool_call_id] = &rows[i];
+  auto to_msg = [](const store::transcript_row& r) {
+    chat_message m;
+    m.role = parse_role(r.role).value_or(role::user);
+    m.content = r.content;
+    m.tool_calls = tool_calls_from_json(r.tool_calls_json);
+    m.tool_call_id = r.tool_call_id;
+    m.name = r.name;
+    return m;
+  };
+  for (size_t i = 0; i < rows.size() && i < n_input; ++i) st.messages.push_back(to_msg(rows[i]));
+  for (size_t i = n_input; i < rows.size(); ++i) {
+    if (rows[i].role != "assistant") continue;
+    chat_message a = to_msg(rows[i]);
+    st.n_turns++;
+    st.pending.clear();
+    st.last_turn_final = a.tool_calls.empty();
+    st.last_content = a.content;
+    auto calls = a.tool_calls;
+    st.messages.push_back(std::move(a));
+    for (auto& c : calls) {
+      auto it = results.find(c.id);
+      if (it == results.end()) {
+        st.pending.push_back(c);
+        continue;
+      }
+      chat_message t;
+      t.role = role::tool;
+      t.content = it->second->content;
+      t.tool_call_id = c.id;
+      t.name = c.name;
+      st.messages.push_back(std::move(t));
+    }
+  }
+  return st;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+struct job_ctx {
+  std::string job_id;
+  int64_t epoch = 0;
+  queue::delivery delivery;
+  uint64_t job_key = 0;
+  int64_t deadline_ms = 0;                 // wall clock; 0 = none
+  std::atomic<bool> cancelled{false}, lost{false}, stopping{false}, deadline_hit{false}, done{false};
+  std::atomic<uint64_t> request_id{0};     // engine request in flight; 0 = none
+  std::thread thread;
+};
+
+struct worker::impl {
+  worker_options options;
+  std::shared_ptr<engine> eng;
+  store::store& db;
+  queue::queue& q;
+  bool start_engine;
+  std::string id;
+
+  std::atomic<bool> running{false};
+  std::thread dispatcher, housekeeper;
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<job_ctx>> active;
+  std::mutex latency_mu;
+  std::unordered_map<std::string, double> tool_latency_s;  // EWMA per tool name
+
+  std::atomic<int64_t> n_claimed{0}, n_completed{0}, n_failed{0}, n_cancelled{0}, n_requires_action{0}, n_turns{0},
+      n_tool_calls{0}, n_fenced{0}, n_resumed{0};
+
+  impl(worker_options o, std::shared_ptr<engine> e, store::store& s, queue::queue& qq, bool se)
+      : options(std::move(o)), eng(std::move(e)), db(s), q(qq), start_engine(se) {
+    id = options.worker_id.empty() ? default_worker_id() : options.worker_id;
+    if (!options.http_tool) options.http_tool = make_default_http_tool(options.tool_allow_cidrs, options.signing_secret);
+  }
+
+  // --- dispatch --------------------------------------------------------------
+
+  void dispatch_loop() {
+    auto next_reclaim = clock_type::now();
+    while (running) {
+      reap();
+      int32_t cap = options.max_jobs - n_active();
+      if (cap <= 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      for (auto& d : q.read(id, cap, options.read_block_ms)) handle_delivery(d);
+      if (clock_type::now() >= next_reclaim) {
+        cap = options.max_jobs - n_active();
+        if (cap > 0)
+          for (auto& d : q.reclaim(id, cap)) handle_delivery(d);
+        next_reclaim = clock_type::now() + std::chrono::milliseconds(options.reclaim_interval_ms);
+      }
+    }
+  }
+
+  int32_t n_active() {
+    std::lock_guard lock(mu);
+    return static_cast<int32_t>(active.size());
+  }
+
+  void reap() {
+    std::vector<std::shared_ptr<job_ctx>> finished;
+    {
+      std::lock_guard lock(mu);
+      for (auto it = active.begin(); it != active.end();) {
+        if (it->second->done) {
+          finished.push_back(it->second);
+          it = active.erase(it);
+        } else
+          ++it;
+      }
+    }
+    for (auto& c : finished)
+      if (c->thread.joinable()) c->thread.join();
+  }
+
+  void handle_delivery(const queue::delivery& d) {
+    if (d.job_id.empty()) {
+      q.ack(d);
+      return;
+    }
+    {
+      std::lock_guard lock(mu);
+      auto it = active.find(d.job_id);
+      if (it != active.end() && it->second->done) {  // its thread ended (e.g. requires_action): a new run
+        if (it->second->thread.joinable()) it->second->thread.join();
+        active.erase(it);
+        it = active.end();
+      }
+      if (it != active.end()) {
+        // Ours already: a duplicate entry is acked; our own entry coming back from reclaim is kept.
+        if (it->second->delivery.entry_id != d.entry_id || it->second->delivery.stream != d.stream) q.ack(d);
+        return;
+      }
+    }
+    auto c = db.claim_job(d.job_id, id, options.lease_ms, options.max_deliveries).get();
+    switch (c.outcome) {
+      case store::claim_outcome::claimed: break;
+      case store::claim_outcome::busy:
+        if (!d.reclaimed) q.ack(d);  // a duplicate of an entry its live owner holds
+        return;
+      case store::claim_outcome::not_claimable:
+      case store::claim_outcome::not_found: q.ack(d); return;
+      case store::claim_outcome::poisoned:
+        spdlog::warn("worker {}: job {} dead-lettered after {} deliveries", id, d.job_id, options.max_deliveries);
+        q.dead_letter(d, "exceeded max deliveries");
+        n_failed++;
+        return;
+      case store::claim_outcome::error: return;  // left pending: reclaimed later
+    }
+    fault_point("after_claim");
+    n_claimed++;
+    auto ctx = std::make_shared<job_ctx>();
+    ctx->job_id = d.job_id;
+    ctx->epoch = c.won->epoch;
+    ctx->delivery = d;
+    ctx->job_key = job_key_of(d.job_id);
+    std::lock_guard lock(mu);
+    active[d.job_id] = ctx;
+    ctx->thread = std::thread([this, ctx, row = c.won->job] {
+      try {
+        run_job(*ctx, row);
+      } catch (const std::exception& e) {
+        spdlog::error("worker {}: job {} crashed: {}", id, ctx->job_id, e.what());
+        db.finish_job(ctx->job_id, ctx->epoch, job_status::failed, "", std::string("internal error: ") + e.what(), {})
+            .get();
+        eng->release(ctx->job_key);
+        ack(*ctx);
+      }
+      ctx->done = true;
+    });
+  }
+
+  // --- housekeeping ------------------------------------------------------------
+
+  std::vector<std::shared_ptr<job_ctx>> snapshot() {
+    std::lock_guard lock(mu);
+    std::vector<std::shared_ptr<job_ctx>> out;
+    for (auto& [k, c] : active)
+      if (!c->done) out.push_back(c);
+    return out;
+  }
+
+  void interrupt(job_ctx& c) {
+    if (uint64_t r = c.request_id.load()) eng->cancel(r);
+  }
+
+  void housekeeping_loop() {
+    auto now = clock_type::now();
+    auto next_heartbeat = now, next_renew = now, next_cancel = now;
+    while (running) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(20, options.cancel_poll_ms)));
+      now = clock_type::now();
+      auto jobs = snapshot();
+      if (now >= next_heartbeat) {
+        q.heartbeat(id);
+        std::vector<queue::delivery> held;
+        for (auto& c : jobs) held.push_back(c->delivery);
+        if (!held.empty()) q.touch(id, held);
+        next_heartbeat = now + std::chrono::milliseconds(options.heartbeat_ms);
+      }
+      if (now >= next_renew && !jobs.empty()) {
+        std::vector<std::pair<std::string, int64_t>> leases;
+        for (auto& c : jobs) leases.push_back({c->job_id, c->epoch});
+        auto lost = db.renew_leases(leases, options.lease_ms).get();
+        for (auto& jid : lost)
+          for (auto& c : jobs)
+            if (c->job_id == jid && !c->done && !c->lost.exchange(true)) interrupt(*c);
+        next_renew = now + std::chrono::milliseconds(std::max<int64_t>(1, options.lease_ms / 3));
+      }
+      if (now >= next_cancel && !jobs.empty()) {
+        std::vector<std::string> ids;
+        for (auto& c : jobs) ids.push_back(c->job_id);
+        for (auto& jid : db.cancelled_among(ids))
+          for (auto& c : jobs)
+            if (c->job_id == jid && !c->cancelled.exchange(true)) interrupt(*c);
+        next_cancel = now + std::chrono::milliseconds(options.cancel_poll_ms);
+      }
+      int64_t wall = store::now_ms();
+      for (auto& c : jobs)
+        if (c->deadline_ms > 0 && wall >= c->deadline_ms && !c->deadline_hit) {
+          c->deadline_hit = true;
+          interrupt(*c);
+        }
+    }
+  }
+
+  // --- the agent loop ------------------------------------------------------------
+
+  void ack(job_ctx& c) {
+    fault_point("before_xack");
+    q.ack(c.delivery);
+  }
+
+  // The job is no longer ours (fenced / cancelled): drop the KV; ack only if the job is over.
+  void on_lost(job_ctx& c) {
+    n_fenced++;
+    eng->release(c.job_key);
+    auto row = db.get_job(c.job_id);
+    if (!row || store::is_terminal(row->status)) {
+      if (row && row->status == job_status::cancelled) n_cancelled++;
+      ack(c);
+    }
+  }
+
+  bool finish(job_ctx& c, job_status st, const std::string& content, const std::string& error,
+              const store::usage_totals& usage) {
+    json result = json::object();
+    if (st == job_status::completed || st == job_status::incomplete) {
+      result["content"] = content;
+      json parsed = json::parse(content, nullptr, false);
+      if (!parsed.is_discarded() && (parsed.is_object() || parsed.is_array())) result["parsed"] = parsed;
+    }
+    auto ws = db.finish_job(c.job_id, c.epoch, st, result.dump(), error, usage).get();
+    if (ws != write_status::ok) {
+      on_lost(c);
+      return false;
+    }
+    (st == job_status::completed ? n_completed : n_failed)++;
+    eng->release(c.job_key);
+    ack(c);
+    return true;
+  }
+
+  void run_job(job_ctx& c, const store::job_row& row) {
+    std::string err;
+    auto spec = parse_agent_spec(row.request_json, &err);
+    if (!spec) {
+      finish(c, job_status::failed, "", "invalid request: " + err, {});
+      return;
+    }
+    if (row.deadline_ms > 0)
+      c.deadline_ms = row.deadline_ms;
+    else if (spec->deadline_seconds > 0)
+      c.deadline_ms = row.created_ms + static_cast<int64_t>(spec->deadline_seconds * 1000);
+    store::usage_totals usage = store::usage_totals::from_json(row.usage_json);
+
+    auto rows = db.read_transcript(c.job_id);
+    if (rows.empty()) {
+      std::vector<store::transcript_row> input;
+      for (auto& m : spec->messages) {
+        store::transcript_row r;
+        r.role = role_name(m.role);
+        r.content = m.content;
+        if (!m.tool_calls.empty()) r.tool_calls_json = tool_calls_to_json(m.tool_calls);
+        r.tool_call_id = m.tool_call_id;
+        r.name = m.name;
+        input.push_back(std::move(r));
+      }
+      if (db.init_transcript(c.job_id, c.epoch, input).get() != write_status::ok) return on_lost(c);
+      rows = db.read_transcript(c.job_id);
+    } else if (rows.size() > spec->messages.size()) {
+      n_resumed++;
+    }
+    loop_state st = rebuild(rows, spec->messages.size());
+
+    for (;;) {
+      if (c.cancelled || c.lost) return on_lost(c);
+      if (c.stopping) {
+        if (db.release_job(c.job_id, c.epoch).get() == write_status::ok)
+          ack(c);
+        else
+          on_lost(c);
+        return;
+      }
+      // A crash after committing a final turn: finish from the transcript, no re-generation.
+      if (st.n_turns > 0 && st.last_turn_final) {
+        finish(c, job_status::completed, st.last_content, "", usage);
+        return;
+      }
+      if (!st.pending.empty()) {
+        auto client_calls = run_tools(c, *spec, st.pending);
+        if (c.lost || c.cancelled) return on_lost(c);
+        if (!client_calls.empty()) {
+          json pending = json::array();
+          for (auto& tc : client_calls) pending.push_back({{"id", tc.id}, {"name", tc.name}, {"arguments", tc.arguments_json}});
+          if (db.require_action(c.job_id, c.epoch, pending.dump()).get() != write_status::ok) return on_lost(c);
+          n_requires_action++;
+          eng->park(c.job_key, options.client_tool_park_s);
+          ack(c);
+          return;
+        }
+        st = rebuild(db.read_transcript(c.job_id), spec->messages.size());
+        continue;
+      }
+      // Limits before the next model turn.
+      if (st.n_turns >= spec->max_turns) {
+        finish(c, job_status::incomplete, st.last_content, "max_turns reached (" + std::to_string(spec->max_turns) + ")", usage);
+        return;
+      }
+      int64_t remaining = spec->max_output_tokens - usage.completion_tokens;
+      if (remaining <= 0) {
+        finish(c, job_status::incomplete, st.last_content, "max_output_tokens reached", usage);
+        return;
+      }
+      if (c.deadline_hit || (c.deadline_ms > 0 && store::now_ms() >= c.deadline_ms)) {
+        finish(c, job_status::incomplete, st.last_content, "deadline exceeded", usage);
+        return;
+      }
+
+      turn_request req;
+      req.job_key = c.job_key;
+      req.arrival_seq = static_cast<uint64_t>(row.created_ms);
+      req.priority = engine_priority(row.priority);
+      req.messages = st.messages;
+      for (auto& t : spec->tools) req.tools.push_back(t.def);
+      req.choice = (st.n_turns == 0 || spec->tool_choice_every_turn) ? spec->choice : tool_choice{};
+      req.parallel_tool_calls = spec->parallel_tool_calls;
+      req.response_schema_json = spec->response_schema_json;
+      req.sampling = spec->sampling;
+      req.max_tokens = static_cast<int32_t>(std::min<int64_t>(spec->max_tokens_per_turn, remaining));
+      req.stop = spec->stop;
+
+      auto done = std::make_shared<std::promise<turn_result>>();
+      auto fut = done->get_future();
+      turn_callbacks cb;
+      cb.on_done = [done](turn_result r) { done->set_value(std::move(r)); };
+      if (spec->stream_tokens) {
+        std::string jid = c.job_id;
+        int64_t epoch = c.epoch;
+        store::store* s = &db;
+        cb.on_text = [s, jid, epoch](std::string_view piece) {
+          s->append_event(jid, epoch, "token", json{{"text", std::string(piece)}}.dump());  // NOTE: not awaited
+        };
+      }
+      c.request_id = eng->submit(std::move(req), std::move(cb));
+      if (c.cancelled || c.lost || c.deadline_hit || c.stopping) interrupt(c);  // raced with the poller
+      turn_result res = fut.get();
+      c.request_id = 0;
+
+      if (res.finish == finish_reason::cancelled) {
+        if (c.cancelled || c.lost) return on_lost(c);
+        if (c.stopping) continue;  // released at the top of the loop
+        if (c.deadline_hit) {
+          finish(c, job_status::incomplete, st.last_content, "deadline exceeded", usage);
+          return;
+        }
+      }
+      if (res.finish == finish_reason::error || res.finish == finish_reason::cancelled) {
+        finish(c, job_status::failed, "", "engine: " + (res.error.empty() ? std::string("cancelled") : res.error), usage);
+        return;
+      }
+
+      // Commit the turn before any of its tools run. Call ids are ours: stable across crashes.
+      int32_t turn_idx = st.n_turns;
+      chat_message msg = res.message;
+      msg.role = role::assistant;
+      for (size_t i = 0; i < msg.tool_calls.size(); ++i)
+        msg.tool_calls[i].id = "call_aq" + std::to_string(turn_idx) + "_" + std::to_string(i);
+      usage.prompt_tokens += res.usage.n_tokens_prompt;
+      usage.cached_tokens += res.usage.n_tokens_cached;
+      usage.computed_tokens += res.usage.n_tokens_computed;
+      usage.completion_tokens += res.usage.n_tokens_generated;
+      usage.turns = turn_idx + 1;
+      store::turn_commit tc;
+      tc.turn_idx = turn_idx;
+      tc.content = msg.content;
+      if (!msg.tool_calls.empty()) tc.tool_calls_json = tool_calls_to_json(msg.tool_calls);
+      tc.turn_usage_json = json{{"prompt_tokens", res.usage.n_tokens_prompt},
+                                {"cached_tokens", res.usage.n_tokens_cached},
+                                {"computed_tokens", res.usage.n_tokens_computed},
+                                {"completion_tokens", res.usage.n_tokens_generated},
+                                {"finish", to_string(res.finish)},
+                                {"queue_ms", res.usage.queue_ms},
+                                {"prefill_ms", res.usage.prefill_ms},
+                                {"decode_ms", res.usage.decode_ms}}
+                               .dump();
+      tc.job_usage = usage;
+      if (db.commit_turn(c.job_id, c.epoch, tc).get() != write_status::ok) return on_lost(c);
+      n_turns++;
+      fault_point("after_turn_commit");
+
+      st.n_turns++;
+      st.last_content = msg.content;
+      st.last_turn_final = msg.tool_calls.empty();
+      st.pending = msg.tool_calls;
+      st.messages.push_back(msg);
+      if (st.last_turn_final) {
+        bool truncated = res.finish == finish_reason::length;
+        finish(c, truncated ? job_status::incomplete : job_status::completed, msg.content,
+               truncated ? "output truncated at max_tokens_per_turn / max_output_tokens" : "", usage);
+        return;
+      }
+    }
+  }
+
+  double expected_wait_s(const tool_spec& t) {
+    std::lock_guard lock(latency_mu);
+    auto it = tool_latency_s.find(t.def.name);
+    if (it != tool_latency_s.end()) return it->second;
+    return t.http ? t.http->timeout_ms / 2000.0 : options.client_tool_park_s;
+  }
+
+  void observe_latency(const std::string& name, double s) {
+    std::lock_guard lock(latency_mu);
+    auto [it, fresh] = tool_latency_s.emplace(name, s);
+    if (!fresh) it->second = 0.8 * it->second + 0.2 * s;
+  }
+
+  // Run the server-side calls among `calls` (in parallel) and record their results; return the
+  // client-side calls still waiting on the client.
+  std::vector<tool_call> run_tools(job_ctx& c, const agent_spec& spec, const std::vector<tool_call>& calls) {
+    std::unordered_map<std::string, bool> recorded;
+    for (auto& r : db.read_tool_results(c.job_id)) recorded[r.call_id] = true;
+    std::vector<tool_call> client_calls;
+    std::vector<std::pair<const tool_call*, const tool_spec*>> server_calls;
+    for (auto& tc : calls) {
+      if (recorded.count(tc.id)) continue;
+      const tool_spec* t = spec.find_tool(tc.name);
+      if (!t) {
+        db.record_tool_result(c.job_id, c.epoch, {tc.id, "error: no tool named '" + tc.name + "'", true}, tc.name).get();
+        continue;
+      }
+      if (t->http)
+        server_calls.push_back({&tc, t});
+      else
+        client_calls.push_back(tc);
+    }
+    if (server_calls.empty()) return client_calls;
+    double wait = 0;
+    for (auto& [tc, t] : server_calls) wait = std::max(wait, expected_wait_s(*t));
+    eng->park(c.job_key, wait);
+    std::vector<std::future<void>> running;
+    for (auto& [tc, t] : server_calls) {
+      db.append_event(c.job_id, c.epoch, "tool_call", json{{"call_id", tc->id}, {"name", tc->name}}.dump());
+      running.push_back(std::async(std::launch::async, [this, &c, tc = tc, t = t] { run_http_tool(c, *tc, *t); }));
+    }
+    for (auto& f : running) f.get();
+    return client_calls;
+  }
+
+  void run_http_tool(job_ctx& c, const tool_call& tc, const tool_spec& t) {
+    n_tool_calls++;
+    json args = json::parse(tc.arguments_json, nullptr, false);
+    http_tool_request req;
+    req.url = t.http->url;
+    req.body_json = json{{"job_id", c.job_id}, {"call_id", tc.id}, {"name", tc.name},
+                         {"arguments", args.is_discarded() ? json(tc.arguments_json) : args}}
+                        .dump();
+    req.job_id = c.job_id;
+    req.call_id = tc.id;
+    req.timeout_ms = t.http->timeout_ms;
+    req.max_response_bytes = t.http->max_response_bytes;
+    http_tool_response res;
+    auto t0 = clock_type::now();
+    for (int32_t attempt = 0;; ++attempt) {
+      res = options.http_tool(req);
+      if (res.ok || !res.retryable || attempt >= t.http->max_retries || c.cancelled || c.lost) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100 << std::min(attempt, 6)));
+    }
+    observe_latency(tc.name, std::chrono::duration<double>(clock_type::now() - t0).count());
+    fault_point("after_tool_effect");
+    store::tool_output out;
+    out.call_id = tc.id;
+    if (res.ok) {
+      json body = json::parse(res.body, nullptr, false);
+      out.output = body.is_object() && body.contains("output")
+                       ? (body["output"].is_string() ? body["output"].get<std::string>() : body["output"].dump())
+                       : res.body;
+    } else {
+      out.output = "error: " + res.error;
+      out.is_error = true;
+    }
+    if (db.record_tool_result(c.job_id, c.epoch, out, tc.name).get() != write_status::ok) c.lost = true;
+  }
+};
+
+// ---------------------------------------------------------------------------
+
+worker::worker(worker_options options, std::shared_ptr<engine> engine, store::store& store, queue::queue& queue,
+               bool start_engine)
+    : impl_(std::make_unique<impl>(std::move(options), std::move(engine), store, queue, start_engine)) {}
+
+worker::~worker() { stop(); }
+
+void worker::start() {
+  if (impl_->running.exchange(true)) return;
+  if (impl_->start_engine) impl_->eng->start();
+  impl_->q.ensure_groups(impl_->id);
+  impl_->q.heartbeat(impl_->id);
+  impl_->dispatcher = std::thread([this] { impl_->dispatch_loop(); });
+  impl_->housekeeper = std::thread([this] { impl_->housekeeping_loop(); });
+  spdlog::info("worker {} started", impl_->id);
+}
+
+void worker::stop() {
+  if (!impl_->running.exchange(false)) return;
+  if (impl_->dispatcher.joinable()) impl_->dispatcher.join();
+  for (auto& c : impl_->snapshot()) {
+    c->stopping = true;
+    impl_->interrupt(*c);
+  }
+  // Job threads release their jobs at their next step (after an in-flight tool returns).
+  while (impl_->n_active() > 0) {
+    impl_->reap();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (impl_->housekeeper.joinable()) impl_->housekeeper.join();
+  if (impl_->start_engine) impl_->eng->stop();
+  spdlog::info("worker {} stopped", impl_->id);
+}
+
+const std::string& worker::id() const { return impl_->id; }
+
+worker_stats worker::stats() const {
+  worker_stats s;
+  s.n_claimed = impl_->n_claimed;
+  s.n_completed = impl_->n_completed;
+  s.n_failed = impl_->n_failed;
+  s.n_cancelled = impl_->n_cancelled;
+  s.n_requires_action = impl_->n_requires_action;
+  s.n_turns = impl_->n_turns;
+  s.n_tool_calls = impl_->n_tool_calls;
+  s.n_fenced = impl_->n_fenced;
+  s.n_resumed = impl_->n_resumed;
+  s.n_active = impl_->n_active();
+  return s;
+}
+
+}  // namespace agentq::worker

@@ -1,0 +1,237 @@
+// The agent loop on a scripted engine with a real SQLite store, a real redis-server and a loopback
+// tool server: multi-turn with a server-side tool, client-side tool -> requires_action -> outputs ->
+// resume on the KV-holding worker, cancellation, limits, deadlines, invalid requests.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "queue/queue.h"
+#include "redis_server.h"
+#include "scripted_engine.h"
+#include "store/store.h"
+#include "temp_dir.h"
+#include "tool_server.h"
+#include "worker/agent_spec.h"
+#include "worker/worker.h"
+
+using namespace agentq;
+using json = nlohmann::json;
+using store::job_status;
+
+namespace {
+
+struct rig {
+  test::temp_dir dir;
+  test::redis_server redis;
+  std::unique_ptr<store::store> db;
+  std::unique_ptr<queue::queue> q;
+  std::shared_ptr<test::scripted_engine> eng;
+  std::unique_ptr<worker::worker> w;
+
+  explicit rig(test::scripted_engine::script_fn fn, worker::worker_options wo = {}) {
+    std::string err;
+    store::store_options so;
+    so.path = dir.file("jobs.db");
+    db = store::store::open(so, &err);
+    REQUIRE_MESSAGE(db, err);
+    queue::queue_options qo;
+    qo.redis.port = redis.port();
+    qo.reconcile_grace_ms = 500;
+    q = std::make_unique<queue::queue>(qo, *db);
+    q->start_relay();
+    eng = std::make_shared<test::scripted_engine>(std::move(fn));
+    if (wo.worker_id.empty()) wo.worker_id = "w1";
+    wo.tool_allow_cidrs = "127.0.0.0/8";
+    wo.cancel_poll_ms = 20;
+    w = std::make_unique<worker::worker>(wo, eng, *db, *q);
+    w->start();
+  }
+  ~rig() {
+    w.reset();
+    q->stop_relay();
+  }
+  std::string submit(const json& request) {
+    store::new_job nj;
+    nj.tenant = "t";
+    nj.request_json = request.dump();
+    auto r = db->create_job(nj).get();
+    REQUIRE(r.outcome == store::create_outcome::created);
+    return r.job.id;
+  }
+  store::job_row wait_for(const std::string& id, std::function<bool(job_status)> pred, int timeout_ms = 10000) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      auto j = db->get_job(id);
+      REQUIRE(j);
+      if (pred(j->status) || std::chrono::steady_clock::now() > until) return *j;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  store::job_row wait_terminal(const std::string& id, int timeout_ms = 10000) {
+    return wait_for(id, [](job_status s) { return store::is_terminal(s); }, timeout_ms);
+  }
+};
+
+json user(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
+
+json http_tool(const std::string& name, const std::string& url) {
+  return {{"type", "function"},
+          {"function", {{"name", name}, {"parameters", {{"type", "object"}}}}},
+          {"execution", {{"type", "http"}, {"url", url}, {"timeout_ms", 2000}, {"max_retries", 1}}}};
+}
+json client_tool(const std::string& name) {
+  return {{"type", "function"}, {"function", {{"name", name}, {"parameters", {{"type", "object"}}}}}};
+}
+
+}  // namespace
+
+TEST_CASE("agent spec: parse and reject") {
+  std::string err;
+  auto s = worker::parse_agent_spec(
+      json{{"messages", {user("hi")}}, {"tools", {client_tool("ask")}}, {"tool_choice", "required"}, {"max_turns", 3}}
+          .dump(),
+      &err);
+  REQUIRE_MESSAGE(s, err);
+  CHECK(s->choice.mode == tool_choice_mode::required);
+  CHECK(s->max_turns == 3);
+  CHECK_FALSE(s->tools[0].http);
+  CHECK_FALSE(worker::parse_agent_spec("[]", &err));
+  CHECK_FALSE(worker::parse_agent_spec(json{{"messages", json::array()}}.dump(), &err));
+  CHECK(err.find("messages") != std::string::npos);
+  CHECK_FALSE(worker::parse_agent_spec(json{{"messages", {user("x")}}, {"max_turns", 0}}.dump(), &err));
+  CHECK(err.find("max_turns") != std::string::npos);
+  CHECK_FALSE(worker::parse_agent_spec(
+      json{{"messages", {user("x")}}, {"tools", {{{"function", {{"name", "f"}}}, {"execution", {{"type", "http"}, {"url", "ftp://x"}}}}}}}.dump(),
+      &err));
+  CHECK(err.find("execution.url") != std::string::npos);
+}
+
+TEST_CASE("multi-turn loop with a server-side tool: transcript, usage, events persist") {
+  test::tool_server tools([](const test::tool_server::request& r) {
+    auto body = json::parse(r.body);
+    return std::pair{200, json{{"output", "sum=" + body["arguments"]["a"].dump()}}.dump()};
+  });
+  rig R([](const turn_request& req, int32_t idx) {
+    if (idx == 0) return test::call_tool("add", R"({"a":41})");
+    return test::answer("the answer is " + req.messages.back().content);
+  }, [] {
+    worker::worker_options o;
+    o.signing_secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    return o;
+  }());
+  std::string id = R.submit({{"messages", {user("add 41")}}, {"tools", {http_tool("add", tools.url())}}});
+  auto j = R.wait_terminal(id);
+  CHECK(j.status == job_status::completed);
+  CHECK(json::parse(j.result_json)["content"] == "the answer is sum=41");
+  auto tr = R.db->read_transcript(id);
+  REQUIRE(tr.size() == 4);
+  CHECK(tr[0].role == "user");
+  CHECK(tr[1].role == "assistant");
+  CHECK(tr[1].tool_calls_json.find("call_aq0_0") != std::string::npos);
+  CHECK(tr[2].role == "tool");
+  CHECK(tr[2].content == "sum=41");
+  CHECK(tr[3].content == "the answer is sum=41");
+  auto u = store::usage_totals::from_json(j.usage_json);
+  CHECK(u.turns == 2);
+  CHECK(u.prompt_tokens > 0);
+  CHECK(u.cached_tokens > 0);  // turn 2 reused turn 1's KV
+  CHECK(u.computed_tokens == u.prompt_tokens - u.cached_tokens);
+  auto reqs = tools.requests();
+  REQUIRE(reqs.size() == 1);
+  auto body = json::parse(reqs[0].body);
+  CHECK(body["job_id"] == id);
+  CHECK(body["call_id"] == "call_aq0_0");
+  CHECK(body["name"] == "add");
+  CHECK(reqs[0].headers.find("webhook-signature: v1,") != std::string::npos);
+  auto ev = R.db->read_events(id, 0, 100);
+  std::vector<std::string> types;
+  for (auto& e : ev) types.push_back(e.type);
+  CHECK(std::count(types.begin(), types.end(), "turn") == 2);
+  CHECK(std::count(types.begin(), types.end(), "tool_result") == 1);
+  CHECK(json::parse(ev.back().data_json)["status"] == "completed");
+  CHECK(R.eng->n_parks() >= 1);
+  CHECK(R.eng->n_releases() >= 1);
+}
+
+TEST_CASE("client-side tool: requires_action, outputs, resume with only new tokens computed") {
+  rig R([](const turn_request& req, int32_t idx) {
+    if (idx == 0) return test::call_tool("ask_user", R"({"q":"name?"})");
+    return test::answer("hello " + req.messages.back().content);
+  });
+  std::string id = R.submit({{"messages", {user("greet me")}}, {"tools", {client_tool("ask_user")}}});
+  auto j = R.wait_for(id, [](job_status s) { return s == job_status::requires_action; });
+  REQUIRE(j.status == job_status::requires_action);
+  auto pending = json::parse(j.pending_json);
+  REQUIRE(pending.size() == 1);
+  CHECK(pending[0]["name"] == "ask_user");
+  CHECK(R.db->submit_tool_outputs(id, {{pending[0]["id"], "Ada"}}).get() == store::write_status::ok);
+  j = R.wait_terminal(id);
+  CHECK(j.status == job_status::completed);
+  CHECK(json::parse(j.result_json)["content"] == "hello Ada");
+  CHECK(j.lease_owner == "w1");
+  auto tr = R.db->read_transcript(id);
+  REQUIRE(tr.size() == 4);
+  auto turn2 = json::parse(tr[3].usage_json);
+  CHECK(turn2["cached_tokens"].get<int>() > 0);
+  CHECK(turn2["computed_tokens"].get<int>() < turn2["prompt_tokens"].get<int>());
+  CHECK(R.w->stats().n_requires_action == 1);
+}
+
+TEST_CASE("cancellation reaches a running turn and releases its KV") {
+  rig R([](const turn_request&, int32_t) { return test::answer("never"); });
+  R.eng->turn_delay_ms = 20000;
+  std::string id = R.submit({{"messages", {user("long")}}});
+  R.wait_for(id, [](job_status s) { return s == job_status::running; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(R.db->cancel_job(id).get() == store::write_status::ok);
+  for (int i = 0; i < 200 && R.eng->n_cancels() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(R.eng->n_cancels() >= 1);
+  CHECK(ms < 1000);
+  MESSAGE("cancel reached the engine in " << ms << " ms");
+  for (int i = 0; i < 200 && R.w->stats().n_active > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(R.w->stats().n_active == 0);
+  CHECK(R.eng->n_releases() >= 1);
+  CHECK(R.db->get_job(id)->status == job_status::cancelled);
+}
+
+TEST_CASE("limits: max_turns and deadline end the job as incomplete; bad requests fail") {
+  rig R([](const turn_request&, int32_t idx) { return test::call_tool("ask", "{}"); });
+  test::tool_server tools([](const test::tool_server::request&) { return std::pair{200, std::string("\"ok\"")}; });
+  std::string a = R.submit({{"messages", {user("loop")}}, {"tools", {http_tool("ask", tools.url())}}, {"max_turns", 3}});
+  auto ja = R.wait_terminal(a);
+  CHECK(ja.status == job_status::incomplete);
+  CHECK(ja.error.find("max_turns") != std::string::npos);
+  CHECK(store::usage_totals::from_json(ja.usage_json).turns == 3);
+  CHECK(tools.requests().size() == 3);
+
+  R.eng->turn_delay_ms = 20000;
+  std::string b = R.submit({{"messages", {user("slow")}}, {"deadline_seconds", 0.3}});
+  auto jb = R.wait_terminal(b);
+  CHECK(jb.status == job_status::incomplete);
+  CHECK(jb.error.find("deadline") != std::string::npos);
+
+  std::string c = R.submit({{"messages", "nope"}});
+  auto jc = R.wait_terminal(c);
+  CHECK(jc.status == job_status::failed);
+  CHECK(jc.error.find("invalid request") != std::string::npos);
+}
+
+TEST_CASE("tool failures are reported to the model; retries on 5xx") {
+  std::atomic<int> n{0};
+  test::tool_server tools([&](const test::tool_server::request&) {
+    return ++n == 1 ? std::pair{503, std::string("{}")} : std::pair{500, std::string("{}")};
+  });
+  rig R([](const turn_request& req, int32_t idx) {
+    if (idx == 0) return test::call_tool("flaky", "{}");
+    return test::answer(req.messages.back().content);
+  });
+  std::string id = R.submit({{"messages", {user("x")}}, {"tools", {http_tool("flaky", tools.url())}}});
+  auto j = R.wait_terminal(id);
+  CHECK(j.status == job_status::completed);
+  CHECK(n.load() == 2);  // 1 try + 1 retry
+  CHECK(json::parse(j.result_json)["content"].get<std::string>().find("error") == 0);
+}
