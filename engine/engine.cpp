@@ -215,7 +215,11 @@ void engine_impl::admit(std::unique_ptr<active_request> ar) {
   if (auto err = sched_->add(std::move(sr))) return fail(*err);
   ar->decoder = std::make_unique<stream_decoder>(*tok_);
   for (const auto& s : r.stop) ar->max_stop_len = std::max(ar->max_stop_len, s.size());
-  ar->rng.seed(r.sampling.seed);
+  ar->sampling = std::make_unique<sampler>(r.sampling);
+  // NOTE: the prompt's tail is in the penalty window, as llama.cpp does
+  const size_t n_last = size_t(std::max(0, r.sampling.penalty_last_n));
+  for (size_t i = r.prompt.size() > n_last ? r.prompt.size() - n_last : 0; i < r.prompt.size(); ++i)
+    ar->sampling->accept(r.prompt[i]);
   active_.emplace(id, std::move(ar));
 }
 
@@ -257,7 +261,7 @@ bool engine_impl::step() {
   for (size_t i = 0; i < plan.items.size(); ++i) {
     const auto& it = plan.items[i];
     if (!it.sample) continue;
-    sampled[i] = sample(*active_.at(it.id), logits_.data() + i * n_vocab, *sched_->find(it.id));
+    sampled[i] = sample(*active_.at(it.id), logits_.data() + i * n_vocab);
   }
   sched_->update(plan, sampled);
   for (size_t i = 0; i < plan.items.size(); ++i) {
@@ -271,65 +275,11 @@ bool engine_impl::step() {
   return true;
 }
 
-token_id engine_impl::sample(active_request& ar, float* logits, const sequence& seq) {
-  const int32_t n = desc_.n_vocab;
-  const auto& sp = ar.req.sampling;
-  if (ar.constraint) {
-    std::vector<uint32_t> mask;
-    ar.constraint->fill_mask(mask);
-    for (int32_t t = 0; t < n; ++t)
-      if (!((mask[size_t(t) / 32] >> (t % 32)) & 1u)) logits[t] = -std::numeric_limits<float>::infinity();
-  }
-  // penalties over the last penalty_last_n tokens of the sequence
-  if (sp.repeat_penalty != 1.0f || sp.frequency_penalty != 0.0f || sp.presence_penalty != 0.0f) {
-    std::map<token_id, int32_t> counts;
-    const int32_t n_last = std::max(0, sp.penalty_last_n);
-    const size_t from = seq.tokens.size() > size_t(n_last) ? seq.tokens.size() - size_t(n_last) : 0;
-    for (size_t i = from; i < seq.tokens.size(); ++i) ++counts[seq.tokens[i]];
-    for (auto [t, c] : counts) {
-      float& l = logits[t];
-      if (sp.repeat_penalty != 1.0f) l = l > 0 ? l / sp.repeat_penalty : l * sp.repeat_penalty;
-      l -= float(c) * sp.frequency_penalty + sp.presence_penalty;
-    }
-  }
-  if (sp.temperature <= 0.0f) {
-    // NOTE: ties go to the lowest id (as llama.cpp's greedy sampler).
-    int32_t best = 0;
-    for (int32_t t = 1; t < n; ++t)
-      if (logits[t] > logits[best]) best = t;
-    return best;
-  }
-  std::vector<std::pair<float, token_id>> cand;
-  cand.reserve(size_t(n));
-  for (int32_t t = 0; t < n; ++t)
-    if (std::isfinite(logits[t])) cand.emplace_back(logits[t] / sp.temperature, t);
-  if (cand.empty()) return 0;
-  std::sort(cand.begin(), cand.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
-  if (sp.top_k > 0 && size_t(sp.top_k) < cand.size()) cand.resize(size_t(sp.top_k));
-  const float mx = cand[0].first;
-  std::vector<double> p(cand.size());
-  double sum = 0;
-  for (size_t i = 0; i < cand.size(); ++i) sum += p[i] = std::exp(double(cand[i].first - mx));
-  size_t keep = cand.size();
-  if (sp.min_p > 0.0f) {
-    for (size_t i = 1; i < cand.size(); ++i)
-      if (p[i] < double(sp.min_p) * p[0]) { keep = i; break; }
-  }
-  if (sp.top_p < 1.0f) {
-    double acc = 0;
-    for (size_t i = 0; i < keep; ++i) {
-      acc += p[i] / sum;
-      if (acc >= double(sp.top_p)) { keep = i + 1; break; }
-    }
-  }
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += p[i];
-  double u = std::uniform_real_distribution<double>(0.0, total)(ar.rng);
-  for (size_t i = 0; i < keep; ++i) {
-    u -= p[i];
-    if (u <= 0) return cand[i].second;
-  }
-  return cand[keep - 1].second;
+token_id engine_impl::sample(active_request& ar, float* logits) {
+  if (!ar.constraint) return ar.sampling->sample(logits, desc_.n_vocab);
+  std::vector<uint32_t> mask;
+  ar.constraint->fill_mask(mask);
+  return ar.sampling->sample(logits, desc_.n_vocab, mask);
 }
 
 void engine_impl::emit_text(active_request& ar, size_t upto) {
@@ -356,6 +306,11 @@ bool engine_impl::on_token(active_request& ar, token_id tok, const sequence& seq
     ar.t_first_token = engine_clock::now();
   }
   const auto& r = ar.req;
+  if (tok < 0) {  // the constraint allows nothing more
+    finish(ar.id, finish_reason::stop);
+    return true;
+  }
+  ar.sampling->accept(tok);
   const bool eog = tok_->is_eog(tok) || std::find(r.stop_tokens.begin(), r.stop_tokens.end(), tok) != r.stop_tokens.end();
   if (eog) {
     finish(ar.id, finish_reason::stop);

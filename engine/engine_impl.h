@@ -10,7 +10,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <thread>
 #include <variant>
 
@@ -23,6 +22,7 @@
 #include "kv/residency.h"
 #include "kv/spill.h"
 #include "model/model.h"
+#include "sample/sampler.h"
 #include "sched/scheduler.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -61,7 +61,7 @@ struct active_request {
   size_t n_text_emitted = 0;                    // bytes of text passed on (stop strings hold some back)
   size_t max_stop_len = 0;
   std::vector<token_id> output_ids;
-  std::mt19937_64 rng;
+  std::unique_ptr<sampler> sampling;           // penalties window + seeded PRNG, per request
   engine_clock::time_point t_submit, t_first_sched, t_first_token;
   bool scheduled = false, got_token = false;
 };
@@ -120,7 +120,7 @@ class engine_impl final : public engine {
   std::unique_ptr<output_parser> make_parser(const turn_request& r) const;
   std::optional<std::string> check_schema(std::string_view schema_json) const;
 
-  token_id sample(active_request& ar, float* logits, const sequence& seq);
+  token_id sample(active_request& ar, float* logits);
   // Handle a sampled token: stop conditions, streaming. true when the request finished.
   bool on_token(active_request& ar, token_id tok, const sequence& seq);
   void emit_text(active_request& ar, size_t upto);

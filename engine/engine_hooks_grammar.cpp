@@ -1,0 +1,48 @@
+// The engine's hook into constrained decoding (grammar/): a request's JSON Schema, or a
+// turn's forced tool call, becomes an allowed-token mask applied before sampling.
+#include "engine_impl.h"
+#include "grammar/constraint.h"
+
+namespace agentq {
+
+namespace {
+class grammar_constraint final : public output_constraint {
+ public:
+  explicit grammar_constraint(std::unique_ptr<grammar::token_constraint> c) : c_(std::move(c)) {}
+  void fill_mask(std::vector<uint32_t>& mask) override { c_->fill_mask(mask); }
+  bool accept(token_id id) override { return c_->accept(id); }
+  bool is_finished() const override { return c_->is_finished(); }
+
+ private:
+  std::unique_ptr<grammar::token_constraint> c_;
+};
+
+std::shared_ptr<const grammar::vocab_index> vocab_of(std::shared_ptr<const void>& slot, std::mutex& m,
+                                                     const tokenizer& tok) {
+  std::lock_guard lk(m);
+  if (!slot) slot = grammar::make_vocab_index(tok.pieces(), tok.eog_ids());
+  return std::static_pointer_cast<const grammar::vocab_index>(slot);
+}
+}  // namespace
+
+std::unique_ptr<output_constraint> engine_impl::make_schema_constraint(std::string_view schema_json, std::string* error) const {
+  auto c = grammar::make_json_constraint(schema_json, vocab_of(vocab_index_, vocab_mutex_, *tok_), error);
+  if (!c) return nullptr;
+  return std::make_unique<grammar_constraint>(std::move(c));
+}
+
+std::unique_ptr<output_constraint> engine_impl::make_tool_constraint(const turn_request& r, std::string* error) const {
+  auto c = grammar::make_tool_call_constraint(family_, r.tools, r.choice, r.parallel_tool_calls,
+                                              vocab_of(vocab_index_, vocab_mutex_, *tok_), error);
+  if (!c) return nullptr;
+  return std::make_unique<grammar_constraint>(std::move(c));
+}
+
+std::optional<std::string> engine_impl::check_schema(std::string_view schema_json) const {
+  if (schema_json.empty()) return std::nullopt;
+  auto r = grammar::compile_schema(schema_json);
+  if (!r.value) return r.error;
+  return std::nullopt;
+}
+
+}  // namespace agentq

@@ -1,0 +1,211 @@
+// agentq-bench_sched: scheduler / KV benchmarks through the public engine API, one JSON
+// line per run.
+//   agentq-bench_sched scaling --model F [--concurrency 1,4,16,64] [--gen N] [--prompt N] [--threads N]
+//     decode scaling: aggregate generated tokens/s with N concurrent sequences
+//   agentq-bench_sched agent --model F [--jobs 16] [--turns 8] [--system 256] [--tool 64] [--gen 16]
+//                          [--reuse 1|0] [--threads N]
+//     multi-turn agent workload: every job shares a long system prompt; each turn appends the
+//     model's output and a tool result; residency on (reuse 1) vs re-prefill baseline (reuse 0)
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "agentq/engine.h"
+
+using namespace agentq;
+
+namespace {
+
+struct args {
+  std::string mode, model;
+  std::vector<int> concurrency = {1, 4, 16, 64};
+  int gen = 32, prompt = 16, threads = 0, jobs = 16, turns = 8, system = 256, tool = 64, reuse = 1;
+  double kv_mib = 256;
+};
+
+[[noreturn]] void usage() {
+  std::fprintf(stderr, "usage: agentq-bench_sched {scaling|agent} --model F [options] (see the file header)\n");
+  std::exit(2);
+}
+
+args parse(int argc, char** argv) {
+  if (argc < 2) usage();
+  args a;
+  a.mode = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string k = argv[i];
+    if (i + 1 >= argc) usage();
+    std::string v = argv[++i];
+    if (k == "--model") a.model = v;
+    else if (k == "--concurrency") {
+      a.concurrency.clear();
+      std::stringstream ss(v);
+      std::string x;
+      while (std::getline(ss, x, ',')) a.concurrency.push_back(std::stoi(x));
+    } else if (k == "--gen") a.gen = std::stoi(v);
+    else if (k == "--prompt") a.prompt = std::stoi(v);
+    else if (k == "--threads") a.threads = std::stoi(v);
+    else if (k == "--jobs") a.jobs = std::stoi(v);
+    else if (k == "--turns") a.turns = std::stoi(v);
+    else if (k == "--system") a.system = std::stoi(v);
+    else if (k == "--tool") a.tool = std::stoi(v);
+    else if (k == "--reuse") a.reuse = std::stoi(v);
+    else if (k == "--kv-mib") a.kv_mib = std::stod(v);
+    else usage();
+  }
+  if (a.model.empty() || (a.mode != "scaling" && a.mode != "agent")) usage();
+  return a;
+}
+
+std::unique_ptr<engine> open(const args& a, bool reuse, int32_t max_running, int32_t max_step_tokens = 512) {
+  engine_config c;
+  c.max_step_tokens = max_step_tokens;
+  c.model_path = a.model;
+  c.n_threads = a.threads;
+  c.kv_budget_bytes = uint64_t(a.kv_mib * 1024 * 1024);
+  c.max_running = max_running;
+  c.prefix_reuse = reuse;
+  std::string err;
+  auto e = engine::load(c, &err);
+  if (!e) {
+    std::fprintf(stderr, "agentq-bench_sched: %s\n", err.c_str());
+    std::exit(1);
+  }
+  return e;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Deterministic token ids away from the special ones.
+token_id tok(const engine& e, uint64_t x) {
+  x = (x + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
+  const int32_t lo = 3, span = e.model().n_vocab - lo;
+  return token_id(lo + int32_t((x >> 33) % uint64_t(span)));
+}
+
+int run_scaling(const args& a) {
+  std::string scaling;
+  std::string detail;
+  for (int c : a.concurrency) {
+    // NOTE: a step budget that fits every prompt, so one step prefills them all
+    auto e = open(a, true, std::max(64, c), std::max(512, c * (a.prompt + 1)));
+    // warm-up: one short request (thread pool, page faults)
+    {
+      token_request r;
+      r.prompt = {e->model().bos >= 0 ? e->model().bos : 1, tok(*e, 1)};
+      r.max_tokens = 2;
+      e->submit(r, {});
+      while (e->step()) {
+      }
+    }
+    int n_done = 0;
+    int64_t n_gen = 0;
+    for (int i = 0; i < c; ++i) {
+      token_request r;
+      for (int k = 0; k < a.prompt; ++k) r.prompt.push_back(tok(*e, uint64_t(i) * 1000 + uint64_t(k)));
+      r.max_tokens = a.gen;
+      r.stop_tokens = {};
+      e->submit(r, {nullptr, [&](token_result res) { ++n_done; n_gen += res.usage.n_tokens_generated; }});
+    }
+    // NOTE: timed from the first decode step, so the (short) prefill is excluded
+    e->step();
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t gen_at_t0 = int64_t(c);  // every sequence sampled its first token in the prefill step
+    while (n_done < c) e->step();
+    const double wall = seconds_since(t0);
+    const double tps = double(n_gen - gen_at_t0) / wall;
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%s\"%d\":%.1f", scaling.empty() ? "" : ",", c, tps);
+    scaling += buf;
+    std::fprintf(stderr, "concurrency %3d: %6.1f tokens/s (%lld tokens, %.2f s)\n", c, tps,
+                 static_cast<long long>(n_gen - gen_at_t0), wall);
+  }
+  std::printf("{\"bench\":\"batching\",\"model\":\"%s\",\"gen\":%d,\"prompt\":%d,\"scaling\":{%s}}\n", a.model.c_str(),
+              a.gen, a.prompt, scaling.c_str());
+  return 0;
+}
+
+int run_agent(const args& a) {
+  auto e = open(a, a.reuse != 0, 64);
+  const token_id bos = e->model().bos >= 0 ? e->model().bos : 1;
+  std::vector<token_id> system = {bos};
+  for (int k = 1; k < a.system; ++k) system.push_back(tok(*e, 777000 + uint64_t(k)));
+  struct job {
+    std::vector<token_id> convo;  // the whole conversation so far
+    int turn = 0;
+  };
+  std::vector<job> jobs(size_t(a.jobs));
+  // continuation turns (2nd and later) vs first turns
+  int64_t n_new = 0, n_computed = 0, n_cached = 0, n_turns = 0;
+  int64_t n_first_computed = 0, n_first_prompt = 0, n_first = 0;
+  int n_active = 0;
+  std::function<void(int)> submit_turn = [&](int j) {
+    job& jb = jobs[size_t(j)];
+    const size_t before = jb.convo.size();
+    if (jb.turn == 0) {
+      jb.convo = system;
+      for (int k = 0; k < 16; ++k) jb.convo.push_back(tok(*e, uint64_t(j) * 100000 + uint64_t(k)));
+    } else {
+      for (int k = 0; k < a.tool; ++k) jb.convo.push_back(tok(*e, uint64_t(j) * 100000 + uint64_t(jb.turn) * 1000 + uint64_t(k)));
+    }
+    token_request r;
+    r.job_key = uint64_t(j) + 1;
+    r.arrival_seq = uint64_t(j) + 1;
+    r.prompt = jb.convo;
+    r.max_tokens = a.gen;
+    r.stop_tokens = {};
+    const int64_t new_tokens = int64_t(jb.convo.size() - (jb.turn == 0 ? 0 : before));
+    ++n_active;
+    e->submit(r, {nullptr, [&, j, new_tokens](token_result res) {
+      --n_active;
+      job& jb2 = jobs[size_t(j)];
+      if (jb2.turn == 0) {
+        ++n_first;
+        n_first_prompt += res.usage.n_tokens_prompt;
+        n_first_computed += res.usage.n_tokens_computed;
+      } else {
+        ++n_turns;
+        n_new += new_tokens;
+        n_computed += res.usage.n_tokens_computed;
+        n_cached += res.usage.n_tokens_cached;
+      }
+      jb2.convo.insert(jb2.convo.end(), res.output_ids.begin(), res.output_ids.end());
+      ++jb2.turn;
+      if (jb2.turn < a.turns) {
+        e->park(uint64_t(j) + 1, 1.0);  // a short tool call
+        submit_turn(j);
+      } else {
+        e->release(uint64_t(j) + 1);
+      }
+    }});
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int j = 0; j < a.jobs; ++j) submit_turn(j);
+  while (n_active > 0) e->step();
+  const double wall = seconds_since(t0);
+  const auto st = e->stats();
+  std::printf(
+      "{\"bench\":\"agent\",\"reuse\":%d,\"jobs\":%d,\"turns\":%d,\"system_tokens\":%d,\"tool_tokens\":%d,\"gen\":%d,"
+      "\"new_tokens_per_turn\":%.1f,\"computed_tokens_per_turn\":%.1f,\"cached_tokens_per_turn\":%.1f,\"wall_s\":%.3f,"
+      "\"first_turn_prompt_tokens\":%.1f,\"first_turn_computed_tokens\":%.1f,\"n_evictions\":%lld}\n",
+      a.reuse, a.jobs, a.turns, a.system, a.tool, a.gen, double(n_new) / double(std::max<int64_t>(1, n_turns)),
+      double(n_computed) / double(std::max<int64_t>(1, n_turns)), double(n_cached) / double(std::max<int64_t>(1, n_turns)),
+      wall, double(n_first_prompt) / double(std::max<int64_t>(1, n_first)),
+      double(n_first_computed) / double(std::max<int64_t>(1, n_first)), static_cast<long long>(st.n_evictions));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const args a = parse(argc, argv);
+  return a.mode == "scaling" ? run_scaling(a) : run_agent(a);
+}
