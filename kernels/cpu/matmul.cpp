@@ -295,30 +295,53 @@ void tile_q4_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
     const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_blend_epi32(even, odd, 0b1010));
     const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
     const __m256i scales = _mm256_permute2x128_si256(mins_and_scales, mins_and_scales, 0x00);
-    // Weight side once per super-block, shared by the B inputs:
-    // q4v[2j], q4v[2j+1]: the 4-bit quants of sub-blocks 2j, 2j+1; scv: their scales as int16.
-    __m256i q4v[8], scv[8];
-    for (int j = 0; j < qk_k / 64; ++j) {
-      const __m256i q4bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[i].qs + 32 * j));
-      q4v[2 * j] = _mm256_and_si256(q4bits, m4);
-      q4v[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
-      for (int h = 0; h < 2; ++h) {
-        const int sb = 2 * j + h;
-        scv[sb] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((2 * sb) | ((2 * sb + 1) << 8))));
-      }
-    }
-    for (int b = 0; b < B; ++b) {
-      const block_q8_k& y = x[b][i];
+    if constexpr (B == 1) {
+      // Decode: fused, everything in registers.
+      const block_q8_k& y = x[0][i];
       const __m256i q8sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
       const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
       const __m128i prod = _mm_madd_epi16(mins, q8s);
-      acc_m[b] = _mm_fmadd_ps(_mm_set1_ps(dminw * y.d), _mm_cvtepi32_ps(prod), acc_m[b]);
+      acc_m[0] = _mm_fmadd_ps(_mm_set1_ps(dminw * y.d), _mm_cvtepi32_ps(prod), acc_m[0]);
       __m256i sumi = _mm256_setzero_si256();
-      for (int sb = 0; sb < qk_k / 32; ++sb) {
-        const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * sb));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scv[sb], _mm256_maddubs_epi16(q4v[sb], q8)));
+      for (int j = 0; j < qk_k / 64; ++j) {
+        const __m256i scale_l = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((4 * j) | ((4 * j + 1) << 8))));
+        const __m256i scale_h = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((4 * j + 2) | ((4 * j + 3) << 8))));
+        const __m256i q4bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[i].qs + 32 * j));
+        const __m256i q4l = _mm256_and_si256(q4bits, m4);
+        const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+        const __m256i q8l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j));
+        const __m256i q8h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j + 32));
+        const __m256i p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
+        const __m256i p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
       }
-      acc[b] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(sumi), acc[b]);
+      acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(sumi), acc[0]);
+    } else {
+      // Weight side once per super-block, shared by the B inputs:
+      // q4v[2j], q4v[2j+1]: the 4-bit quants of sub-blocks 2j, 2j+1; scv: their scales as int16.
+      __m256i q4v[8], scv[8];
+      for (int j = 0; j < qk_k / 64; ++j) {
+        const __m256i q4bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[i].qs + 32 * j));
+        q4v[2 * j] = _mm256_and_si256(q4bits, m4);
+        q4v[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+        for (int h = 0; h < 2; ++h) {
+          const int sb = 2 * j + h;
+          scv[sb] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((2 * sb) | ((2 * sb + 1) << 8))));
+        }
+      }
+      for (int b = 0; b < B; ++b) {
+        const block_q8_k& y = x[b][i];
+        const __m256i q8sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+        const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+        const __m128i prod = _mm_madd_epi16(mins, q8s);
+        acc_m[b] = _mm_fmadd_ps(_mm_set1_ps(dminw * y.d), _mm_cvtepi32_ps(prod), acc_m[b]);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int sb = 0; sb < qk_k / 32; ++sb) {
+          const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * sb));
+          sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scv[sb], _mm256_maddubs_epi16(q4v[sb], q8)));
+        }
+        acc[b] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(sumi), acc[b]);
+      }
     }
   }
   for (int b = 0; b < B; ++b) out[b] = hsum8(acc[b]) + hsum4(acc_m[b]);
