@@ -87,7 +87,12 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
   e->pool_ = std::make_unique<block_pool>(layout, block_pool::blocks_for_budget(layout, config.kv_budget_bytes));
   e->cache_ = std::make_unique<prefix_cache>(*e->pool_);
   if (!config.spill_dir.empty()) e->spill_ = std::make_unique<spill_store>(config.spill_dir, d.digest, layout);
-  e->residency_ = std::make_unique<residency>(*e->pool_, e->spill_.get(), residency_config{});
+  residency_config rc;
+  rc.idle_ttl_s = config.kv_idle_ttl_s;
+  rc.pin_max_wait_s = config.kv_pin_max_wait_s;
+  rc.pin_relaxed_max_wait_s = std::max(rc.pin_relaxed_max_wait_s, config.kv_pin_max_wait_s);
+  rc.spill_min_tokens = config.kv_spill_min_tokens;
+  e->residency_ = std::make_unique<residency>(*e->pool_, e->spill_.get(), rc);
   sched_config sc;
   sc.max_step_tokens = config.max_step_tokens;
   sc.max_running = config.max_running;

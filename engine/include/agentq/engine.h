@@ -31,6 +31,10 @@ struct engine_config {
   std::string spill_dir;             // disk tier for parked KV; empty = no disk tier
   std::string chat_family;           // override template family ("chatml", "llama3", ...); empty = detect
   bool prefix_reuse = true;          // false = re-prefill baseline (benchmarks)
+  // KV retention between a job's turns (see docs/kv_and_batching.md):
+  double kv_idle_ttl_s = 60.0;       // a finished turn's KV is kept this long without park()
+  double kv_pin_max_wait_s = 30.0;   // park(): waits up to this stay pinned in memory (TTL 2x + 1 s)
+  int32_t kv_spill_min_tokens = 64;  // longer waits: spill (spill_dir set) when at least this many tokens, else drop
 };
 
 struct model_desc {

@@ -345,3 +345,32 @@ TEST_CASE("engine: json_schema constrains the output (allowed-token mask before 
   CHECK(br.finish == finish_reason::error);
   MESSAGE(br.error);
 }
+
+TEST_CASE("engine: a turn with tool_choice required ends in a parsed tool call") {
+  auto e = load(tiny_config());
+  turn_request t;
+  t.job_key = 11;
+  t.messages = {{role::user, "What is the weather in Paris?", {}, "", ""}};
+  t.tools = {{"get_weather", "Current weather for a city",
+              R"({"type":"object","properties":{"city":{"enum":["Paris","London"]}},"required":["city"]})"}};
+  t.choice.mode = tool_choice_mode::required;
+  t.parallel_tool_calls = false;
+  t.max_tokens = 400;
+  REQUIRE_FALSE(e->validate(t).has_value());
+  bool done = false;
+  turn_result res;
+  e->submit(t, {nullptr, [&](turn_result r) { res = std::move(r); done = true; }});
+  while (!done) e->step();
+  MESSAGE("finish " << std::string(to_string(res.finish)) << ", error '" << res.error << "', text: " << e->detokenize(res.output_ids));
+  CHECK(res.finish == finish_reason::tool_calls);
+  REQUIRE(res.message.tool_calls.size() == 1);
+  CHECK(res.message.tool_calls[0].name == "get_weather");
+  CHECK(res.message.tool_calls[0].arguments_json.find("city") != std::string::npos);
+  // validate() names what is wrong
+  auto bad = t;
+  bad.choice = {tool_choice_mode::named, "nope"};
+  CHECK(e->validate(bad).has_value());
+  bad = t;
+  bad.response_schema_json = R"({"type":"object","patternProperties":{}})";
+  CHECK(e->validate(bad).has_value());
+}
