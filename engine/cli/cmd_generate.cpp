@@ -2,6 +2,9 @@
 // streaming text to stdout and reporting prompt and decode throughput on stderr
 // (or one JSON object with --json). The smallest end-to-end path through the engine.
 #include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "gguf/reader.h"
+#include "grammar/constraint.h"
 #include "kv/kv_store.h"
 #include "model/model.h"
 #include "sample/sampler.h"
@@ -26,9 +30,11 @@ int usage(FILE* f) {
                "usage: agentq-engine generate --model PATH (--prompt TEXT | --prompt-ids 1,2,3) [-n N]\n"
                "         [--temp T] [--top-k K] [--top-p P] [--min-p M] [--repeat-penalty R]\n"
                "         [--repeat-last-n N] [--seed S] [--threads N] [--ignore-eos] [--json]\n"
+               "         [--json-schema FILE]\n"
                "  -n N             tokens to generate at most (default 128)\n"
                "  --temp T         0 = greedy (default 0)\n"
                "  --prompt-ids     token ids, comma-separated, used as given (no BOS added)\n"
+               "  --json-schema    constrain the output to one JSON value matching this JSON Schema\n"
                "  --json           print {prompt_ids, output_ids, text, prompt_tokens_per_s, decode_tokens_per_s}\n");
   return f == stdout ? 0 : 2;
 }
@@ -71,7 +77,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 int cmd_generate(int argc, char** argv) {
-  const char *model_path = nullptr, *prompt = nullptr, *prompt_ids_arg = nullptr;
+  const char *model_path = nullptr, *prompt = nullptr, *prompt_ids_arg = nullptr, *schema_path = nullptr;
   int32_t n_predict = 128, n_threads = 0;
   bool json = false, ignore_eos = false;
   sampling_params sp;
@@ -90,6 +96,7 @@ int cmd_generate(int argc, char** argv) {
     else if (arg("--repeat-last-n")) sp.penalty_last_n = std::atoi(argv[++i]);
     else if (arg("--seed")) sp.seed = std::strtoull(argv[++i], nullptr, 10);
     else if (arg("--threads") || arg("-t")) n_threads = std::atoi(argv[++i]);
+    else if (arg("--json-schema")) schema_path = argv[++i];
     else if (!std::strcmp(argv[i], "--json")) json = true;
     else if (!std::strcmp(argv[i], "--ignore-eos")) ignore_eos = true;
     else {
@@ -107,6 +114,18 @@ int cmd_generate(int argc, char** argv) {
   auto mdl = model::load(file, n_threads, &err);
   if (!mdl) { std::fprintf(stderr, "generate: %s: %s\n", model_path, err.c_str()); return 1; }
   const model_hparams& hp = mdl->hparams();
+
+  // --json-schema: constrain the output to one JSON value of the schema (grammar/).
+  std::unique_ptr<grammar::token_constraint> constraint;
+  if (schema_path) {
+    std::ifstream in(schema_path, std::ios::binary);
+    if (!in) { std::fprintf(stderr, "generate: cannot read %s\n", schema_path); return 1; }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    constraint = grammar::make_json_constraint(ss.str(), tok->pieces(), tok->eog_ids(), &err);
+    if (!constraint) { std::fprintf(stderr, "generate: %s: %s\n", schema_path, err.c_str()); return 2; }
+  }
+  std::vector<uint32_t> allowed;
 
   std::vector<token_id> prompt_ids;
   if (prompt_ids_arg) {
@@ -152,7 +171,13 @@ int cmd_generate(int argc, char** argv) {
   double decode_s = 0;
   int32_t n_decode_steps = 0;
   for (int32_t i = 0; i < n_predict; ++i) {
+    if (constraint) {
+      constraint->fill_mask(allowed);
+      for (int32_t t = 0; t < hp.n_vocab; ++t)
+        if (size_t(t / 32) >= allowed.size() || !(allowed[size_t(t / 32)] >> (t % 32) & 1)) logits[size_t(t)] = -INFINITY;
+    }
     token_id id = smp.sample(logits.data(), hp.n_vocab);
+    if (constraint && id >= 0 && (!constraint->accept(id) || tok->is_eog(id))) break;
     if (id < 0 || (!ignore_eos && tok->is_eog(id))) break;
     smp.accept(id);
     output_ids.push_back(id);
