@@ -17,7 +17,10 @@ namespace agentq {
 namespace {
 // About 50-100 us of spinning before a worker sleeps: long enough to bridge the gap
 // between a decode step's matmuls, short enough not to burn a core when idle.
-constexpr int k_spin_iters = 20000;
+constexpr int k_spin_iters = 4000;
+constexpr int k_gen_shift = 48, k_n_shift = 24;
+constexpr uint64_t k_field_mask = (uint64_t(1) << 24) - 1;
+inline uint64_t gen_of(uint64_t s) { return s >> k_gen_shift; }
 }  // namespace
 
 thread_pool::thread_pool(int32_t n_threads) {
@@ -31,61 +34,78 @@ thread_pool::~thread_pool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_.store(true);
-    generation_.fetch_add(1);
+    state_.store((gen_of(state_.load()) + 1) << k_gen_shift);  // a new generation with no items
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void thread_pool::work_on_current_job() {
+// Claim and run chunks of the job whose state was read as s, until it has none left or
+// a newer job replaced it.
+void thread_pool::work_on(uint64_t s) {
+  const uint64_t gen = gen_of(s);
   for (;;) {
-    int64_t b = next_.fetch_add(job_chunk_, std::memory_order_relaxed);
-    if (b >= job_n_) break;
-    job_fn_(job_ctx_, b, std::min(job_n_, b + job_chunk_));
+    if (gen_of(s) != gen) return;
+    const int64_t n = int64_t((s >> k_n_shift) & k_field_mask), next = int64_t(s & k_field_mask);
+    if (next >= n) return;
+    // NOTE: read before the claim; valid when the claim succeeds, because a job's fields are
+    // rewritten only after all its items are done, which needs this claim to finish first.
+    const range_fn fn = job_fn_.load(std::memory_order_relaxed);
+    void* ctx = job_ctx_.load(std::memory_order_relaxed);
+    const int64_t chunk = job_chunk_.load(std::memory_order_relaxed);
+    const int64_t end = std::min(n, next + chunk);
+    if (!state_.compare_exchange_weak(s, s + uint64_t(end - next), std::memory_order_acq_rel, std::memory_order_acquire))
+      continue;
+    fn(ctx, next, end);
+    n_done_.fetch_add(end - next, std::memory_order_release);
+    s = state_.load(std::memory_order_acquire);
   }
 }
 
 void thread_pool::run(int64_t n, int64_t min_chunk, range_fn fn, void* ctx) {
-  if (n_threads_ == 1 || n <= min_chunk) {
+  if (n_threads_ == 1 || n <= min_chunk || n > int64_t(k_field_mask)) {
     fn(ctx, 0, n);
     return;
   }
-  job_fn_ = fn;
-  job_ctx_ = ctx;
-  job_n_ = n;
-  job_chunk_ = std::max<int64_t>(min_chunk, (n + 4 * n_threads_ - 1) / (4 * n_threads_));
-  next_.store(0, std::memory_order_relaxed);
-  n_active_.store(n_threads_ - 1, std::memory_order_relaxed);
+  job_fn_.store(fn, std::memory_order_relaxed);
+  job_ctx_.store(ctx, std::memory_order_relaxed);
+  job_chunk_.store(std::max<int64_t>(min_chunk, (n + 4 * n_threads_ - 1) / (4 * n_threads_)), std::memory_order_relaxed);
+  n_done_.store(0, std::memory_order_relaxed);
+  uint64_t s;
   {
-    // NOTE: bump under the mutex so a worker between its check and its wait cannot miss it.
+    // NOTE: publish under the mutex so a worker between its check and its wait cannot miss it.
     std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
+    s = (((gen_of(state_.load(std::memory_order_relaxed)) + 1) & 0xffff) << k_gen_shift) | (uint64_t(n) << k_n_shift);
+    state_.store(s, std::memory_order_release);
   }
   if (n_sleeping_.load(std::memory_order_acquire) > 0) wake_.notify_all();
-  work_on_current_job();
-  while (n_active_.load(std::memory_order_acquire) != 0) AGENTQ_CPU_RELAX();
+  work_on(s);
+  // Chunks claimed by workers may still be running; spin briefly, then yield the core
+  // (on an oversubscribed host the straggler may need it).
+  for (int i = 0; n_done_.load(std::memory_order_acquire) != n; ++i) {
+    if (i < k_spin_iters) AGENTQ_CPU_RELAX();
+    else std::this_thread::yield();
+  }
 }
 
 void thread_pool::worker_main() {
-  uint64_t seen = 0;  // NOTE: not a load: a job may be published before this thread first runs
+  uint64_t seen = 0;  // NOTE: generation 0 has no items; any job published later differs
   for (;;) {
-    uint64_t g = seen;
-    for (int i = 0; i < k_spin_iters; ++i) {
-      g = generation_.load(std::memory_order_acquire);
-      if (g != seen) break;
+    uint64_t s = state_.load(std::memory_order_acquire);
+    for (int i = 0; i < k_spin_iters && gen_of(s) == seen; ++i) {
       AGENTQ_CPU_RELAX();
+      s = state_.load(std::memory_order_acquire);
     }
-    if (g == seen) {
+    if (gen_of(s) == seen) {
       std::unique_lock<std::mutex> lock(mutex_);
       n_sleeping_.fetch_add(1, std::memory_order_acq_rel);
-      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      wake_.wait(lock, [&] { return gen_of(state_.load(std::memory_order_acquire)) != seen; });
       n_sleeping_.fetch_sub(1, std::memory_order_acq_rel);
-      g = generation_.load(std::memory_order_acquire);
+      s = state_.load(std::memory_order_acquire);
     }
-    seen = g;
+    seen = gen_of(s);
     if (stop_.load()) return;
-    work_on_current_job();
-    n_active_.fetch_sub(1, std::memory_order_acq_rel);
+    work_on(s);
   }
 }
 

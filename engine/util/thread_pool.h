@@ -38,19 +38,20 @@ class thread_pool {
   using range_fn = void (*)(void* ctx, int64_t begin, int64_t end);
   void run(int64_t n, int64_t min_chunk, range_fn fn, void* ctx);
   void worker_main();
-  void work_on_current_job();
+  void work_on(uint64_t state);
 
   int32_t n_threads_ = 1;
   std::vector<std::thread> workers_;
 
-  // The current job; published by bumping generation_.
-  range_fn job_fn_ = nullptr;
-  void* job_ctx_ = nullptr;
-  int64_t job_n_ = 0;
-  int64_t job_chunk_ = 1;
-  std::atomic<int64_t> next_{0};        // next unclaimed item
-  std::atomic<int32_t> n_active_{0};    // workers still inside the current job
-  std::atomic<uint64_t> generation_{0}; // bumped once per job
+  // The current job. state_ packs [generation:16][n items:24][next unclaimed:24]; a worker
+  // claims a chunk by CAS on it, so a claim succeeds only for the job it read, and the
+  // caller waits for items done, never for every worker to wake (a preempted worker
+  // on a busy host cannot stall the step unless it holds a chunk).
+  std::atomic<uint64_t> state_{0};
+  std::atomic<range_fn> job_fn_{nullptr};
+  std::atomic<void*> job_ctx_{nullptr};
+  std::atomic<int64_t> job_chunk_{1};
+  std::atomic<int64_t> n_done_{0};      // items of the current job finished
   std::atomic<bool> stop_{false};
 
   std::mutex mutex_;
