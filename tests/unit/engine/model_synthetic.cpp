@@ -295,3 +295,32 @@ TEST_CASE("qwen2 and llama logits match a naive reference forward") {
     std::filesystem::remove(path);
   }
 }
+
+TEST_CASE("an unsupported weight type is refused at load, naming the type and the tensor") {
+  const std::string path = (std::filesystem::temp_directory_path() / "agentq-test-q4_0.gguf").string();
+  write_model(path, "llama", gguf::tensor_type::q8_0);
+  // Rewrite the file with blk.1.ffn_up.weight as Q4_0 (same shape, zero bytes).
+  std::string err;
+  auto src = gguf::file::open(path, &err);
+  REQUIRE_MESSAGE(src, err);
+  gguf::writer w;
+  for (const auto& [key, val] : src->metadata()) w.set_value(key, val);
+  for (const auto& t : src->tensors())
+    w.add_tensor(t.name, t.name == "blk.1.ffn_up.weight" ? gguf::tensor_type::q4_0 : t.type, t.dims);
+  const std::string bad = path + ".bad";
+  REQUIRE_MESSAGE(w.open(bad, &err), err);
+  for (size_t i = 0; i < src->tensors().size(); ++i) {
+    std::vector<uint8_t> data(w.tensor_bytes(i), 0);
+    if (src->tensors()[i].n_bytes == data.size()) std::memcpy(data.data(), src->tensors()[i].data, data.size());
+    REQUIRE_MESSAGE(w.write_tensor_data(data.data(), data.size(), &err), err);
+  }
+  REQUIRE_MESSAGE(w.close(&err), err);
+  std::shared_ptr<const gguf::file> f = gguf::file::open(bad, &err);
+  REQUIRE_MESSAGE(f, err);
+  err.clear();
+  CHECK_FALSE(model::load(f, 1, &err));
+  CHECK_MESSAGE(err.find("Q4_0") != std::string::npos, err);
+  CHECK_MESSAGE(err.find("blk.1.ffn_up.weight") != std::string::npos, err);
+  std::filesystem::remove(path);
+  std::filesystem::remove(bad);
+}
