@@ -155,7 +155,25 @@ struct token_constraint::impl {
     walk.resize(vocab->max_depth + 1);
   }
 
+  // NOTE: a token is allowed iff it advances at least one stack, so the mask of
+  // a multi-stack state (an ambiguous anyOf) is the union of per-stack masks;
+  // computing them one by one lets each stack use the string fast path.
   void compute(std::vector<uint32_t>& mask) {
+    if (state.stacks.size() <= 1) {
+      compute_one(state, mask);
+      return;
+    }
+    mask.assign(vocab->n_words(), 0);
+    std::vector<uint32_t> part;
+    match_state one;
+    for (const auto& st : state.stacks) {
+      one.stacks.assign(1, st);
+      compute_one(one, part);
+      for (size_t w = 0; w < mask.size(); w++) mask[w] |= part[w];
+    }
+  }
+
+  void compute_one(const match_state& state, std::vector<uint32_t>& mask) {
     const vocab_index& v = *vocab;
     int64_t remaining;
     if (m.in_plain_string(state, &remaining)) {
