@@ -34,7 +34,7 @@ thread_pool::~thread_pool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_.store(true);
-    state_.store((gen_of(state_.load()) + 1) << k_gen_shift);  // a new generation with no items
+    state_.store(((gen_of(state_.load()) + 1) & 0xffff) << k_gen_shift);  // a new generation with no items
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();

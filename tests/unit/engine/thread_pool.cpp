@@ -49,3 +49,11 @@ TEST_CASE("workers wake after sleeping") {
     CHECK(sum.load() == 999 * 1000 / 2);
   }
 }
+
+TEST_CASE("the 16-bit job generation wraps around safely") {
+  thread_pool pool(3);
+  std::atomic<int64_t> total{0};
+  for (int job = 0; job < 70000; ++job)
+    pool.parallel_for(6, [&](int64_t b, int64_t e) { total += e - b; });
+  CHECK(total.load() == 6 * 70000);
+}
