@@ -260,9 +260,11 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
     // attention: xb = norm(x); q,k,v = xb W^T (+ b); rope; store k,v in the paged cache
     for (int32_t i = 0; i < n_x; ++i)
       rms_norm_row(x + size_t(i) * n_embd, L.attn_norm.data(), xb + size_t(i) * n_embd, n_embd, hp_.rms_eps);
-    linear(pool_, L.wq, xb, n_x, q);
-    linear(pool_, L.wk, xb, n_x, k);
-    linear(pool_, L.wv, xb, n_x, v);
+    {
+      const weight* ws[3] = {&L.wq, &L.wk, &L.wv};
+      float* ys[3] = {q, k, v};
+      linear_many(pool_, ws, xb, n_x, ys);
+    }
     const int64_t rows_per_chunk = std::max<int64_t>(1, 4096 / (n_q + 2 * n_kvd));
     pool_.parallel_for(n_x, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
@@ -324,8 +326,11 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
     // SwiGLU feed-forward: x += W_down (silu(W_gate xb) * W_up xb)
     for (int32_t i = 0; i < n_x; ++i)
       rms_norm_row(x + size_t(i) * n_embd, L.ffn_norm.data(), xb + size_t(i) * n_embd, n_embd, hp_.rms_eps);
-    linear(pool_, L.w_gate, xb, n_x, hb);
-    linear(pool_, L.w_up, xb, n_x, hb2);
+    {
+      const weight* ws[2] = {&L.w_gate, &L.w_up};
+      float* ys[2] = {hb, hb2};
+      linear_many(pool_, ws, xb, n_x, ys);
+    }
     pool_.parallel_for(n_x, [&](int64_t b, int64_t e) {
       for (size_t j = size_t(b) * n_ff; j < size_t(e) * n_ff; ++j) {
         const float g = hb[j];

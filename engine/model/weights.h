@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "gguf/reader.h"
@@ -35,6 +36,12 @@ void dequantize_row(gguf::tensor_type t, const uint8_t* src, float* dst, int64_t
 // y[i][o] = dot(w.row(o), x[i]) for i < n_x, o < w.n_out.
 //   x: [n_x][w.n_in]   y: [n_x][w.n_out]
 void linear(thread_pool& pool, const weight& w, const float* x, int32_t n_x, float* y);
+
+// Several weights applied to the same input in one fork-join (Q/K/V, gate/up):
+// y_j = x W_j^T for each j; same results as calling linear() for each.
+//   ws[j].n_in must all equal; ys[j]: [n_x][ws[j]->n_out]
+void linear_many(thread_pool& pool, std::span<const weight* const> ws, const float* x, int32_t n_x,
+                 std::span<float* const> ys);
 
 // Fixed-order dot product (8-lane partial sums, then a fixed tree), n any length.
 float dot_f32(const float* a, const float* b, int64_t n);
