@@ -16,13 +16,10 @@ namespace cu = kernels::cuda;
 
 namespace {
 
-// Grow-only upload of a small host array into b.
-template <class T>
-bool upload_array(cu::device_buffer& b, const std::vector<T>& v) {
-  const size_t bytes = std::max<size_t>(v.size() * sizeof(T), 16);
-  if (b.bytes() < bytes) b = cu::device_buffer(bytes);
-  return b.ok() && b.upload(v.data(), v.size() * sizeof(T));
-}
+// Offsets (in int32s) of the per-batch index arrays packed into one upload.
+struct index_layout {
+  size_t ids, pos, tok_seq, tables, seq_lens, q_start, n_past, out_rows, total;
+};
 
 }  // namespace
 
@@ -176,10 +173,35 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
   }
   const int32_t n_x = int32_t(ids.size()), n_out = int32_t(out_rows.size());
   if (n_x == 0) return 0;
-  if (!upload_array(ids_, ids) || !upload_array(pos_, pos) || !upload_array(tok_seq_, tok_seq) ||
-      !upload_array(tables_, tables) || !upload_array(seq_lens_, seq_lens) || !upload_array(q_start_, q_start) ||
-      !upload_array(n_past_, n_past) || !upload_array(out_rows_, out_rows))
-    return -1;
+  // One pinned staging buffer and one async copy for every index array of the batch.
+  index_layout at{};
+  size_t off = 0;
+  auto place = [&](size_t n) { const size_t o = off; off += (n + 3) & ~size_t(3); return o; };  // 16-byte aligned
+  at.ids = place(ids.size());
+  at.pos = place(pos.size());
+  at.tok_seq = place(tok_seq.size());
+  at.tables = place(tables.size());
+  at.seq_lens = place(seq_lens.size());
+  at.q_start = place(q_start.size());
+  at.n_past = place(n_past.size());
+  at.out_rows = place(out_rows.size());
+  at.total = off;
+  if (staging_.bytes() < at.total * 4) staging_ = cu::pinned_buffer(at.total * 4 * 2);
+  if (index_.bytes() < at.total * 4) index_ = cu::device_buffer(at.total * 4 * 2);
+  if (!staging_.ok() || !index_.ok()) return -1;
+  int32_t* host = staging_.as<int32_t>();
+  auto put = [&](size_t o, const std::vector<int32_t>& v) { std::copy(v.begin(), v.end(), host + o); };
+  put(at.ids, ids);
+  put(at.pos, pos);
+  put(at.tok_seq, tok_seq);
+  put(at.tables, tables);
+  put(at.seq_lens, seq_lens);
+  put(at.q_start, q_start);
+  put(at.n_past, n_past);
+  put(at.out_rows, out_rows);
+  // NOTE: staging is reused next call; forward() ends with a stream sync, so the copy is done by then.
+  if (!cu::memcpy_h2d_async(index_.data(), host, at.total * 4, stream_)) return -1;
+  const int32_t* dev = index_.as<int32_t>();
 
   float* x = scratch(x_, size_t(n_x) * n_embd);     // [n_x][n_embd] residual stream
   float* xb = scratch(xb_, size_t(n_x) * n_embd);   // [n_x][n_embd]
@@ -194,9 +216,9 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
   float* ws = all_decode ? scratch(attn_ws_, cu::attention_decode_workspace_floats(n_seqs, n_head, hd, max_len))
                          : nullptr;
   if (cu::cuda_failed() || !x || !xb || !q || !k || !v || !att || !hb || !hb2 || !rows || !dlogits) return -1;
-  const auto* d_ids = ids_.as<int32_t>();
-  const auto* d_pos = pos_.as<int32_t>();
-  const auto* d_tables = tables_.as<int32_t>();
+  const int32_t* d_ids = dev + at.ids;
+  const int32_t* d_pos = dev + at.pos;
+  const int32_t* d_tables = dev + at.tables;
   const float* freqs = rope_freqs_.ok() ? rope_freqs_.as<float>() : nullptr;
   const float att_scale = 1.0f / std::sqrt(float(hd));
 
@@ -217,13 +239,13 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
     }
     cu::rope(q, d_pos, n_x, n_head, hd, hp_.n_rot, hp_.rope_base, hp_.rope_scale, hp_.rope_neox, freqs, stream_);
     cu::rope(k, d_pos, n_x, n_kv, hd, hp_.n_rot, hp_.rope_base, hp_.rope_scale, hp_.rope_neox, freqs, stream_);
-    cu::kv_write(k, v, d_pos, tok_seq_.as<int32_t>(), d_tables, max_blocks, n_x, n_kvd, bs, k_cache, v_cache,
+    cu::kv_write(k, v, d_pos, dev + at.tok_seq, d_tables, max_blocks, n_x, n_kvd, bs, k_cache, v_cache,
                  stream_);
     if (all_decode) {
-      cu::attention_decode(q, k_cache, v_cache, d_tables, max_blocks, seq_lens_.as<int32_t>(), n_seqs, max_len,
+      cu::attention_decode(q, k_cache, v_cache, d_tables, max_blocks, dev + at.seq_lens, n_seqs, max_len,
                            n_head, n_kv, hd, bs, att_scale, ws, att, stream_);
     } else {
-      cu::attention_prefill(q, k_cache, v_cache, d_tables, max_blocks, q_start_.as<int32_t>(), n_past_.as<int32_t>(),
+      cu::attention_prefill(q, k_cache, v_cache, d_tables, max_blocks, dev + at.q_start, dev + at.n_past,
                             n_seqs, max_q, n_head, n_kv, hd, bs, att_scale, att, stream_);
     }
     linear(L.wo, att, n_x, xb);
@@ -236,7 +258,7 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
     linear(L.w_down, hb, n_x, xb);
     cu::add(x, xb, int64_t(n_x) * n_embd, stream_);
   }
-  cu::gather_rows(x, out_rows_.as<int32_t>(), n_out, n_embd, rows, stream_);
+  cu::gather_rows(x, dev + at.out_rows, n_out, n_embd, rows, stream_);
   cu::rms_norm(rows, output_norm_.as<float>(), rows, n_out, n_embd, hp_.rms_eps, stream_);
   linear(output_, rows, n_out, dlogits);
   if (!cu::memcpy_d2h_async(logits, dlogits, size_t(n_out) * n_vocab * 4, stream_) ||

@@ -67,7 +67,8 @@ class cuda_forward {
 
   // Per-batch device scratch, grown on demand. NOTE: forward() is not reentrant.
   kernels::cuda::device_buffer x_, xb_, q_, k_, v_, att_, hb_, hb2_, rows_, logits_, attn_ws_, gemm_ws_;
-  kernels::cuda::device_buffer ids_, pos_, tok_seq_, tables_, seq_lens_, q_start_, n_past_, out_rows_;
+  kernels::cuda::pinned_buffer staging_;  // host side of the per-batch index arrays
+  kernels::cuda::device_buffer index_;    // ids, positions, block tables... (one upload per batch)
 };
 
 }  // namespace agentq

@@ -122,6 +122,17 @@ pinned_buffer::~pinned_buffer() {
   if (ptr_) AGENTQ_CUDA_CHECK(cudaFreeHost(ptr_));
 }
 
+pinned_buffer& pinned_buffer::operator=(pinned_buffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) AGENTQ_CUDA_CHECK(cudaFreeHost(ptr_));
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
 stream_t stream_create() {
   cudaStream_t s = nullptr;
   if (!AGENTQ_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))) return nullptr;

@@ -103,6 +103,7 @@ class pinned_buffer {
   explicit pinned_buffer(size_t bytes);
   ~pinned_buffer();
   pinned_buffer(pinned_buffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; o.bytes_ = 0; }
+  pinned_buffer& operator=(pinned_buffer&& o) noexcept;
   pinned_buffer(const pinned_buffer&) = delete;
   pinned_buffer& operator=(const pinned_buffer&) = delete;
   bool ok() const { return ptr_ != nullptr; }
