@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <string>
 #include <thread>
@@ -120,7 +121,7 @@ int main(int argc, char** argv) {
   std::string out, shape_name, type_name, arch = "llama";
   std::string vocab = "../shared/models/vocab/ggml-vocab-llama-spm.gguf";
   if (const char* sd = std::getenv("AGENTQ_SHARED_DIR")) vocab = std::string(sd) + "/models/vocab/ggml-vocab-llama-spm.gguf";
-  if (!std::fopen(vocab.c_str(), "rb")) vocab = "/work/shared/models/vocab/ggml-vocab-llama-spm.gguf";
+  if (!std::filesystem::exists(vocab)) vocab = "/work/shared/models/vocab/ggml-vocab-llama-spm.gguf";
   uint64_t seed = 1;
   int n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int i = 1; i < argc; ++i) {
