@@ -172,15 +172,11 @@ class compiler {
     if (n.has_enum) {
       // Only the enum values that satisfy the node's other keywords.
       std::vector<int32_t> ch;
-      schema one;
-      for (const auto& v : n.enum_values) {
-        one.nodes = s_.nodes;
-        one.nodes[idx].has_enum = false;
-        // validate against the node without its enum: nodes are shared, so validate on a copy rooted at idx
-        std::swap(one.nodes[0], one.nodes[idx]);
-        bool ok = validate(one, v).empty();
-        if (ok) ch.push_back(g_.literal(v.dump()));
-      }
+      schema without_enum;
+      without_enum.nodes = s_.nodes;
+      without_enum.nodes[idx].has_enum = false;
+      for (const auto& v : n.enum_values)
+        if (validate_at(without_enum, idx, v).empty()) ch.push_back(g_.literal(v.dump()));
       if (ch.empty()) throw std::runtime_error("no enum value satisfies the schema at " + n.path);
       return alt_of(std::move(ch));
     }

@@ -329,11 +329,13 @@ std::shared_ptr<const schema> parse_schema(std::string_view text, std::string* e
   return nullptr;
 }
 
-std::vector<std::string> validate(const schema& s, const json::value& v) {
+std::vector<std::string> validate_at(const schema& s, int32_t node_idx, const json::value& v) {
   std::vector<std::string> errors;
   validator val(s, errors);
-  if (!val.check(0, v, "", true) && errors.empty()) errors.push_back("/: value does not match the schema");
+  if (!val.check(node_idx, v, "", true) && errors.empty()) errors.push_back("/: value does not match the schema");
   return errors;
 }
+
+std::vector<std::string> validate(const schema& s, const json::value& v) { return validate_at(s, 0, v); }
 
 }  // namespace agentq::grammar

@@ -53,5 +53,7 @@ std::shared_ptr<const schema> parse_schema(std::string_view text, std::string* e
 
 // Validate v against s; each error names the JSON pointer of the offending value.
 std::vector<std::string> validate(const schema& s, const json::value& v);
+// The same against the subschema s.nodes[node_idx].
+std::vector<std::string> validate_at(const schema& s, int32_t node_idx, const json::value& v);
 
 }  // namespace agentq::grammar
