@@ -329,6 +329,11 @@ std::string tool_parser::feed(std::string_view piece) {
       }
     }
   }
+  if (opt_.family == template_family::qwen3 || opt_.family == template_family::smollm3) {
+    // NOTE: a marker inside <think>...</think> is reasoning, not a call (as finish() parses it).
+    size_t open = text_.rfind("<think>"), close = text_.rfind("</think>");
+    if (open != std::string::npos && (close == std::string::npos || close < open)) marker.clear();
+  }
   size_t end = text_.size();
   if (!marker.empty()) {
     size_t at = text_.find(marker, n_streamed_);

@@ -211,6 +211,13 @@ TEST_CASE("streaming detector: content streams, the call is held back") {
   out += p->feed("box> b");
   CHECK(out == "a <toolbox> b");
   CHECK_FALSE(p->in_call());
+  // Qwen3: a marker inside the reasoning is not a call.
+  p = make_tool_parser(template_family::qwen3, tools(), {}, true, 1);
+  out = p->feed("<think>\nmaybe <tool_");
+  out += p->feed("call> later\n</think>\n\nOk.<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"a\"}}");
+  CHECK(out == "<think>\nmaybe <tool_call> later\n</think>\n\nOk.");
+  CHECK(p->in_call());
+  CHECK(p->finish().message.tool_calls.size() == 1);
   // tool_choice none: markers are plain content.
   p = make_tool_parser(template_family::chatml, tools(), tool_choice{tool_choice_mode::none, ""}, true, 1);
   CHECK(p->feed("<tool_call>{}") == "<tool_call>{}");
