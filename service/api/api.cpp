@@ -1,0 +1,416 @@
+// REST handlers (see api.h). Each handler: auth -> parse -> store -> job object.
+#include "api/api.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "api/job_view.h"
+#include "api/model_catalog.h"
+#include "auth/keys.h"
+#include "auth/rate_limiter.h"
+#include "http/errors.h"
+#include "store/store.h"
+#include "util/crypto.h"
+#include "webhooks/dispatcher.h"
+
+namespace agentq::api {
+
+using json = nlohmann::json;
+using http::error_kind;
+using http::error_response;
+using http::request;
+using http::response;
+
+namespace {
+
+response json_response(int status, const json& body) {
+  response r;
+  r.status = status;
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+response from_validation(const validation_error& e) { return error_response(e.kind, e.message, e.param); }
+
+response job_not_found(const std::string& id) {
+  return error_response(error_kind::not_found, "no job '" + id + "'", "id");
+}
+
+std::string bearer_of(const request& req) {
+  std::string h = req.header("authorization");
+  if (h.size() > 7 && (h.compare(0, 7, "Bearer ") == 0 || h.compare(0, 7, "bearer ") == 0)) return h.substr(7);
+  return "";
+}
+
+json key_object(const auth::key_info& k) {
+  return {{"id", k.id},
+          {"object", "api_key"},
+          {"tenant", k.tenant},
+          {"prefix", k.prefix},
+          {"admin", k.is_admin},
+          {"created_at", double(k.created_ms) / 1000.0},
+          {"revoked", k.revoked_ms > 0}};
+}
+
+std::string sse_frame(const store::job_event& e) {
+  json data = event_object(e);
+  return "id: " + std::to_string(e.id) + "\nevent: " + e.type + "\ndata: " +
+         data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+std::optional<int64_t> parse_i64(const std::string& s) {
+  if (s.empty() || s.size() > 18) return std::nullopt;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+}  // namespace
+
+api::api(api_options options, api_deps deps) : options_(std::move(options)), deps_(std::move(deps)) {}
+
+void api::install(http::router& r) {
+  // Wrap a handler with auth + rate limit; the key reaches the handler.
+  auto authed = [this](std::function<response(request&, const auth::key_info&)> fn) {
+    return [this, fn = std::move(fn)](request& req) -> response {
+      std::string token = bearer_of(req);
+      std::optional<auth::key_info> key;
+      if (!token.empty()) key = deps_.keys->authenticate(token);
+      if (!key) {
+        response res = error_response(error_kind::authentication,
+                                      "missing or invalid API key (send 'Authorization: Bearer <key>')");
+        res.headers.emplace_back("WWW-Authenticate", "Bearer");
+        return res;
+      }
+      if (deps_.limiter) {
+        if (int32_t wait_s = deps_.limiter->acquire(key->id); wait_s > 0) {
+          response res = error_response(error_kind::rate_limited,
+                                        "rate limit exceeded for this key; retry after " + std::to_string(wait_s) + "s");
+          res.headers.emplace_back("Retry-After", std::to_string(wait_s));
+          return res;
+        }
+      }
+      return fn(req, *key);
+    };
+  };
+  auto admin_only = [](const auth::key_info& k) -> std::optional<response> {
+    if (k.is_admin) return std::nullopt;
+    return error_response(error_kind::permission, "this endpoint needs an admin key");
+  };
+
+  r.add("GET", "/healthz", [](request&) { return json_response(200, {{"status", "ok"}}); });
+
+  r.add("GET", "/readyz", [this](request&) {
+    json checks = json::object();
+    bool ok = true;
+    for (auto& [name, fn] : deps_.ready_checks) {
+      std::string why;
+      bool good = fn(&why);
+      checks[name] = good ? json{{"ok", true}} : json{{"ok", false}, {"error", why}};
+      ok = ok && good;
+    }
+    return json_response(ok ? 200 : 503, {{"status", ok ? "ready" : "not_ready"}, {"checks", checks}});
+  });
+
+  r.add("GET", "/openapi.json", [](request&) {
+    response res;
+    res.body = openapi_json();
+    return res;
+  });
+
+  r.add("GET", "/v1/models", authed([this](request&, const auth::key_info&) {
+          json data = json::array();
+          for (const auto& m : deps_.catalog->list())
+            data.push_back({{"id", m.name}, {"object", "model"}, {"arch", m.arch}, {"context_length", m.n_ctx},
+                            {"ready", m.ready}});
+          return json_response(200, {{"object", "list"}, {"data", data}});
+        }));
+
+  r.add("POST", "/v1/jobs", authed([this](request& req, const auth::key_info& key) {
+          validation_error err;
+          auto body = parse_body(req.body, &err);
+          if (!body) return from_validation(err);
+          auto v = validate_job(*body, *deps_.catalog, *deps_.guard, options_.limits, &err);
+          if (!v) return from_validation(err);
+          store::new_job nj;
+          nj.tenant = key.tenant;
+          nj.request_json = body->dump();
+          nj.priority = *store::parse_job_priority(v->priority);
+          if (v->deadline_seconds > 0) nj.deadline_ms = store::now_ms() + int64_t(v->deadline_seconds * 1000);
+          std::string idem = req.header("idempotency-key");
+          if (!idem.empty()) {
+            if (idem.size() > 255)
+              return error_response(error_kind::invalid_request, "Idempotency-Key is longer than 255 characters",
+                                    "Idempotency-Key");
+            nj.idempotency_key = idem;
+            nj.request_hash = crypto::sha256_hex(nj.request_json);
+          }
+          auto res = deps_.store->create_job(std::move(nj)).get();
+          switch (res.outcome) {
+            case store::create_outcome::created: {
+              deps_.keys->link_job(res.job.id, key.id);
+              return json_response(202, job_object(res.job, nullptr));
+            }
+            case store::create_outcome::existing:
+              return json_response(200, job_object(res.job, nullptr));
+            case store::create_outcome::conflict:
+              return error_response(error_kind::conflict,
+                                    "Idempotency-Key was already used with a different request body",
+                                    "Idempotency-Key");
+            case store::create_outcome::error:
+              break;
+          }
+          spdlog::error("api: create_job failed: {}", res.error);
+          return error_response(error_kind::internal, "could not store the job; retry");
+        }));
+
+  r.add("GET", "/v1/jobs", authed([this](request& req, const auth::key_info& key) {
+          std::optional<store::job_status> status;
+          int32_t limit = 20;
+          std::string before;
+          std::vector<std::pair<std::string, std::string>> meta;
+          for (auto& [k, v] : req.query_params()) {
+            if (k == "status") {
+              status = store::parse_job_status(v);
+              if (!status) return error_response(error_kind::invalid_request, "unknown status '" + v + "'", "status");
+            } else if (k == "limit") {
+              auto n = parse_i64(v);
+              if (!n || *n < 1 || *n > options_.max_list_limit)
+                return error_response(error_kind::invalid_request,
+                                      "limit must be 1-" + std::to_string(options_.max_list_limit), "limit");
+              limit = int32_t(*n);
+            } else if (k == "after" || k == "cursor") {
+              before = v;
+            } else if (k.starts_with("metadata.") && k.size() > 9) {
+              meta.emplace_back(k.substr(9), v);
+            } else if (k.starts_with("metadata[") && k.back() == ']' && k.size() > 10) {
+              meta.emplace_back(k.substr(9, k.size() - 10), v);
+            } else {
+              return error_response(error_kind::invalid_request, "unknown query parameter '" + k + "'", k);
+            }
+          }
+          json data = json::array();
+          bool has_more = false;
+          std::string cursor = before;
+          // NOTE: metadata filters are applied here, over at most 20 pages of the tenant's jobs.
+          for (int page = 0; page < 20 && !has_more; ++page) {
+            auto rows = deps_.store->list_jobs(key.tenant, status, limit + 1, cursor);
+            for (size_t i = 0; i < rows.size(); ++i) {
+              const auto& row = rows[i];
+              if (int32_t(data.size()) == limit) {
+                has_more = true;
+                break;
+              }
+              cursor = row.id;
+              json obj = job_object(row, nullptr);
+              bool match = true;
+              for (auto& [mk, mv] : meta) {
+                auto it = obj["metadata"].find(mk);
+                match = match && it != obj["metadata"].end() && it->is_string() && it->get<std::string>() == mv;
+              }
+              if (match) data.push_back(std::move(obj));
+            }
+            if (int32_t(rows.size()) <= limit || meta.empty()) {
+              if (int32_t(rows.size()) > limit && meta.empty()) has_more = true;
+              break;
+            }
+          }
+          json out = {{"object", "list"}, {"data", data}, {"has_more", has_more}};
+          out["next_cursor"] = has_more && !data.empty() ? json(data.back()["id"]) : json(nullptr);
+          return json_response(200, out);
+        }));
+
+  r.add("GET", "/v1/jobs/{id}", authed([this](request& req, const auth::key_info& key) {
+          std::string id = req.path_param("id");
+          auto job = deps_.store->get_job(id, key.tenant);
+          if (!job) return job_not_found(id);
+          auto transcript = deps_.store->read_transcript(id);
+          return json_response(200, job_object(*job, &transcript));
+        }));
+
+  r.add("POST", "/v1/jobs/{id}/cancel", authed([this](request& req, const auth::key_info& key) {
+          std::string id = req.path_param("id");
+          auto job = deps_.store->get_job(id, key.tenant);
+          if (!job) return job_not_found(id);
+          auto ws = deps_.store->cancel_job(id, key.tenant).get();
+          job = deps_.store->get_job(id, key.tenant);
+          if (ws == store::write_status::ok) return json_response(200, job_object(*job, nullptr));
+          if (ws == store::write_status::not_found) return job_not_found(id);
+          if (ws == store::write_status::fenced)
+            return error_response(error_kind::conflict,
+                                  "job '" + id + "' is already " + store::to_string(job->status) + " and cannot be cancelled");
+          return error_response(error_kind::internal, "could not cancel the job; retry");
+        }));
+
+  r.add("POST", "/v1/jobs/{id}/tool_outputs", authed([this](request& req, const auth::key_info& key) {
+          std::string id = req.path_param("id");
+          auto job = deps_.store->get_job(id, key.tenant);
+          if (!job) return job_not_found(id);
+          validation_error err;
+          auto body = parse_body(req.body, &err);
+          if (!body) return from_validation(err);
+          if (!body->is_object() || !body->contains("tool_outputs") || !(*body)["tool_outputs"].is_array() ||
+              (*body)["tool_outputs"].empty())
+            return error_response(error_kind::invalid_request, "'tool_outputs' must be a non-empty array",
+                                  "tool_outputs");
+          std::vector<store::tool_output> outs;
+          const json& arr = (*body)["tool_outputs"];
+          for (size_t i = 0; i < arr.size(); ++i) {
+            std::string p = "tool_outputs[" + std::to_string(i) + "]";
+            const json& o = arr[i];
+            if (!o.is_object() || !o.contains("tool_call_id") || !o["tool_call_id"].is_string())
+              return error_response(error_kind::invalid_request, "'" + p + ".tool_call_id' must be a string",
+                                    p + ".tool_call_id");
+            if (!o.contains("output") || !o["output"].is_string())
+              return error_response(error_kind::invalid_request, "'" + p + ".output' must be a string",
+                                    p + ".output");
+            bool is_error = o.contains("is_error") && o["is_error"].is_boolean() && o["is_error"].get<bool>();
+            outs.push_back({o["tool_call_id"].get<std::string>(), o["output"].get<std::string>(), is_error});
+          }
+          auto ws = deps_.store->submit_tool_outputs(id, std::move(outs), key.tenant).get();
+          switch (ws) {
+            case store::write_status::ok: return json_response(200, job_object(*deps_.store->get_job(id, key.tenant), nullptr));
+            case store::write_status::not_found: return job_not_found(id);
+            case store::write_status::invalid:
+              return error_response(error_kind::invalid_request,
+                                    "tool_outputs must answer every pending tool call of the job, and only those",
+                                    "tool_outputs");
+            case store::write_status::fenced:
+              return error_response(error_kind::conflict, "job '" + id + "' is " + store::to_string(job->status) +
+                                                              ", not requires_action");
+            default: return error_response(error_kind::internal, "could not record the tool outputs; retry");
+          }
+        }));
+
+  r.add("GET", "/v1/jobs/{id}/events", authed([this](request& req, const auth::key_info& key) {
+          std::string id = req.path_param("id");
+          auto job = deps_.store->get_job(id, key.tenant);
+          if (!job) return job_not_found(id);
+          int64_t after = 0;
+          std::string after_text = req.header("last-event-id");
+          if (after_text.empty()) after_text = req.query_param("after").value_or("");
+          if (!after_text.empty()) {
+            auto v = parse_i64(after_text);
+            if (!v) return error_response(error_kind::invalid_request, "event id must be a non-negative integer", "after");
+            after = *v;
+          }
+          bool sse = req.header("accept").find("text/event-stream") != std::string::npos;
+          if (!sse) {
+            auto events = deps_.store->read_events(id, after, 1001);
+            json data = json::array();
+            for (size_t i = 0; i < events.size() && i < 1000; ++i) data.push_back(event_object(events[i]));
+            return json_response(200, {{"object", "list"}, {"data", data}, {"has_more", events.size() > 1000}});
+          }
+          response res;
+          res.content_type = "text/event-stream";
+          auto keepalive = options_.sse_keepalive;
+          res.stream = [st = deps_.store, id, after, keepalive](http::stream_sink& out) mutable {
+            auto last_write = std::chrono::steady_clock::now();
+            while (!out.closed()) {
+              auto events = st->read_events(id, after, 256);
+              for (const auto& e : events) {
+                if (!out.write(sse_frame(e))) return;
+                after = e.id;
+                last_write = std::chrono::steady_clock::now();
+              }
+              if (!events.empty()) continue;
+              auto job = st->get_job(id);
+              if (!job || store::is_terminal(job->status)) {
+                // terminal: drain what landed since, then end the stream
+                for (const auto& e : st->read_events(id, after, 256))
+                  if (!out.write(sse_frame(e))) return;
+                return;
+              }
+              st->wait_events(after, std::chrono::milliseconds(500));
+              if (std::chrono::steady_clock::now() - last_write > keepalive) {
+                if (!out.write(": keep-alive\n\n")) return;
+                last_write = std::chrono::steady_clock::now();
+              }
+            }
+          };
+          return res;
+        }));
+
+  r.add("GET", "/v1/jobs/{id}/webhooks", authed([this](request& req, const auth::key_info& key) {
+          std::string id = req.path_param("id");
+          if (!deps_.store->get_job(id, key.tenant)) return job_not_found(id);
+          json data = json::array();
+          if (deps_.webhooks) {
+            for (const auto& d : deps_.webhooks->list(id)) {
+              json attempts = json::array();
+              for (const auto& a : d.attempts)
+                attempts.push_back({{"attempt", a.attempt_idx},
+                                    {"status_code", a.status_code ? json(a.status_code) : json(nullptr)},
+                                    {"error", a.error.empty() ? json(nullptr) : json(a.error)},
+                                    {"duration_ms", a.duration_ms},
+                                    {"created_at", double(a.created_ms) / 1000.0}});
+              data.push_back({{"id", d.id},
+                              {"event", d.event_type},
+                              {"url", d.url},
+                              {"state", d.state},
+                              {"n_attempts", d.n_attempts},
+                              {"next_attempt_at", d.state == "pending" ? json(double(d.next_attempt_ms) / 1000.0)
+                                                                       : json(nullptr)},
+                              {"created_at", double(d.created_ms) / 1000.0},
+                              {"attempts", attempts}});
+            }
+          }
+          return json_response(200, {{"object", "list"}, {"data", data}});
+        }));
+
+  // --- keys ------------------------------------------------------------------
+  r.add("POST", "/v1/keys", authed([this, admin_only](request& req, const auth::key_info& key) {
+          if (auto denied = admin_only(key)) return *denied;
+          validation_error err;
+          auto body = parse_body(req.body.empty() ? "{}" : req.body, &err);
+          if (!body) return from_validation(err);
+          if (!body->is_object() || !body->contains("tenant") || !(*body)["tenant"].is_string() ||
+              (*body)["tenant"].get<std::string>().empty() || (*body)["tenant"].get<std::string>().size() > 128)
+            return error_response(error_kind::invalid_request, "'tenant' must be a non-empty string", "tenant");
+          bool admin = false;
+          if (body->contains("admin")) {
+            if (!(*body)["admin"].is_boolean())
+              return error_response(error_kind::invalid_request, "'admin' must be a boolean", "admin");
+            admin = (*body)["admin"].get<bool>();
+          }
+          std::string why;
+          auto nk = deps_.keys->create((*body)["tenant"].get<std::string>(), admin, &why);
+          if (!nk) return error_response(error_kind::internal, why);
+          json out = key_object(nk->info);
+          out["key"] = nk->key;
+          out["webhook_secret"] = nk->info.webhook_secret;
+          spdlog::info("api: key {} created for tenant {} by {}", nk->info.id, nk->info.tenant, key.id);
+          return json_response(201, out);
+        }));
+
+  r.add("GET", "/v1/keys", authed([this](request&, const auth::key_info& key) {
+          json data = json::array();
+          for (const auto& k : deps_.keys->list(key.is_admin ? std::string() : key.tenant)) data.push_back(key_object(k));
+          return json_response(200, {{"object", "list"}, {"data", data}});
+        }));
+
+  auto key_action = [this](request& req, const auth::key_info& key, bool rotate) -> response {
+    std::string id = req.path_param("id");
+    auto target = deps_.keys->get(id);
+    if (!target || (!key.is_admin && target->tenant != key.tenant))
+      return error_response(error_kind::not_found, "no key '" + id + "'", "id");
+    if (rotate) {
+      auto secret = deps_.keys->rotate_secret(id);
+      if (!secret) return error_response(error_kind::conflict, "key '" + id + "' is revoked");
+      json out = key_object(*target);
+      out["webhook_secret"] = *secret;
+      return json_response(200, out);
+    }
+    if (!deps_.keys->revoke(id)) return error_response(error_kind::conflict, "key '" + id + "' is already revoked");
+    return json_response(200, key_object(*deps_.keys->get(id)));
+  };
+  r.add("POST", "/v1/keys/{id}/revoke",
+        authed([key_action](request& req, const auth::key_info& key) { return key_action(req, key, false); }));
+  r.add("POST", "/v1/keys/{id}/rotate_secret",
+        authed([key_action](request& req, const auth::key_info& key) { return key_action(req, key, true); }));
+}
+
+}  // namespace agentq::api

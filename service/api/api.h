@@ -1,0 +1,66 @@
+// The agentq REST API: routes, auth (bearer keys, per-key rate limit, tenant scoping),
+// job submission with idempotency, reads, cancel, tool outputs, events (JSON and SSE),
+// webhook delivery records, models, health and the OpenAPI document.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/validate.h"
+#include "http/router.h"
+
+namespace agentq::store {
+class store;
+}
+namespace agentq::auth {
+class key_store;
+class rate_limiter;
+}  // namespace agentq::auth
+namespace agentq::webhooks {
+class dispatcher;
+}
+namespace agentq::net {
+class ssrf_guard;
+}
+
+namespace agentq::api {
+
+class model_catalog;
+
+// A readiness check: true when fine, else false with *why.
+using ready_check = std::function<bool(std::string* why)>;
+
+struct api_options {
+  validation_limits limits;
+  int32_t max_list_limit = 100;
+  std::chrono::milliseconds sse_keepalive{15000};  // comment line on an idle stream
+};
+
+struct api_deps {
+  store::store* store = nullptr;
+  auth::key_store* keys = nullptr;
+  auth::rate_limiter* limiter = nullptr;           // nullptr = no rate limit
+  const model_catalog* catalog = nullptr;
+  const net::ssrf_guard* guard = nullptr;
+  webhooks::dispatcher* webhooks = nullptr;        // nullptr = /webhooks lists nothing
+  std::vector<std::pair<std::string, ready_check>> ready_checks;  // "redis", "database", "engine"
+};
+
+class api {
+ public:
+  api(api_options options, api_deps deps);
+  // Register every route on r.
+  void install(http::router& r);
+
+ private:
+  api_options options_;
+  api_deps deps_;
+};
+
+// The OpenAPI 3 document describing every route install() registers.
+const std::string& openapi_json();
+
+}  // namespace agentq::api

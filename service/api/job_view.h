@@ -1,0 +1,27 @@
+// The job object the API returns (GET /v1/jobs/{id}, lists, webhook payloads), built
+// from the store's rows. Secrets in the stored request (webhook.secret) never appear.
+#pragma once
+
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "store/store.h"
+
+namespace agentq::api {
+
+// {"id","object":"job","status","model","priority","metadata","webhook","created_at",...,
+//  "usage":{prompt_tokens,cached_tokens,completion_tokens,total_tokens},"turns":[...],
+//  "required_action","output","error","transcript"}. transcript empty = summary form (lists).
+nlohmann::json job_object(const store::job_row& job, const std::vector<store::transcript_row>* transcript);
+
+// usage_totals / per-turn usage JSON -> the API usage object.
+nlohmann::json usage_object(const std::string& usage_json);
+
+// "job.completed" etc. for a status that has a webhook event; "" otherwise.
+std::string webhook_event_for(store::job_status status);
+
+// One stored event as the API shows it: {"id","type","data","created_at"}.
+nlohmann::json event_object(const store::job_event& e);
+
+}  // namespace agentq::api

@@ -1,0 +1,42 @@
+// What the API needs to know about the loaded models: names, context sizes and the
+// engine's up-front request check. The daemon backs it with engines; tests with fakes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <agentq/engine.h>
+
+namespace agentq::api {
+
+struct model_info {
+  std::string name;     // file stem
+  std::string arch;
+  int32_t n_ctx = 0;    // tokens
+  bool ready = true;    // loaded and not in a failed state
+};
+
+class model_catalog {
+ public:
+  virtual ~model_catalog() = default;
+  virtual std::vector<model_info> list() const = 0;
+  // nullopt if the request fits the model (schemas compile, prompt fits), else the engine's message.
+  virtual std::optional<std::string> validate(const std::string& model, const turn_request& request) const = 0;
+};
+
+// A catalog over loaded engines (name = model().name).
+class engine_catalog : public model_catalog {
+ public:
+  void add(std::shared_ptr<engine> e) { engines_.push_back(std::move(e)); }
+  std::vector<model_info> list() const override;
+  std::optional<std::string> validate(const std::string& model, const turn_request& request) const override;
+  std::shared_ptr<engine> find(const std::string& name) const;
+
+ private:
+  std::vector<std::shared_ptr<engine>> engines_;
+};
+
+}  // namespace agentq::api

@@ -1,0 +1,216 @@
+// The OpenAPI 3 document served at /openapi.json. A unit test checks that its paths
+// and methods are exactly the router's routes.
+#include "api/api.h"
+
+#include <nlohmann/json.hpp>
+
+namespace agentq::api {
+
+namespace {
+using json = nlohmann::json;
+
+json ref(const char* name) { return {{"$ref", std::string("#/components/schemas/") + name}}; }
+
+json error_responses(std::initializer_list<int> codes) {
+  json r = json::object();
+  for (int c : codes)
+    r[std::to_string(c)] = {{"description", "error"},
+                            {"content", {{"application/json", {{"schema", ref("Error")}}}}}};
+  return r;
+}
+
+json op(const char* summary, int ok_code, json ok_schema, std::initializer_list<int> errors, bool auth = true) {
+  json o = {{"summary", summary}};
+  json responses = error_responses(errors);
+  responses[std::to_string(ok_code)] = {{"description", "success"},
+                                        {"content", {{"application/json", {{"schema", ok_schema}}}}}};
+  o["responses"] = responses;
+  if (!auth) o["security"] = json::array();
+  return o;
+}
+
+json id_param() {
+  return {{"name", "id"}, {"in", "path"}, {"required", true}, {"schema", {{"type", "string"}}}};
+}
+
+json body(json schema) { return {{"required", true}, {"content", {{"application/json", {{"schema", schema}}}}}}; }
+
+json build() {
+  json doc;
+  doc["openapi"] = "3.0.3";
+  doc["info"] = {{"title", "agentq"},
+                 {"version", "0.1.0"},
+                 {"description", "Background runner for long-running LLM agents. Errors: {\"error\":{\"type\",\"message\",\"param\"}}."}};
+  doc["components"]["securitySchemes"]["bearer"] = {{"type", "http"}, {"scheme", "bearer"}};
+  doc["security"] = json::array({{{"bearer", json::array()}}});
+  auto& s = doc["components"]["schemas"];
+  s["Error"] = {{"type", "object"},
+                {"required", {"error"}},
+                {"properties",
+                 {{"error",
+                   {{"type", "object"},
+                    {"properties",
+                     {{"type", {{"type", "string"}}},
+                      {"message", {{"type", "string"}}},
+                      {"param", {{"type", "string"}, {"nullable", true}}}}}}}}}};
+  s["Usage"] = {{"type", "object"},
+                {"properties",
+                 {{"prompt_tokens", {{"type", "integer"}}},
+                  {"cached_tokens", {{"type", "integer"}}},
+                  {"completion_tokens", {{"type", "integer"}}},
+                  {"total_tokens", {{"type", "integer"}}}}}};
+  s["Message"] = {{"type", "object"},
+                  {"required", {"role"}},
+                  {"properties",
+                   {{"role", {{"type", "string"}, {"enum", {"system", "user", "assistant", "tool"}}}},
+                    {"content", {{"type", "string"}, {"nullable", true}}},
+                    {"tool_calls", {{"type", "array"}, {"items", {{"type", "object"}}}}},
+                    {"tool_call_id", {{"type", "string"}}}}}};
+  s["Tool"] = {{"type", "object"},
+               {"required", {"type", "function"}},
+               {"properties",
+                {{"type", {{"type", "string"}, {"enum", {"function"}}}},
+                 {"function",
+                  {{"type", "object"},
+                   {"properties",
+                    {{"name", {{"type", "string"}}},
+                     {"description", {{"type", "string"}}},
+                     {"parameters", {{"type", "object"}}}}}}},
+                 {"execution",
+                  {{"type", "object"},
+                   {"description", "present: the server calls url (POST, signed); absent: the job waits in requires_action"},
+                   {"properties",
+                    {{"type", {{"type", "string"}, {"enum", {"http"}}}},
+                     {"url", {{"type", "string"}}},
+                     {"timeout_ms", {{"type", "integer"}}}}}}}}}};
+  s["JobRequest"] = {
+      {"type", "object"},
+      {"required", {"model", "messages"}},
+      {"additionalProperties", false},
+      {"properties",
+       {{"model", {{"type", "string"}}},
+        {"messages", {{"type", "array"}, {"items", ref("Message")}}},
+        {"tools", {{"type", "array"}, {"items", ref("Tool")}}},
+        {"tool_choice", {{"oneOf", {{{"type", "string"}, {"enum", {"auto", "none", "required"}}}, {{"type", "object"}}}}}},
+        {"parallel_tool_calls", {{"type", "boolean"}}},
+        {"response_format", {{"type", "object"}}},
+        {"temperature", {{"type", "number"}}},
+        {"top_p", {{"type", "number"}}},
+        {"top_k", {{"type", "integer"}}},
+        {"min_p", {{"type", "number"}}},
+        {"seed", {{"type", "integer"}}},
+        {"frequency_penalty", {{"type", "number"}}},
+        {"presence_penalty", {{"type", "number"}}},
+        {"repeat_penalty", {{"type", "number"}}},
+        {"stop", {{"type", "array"}, {"items", {{"type", "string"}}}}},
+        {"max_turns", {{"type", "integer"}}},
+        {"max_output_tokens", {{"type", "integer"}}},
+        {"max_tokens_per_turn", {{"type", "integer"}}},
+        {"deadline_seconds", {{"type", "number"}}},
+        {"priority", {{"type", "string"}, {"enum", {"high", "normal", "low"}}}},
+        {"stream_tokens", {{"type", "boolean"}}},
+        {"tool_choice_every_turn", {{"type", "boolean"}}},
+        {"webhook",
+         {{"type", "object"},
+          {"properties",
+           {{"url", {{"type", "string"}}},
+            {"events", {{"type", "array"}, {"items", {{"type", "string"}}}}},
+            {"secret", {{"type", "string"}}}}}}},
+        {"metadata", {{"type", "object"}, {"additionalProperties", {{"type", "string"}}}}}}}};
+  s["Job"] = {{"type", "object"},
+              {"properties",
+               {{"id", {{"type", "string"}}},
+                {"object", {{"type", "string"}}},
+                {"status",
+                 {{"type", "string"},
+                  {"enum", {"queued", "running", "requires_action", "completed", "failed", "cancelled", "incomplete"}}}},
+                {"model", {{"type", "string"}}},
+                {"usage", ref("Usage")},
+                {"turns", {{"type", "array"}, {"items", {{"type", "object"}}}}},
+                {"transcript", {{"type", "array"}, {"items", ref("Message")}}},
+                {"required_action", {{"type", "object"}, {"nullable", true}}},
+                {"output", {{"type", "object"}, {"nullable", true}}},
+                {"error", {{"type", "object"}, {"nullable", true}}},
+                {"timings", {{"type", "object"}}}}}};
+  s["List"] = {{"type", "object"},
+               {"properties",
+                {{"object", {{"type", "string"}}},
+                 {"data", {{"type", "array"}, {"items", {{"type", "object"}}}}},
+                 {"has_more", {{"type", "boolean"}}},
+                 {"next_cursor", {{"type", "string"}, {"nullable", true}}}}}};
+  s["Key"] = {{"type", "object"},
+              {"properties",
+               {{"id", {{"type", "string"}}},
+                {"tenant", {{"type", "string"}}},
+                {"key", {{"type", "string"}, {"description", "only in the create response"}}},
+                {"webhook_secret", {{"type", "string"}, {"description", "only on create and rotate"}}}}}};
+
+  auto& p = doc["paths"];
+  p["/healthz"]["get"] = op("Liveness", 200, {{"type", "object"}}, {}, false);
+  p["/readyz"]["get"] = op("Readiness: Redis reachable, database ok, engine loaded", 200, {{"type", "object"}}, {503}, false);
+  p["/openapi.json"]["get"] = op("This document", 200, {{"type", "object"}}, {}, false);
+  p["/v1/models"]["get"] = op("Loaded models", 200, ref("List"), {401, 429});
+  json submit = op("Submit an agent job (202; an Idempotency-Key replay answers 200 with the same job)", 202,
+                   ref("Job"), {400, 401, 409, 413, 422, 429});
+  submit["responses"]["200"] = {{"description", "idempotent replay"},
+                                {"content", {{"application/json", {{"schema", ref("Job")}}}}}};
+  submit["requestBody"] = body(ref("JobRequest"));
+  submit["parameters"] = json::array(
+      {{{"name", "Idempotency-Key"}, {"in", "header"}, {"required", false}, {"schema", {{"type", "string"}}}}});
+  p["/v1/jobs"]["post"] = submit;
+  json list = op("List jobs, newest first", 200, ref("List"), {400, 401, 429});
+  list["parameters"] = json::array(
+      {{{"name", "status"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
+       {{"name", "limit"}, {"in", "query"}, {"schema", {{"type", "integer"}, {"minimum", 1}, {"maximum", 100}}}},
+       {{"name", "after"}, {"in", "query"}, {"description", "cursor: next_cursor of the previous page"},
+        {"schema", {{"type", "string"}}}},
+       {{"name", "metadata.KEY"}, {"in", "query"}, {"description", "filter on a metadata key=value"},
+        {"schema", {{"type", "string"}}}}});
+  p["/v1/jobs"]["get"] = list;
+  p["/v1/jobs/{id}"]["get"] = op("A job with transcript, per-turn usage and timings", 200, ref("Job"), {401, 404, 429});
+  p["/v1/jobs/{id}/cancel"]["post"] = op("Cancel a job", 200, ref("Job"), {401, 404, 409, 429});
+  json tool_outputs = op("Answer the pending client-side tool calls", 200, ref("Job"), {400, 401, 404, 409, 429});
+  tool_outputs["requestBody"] = body(
+      {{"type", "object"},
+       {"required", {"tool_outputs"}},
+       {"properties",
+        {{"tool_outputs",
+          {{"type", "array"},
+           {"items",
+            {{"type", "object"},
+             {"required", {"tool_call_id", "output"}},
+             {"properties", {{"tool_call_id", {{"type", "string"}}}, {"output", {{"type", "string"}}}}}}}}}}}});
+  p["/v1/jobs/{id}/tool_outputs"]["post"] = tool_outputs;
+  json events = op("Job events: a JSON list, or with Accept: text/event-stream a live SSE stream (Last-Event-ID resumes)",
+                   200, ref("List"), {400, 401, 404, 429});
+  events["responses"]["200"]["content"]["text/event-stream"] = {{"schema", {{"type", "string"}}}};
+  events["parameters"] = json::array({{{"name", "after"}, {"in", "query"}, {"schema", {{"type", "integer"}}}},
+                                      {{"name", "Last-Event-ID"}, {"in", "header"}, {"schema", {{"type", "string"}}}}});
+  p["/v1/jobs/{id}/events"]["get"] = events;
+  p["/v1/jobs/{id}/webhooks"]["get"] = op("Webhook deliveries of a job and their attempts", 200, ref("List"), {401, 404, 429});
+  json create_key = op("Create an API key (admin); the key and its webhook secret are shown once", 201, ref("Key"),
+                       {400, 401, 403, 429});
+  create_key["requestBody"] = body({{"type", "object"},
+                                    {"required", {"tenant"}},
+                                    {"properties", {{"tenant", {{"type", "string"}}}, {"admin", {{"type", "boolean"}}}}}});
+  p["/v1/keys"]["post"] = create_key;
+  p["/v1/keys"]["get"] = op("List keys (admin: all tenants)", 200, ref("List"), {401, 429});
+  p["/v1/keys/{id}/revoke"]["post"] = op("Revoke a key", 200, ref("Key"), {401, 404, 409, 429});
+  p["/v1/keys/{id}/rotate_secret"]["post"] = op("New webhook secret for a key", 200, ref("Key"), {401, 404, 409, 429});
+  for (auto it = p.begin(); it != p.end(); ++it)
+    if (it.key().find("{id}") != std::string::npos)
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        json params = m->value("parameters", json::array());
+        params.insert(params.begin(), id_param());
+        (*m)["parameters"] = params;
+      }
+  return doc;
+}
+}  // namespace
+
+const std::string& openapi_json() {
+  static const std::string doc = build().dump(2);
+  return doc;
+}
+
+}  // namespace agentq::api

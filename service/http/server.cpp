@@ -1,0 +1,343 @@
+// Beast HTTP server: listener, sessions (do_read_header/on_read_header, do_read_body/
+// on_read_body, do_write/on_write), limits and streaming responses (see server.h).
+#include "http/server.h"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "http/errors.h"
+
+namespace agentq::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+struct shared_state {
+  server_options options;
+  server::handler_fn handler;
+  std::atomic<int64_t> n_connections{0}, n_requests{0}, n_rejected{0};
+  std::atomic<int32_t> n_streams{0};
+  std::atomic<bool> stopping{false};
+  std::mutex streams_mu;
+  std::condition_variable streams_cv;
+};
+
+const char* reason(int status) { return bhttp::obsolete_reason(bhttp::status(status)).data(); }
+
+class session : public std::enable_shared_from_this<session> {
+ public:
+  session(tcp::socket socket, std::shared_ptr<shared_state> state)
+      : stream_(std::move(socket)), state_(std::move(state)) {
+    ++state_->n_connections;
+  }
+  ~session() { --state_->n_connections; }
+
+  void run() {
+    asio::dispatch(stream_.get_executor(), beast::bind_front_handler(&session::do_read_header, shared_from_this()));
+  }
+
+  // Reject before reading anything (connection limit).
+  void reject_busy() {
+    ++state_->n_rejected;
+    send_error(error_kind::unavailable, "server is at its connection limit; retry later", true);
+  }
+
+ private:
+  void do_read_header() {
+    if (state_->stopping) return close();
+    parser_.emplace();
+    parser_->header_limit(uint32_t(state_->options.max_header_bytes));
+    parser_->body_limit(state_->options.max_body_bytes);
+    stream_.expires_after(state_->options.header_timeout);
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             beast::bind_front_handler(&session::on_read_header, shared_from_this()));
+  }
+
+  void on_read_header(beast::error_code ec, size_t) {
+    if (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
+        ec == asio::error::connection_reset || ec == asio::error::operation_aborted) {
+      if (ec == beast::error::timeout && buffer_.size() > 0) ++state_->n_rejected;
+      return close();
+    }
+    if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow)
+      return reject(error_kind::header_too_large, "request headers exceed " +
+                                                      std::to_string(state_->options.max_header_bytes) + " bytes");
+    if (ec == bhttp::error::body_limit)
+      return reject(error_kind::payload_too_large,
+                    "request body exceeds " + std::to_string(state_->options.max_body_bytes) + " bytes");
+    if (ec) return reject(error_kind::invalid_request, "malformed HTTP request: " + ec.message());
+
+    // Request smuggling shapes: more than one Content-Length, or Content-Length with Transfer-Encoding.
+    const auto& h = parser_->get();
+    auto n_cl = std::distance(h.equal_range(bhttp::field::content_length).first,
+                              h.equal_range(bhttp::field::content_length).second);
+    bool has_te = h.find(bhttp::field::transfer_encoding) != h.end();
+    if (n_cl > 1) return reject(error_kind::invalid_request, "duplicate Content-Length header");
+    if (n_cl == 1 && has_te)
+      return reject(error_kind::invalid_request, "Content-Length together with Transfer-Encoding is not allowed");
+    if (has_te && !parser_->chunked())
+      return reject(error_kind::not_implemented, "only Transfer-Encoding: chunked is supported");
+    if (h.version() != 11 && h.version() != 10) return reject(error_kind::invalid_request, "unsupported HTTP version");
+    if (parser_->content_length() && *parser_->content_length() > state_->options.max_body_bytes)
+      return reject(error_kind::payload_too_large,
+                    "request body exceeds " + std::to_string(state_->options.max_body_bytes) + " bytes");
+    if (parser_->is_done()) return handle();
+    stream_.expires_after(state_->options.body_timeout);
+    bhttp::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&session::on_read_body, shared_from_this()));
+  }
+
+  void on_read_body(beast::error_code ec, size_t) {
+    if (ec == bhttp::error::body_limit)
+      return reject(error_kind::payload_too_large,
+                    "request body exceeds " + std::to_string(state_->options.max_body_bytes) + " bytes");
+    if (ec == beast::error::timeout || ec == bhttp::error::end_of_stream || ec == asio::error::eof) {
+      ++state_->n_rejected;
+      return close();
+    }
+    if (ec) return reject(error_kind::invalid_request, "malformed HTTP request body: " + ec.message());
+    handle();
+  }
+
+  void handle() {
+    auto& breq = parser_->get();
+    request req;
+    req.method = std::string(breq.method_string());
+    req.target = std::string(breq.target());
+    size_t q = req.target.find('?');
+    req.path = req.target.substr(0, q);
+    if (q != std::string::npos) req.query = req.target.substr(q + 1);
+    for (const auto& f : breq) {
+      std::string name(f.name_string());
+      for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
+      req.headers.emplace_back(std::move(name), std::string(f.value()));
+    }
+    req.body = std::move(breq.body());
+    beast::error_code ep_ec;
+    auto ep = stream_.socket().remote_endpoint(ep_ec);
+    if (!ep_ec) req.remote = ep.address().to_string();
+    keep_alive_ = breq.keep_alive() && !state_->stopping;
+    version_ = breq.version();
+    bool head = breq.method() == bhttp::verb::head;
+    ++state_->n_requests;
+
+    response res;
+    try {
+      res = state_->handler(req);
+    } catch (const std::exception& e) {
+      spdlog::error("http: handler for {} {} threw: {}", req.method, req.path, e.what());
+      res = error_response(error_kind::internal, "internal error");
+    }
+    if (res.stream) return start_stream(std::move(res));
+    send(std::move(res), head);
+  }
+
+  void send(response res, bool head = false) {
+    auto out = std::make_shared<bhttp::response<bhttp::string_body>>();
+    out->version(version_);
+    out->result(bhttp::status(res.status));
+    out->set(bhttp::field::server, "agentq");
+    if (!res.body.empty() || res.status >= 200) out->set(bhttp::field::content_type, res.content_type);
+    for (auto& [k, v] : res.headers) out->set(k, v);
+    out->keep_alive(keep_alive_);
+    out->body() = std::move(res.body);
+    out->prepare_payload();
+    if (head) out->body().clear();
+    stream_.expires_after(state_->options.write_timeout);
+    auto self = shared_from_this();
+    if (head) {
+      auto sr = std::make_shared<bhttp::response_serializer<bhttp::string_body>>(*out);
+      bhttp::async_write_header(stream_, *sr, [self, out, sr](beast::error_code ec, size_t n) {
+        self->on_write(ec, n);
+      });
+      return;
+    }
+    bhttp::async_write(stream_, *out, [self, out](beast::error_code ec, size_t n) { self->on_write(ec, n); });
+  }
+
+  void on_write(beast::error_code ec, size_t) {
+    if (ec || !keep_alive_) return close();
+    do_read_header();
+  }
+
+  void reject(error_kind kind, std::string message) {
+    ++state_->n_rejected;
+    send_error(kind, message, true);
+  }
+
+  void send_error(error_kind kind, const std::string& message, bool close_after) {
+    keep_alive_ = !close_after;
+    send(error_response(kind, message));
+  }
+
+  void close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.socket().close(ec);
+  }
+
+  // --- streaming (SSE) ------------------------------------------------------
+  class sink : public stream_sink {
+   public:
+    sink(std::shared_ptr<session> s, std::chrono::milliseconds timeout) : s_(std::move(s)), timeout_(timeout) {}
+    bool write(std::string_view data) override {
+      if (closed_) return false;
+      auto done = std::make_shared<std::promise<bool>>();
+      auto fut = done->get_future();
+      auto buf = std::make_shared<std::string>(data);
+      auto s = s_;
+      asio::post(s->stream_.get_executor(), [s, buf, done, this_timeout = timeout_] {
+        s->stream_.expires_after(this_timeout);
+        asio::async_write(s->stream_, asio::buffer(*buf),
+                          [buf, done](beast::error_code ec, size_t) { done->set_value(!ec); });
+      });
+      if (fut.wait_for(timeout_ + std::chrono::seconds(1)) != std::future_status::ready || !fut.get())
+        closed_ = true;
+      if (s_->state_->stopping) closed_ = true;
+      return !closed_;
+    }
+    bool closed() const override { return closed_ || s_->state_->stopping; }
+
+   private:
+    std::shared_ptr<session> s_;
+    std::chrono::milliseconds timeout_;
+    std::atomic<bool> closed_{false};
+  };
+
+  void start_stream(response res) {
+    if (state_->n_streams.fetch_add(1) >= state_->options.max_streams) {
+      --state_->n_streams;
+      return send_error(error_kind::unavailable, "too many open event streams; retry later", true);
+    }
+    std::string head = "HTTP/1.1 " + std::to_string(res.status) + " " + reason(res.status) +
+                       "\r\nServer: agentq\r\nContent-Type: " + res.content_type +
+                       "\r\nCache-Control: no-cache\r\nConnection: close\r\n";
+    for (auto& [k, v] : res.headers) head += k + ": " + v + "\r\n";
+    head += "\r\n";
+    auto self = shared_from_this();
+    auto state = state_;
+    std::thread([self, state, head = std::move(head), fn = std::move(res.stream)] {
+      {
+        sink out(self, state->options.write_timeout);
+        if (out.write(head)) fn(out);
+      }
+      asio::post(self->stream_.get_executor(), [self] { self->close(); });
+      std::lock_guard lock(state->streams_mu);
+      --state->n_streams;
+      state->streams_cv.notify_all();
+    }).detach();
+  }
+
+  beast::tcp_stream stream_;
+  std::shared_ptr<shared_state> state_;
+  beast::flat_buffer buffer_{8192};
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  bool keep_alive_ = false;
+  unsigned version_ = 11;
+};
+
+}  // namespace
+
+struct server::impl {
+  std::shared_ptr<shared_state> state = std::make_shared<shared_state>();
+  asio::io_context ioc;
+  std::optional<tcp::acceptor> acceptor;
+  std::vector<std::thread> threads;
+  uint16_t port = 0;
+  bool running = false;
+
+  void do_accept() {
+    acceptor->async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+      on_accept(ec, std::move(socket));
+    });
+  }
+  void on_accept(beast::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || state->stopping) return;
+    if (!ec) {
+      auto s = std::make_shared<session>(std::move(socket), state);
+      if (state->n_connections > state->options.max_connections)
+        s->reject_busy();
+      else
+        s->run();
+    }
+    do_accept();
+  }
+};
+
+server::server(server_options options, handler_fn handler) : impl_(std::make_unique<impl>()) {
+  impl_->state->options = std::move(options);
+  impl_->state->handler = std::move(handler);
+}
+
+server::~server() { stop(); }
+
+bool server::start(std::string* error) {
+  beast::error_code ec;
+  auto addr = asio::ip::make_address(impl_->state->options.host, ec);
+  if (ec) {
+    if (error) *error = "invalid listen address '" + impl_->state->options.host + "'";
+    return false;
+  }
+  tcp::endpoint ep(addr, impl_->state->options.port);
+  impl_->acceptor.emplace(impl_->ioc);
+  impl_->acceptor->open(ep.protocol(), ec);
+  if (!ec) impl_->acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl_->acceptor->bind(ep, ec);
+  if (!ec) impl_->acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    if (error)
+      *error = "cannot listen on " + impl_->state->options.host + ":" +
+               std::to_string(impl_->state->options.port) + ": " + ec.message();
+    impl_->acceptor.reset();
+    return false;
+  }
+  impl_->port = impl_->acceptor->local_endpoint().port();
+  impl_->do_accept();
+  impl_->running = true;
+  for (int32_t i = 0; i < std::max(1, impl_->state->options.n_threads); ++i)
+    impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+  return true;
+}
+
+void server::stop() {
+  if (!impl_->running) return;
+  impl_->running = false;
+  impl_->state->stopping = true;
+  asio::post(impl_->ioc, [this] {
+    beast::error_code ec;
+    impl_->acceptor->close(ec);
+  });
+  {
+    // streams notice `stopping` at their next write or wait; give them a moment
+    std::unique_lock lock(impl_->state->streams_mu);
+    impl_->state->streams_cv.wait_for(lock, std::chrono::seconds(5), [&] { return impl_->state->n_streams == 0; });
+  }
+  // NOTE: in-flight handlers finish (they run on the io threads); idle keep-alive reads are cut by stop().
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads) t.join();
+  impl_->threads.clear();
+}
+
+uint16_t server::port() const { return impl_->port; }
+
+server_stats server::stats() const {
+  return {impl_->state->n_connections.load(), impl_->state->n_requests.load(), impl_->state->n_rejected.load()};
+}
+
+}  // namespace agentq::http

@@ -1,0 +1,291 @@
+// Webhook outbox scanner and sender (see dispatcher.h).
+#include "webhooks/dispatcher.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <ctime>
+#include <random>
+
+#include "api/job_view.h"
+#include "api/schema.h"
+#include "store/sqlite.h"
+#include "store/store.h"
+#include "util/crypto.h"
+#include "webhooks/signing.h"
+
+namespace agentq::webhooks {
+
+using json = nlohmann::json;
+
+struct dispatcher::impl {
+  dispatcher_options options;
+  store::store& store;
+  net::http_client client;
+  secret_fn secrets;
+  std::mutex db_mu;
+  std::unique_ptr<store::sqlite_db> db;
+  std::atomic<bool> running{false};
+  std::thread scan_thread, send_thread;
+  std::mt19937_64 rng{std::random_device{}()};
+  std::atomic<int64_t> last_cursor{0};
+
+  impl(dispatcher_options o, store::store& s, net::http_client c, secret_fn f)
+      : options(std::move(o)), store(s), client(std::move(c)), secrets(std::move(f)) {}
+
+  int64_t cursor() {
+    auto s = db->prepare("SELECT value FROM service_cursors WHERE name='webhooks'");
+    return s.step() ? s.col_int(0) : 0;
+  }
+
+  bool endpoint_disabled(const std::string& tenant, const std::string& url) {
+    auto s = db->prepare("SELECT disabled_ms FROM webhook_endpoints WHERE tenant=? AND url=?");
+    s.bind_all(tenant, url);
+    return s.step() && s.col_int(0) > 0;
+  }
+
+  int64_t backoff_ms(int32_t n_attempts) {
+    auto base = double(options.schedule[size_t(n_attempts - 1)].count());
+    std::uniform_real_distribution<double> d(1.0 - options.jitter, 1.0 + options.jitter);
+    return int64_t(base * d(rng));
+  }
+};
+
+dispatcher::dispatcher(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
+dispatcher::~dispatcher() { stop(); }
+
+std::unique_ptr<dispatcher> dispatcher::open(dispatcher_options options, store::store& store,
+                                             const std::string& db_path, net::http_client client, secret_fn secrets,
+                                             std::string* error) {
+  auto i = std::make_unique<impl>(std::move(options), store, std::move(client), std::move(secrets));
+  try {
+    i->db = std::make_unique<store::sqlite_db>(db_path, 5000);
+    if (!api::ensure_api_schema(*i->db, error)) return nullptr;
+  } catch (const std::exception& e) {
+    if (error) *error = std::string("webhooks: opening database: ") + e.what();
+    return nullptr;
+  }
+  return std::unique_ptr<dispatcher>(new dispatcher(std::move(i)));
+}
+
+int32_t dispatcher::scan_once() {
+  auto& m = *impl_;
+  std::lock_guard lock(m.db_mu);
+  int64_t after = m.cursor();
+  auto events = m.store.read_all_events(after, 500);
+  int32_t n_enqueued = 0;
+  try {
+    m.db->exec("BEGIN IMMEDIATE");
+    for (const auto& e : events) {
+      after = std::max(after, e.id);
+      if (e.type != "status") continue;
+      json data = json::parse(e.data_json, nullptr, false);
+      auto st = data.is_object() ? store::parse_job_status(data.value("status", "")) : std::nullopt;
+      if (!st) continue;
+      std::string event_type = api::webhook_event_for(*st);
+      if (event_type.empty()) continue;
+      auto job = m.store.get_job(e.job_id);
+      if (!job) continue;
+      json req = json::parse(job->request_json, nullptr, false);
+      if (!req.is_object() || !req.contains("webhook") || !req["webhook"].is_object()) continue;
+      const json& wh = req["webhook"];
+      std::string url = wh.value("url", "");
+      if (url.empty()) continue;
+      if (auto ev = wh.find("events"); ev != wh.end() && ev->is_array()) {
+        bool wanted = false;
+        for (const auto& x : *ev) wanted = wanted || (x.is_string() && x.get<std::string>() == event_type);
+        if (!wanted) continue;
+      }
+      json job_obj = api::job_object(*job, nullptr);
+      // NOTE: the event's own status wins over the row's, which may have moved on since.
+      job_obj["status"] = store::to_string(*st);
+      json body = {{"type", event_type}, {"timestamp", double(e.created_ms) / 1000.0}, {"data", job_obj}};
+      int64_t now = store::now_ms();
+      std::string state = m.endpoint_disabled(job->tenant, url) ? "disabled" : "pending";
+      m.db->prepare(
+               "INSERT OR IGNORE INTO webhook_deliveries(id, event_id, job_id, tenant, event_type, url, payload_json, "
+               "state, next_attempt_ms, created_ms, updated_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
+          .bind_all("msg_" + crypto::random_token(16), e.id, job->id, job->tenant, event_type, url,
+                    body.dump(-1, ' ', false, json::error_handler_t::replace), state, now, now, now)
+          .run();
+      ++n_enqueued;
+    }
+    m.db->prepare("INSERT INTO service_cursors(name, value) VALUES ('webhooks', ?) "
+                  "ON CONFLICT(name) DO UPDATE SET value=excluded.value")
+        .bind(1, after)
+        .run();
+    m.db->exec("COMMIT");
+    m.last_cursor = after;
+  } catch (const std::exception& ex) {
+    spdlog::error("webhooks: scan failed: {}", ex.what());
+    try {
+      m.db->exec("ROLLBACK");
+    } catch (...) {
+    }
+    return 0;
+  }
+  return n_enqueued;
+}
+
+namespace {
+struct due_row {
+  std::string id, job_id, tenant, url, payload;
+  int32_t n_attempts = 0;
+};
+}  // namespace
+
+int32_t dispatcher::send_once() {
+  auto& m = *impl_;
+  std::vector<due_row> due;
+  {
+    std::lock_guard lock(m.db_mu);
+    int64_t now = store::now_ms();
+    try {
+      auto s = m.db->prepare(
+          "SELECT id, job_id, tenant, url, payload_json, n_attempts FROM webhook_deliveries "
+          "WHERE state='pending' AND next_attempt_ms<=? ORDER BY next_attempt_ms LIMIT ?");
+      s.bind_all(now, int64_t(std::max(1, m.options.n_senders)));
+      while (s.step()) due.push_back({s.col_text(0), s.col_text(1), s.col_text(2), s.col_text(3), s.col_text(4),
+                                      int32_t(s.col_int(5))});
+      // lease: nobody else picks these up while this attempt runs
+      int64_t lease_until = now + m.options.timeout.count() + 60000;
+      for (const auto& d : due)
+        m.db->prepare("UPDATE webhook_deliveries SET next_attempt_ms=? WHERE id=?").bind_all(lease_until, d.id).run();
+    } catch (const std::exception& ex) {
+      spdlog::error("webhooks: reading due deliveries failed: {}", ex.what());
+      return 0;
+    }
+  }
+  std::vector<std::thread> threads;
+  for (const auto& d : due) {
+    threads.emplace_back([&m, d] {
+      std::string secret;
+      if (auto job = m.store.get_job(d.job_id)) {
+        json req = json::parse(job->request_json, nullptr, false);
+        if (req.is_object() && req.contains("webhook") && req["webhook"].is_object())
+          secret = req["webhook"].value("secret", "");
+      }
+      if (secret.empty() && m.secrets) secret = m.secrets(d.job_id, d.tenant);
+      int64_t ts = int64_t(std::time(nullptr));
+      net::http_request req;
+      req.method = "POST";
+      req.url = d.url;
+      req.body = d.payload;
+      req.timeout = m.options.timeout;
+      req.max_response_bytes = m.options.max_response_bytes;
+      req.headers.emplace_back("Content-Type", "application/json");
+      req.headers.emplace_back("webhook-id", d.id);
+      req.headers.emplace_back("webhook-timestamp", std::to_string(ts));
+      if (auto sig = sign(secret, d.id, ts, d.payload)) req.headers.emplace_back("webhook-signature", *sig);
+      net::http_result res = m.client.send(req);
+      int32_t code = res.ok() ? res.response.status : 0;
+      std::string error = res.ok() ? (code / 100 == 2 ? "" : "HTTP " + std::to_string(code)) : res.message;
+      int32_t n = d.n_attempts + 1;
+      int64_t now = store::now_ms();
+      std::string state = "pending";
+      int64_t next = 0;
+      if (code / 100 == 2) {
+        state = "succeeded";
+      } else if (code == 410) {
+        state = "disabled";
+      } else if (size_t(n) > m.options.schedule.size()) {
+        state = "failed";
+      } else {
+        next = now + m.backoff_ms(n);
+      }
+      std::lock_guard lock(m.db_mu);
+      try {
+        m.db->prepare(
+                 "INSERT INTO webhook_attempts(delivery_id, attempt_idx, status_code, error, duration_ms, created_ms) "
+                 "VALUES (?,?,?,?,?,?)")
+            .bind_all(d.id, n, code, error, int64_t(res.elapsed_ms), now)
+            .run();
+        m.db->prepare("UPDATE webhook_deliveries SET state=?, n_attempts=?, next_attempt_ms=?, updated_ms=? WHERE id=?")
+            .bind_all(state, n, next, now, d.id)
+            .run();
+        if (state == "disabled") {
+          m.db->prepare("INSERT INTO webhook_endpoints(tenant, url, disabled_ms, reason) VALUES (?,?,?,'410 Gone') "
+                        "ON CONFLICT(tenant, url) DO UPDATE SET disabled_ms=excluded.disabled_ms")
+              .bind_all(d.tenant, d.url, now)
+              .run();
+          m.db->prepare("UPDATE webhook_deliveries SET state='disabled', updated_ms=? "
+                        "WHERE tenant=? AND url=? AND state='pending'")
+              .bind_all(now, d.tenant, d.url)
+              .run();
+          spdlog::warn("webhooks: {} answered 410 Gone; endpoint disabled for tenant {}", d.url, d.tenant);
+        }
+      } catch (const std::exception& ex) {
+        spdlog::error("webhooks: recording attempt of {} failed: {}", d.id, ex.what());
+      }
+      if (state != "succeeded")
+        spdlog::info("webhooks: delivery {} attempt {} to {}: {} -> {}", d.id, n, d.url, error, state);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return int32_t(due.size());
+}
+
+std::vector<delivery_record> dispatcher::list(const std::string& job_id) {
+  auto& m = *impl_;
+  std::lock_guard lock(m.db_mu);
+  std::vector<delivery_record> out;
+  auto s = m.db->prepare(
+      "SELECT id, job_id, event_type, url, state, n_attempts, next_attempt_ms, created_ms FROM webhook_deliveries "
+      "WHERE job_id=? ORDER BY event_id");
+  s.bind(1, job_id);
+  while (s.step()) {
+    delivery_record r;
+    r.id = s.col_text(0);
+    r.job_id = s.col_text(1);
+    r.event_type = s.col_text(2);
+    r.url = s.col_text(3);
+    r.state = s.col_text(4);
+    r.n_attempts = int32_t(s.col_int(5));
+    r.next_attempt_ms = s.col_int(6);
+    r.created_ms = s.col_int(7);
+    out.push_back(std::move(r));
+  }
+  for (auto& r : out) {
+    auto a = m.db->prepare(
+        "SELECT attempt_idx, status_code, error, duration_ms, created_ms FROM webhook_attempts WHERE delivery_id=? "
+        "ORDER BY attempt_idx");
+    a.bind(1, r.id);
+    while (a.step())
+      r.attempts.push_back({int32_t(a.col_int(0)), int32_t(a.col_int(1)), a.col_text(2), a.col_int(3), a.col_int(4)});
+  }
+  return out;
+}
+
+void dispatcher::start() {
+  auto& m = *impl_;
+  if (m.running.exchange(true)) return;
+  m.scan_thread = std::thread([this] {
+    auto& m = *impl_;
+    while (m.running) {
+      int32_t n = scan_once();
+      // drain any "terminal" job-store outbox rows: status events drive webhooks instead
+      auto rows = m.store.fetch_outbox("terminal", 256);
+      if (!rows.empty()) {
+        std::vector<int64_t> ids;
+        for (const auto& r : rows) ids.push_back(r.id);
+        m.store.complete_outbox(std::move(ids)).wait();
+      }
+      if (n == 0) m.store.wait_events(m.last_cursor, m.options.poll);
+    }
+  });
+  m.send_thread = std::thread([this] {
+    auto& m = *impl_;
+    while (m.running) {
+      if (send_once() == 0) std::this_thread::sleep_for(m.options.poll);
+    }
+  });
+}
+
+void dispatcher::stop() {
+  auto& m = *impl_;
+  if (!m.running.exchange(false)) return;
+  if (m.scan_thread.joinable()) m.scan_thread.join();
+  if (m.send_thread.joinable()) m.send_thread.join();
+}
+
+}  // namespace agentq::webhooks

@@ -1,0 +1,162 @@
+// The HTTP server over loopback: keep-alive, limits (413/431), smuggling shapes, slowloris
+// timeout, bad UTF-8 bodies reaching the handler; and http_client against it (no redirects,
+// response size limit, timeout, SSRF refusal).
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "http/errors.h"
+#include "http/router.h"
+#include "http/server.h"
+#include "net/http_client.h"
+
+using namespace agentq;
+
+namespace {
+
+struct fixture {
+  http::router r;
+  std::unique_ptr<http::server> srv;
+  fixture() {
+    r.add("POST", "/echo", [](http::request& req) {
+      http::response res;
+      res.content_type = "text/plain";
+      res.body = req.body;
+      return res;
+    });
+    r.add("GET", "/redirect", [](http::request&) {
+      http::response res;
+      res.status = 302;
+      res.headers.emplace_back("Location", "http://127.0.0.1:1/elsewhere");
+      return res;
+    });
+    r.add("GET", "/big", [](http::request&) {
+      http::response res;
+      res.body = std::string(100000, 'x');
+      return res;
+    });
+    r.add("GET", "/slow", [](http::request&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));
+      return http::response{};
+    });
+    http::server_options o;
+    o.port = 0;
+    o.n_threads = 2;
+    o.max_body_bytes = 1024;
+    o.max_header_bytes = 2048;
+    o.header_timeout = std::chrono::milliseconds(400);
+    srv = std::make_unique<http::server>(o, [this](http::request& req) { return r.dispatch(req); });
+    std::string err;
+    REQUIRE_MESSAGE(srv->start(&err), err);
+  }
+  ~fixture() { srv->stop(); }
+
+  // Send raw bytes, read until the peer closes or 2 s pass; the whole reply.
+  std::string raw(const std::string& bytes, int wait_ms = 2000) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    timeval tv{wait_ms / 1000, (wait_ms % 1000) * 1000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(srv->port());
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) out.append(buf, size_t(n));
+    ::close(fd);
+    return out;
+  }
+  std::string url(const std::string& path) { return "http://127.0.0.1:" + std::to_string(srv->port()) + path; }
+};
+
+int status_of(const std::string& reply) { return reply.size() > 12 ? std::stoi(reply.substr(9, 3)) : 0; }
+
+net::http_client loopback_client() {
+  std::string err;
+  return net::http_client(net::ssrf_guard(*net::parse_cidr_list("127.0.0.0/8", &err)));
+}
+
+}  // namespace
+
+TEST_CASE("keep-alive: two requests on one connection") {
+  fixture f;
+  std::string two = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"
+                    "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nbye";
+  std::string reply = f.raw(two);
+  CHECK(reply.find("\r\n\r\nhi") != std::string::npos);
+  CHECK(reply.find("\r\n\r\nbye") != std::string::npos);
+}
+
+TEST_CASE("limits and smuggling shapes") {
+  fixture f;
+  CHECK(status_of(f.raw("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")) == 413);
+  CHECK(status_of(f.raw("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                        std::string("800\r\n") + std::string(2048, 'a') + "\r\n0\r\n\r\n")) == 413);
+  CHECK(status_of(f.raw("GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(4000, 'a') + "\r\n\r\n")) == 431);
+  CHECK(status_of(f.raw("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nhi")) == 400);
+  CHECK(status_of(f.raw("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        "2\r\nhi\r\n0\r\n\r\n")) == 400);
+  CHECK(status_of(f.raw("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n")) == 501);
+  CHECK(status_of(f.raw("GARBAGE\r\n\r\n")) == 400);
+  std::string reply = f.raw("GET /nope HTTP/1.1\r\nHost: x\r\n\r\n", 600);
+  CHECK(status_of(reply) == 404);
+  CHECK(reply.find("\"not_found_error\"") != std::string::npos);
+  CHECK(f.srv->stats().n_rejected >= 6);
+}
+
+TEST_CASE("slowloris: a dribbled request head is cut off by the header timeout") {
+  fixture f;
+  auto t0 = std::chrono::steady_clock::now();
+  std::string reply = f.raw("GET /echo HTTP/1.1\r\nHost: x\r\n", 3000);  // never finishes the head
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(reply.empty());
+  CHECK(s < 2.0);
+}
+
+TEST_CASE("http_client: POST, redirects not followed, size limit, timeout, SSRF") {
+  fixture f;
+  auto client = loopback_client();
+  net::http_request req;
+  req.url = f.url("/echo");
+  req.body = "payload";
+  auto res = client.send(req);
+  REQUIRE_MESSAGE(res.ok(), res.message);
+  CHECK(res.response.status == 200);
+  CHECK(res.response.body == "payload");
+
+  req = {};
+  req.method = "GET";
+  req.url = f.url("/redirect");
+  res = client.send(req);
+  REQUIRE(res.ok());
+  CHECK(res.response.status == 302);
+  CHECK(res.response.header("location") == "http://127.0.0.1:1/elsewhere");
+
+  req.url = f.url("/big");
+  req.max_response_bytes = 1000;
+  res = client.send(req);
+  CHECK(res.error == net::http_error::response_too_large);
+
+  req.url = f.url("/slow");
+  req.timeout = std::chrono::milliseconds(200);
+  res = client.send(req);
+  CHECK(res.error == net::http_error::timeout);
+
+  net::http_client strict{net::ssrf_guard{}};
+  req.url = f.url("/echo");
+  res = strict.send(req);
+  CHECK(res.error == net::http_error::blocked_address);
+
+  req.url = "http://127.0.0.1:1/";  // nothing listens on port 1
+  req.timeout = std::chrono::milliseconds(2000);
+  res = client.send(req);
+  CHECK(res.error == net::http_error::connect_failed);
+}
