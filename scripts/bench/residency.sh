@@ -4,7 +4,8 @@
 # (prefix_reuse=false). Ends with one JSON line: new_tokens_per_turn, computed_tokens_per_turn
 # (continuation turns), wall_s_resident, wall_s_reprefill.
 #   scripts/bench/residency.sh [--quick]     (full: 15M-class synthetic model, 16 jobs x 8 turns;
-#                                             quick: stories260K, 8 jobs x 4 turns)
+#                                             quick: stories260K, 8 jobs x 4 turns;
+#                                             AGENTQ_BENCH_MODEL=F: that model instead)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 quick=0
@@ -15,7 +16,11 @@ if [ ! -x "$build/bin/agentq-bench_sched" ] || [ ! -x "$build/bin/agentq-mkgguf"
   [ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" -G Ninja -DAGENTQ_ENGINE_ONLY=ON >&2
   cmake --build "$build" --target agentq-bench_sched agentq-mkgguf >&2
 fi
-if [ $quick = 1 ]; then
+if [ -n "${AGENTQ_BENCH_MODEL:-}" ]; then
+  model="$AGENTQ_BENCH_MODEL"
+  opts=(--jobs 16 --turns 8 --system 256 --tool 64 --gen 16)
+  [ $quick = 1 ] && opts=(--jobs 8 --turns 4 --system 256 --tool 64 --gen 16)
+elif [ $quick = 1 ]; then
   model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
   opts=(--jobs 8 --turns 4 --system 256 --tool 64 --gen 16)
 else
