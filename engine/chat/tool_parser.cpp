@@ -3,7 +3,9 @@
 //       (any whitespace inside the tags; a missing closing tag at the very end is tolerated)
 //   llama3: the turn is one or more {"name":..,"parameters":{..}} objects separated by ';'
 //       or whitespace, optionally after <|python_tag|>; a turn not starting with '{' is content
-//   mistral: [TOOL_CALLS][{"name":..,"arguments":{..},"id"?:..}, ...] (or a single object)
+//   mistral: [TOOL_CALLS][{"name":..,"arguments":{..},"id"?:..}, ...] (or a single object), or
+//       the bare array when every element is an object with a "name" ([TOOL_CALLS] is a
+//       control token that decodes to "")
 // "arguments" and "parameters" are both accepted everywhere; arguments given as a
 // JSON string holding an object are unwrapped. Valid calls land in
 // message.tool_calls with arguments re-printed in Python json.dumps spacing (what
@@ -169,9 +171,19 @@ class extractor {
   std::string mistral(std::string_view text) {
     const std::string marker = "[TOOL_CALLS]";
     size_t a = text.find(marker);
-    if (a == std::string_view::npos) return std::string(text);
-    std::string content(text.substr(0, a));
-    std::string body = trim(text.substr(a + marker.size()));
+    std::string content, body;
+    if (a != std::string_view::npos) {
+      content = text.substr(0, a);
+      body = trim(text.substr(a + marker.size()));
+    } else {
+      // A bare call array (the [TOOL_CALLS] control token decodes to ""): only when
+      // it parses as an array of objects that all have a "name".
+      body = trim(text);
+      auto v = body.starts_with("[") ? json::parse(body) : std::nullopt;
+      bool calls = v && v->is_array() && !v->items().empty();
+      if (calls) for (const auto& x : v->items()) calls = calls && x.is_object() && x.find("name");
+      if (!calls) return std::string(text);
+    }
     std::string err;
     // The array may be followed by junk: parse the longest valid prefix ending at a ']'.
     std::optional<json::value> v = json::parse(body, &err);

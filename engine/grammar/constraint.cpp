@@ -372,7 +372,15 @@ compile_result compile_tool_call_grammar(chat::template_family family, const std
     using tf = chat::template_family;
     switch (family) {
       case tf::llama3: g->root = seq({repeat(call, "; ")}); break;
-      case tf::mistral: g->root = seq({g->literal("[TOOL_CALLS]["), repeat(call, ", "), g->literal("]")}); break;
+      case tf::mistral: {
+        // NOTE: [TOOL_CALLS] is a control token in Mistral vocabularies, whose piece is "" (never
+        // text), so the marker is optional here; the parser accepts a bare call array too.
+        gnode marker;
+        marker.kind = gkind::alt;
+        marker.children = {g->literal("[TOOL_CALLS]"), g->literal("")};
+        g->root = seq({g->add(std::move(marker)), g->literal("["), repeat(call, ", "), g->literal("]")});
+        break;
+      }
       case tf::plain: g->root = seq({repeat(seq({g->literal("<tool_call>"), call, g->literal("</tool_call>")}), "\n")}); break;
       default:
         g->root = seq({repeat(seq({g->literal("<tool_call>\n"), call, g->literal("\n</tool_call>")}), "\n")});

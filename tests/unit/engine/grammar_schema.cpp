@@ -314,6 +314,7 @@ TEST_CASE("tool-call grammar: wrapper + name + that tool's arguments") {
   check(tf::mistral, req, true,
         "[TOOL_CALLS][{\"name\": \"add\", \"arguments\": {\"x\": 1, \"y\": 2}}, "
         "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\"}}]", true);
+  check(tf::mistral, req, true, "[{\"name\": \"add\", \"arguments\": {\"x\": 1, \"y\": 2}}]", true);
   check(tf::plain, req, true, "<tool_call>{\"name\":\"add\",\"arguments\":{\"x\":1,\"y\":2}}</tool_call>", true);
   CHECK(compile_tool_call_grammar(tf::chatml, tools, tool_choice{tool_choice_mode::named, "nope"}, true)
             .error.find("unknown tool 'nope'") != std::string::npos);

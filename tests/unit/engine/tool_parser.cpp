@@ -74,6 +74,13 @@ TEST_CASE("per-family syntax, whitespace tolerant") {
   CHECK(r.message.tool_calls[0].id == "abc123XYZ");
   CHECK(r.message.tool_calls[1].id.size() == 9);
 
+  r = parse(template_family::mistral, " [{\"name\": \"search\", \"arguments\": {\"q\": \"a\"}}]");
+  CHECK(r.errors.empty());
+  CHECK(r.message.tool_calls.size() == 1);
+  r = parse(template_family::mistral, "[1, 2] is a list");
+  CHECK(r.message.tool_calls.empty());
+  CHECK(r.message.content == "[1, 2] is a list");
+
   r = parse(template_family::qwen3, "<think>\nI could use <tool_call> here.\n</think>\n\n<tool_call>\n"
                                     "{\"name\": \"search\", \"arguments\": {\"q\": \"z\"}}\n</tool_call>");
   CHECK(r.errors.empty());
