@@ -85,37 +85,54 @@ std::string queue::dead_letter_key() const { return options_.prefix + ":dead"; }
 // Publishing
 
 bool queue::publish(const std::string& job_id, int priority_idx, const std::string& worker_id) {
-  std::string stream = worker_id.empty() ? stream_key(priority_idx) : worker_stream_key(worker_id);
+  return publish_many({{job_id, priority_idx, worker_id}})[0];
+}
+
+std::vector<bool> queue::publish_many(const std::vector<publish_item>& items) {
+  std::vector<bool> ok(items.size(), false);
+  if (items.empty()) return ok;
+  std::vector<std::string> streams;
+  for (auto& it : items) streams.push_back(it.worker_id.empty() ? stream_key(it.priority_idx) : worker_stream_key(it.worker_id));
   std::lock_guard lock(impl_->relay_mu);
   auto& c = impl_->relay;
-  if (!impl_->groups_made[stream]) {
+  for (auto& stream : streams) {
+    if (impl_->groups_made[stream]) continue;
     auto g = c.command({"XGROUP", "CREATE", stream, options_.group, "0", "MKSTREAM"});
-    if (!g.ok() && g.str.find("BUSYGROUP") == std::string::npos) return false;
+    if (!g.ok() && g.str.find("BUSYGROUP") == std::string::npos) {
+      impl_->groups_made.clear();
+      return ok;
+    }
     impl_->groups_made[stream] = true;
   }
-  auto r = c.command({"EVAL", k_publish_lua, "2", stream, options_.prefix + ":inflight", job_id,
-                      std::to_string(priority_idx), std::to_string(options_.max_stream_len)});
-  if (!r.ok()) {
-    impl_->groups_made.clear();  // Redis may have been wiped or restarted: recreate groups
-    return false;
+  std::vector<std::vector<std::string>> cmds;
+  for (size_t i = 0; i < items.size(); ++i)
+    cmds.push_back({"EVAL", k_publish_lua, "2", streams[i], options_.prefix + ":inflight", items[i].job_id,
+                    std::to_string(items[i].priority_idx), std::to_string(options_.max_stream_len)});
+  auto replies = c.pipeline(cmds);
+  for (size_t i = 0; i < items.size(); ++i) {
+    ok[i] = replies[i].ok();
+    if (ok[i]) impl_->n_published++;
+    else impl_->groups_made.clear();  // Redis may have been wiped or restarted: recreate groups
   }
-  impl_->n_published++;
-  return true;
+  return ok;
 }
 
 int32_t queue::relay_once() {
   int32_t n = 0;
   for (const char* kind : {"publish", "continue"}) {
     auto rows = store_.fetch_outbox(kind, 256);
-    std::vector<int64_t> done;
+    if (rows.empty()) continue;
+    std::vector<publish_item> items;
     for (auto& row : rows) {
       json p = json::parse(row.payload_json, nullptr, false);
-      int prio = p.is_object() ? p.value("priority", 1) : 1;
-      std::string target;
-      if (row.kind == "continue" && !row.target.empty() && is_alive(row.target)) target = row.target;
-      if (!publish(row.job_id, prio, target)) break;  // Redis down: retry the rest next pass
-      done.push_back(row.id);
+      publish_item it{row.job_id, p.is_object() ? p.value("priority", 1) : 1, {}};
+      if (row.kind == "continue" && !row.target.empty() && is_alive(row.target)) it.worker_id = row.target;
+      items.push_back(std::move(it));
     }
+    auto ok = publish_many(items);
+    std::vector<int64_t> done;
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (ok[i]) done.push_back(rows[i].id);  // failed rows stay in the outbox for the next pass
     if (!done.empty()) {
       n += static_cast<int32_t>(done.size());
       store_.complete_outbox(std::move(done)).get();

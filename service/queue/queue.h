@@ -86,6 +86,13 @@ class queue {
 
   // Publish directly (the relay's primitive): XADD + record in the inflight hash, atomically.
   bool publish(const std::string& job_id, int priority_idx, const std::string& worker_id = {});
+  struct publish_item {
+    std::string job_id;
+    int priority_idx = 1;
+    std::string worker_id;                // non-empty: that worker's continuation stream
+  };
+  // Publish many in one pipelined round trip (one AOF fsync for the lot); per item: published?
+  std::vector<bool> publish_many(const std::vector<publish_item>& items);
 
   queue_stats stats() const;
 
