@@ -8,7 +8,6 @@
 #include <deque>
 #include <functional>
 #include <mutex>
-#include <random>
 #include <thread>
 #include <unordered_map>
 
@@ -16,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "store/migrations.h"
+#include "util/crypto.h"
 #include "store/sqlite.h"
 
 namespace agentq::store {
@@ -106,15 +106,7 @@ namespace {
 
 constexpr const char* k_terminal_sql = "('completed','failed','cancelled','incomplete')";
 
-std::string new_job_id() {
-  static std::mutex mu;
-  static std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(now_ms())};
-  std::lock_guard lock(mu);
-  char buf[40];
-  snprintf(buf, sizeof buf, "job_%016llx%08llx", static_cast<unsigned long long>(rng()),
-           static_cast<unsigned long long>(rng() & 0xffffffffull));
-  return buf;
-}
+std::string new_job_id() { return "job_" + crypto::to_hex(crypto::random_bytes(12)); }
 
 // A connection with a prepared-statement cache (statements are reset after each use).
 class conn {

@@ -15,7 +15,6 @@
 #include <future>
 #include <map>
 #include <mutex>
-#include <random>
 #include <thread>
 #include <unordered_map>
 
@@ -25,6 +24,7 @@
 #include "net/http_client.h"
 #include "queue/queue.h"
 #include "store/store.h"
+#include "util/crypto.h"
 #include "webhooks/signing.h"
 #include "worker/agent_spec.h"
 #include "worker/fault.h"
@@ -41,10 +41,7 @@ namespace {
 std::string default_worker_id() {
   char host[128] = {0};
   gethostname(host, sizeof host - 1);
-  std::mt19937_64 rng{std::random_device{}()};
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s-%d-%04x", host, static_cast<int>(getpid()), static_cast<unsigned>(rng() & 0xffff));
-  return buf;
+  return std::string(host) + "-" + std::to_string(getpid()) + "-" + crypto::to_hex(crypto::random_bytes(2));
 }
 
 uint64_t job_key_of(const std::string& job_id) {
