@@ -87,7 +87,9 @@ json tool_def_json(const std::string& name, const std::string& url = {}) {
   json t = {{"type", "function"},
             {"function",
              {{"name", name},
-              {"parameters", {{"type", "object"}, {"properties", {{"q", {{"type", "string"}}}}}, {"required", {"q"}}}}}}};
+              // NOTE: an enum keeps the tiny model's constrained call short (a free string can run on).
+              {"parameters",
+               {{"type", "object"}, {"properties", {{"q", {{"enum", {"Paris", "London"}}}}}}, {"required", {"q"}}}}}}};
   if (!url.empty()) t["execution"] = {{"type", "http"}, {"url", url}, {"timeout_ms", 5000}};
   return t;
 }
@@ -149,7 +151,7 @@ TEST_CASE("real engine: jobs run to completion with transcript and usage") {
     std::string id = R.submit({{"messages", {{{"role", "user"}, {"content", "weather?"}}}},
                                {"tools", {tool_def_json("look", tools.url())}},
                                {"tool_choice", "required"},
-                               {"max_tokens_per_turn", 160},
+                               {"max_tokens_per_turn", 400}, {"parallel_tool_calls", false},
                                {"max_turns", 3}});
     auto j = R.wait_for(id, [](job_status s) { return store::is_terminal(s); });
     CHECK((j.status == job_status::completed || j.status == job_status::incomplete));
@@ -168,7 +170,7 @@ TEST_CASE("real engine: jobs run to completion with transcript and usage") {
     std::string id = R.submit({{"messages", {{{"role", "user"}, {"content", "ask me"}}}},
                                {"tools", {tool_def_json("ask")}},
                                {"tool_choice", {{"type", "function"}, {"function", {{"name", "ask"}}}}},
-                               {"max_tokens_per_turn", 160}});
+                               {"max_tokens_per_turn", 400}, {"parallel_tool_calls", false}});
     auto j = R.wait_for(id, [](job_status s) { return s == job_status::requires_action || store::is_terminal(s); });
     for (auto& r : R.db->read_transcript(id))
       MESSAGE(r.role << " turn " << r.turn_idx << ": " << r.content << " " << r.tool_calls_json << " " << r.usage_json);
