@@ -1,0 +1,167 @@
+// agentqd configuration parsing (see config.h).
+#include "daemon/config.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace agentq::daemon {
+
+using json = nlohmann::json;
+
+const char* usage() {
+  return R"(usage: agentqd [options]
+  --role all|api|worker        all-in-one (default): API + worker + webhook sender
+  --listen HOST:PORT           API address (default 127.0.0.1:8080)
+  --data-dir DIR               SQLite db, embedded redis AOF, KV spill, logs (default ./agentq-data)
+  --redis URL                  redis://host:port; absent = start an embedded redis-server
+  --model PATH                 GGUF model (repeatable; name = file stem)
+  --allow-addresses CIDRS      comma-separated CIDRs exempt from the SSRF guard (e.g. 127.0.0.0/8)
+  --admin-key KEY              make sure this admin key exists (else one is printed on first run)
+  --config FILE                JSON file with any of: role, listen, data_dir, redis, models,
+                               allow_addresses, admin_key, http_threads, max_connections, max_body_bytes,
+                               rate_limit, rate_burst, webhook_schedule_ms, webhook_timeout_ms, max_jobs,
+                               kv_budget_mb, log_level
+  --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
+  --webhook-schedule MS,MS,..  retry delays after each failed delivery (default 5s,5m,30m,2h,5h,10h,10h)
+  --webhook-timeout-ms MS  --log-level trace|debug|info|warn|error  --port-file FILE
+environment: AGENTQ_ROLE AGENTQ_LISTEN AGENTQ_DATA_DIR AGENTQ_REDIS AGENTQ_MODEL AGENTQ_ALLOW_ADDRESSES
+             AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL
+)";
+}
+
+namespace {
+
+std::optional<enum role> parse_role(const std::string& s) {
+  if (s == "all") return role::all;
+  if (s == "api") return role::api;
+  if (s == "worker") return role::worker;
+  return std::nullopt;
+}
+
+std::vector<int64_t> parse_ms_list(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t idx = 0;
+    long long v = std::stoll(item, &idx);
+    if (idx != item.size() || v < 0) throw std::invalid_argument("bad delay '" + item + "'");
+    out.push_back(v);
+  }
+  return out;
+}
+
+// Set one option by name from a string (flags and environment share this).
+void set_option(config& c, const std::string& name, const std::string& v) {
+  if (name == "role") {
+    auto r = parse_role(v);
+    if (!r) throw std::invalid_argument("--role must be all, api or worker");
+    c.role = *r;
+  } else if (name == "listen") c.listen = v;
+  else if (name == "data-dir") c.data_dir = v;
+  else if (name == "redis") c.redis = v;
+  else if (name == "model") c.models.push_back(v);
+  else if (name == "allow-addresses") c.allow_addresses = v;
+  else if (name == "admin-key") c.admin_key = v;
+  else if (name == "http-threads") c.http_threads = std::stoi(v);
+  else if (name == "max-connections") c.max_connections = std::stoi(v);
+  else if (name == "max-body-bytes") c.max_body_bytes = std::stoll(v);
+  else if (name == "rate-limit") c.rate_limit = std::stod(v);
+  else if (name == "rate-burst") c.rate_burst = std::stod(v);
+  else if (name == "webhook-schedule") c.webhook_schedule_ms = parse_ms_list(v);
+  else if (name == "webhook-timeout-ms") c.webhook_timeout_ms = std::stoll(v);
+  else if (name == "max-jobs") c.max_jobs = std::stoi(v);
+  else if (name == "kv-budget-mb") c.kv_budget_mb = std::stoll(v);
+  else if (name == "log-level") c.log_level = v;
+  else if (name == "port-file") c.port_file = v;
+  else throw std::invalid_argument("unknown option --" + name);
+}
+
+void apply_file(config& c, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read config file '" + path + "'");
+  json j = json::parse(in);
+  if (!j.is_object()) throw std::invalid_argument("config file must hold a JSON object");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    std::string name = it.key();
+    for (char& ch : name)
+      if (ch == '_') ch = '-';
+    const json& v = it.value();
+    if (name == "models") {
+      for (const auto& m : v) c.models.push_back(m.get<std::string>());
+    } else if (name == "webhook-schedule-ms") {
+      c.webhook_schedule_ms = v.get<std::vector<int64_t>>();
+    } else if (name == "allow-addresses" && v.is_array()) {
+      std::string s;
+      for (const auto& a : v) s += (s.empty() ? "" : ",") + a.get<std::string>();
+      c.allow_addresses = s;
+    } else {
+      set_option(c, name, v.is_string() ? v.get<std::string>() : v.dump());
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<config> parse_config(int argc, char** argv, std::string* error, bool* help) {
+  config c;
+  *help = false;
+  try {
+    // --config first, so flags override it
+    for (int i = 1; i + 1 < argc; ++i)
+      if (std::string(argv[i]) == "--config") apply_file(c, argv[i + 1]);
+    static const std::pair<const char*, const char*> k_env[] = {
+        {"AGENTQ_ROLE", "role"},       {"AGENTQ_LISTEN", "listen"}, {"AGENTQ_DATA_DIR", "data-dir"},
+        {"AGENTQ_REDIS", "redis"},     {"AGENTQ_ALLOW_ADDRESSES", "allow-addresses"},
+        {"AGENTQ_ADMIN_KEY", "admin-key"}, {"AGENTQ_LOG_LEVEL", "log-level"}};
+    for (auto [env, name] : k_env)
+      if (const char* v = std::getenv(env); v && *v) set_option(c, name, v);
+    std::vector<std::string> flag_models;
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a == "--help" || a == "-h") {
+        *help = true;
+        return c;
+      }
+      if (!a.starts_with("--")) throw std::invalid_argument("unexpected argument '" + a + "'");
+      std::string name = a.substr(2), value;
+      if (size_t eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+      } else {
+        if (i + 1 >= argc) throw std::invalid_argument("--" + name + " needs a value");
+        value = argv[++i];
+      }
+      if (name == "config") continue;
+      if (name == "model") flag_models.push_back(value);
+      else set_option(c, name, value);
+    }
+    if (!flag_models.empty()) c.models = flag_models;  // flags replace file models
+    if (c.models.empty()) {
+      if (const char* m = std::getenv("AGENTQ_MODEL"); m && *m) c.models.push_back(m);
+    }
+    if (c.models.empty()) {
+      // the default tiny model beside the checkout (../shared), found from the binary's location
+      std::error_code ec;
+      auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+      for (auto dir = exe.parent_path(); !ec && !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
+        auto cand = dir / ".." / "shared" / "models" / "stories260K.gguf";
+        if (std::filesystem::exists(cand, ec)) {
+          c.models.push_back(std::filesystem::weakly_canonical(cand, ec).string());
+          break;
+        }
+      }
+    }
+    if (c.models.empty()) throw std::invalid_argument("no model: pass --model PATH or set AGENTQ_MODEL");
+  } catch (const std::exception& e) {
+    if (error) *error = e.what();
+    return std::nullopt;
+  }
+  return c;
+}
+
+}  // namespace agentq::daemon

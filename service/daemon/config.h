@@ -1,0 +1,39 @@
+// agentqd configuration: defaults < --config FILE (JSON) < environment < flags.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace agentq::daemon {
+
+enum class role { all, api, worker };
+
+struct config {
+  enum role role = role::all;
+  std::string listen = "127.0.0.1:8080";          // HOST:PORT (port 0 = any free port)
+  std::string data_dir = "./agentq-data";         // SQLite db, redis AOF, KV spill, logs
+  std::string redis;                              // redis://host:port; empty = embedded redis-server
+  std::vector<std::string> models;                // GGUF paths; name = file stem
+  std::string allow_addresses;                    // CIDR list exempt from the SSRF guard
+  std::string admin_key;                          // ensure this admin key exists; empty = bootstrap
+  int32_t http_threads = 4;
+  int32_t max_connections = 1024;
+  int64_t max_body_bytes = 4 << 20;
+  double rate_limit = 50;                         // requests/s per key (0 = off)
+  double rate_burst = 100;
+  std::vector<int64_t> webhook_schedule_ms;       // empty = the default (5s .. 10h)
+  int64_t webhook_timeout_ms = 10000;
+  int32_t max_jobs = 64;                          // worker: jobs held at once
+  int64_t kv_budget_mb = 256;
+  std::string log_level = "info";
+  std::string port_file;                          // write the bound port here (tests, scripts)
+};
+
+// Parse argv (and the environment, and --config); nullopt with *error (usage) on bad input.
+// *help is set for --help.
+std::optional<config> parse_config(int argc, char** argv, std::string* error, bool* help);
+const char* usage();
+
+}  // namespace agentq::daemon

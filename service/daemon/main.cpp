@@ -1,0 +1,306 @@
+// agentqd: the agentq daemon. All-in-one by default (API + worker + webhook sender), or
+// one role. Wires store, queue, engine, worker, webhooks and the HTTP server, and shuts
+// down gracefully on SIGTERM/SIGINT.
+#include <signal.h>
+#include <unistd.h>
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <agentq/engine.h>
+
+#include "api/api.h"
+#include "api/model_catalog.h"
+#include "auth/keys.h"
+#include "auth/rate_limiter.h"
+#include "daemon/config.h"
+#include "daemon/redis_supervisor.h"
+#include "http/router.h"
+#include "http/server.h"
+#include "net/http_client.h"
+#include "queue/queue.h"
+#include "queue/redis_client.h"
+#include "store/store.h"
+#include "util/crypto.h"
+#include "webhooks/dispatcher.h"
+#include "webhooks/signing.h"
+#include "worker/worker.h"
+
+namespace fs = std::filesystem;
+using namespace agentq;
+
+namespace {
+
+void setup_logging(const daemon::config& c) {
+  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((fs::path(c.data_dir) / "agentqd.log").string());
+  auto logger = std::make_shared<spdlog::logger>("agentqd", spdlog::sinks_init_list{console, file});
+  logger->set_level(spdlog::level::from_str(c.log_level));
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+
+bool parse_redis_url(const std::string& url, queue::redis_options* out) {
+  std::string rest = url;
+  if (rest.starts_with("redis://")) rest = rest.substr(8);
+  if (size_t slash = rest.find('/'); slash != std::string::npos) rest = rest.substr(0, slash);
+  size_t colon = rest.rfind(':');
+  out->host = colon == std::string::npos ? rest : rest.substr(0, colon);
+  try {
+    out->port = colon == std::string::npos ? 6379 : std::stoi(rest.substr(colon + 1));
+  } catch (...) {
+    return false;
+  }
+  return !out->host.empty() && out->port > 0 && out->port < 65536;
+}
+
+// A secret for signing server-side tool calls, generated once per data dir.
+std::string tool_signing_secret(const std::string& data_dir) {
+  fs::path p = fs::path(data_dir) / "tool_signing_secret";
+  std::ifstream in(p);
+  std::string s;
+  if (in && std::getline(in, s) && webhooks::decode_secret(s)) return s;
+  s = webhooks::generate_secret();
+  std::ofstream out(p);
+  out << s << "\n";
+  fs::permissions(p, fs::perms::owner_read | fs::perms::owner_write);
+  return s;
+}
+
+int run(const daemon::config& c) {
+  bool serve_api = c.role != daemon::role::worker;
+  bool run_worker = c.role != daemon::role::api;
+  std::string err;
+
+  // SSRF allow-list
+  auto allow = net::parse_cidr_list(c.allow_addresses, &err);
+  if (!allow) {
+    std::fprintf(stderr, "agentqd: --allow-addresses: %s\n", err.c_str());
+    return 2;
+  }
+  net::ssrf_guard guard(*allow);
+
+  // Redis
+  queue::queue_options qopts;
+  std::unique_ptr<daemon::redis_supervisor> embedded_redis;
+  if (c.redis.empty()) {
+    embedded_redis = std::make_unique<daemon::redis_supervisor>((fs::path(c.data_dir) / "redis").string());
+    if (!embedded_redis->start(&err)) {
+      spdlog::critical("cannot start the embedded redis-server: {}", err);
+      return 1;
+    }
+    qopts.redis.port = embedded_redis->port();
+  } else if (!parse_redis_url(c.redis, &qopts.redis)) {
+    spdlog::critical("invalid --redis URL '{}' (expected redis://host:port)", c.redis);
+    return 2;
+  }
+
+  // Store (applies migrations) and the API's tables
+  store::store_options sopts;
+  sopts.path = (fs::path(c.data_dir) / "agentq.db").string();
+  auto st = store::store::open(sopts, &err);
+  if (!st) {
+    spdlog::critical("cannot open the job store: {}", err);
+    return 1;
+  }
+  auto keys = auth::key_store::open(sopts.path, &err);
+  if (!keys) {
+    spdlog::critical("{}", err);
+    return 1;
+  }
+
+  // Keys: operator-supplied admin key, or first-run bootstrap
+  if (!c.admin_key.empty()) {
+    if (!keys->ensure(c.admin_key, "admin", true, &err)) {
+      spdlog::critical("--admin-key: {}", err);
+      return 2;
+    }
+  } else if (keys->count_active() == 0) {
+    auto k = keys->create("admin", true, &err);
+    if (!k) {
+      spdlog::critical("bootstrapping an admin key: {}", err);
+      return 1;
+    }
+    // NOTE: printed once to stdout, never logged.
+    std::printf("agentqd: first run: admin key (shown once):\n  AGENTQ_API_KEY=%s\n  webhook secret: %s\n",
+                k->key.c_str(), k->info.webhook_secret.c_str());
+    std::fflush(stdout);
+  }
+
+  // Engines
+  api::engine_catalog catalog;
+  for (const auto& path : c.models) {
+    engine_config ec;
+    ec.model_path = path;
+    ec.kv_budget_bytes = uint64_t(c.kv_budget_mb) << 20;
+    ec.spill_dir = (fs::path(c.data_dir) / "kv").string();
+    fs::create_directories(ec.spill_dir);
+    auto e = worker::load_engine(ec, &err);
+    if (!e) {
+      spdlog::critical("{}", err);
+      return 1;
+    }
+    spdlog::info("model '{}' loaded ({}, n_ctx {})", e->model().name, e->model().arch, e->model().n_ctx);
+    catalog.add(std::move(e));
+  }
+
+  queue::queue q(qopts, *st);
+  q.start_relay();
+
+  std::unique_ptr<worker::worker> w;
+  if (run_worker) {
+    worker::worker_options wo;
+    wo.max_jobs = c.max_jobs;
+    wo.signing_secret = tool_signing_secret(c.data_dir);
+    // server-side tools go through the worker's built-in client: net::http_client + signing
+    wo.tool_allow_cidrs = c.allow_addresses;
+    // NOTE: one worker on the first model; further models serve validation and /v1/models only.
+    w = std::make_unique<worker::worker>(wo, catalog.find(catalog.list().front().name), *st, q, true);
+    w->start();
+    spdlog::info("worker {} started", w->id());
+  }
+
+  std::unique_ptr<webhooks::dispatcher> hooks;
+  std::unique_ptr<auth::rate_limiter> limiter;
+  std::unique_ptr<http::server> server;
+  std::unique_ptr<api::api> rest;  // outlives the router's handlers (they capture it)
+  http::router router;
+  std::mutex redis_mu;
+  queue::redis_client redis_probe(qopts.redis);
+  if (serve_api) {
+    webhooks::dispatcher_options dopts;
+    if (!c.webhook_schedule_ms.empty()) {
+      dopts.schedule.clear();
+      for (int64_t ms : c.webhook_schedule_ms) dopts.schedule.emplace_back(ms);
+    }
+    dopts.timeout = std::chrono::milliseconds(c.webhook_timeout_ms);
+    auto* keys_ptr = keys.get();
+    hooks = webhooks::dispatcher::open(
+        dopts, *st, sopts.path, net::http_client(guard),
+        [keys_ptr](const std::string& job_id, const std::string& tenant) {
+          return keys_ptr->webhook_secret_for(job_id, tenant);
+        },
+        &err);
+    if (!hooks) {
+      spdlog::critical("{}", err);
+      return 1;
+    }
+    hooks->start();
+    if (c.rate_limit > 0) limiter = std::make_unique<auth::rate_limiter>(c.rate_limit, c.rate_burst);
+
+    api::api_deps deps;
+    deps.store = st.get();
+    deps.keys = keys.get();
+    deps.limiter = limiter.get();
+    deps.catalog = &catalog;
+    deps.guard = &guard;
+    deps.webhooks = hooks.get();
+    deps.ready_checks.emplace_back("database", [&st](std::string* why) {
+      try {
+        st->get_job("job_readyz_probe");
+        return true;
+      } catch (const std::exception& e) {
+        *why = e.what();
+        return false;
+      }
+    });
+    deps.ready_checks.emplace_back("redis", [&redis_mu, &redis_probe](std::string* why) {
+      std::lock_guard lock(redis_mu);
+      auto r = redis_probe.command({"PING"});
+      if (r.ok()) return true;
+      *why = r.str.empty() ? "redis unreachable" : r.str;
+      return false;
+    });
+    deps.ready_checks.emplace_back("engine", [&catalog](std::string* why) {
+      for (const auto& m : catalog.list())
+        if (!m.ready) {
+          *why = "model '" + m.name + "' is in a failed state";
+          return false;
+        }
+      return true;
+    });
+    rest = std::make_unique<api::api>(api::api_options{}, std::move(deps));
+    rest->install(router);
+
+    http::server_options hopts;
+    size_t colon = c.listen.rfind(':');
+    hopts.host = colon == std::string::npos ? c.listen : c.listen.substr(0, colon);
+    if (hopts.host.size() > 2 && hopts.host.front() == '[') hopts.host = hopts.host.substr(1, hopts.host.size() - 2);
+    try {
+      hopts.port = colon == std::string::npos ? 8080 : uint16_t(std::stoi(c.listen.substr(colon + 1)));
+    } catch (...) {
+      spdlog::critical("invalid --listen '{}' (expected HOST:PORT)", c.listen);
+      return 2;
+    }
+    hopts.n_threads = c.http_threads;
+    hopts.max_connections = c.max_connections;
+    hopts.max_body_bytes = size_t(c.max_body_bytes);
+    server = std::make_unique<http::server>(hopts, [&router](http::request& req) { return router.dispatch(req); });
+    if (!server->start(&err)) {
+      spdlog::critical("{}", err);
+      return 1;
+    }
+    spdlog::info("agentqd listening on http://{}:{}", hopts.host, server->port());
+    if (!c.port_file.empty()) {
+      std::ofstream pf(c.port_file + ".tmp");
+      pf << server->port() << "\n";
+      pf.close();
+      fs::rename(c.port_file + ".tmp", c.port_file);
+    }
+  }
+
+  // Wait for SIGTERM / SIGINT (blocked in every thread; see main).
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int sig = 0;
+  sigwait(&set, &sig);
+  spdlog::info("agentqd: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+
+  // Order: stop accepting requests, release worker claims, drain webhooks, relay, then Redis.
+  if (server) server->stop();
+  if (w) w->stop();
+  if (hooks) hooks->stop();
+  q.stop_relay();
+  // NOTE: the rest (queue, store, embedded redis last) closes in reverse declaration order.
+  spdlog::info("agentqd: stopped");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string err;
+  bool help = false;
+  auto c = daemon::parse_config(argc, argv, &err, &help);
+  if (help) {
+    std::fputs(daemon::usage(), stdout);
+    return 0;
+  }
+  if (!c) {
+    std::fprintf(stderr, "agentqd: %s\n\n%s", err.c_str(), daemon::usage());
+    return 2;
+  }
+  std::error_code ec;
+  fs::create_directories(c->data_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "agentqd: cannot create data dir '%s': %s\n", c->data_dir.c_str(), ec.message().c_str());
+    return 1;
+  }
+  // Block the shutdown signals in every thread; run() waits for them with sigwait.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  setup_logging(*c);
+  return run(*c);
+}

@@ -1,0 +1,133 @@
+// Embedded redis-server: spawn, PING, watch and restart (see redis_supervisor.h).
+#include "daemon/redis_supervisor.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+#include <vector>
+
+namespace agentq::daemon {
+
+namespace {
+int32_t pick_free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+}  // namespace
+
+bool redis_supervisor::ping() const {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  timeval tv{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(port_));
+  bool ok = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const char req[] = "*1\r\n$4\r\nPING\r\n";
+    char buf[16] = {};
+    if (::send(fd, req, sizeof req - 1, MSG_NOSIGNAL) > 0 && ::recv(fd, buf, sizeof buf - 1, 0) > 0)
+      ok = std::string(buf).starts_with("+PONG");
+  }
+  ::close(fd);
+  return ok;
+}
+
+bool redis_supervisor::spawn(std::string* error) {
+  std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
+                                   "--dir", dir_, "--appendonly", "yes", "--appendfsync", "everysec",
+                                   "--maxmemory-policy", "noeviction", "--save", "", "--daemonize", "no",
+                                   "--protected-mode", "yes", "--logfile", dir_ + "/redis.log"};
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    if (error) *error = "fork failed";
+    return false;
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);  // NOTE: own process group, so a terminal's Ctrl-C reaches agentqd only
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execvp("redis-server", argv.data());
+    ::_exit(127);
+  }
+  pid_ = pid;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ping()) return true;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      if (error) *error = "redis-server exited at start (is it installed? see " + dir_ + "/redis.log)";
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (error) *error = "redis-server did not answer PING on port " + std::to_string(port_);
+  return false;
+}
+
+bool redis_supervisor::start(std::string* error) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  port_ = pick_free_port();
+  {
+    std::lock_guard lock(mu_);
+    if (!spawn(error)) return false;
+  }
+  running_ = true;
+  spdlog::info("redis: embedded redis-server pid {} on 127.0.0.1:{} (AOF in {})", pid_, port_, dir_);
+  watch_ = std::thread([this] {
+    while (running_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::lock_guard lock(mu_);
+      if (!running_ || pid_ <= 0) continue;
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        spdlog::error("redis: embedded redis-server exited (status {}); restarting on port {}", status, port_);
+        pid_ = -1;
+        std::string err;
+        if (!spawn(&err)) spdlog::error("redis: restart failed: {}", err);
+      }
+    }
+  });
+  return true;
+}
+
+void redis_supervisor::stop() {
+  running_ = false;
+  if (watch_.joinable()) watch_.join();
+  std::lock_guard lock(mu_);
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  for (int i = 0; i < 250; ++i) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+}  // namespace agentq::daemon
