@@ -2,11 +2,13 @@
 # agentq demo: build, start agentqd (tiny model, embedded Redis) in a temp data dir, start a
 # loopback tool server, create a key, submit a multi-turn agent job whose first turn must
 # call a server-side tool, follow it with `agentq wait`, print the result, stop everything.
+#   AGENTQ_BUILD_DIR  build directory (default: build)
+#   AGENTQ_SKIP_SETUP=1  use the binaries already built there
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-./scripts/setup.sh
+[ "${AGENTQ_SKIP_SETUP:-0}" = 1 ] || ./scripts/setup.sh
 bin="$root/${AGENTQ_BUILD_DIR:-build}/bin"
 model="${AGENTQ_MODEL:-$root/../shared/models/stories260K.gguf}"
 [ -f "$model" ] || { echo "demo: model $model not found (set AGENTQ_MODEL)"; exit 1; }
@@ -60,8 +62,10 @@ cat >"$tmp/job.json" <<JSON
     "execution": {"type": "http", "url": "$tool_url", "timeout_ms": 5000}
   }],
   "tool_choice": "required",
+  "parallel_tool_calls": false,
   "max_turns": 4,
-  "max_tokens_per_turn": 48,
+  "max_tokens_per_turn": 200,
+  "stop": ["."],
   "metadata": {"demo": "weather"}
 }
 JSON
