@@ -367,7 +367,19 @@ TEST_CASE("agentqd end to end") {
     auto r2 = user.post("/v1/jobs", body);
     std::string id2 = r2.body["id"];
     REQUIRE(user.wait_status(id2, {"requires_action"})["status"] == "requires_action");
+    // live SSE: a stream opened while the job waits gets the cancellation as it happens, then ends
+    auto before = user.get("/v1/jobs/" + id2 + "/events").body["data"];
+    std::string last_id = before.back()["id"].dump();
+    reply live;
+    std::thread sse_reader([&] {
+      live = user.call("GET", "/v1/jobs/" + id2 + "/events", "", {{"Accept", "text/event-stream"}, {"Last-Event-ID", last_id}});
+    });
+    std::this_thread::sleep_for(300ms);
     auto c = user.post("/v1/jobs/" + id2 + "/cancel", json::object());
+    sse_reader.join();
+    CHECK(live.status == 200);
+    CHECK(live.raw.find("\"cancelled\"") != std::string::npos);
+    CHECK(live.raw.find("id: " + last_id + "\n") == std::string::npos);
     CHECK(c.status == 200);
     CHECK(c.body["status"] == "cancelled");
     auto again = user.post("/v1/jobs/" + id2 + "/cancel", json::object());
