@@ -5,7 +5,8 @@
 //   agentq-bench_sched agent --model F [--jobs 16] [--turns 8] [--system 256] [--tool 64] [--gen 16]
 //                          [--reuse 1|0] [--threads N]
 //     multi-turn agent workload: every job shares a long system prompt; each turn appends the
-//     model's output and a tool result; residency on (reuse 1) vs re-prefill baseline (reuse 0)
+//     model's output and a tool result; residency on (reuse 1) vs re-prefill baseline (reuse 0);
+//     also per turn index (first turn = 0): computed_tokens_by_turn, prompt_tokens_by_turn (mean over jobs)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -146,6 +147,8 @@ int run_agent(const args& a) {
   // continuation turns (2nd and later) vs first turns
   int64_t n_new = 0, n_computed = 0, n_cached = 0, n_turns = 0;
   int64_t n_first_computed = 0, n_first_prompt = 0, n_first = 0;
+  // per turn index (0 = first turn), summed over jobs: computed and prompt tokens
+  std::vector<int64_t> n_computed_by_turn(size_t(a.turns), 0), n_prompt_by_turn(size_t(a.turns), 0);
   int n_active = 0;
   std::function<void(int)> submit_turn = [&](int j) {
     job& jb = jobs[size_t(j)];
@@ -167,6 +170,8 @@ int run_agent(const args& a) {
     e->submit(r, {nullptr, [&, j, new_tokens](token_result res) {
       --n_active;
       job& jb2 = jobs[size_t(j)];
+      n_computed_by_turn[size_t(jb2.turn)] += res.usage.n_tokens_computed;
+      n_prompt_by_turn[size_t(jb2.turn)] += res.usage.n_tokens_prompt;
       if (jb2.turn == 0) {
         ++n_first;
         n_first_prompt += res.usage.n_tokens_prompt;
@@ -192,14 +197,25 @@ int run_agent(const args& a) {
   while (n_active > 0) e->step();
   const double wall = seconds_since(t0);
   const auto st = e->stats();
+  // per-turn means over jobs, e.g. "computed_tokens_by_turn":[48.0,65.0,...]
+  std::string by_turn_computed, by_turn_prompt;
+  for (size_t t = 0; t < size_t(a.turns); ++t) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%.1f", t ? "," : "", double(n_computed_by_turn[t]) / double(std::max(1, a.jobs)));
+    by_turn_computed += buf;
+    std::snprintf(buf, sizeof buf, "%s%.1f", t ? "," : "", double(n_prompt_by_turn[t]) / double(std::max(1, a.jobs)));
+    by_turn_prompt += buf;
+  }
   std::printf(
       "{\"bench\":\"agent\",\"reuse\":%d,\"jobs\":%d,\"turns\":%d,\"system_tokens\":%d,\"tool_tokens\":%d,\"gen\":%d,"
       "\"new_tokens_per_turn\":%.1f,\"computed_tokens_per_turn\":%.1f,\"cached_tokens_per_turn\":%.1f,\"wall_s\":%.3f,"
-      "\"first_turn_prompt_tokens\":%.1f,\"first_turn_computed_tokens\":%.1f,\"n_evictions\":%lld}\n",
+      "\"first_turn_prompt_tokens\":%.1f,\"first_turn_computed_tokens\":%.1f,\"n_evictions\":%lld,"
+      "\"computed_tokens_by_turn\":[%s],\"prompt_tokens_by_turn\":[%s]}\n",
       a.reuse, a.jobs, a.turns, a.system, a.tool, a.gen, double(n_new) / double(std::max<int64_t>(1, n_turns)),
       double(n_computed) / double(std::max<int64_t>(1, n_turns)), double(n_cached) / double(std::max<int64_t>(1, n_turns)),
       wall, double(n_first_prompt) / double(std::max<int64_t>(1, n_first)),
-      double(n_first_computed) / double(std::max<int64_t>(1, n_first)), static_cast<long long>(st.n_evictions));
+      double(n_first_computed) / double(std::max<int64_t>(1, n_first)), static_cast<long long>(st.n_evictions),
+      by_turn_computed.c_str(), by_turn_prompt.c_str());
   return 0;
 }
 

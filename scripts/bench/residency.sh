@@ -2,7 +2,8 @@
 # Multi-turn agent workload: jobs share a long system prompt, each turn appends the model's
 # output and a 64-token tool result. Residency + prefix reuse on vs the re-prefill baseline
 # (prefix_reuse=false). Ends with one JSON line: new_tokens_per_turn, computed_tokens_per_turn
-# (continuation turns), wall_s_resident, wall_s_reprefill.
+# (continuation turns), wall_s_resident, wall_s_reprefill, and per turn index
+# computed_tokens_by_turn[_reprefill] (mean over jobs, first turn included).
 #   scripts/bench/residency.sh [--quick]     (full: 15M-class synthetic model, 16 jobs x 8 turns;
 #                                             quick: stories260K, 8 jobs x 4 turns;
 #                                             AGENTQ_BENCH_MODEL=F: that model instead)
@@ -46,6 +47,9 @@ print(json.dumps({
     "computed_tokens_per_turn": r["computed_tokens_per_turn"],
     "computed_tokens_per_turn_reprefill": p["computed_tokens_per_turn"],
     "wall_s_resident": r["wall_s"], "wall_s_reprefill": p["wall_s"],
+    "computed_tokens_by_turn": r.get("computed_tokens_by_turn"),
+    "computed_tokens_by_turn_reprefill": p.get("computed_tokens_by_turn"),
+    "prompt_tokens_by_turn": r.get("prompt_tokens_by_turn"),
     "speedup": round(p["wall_s"] / r["wall_s"], 2) if r["wall_s"] > 0 else None,
 }, separators=(",", ":")))
 PY

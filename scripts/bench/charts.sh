@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Charts from a benchmark run's results.json (scripts/bench/run.sh) with gnuplot, as PNG in
+# DIR/charts/: batching.png (tokens/s vs batch size), residency.png (computed tokens per turn,
+# resident vs re-prefill), kernels.png (matvec GB/s per weight type vs measured bandwidth).
+#   scripts/bench/charts.sh DIR          (needs gnuplot: apt-get install gnuplot-nox)
+set -euo pipefail
+dir="$1"
+mkdir -p "$dir/charts"
+python3 - "$dir" <<'PY'
+import json, os, statistics, sys
+d = sys.argv[1]
+res = json.load(open(os.path.join(d, "results.json")))
+b = res["benches"]
+med = statistics.median
+def write(name, rows):
+    with open(os.path.join(d, "charts", name), "w") as f:
+        for r in rows:
+            f.write(" ".join(str(x) for x in r) + "\n")
+if "batching" in b:
+    runs = b["batching"]["runs"]
+    cs = sorted(runs[0]["scaling"], key=int)
+    base = med([r["scaling"]["1"] for r in runs]) if "1" in cs else None
+    rows = []
+    for c in cs:
+        v = [r["scaling"][c] for r in runs]
+        rows.append((c, med(v), min(v), max(v), base if base else "NaN"))
+    write("batching.dat", rows)
+if "residency" in b:
+    runs = [r for r in b["residency"]["runs"] if r.get("computed_tokens_by_turn")]
+    if runs:
+        rows = []
+        for t in range(len(runs[0]["computed_tokens_by_turn"])):
+            a = [r["computed_tokens_by_turn"][t] for r in runs]
+            p = [r["computed_tokens_by_turn_reprefill"][t] for r in runs]
+            n = [r["prompt_tokens_by_turn"][t] for r in runs]
+            rows.append((t + 1, med(a), min(a), max(a), med(p), min(p), max(p), med(n)))
+        write("residency.dat", rows)
+if "bandwidth" in b:
+    runs = b["bandwidth"]["runs"]
+    threads = sorted(runs[0]["bandwidth_gbps"], key=int)
+    types = []
+    for m in runs[0]["matvec"]:
+        if m["type"] not in types:
+            types.append(m["type"])
+    rows = []
+    for t in types:
+        row = [t]
+        for th in threads:
+            g = [m["gbps"] for r in runs for m in r["matvec"] if m["type"] == t and str(m["threads"]) == th]
+            row += [med(g), min(g), max(g)]
+        for th in threads:
+            row.append(med([r["bandwidth_gbps"][th] for r in runs]))
+        rows.append(row)
+    write("kernels.dat", rows)
+    with open(os.path.join(d, "charts", "kernels.threads"), "w") as f:
+        f.write(" ".join(threads) + "\n")
+PY
+
+# NOTE: PNG (pngcairo when there, else libgd png): renders the same everywhere a Markdown file is read.
+if gnuplot -e 'set terminal' 2>&1 | grep -q pngcairo; then
+  term="set terminal pngcairo size 800,450 font 'sans,10' noenhanced"
+else
+  term="set terminal png size 800,450 noenhanced"
+fi
+c="$dir/charts"
+if [ -s "$c/batching.dat" ]; then
+  gnuplot <<EOF
+$term
+set output '$c/batching.png'
+set title 'Decode throughput vs batch size (median, min-max bars)'
+set xlabel 'concurrent sequences'
+set ylabel 'aggregate tokens/s'
+set logscale x 2
+set key top left
+set grid
+set yrange [0:*]
+plot '$c/batching.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 title 'measured', \
+     '' using 1:5 with lines dt 2 lw 2 lc rgb 'gray' title 'batch 1 (baseline)'
+EOF
+fi
+if [ -s "$c/residency.dat" ]; then
+  gnuplot <<EOF
+$term
+set output '$c/residency.png'
+set title 'Computed tokens per turn (mean over jobs; median of runs)'
+set xlabel 'turn'
+set ylabel 'tokens computed'
+set key top left
+set grid
+set xtics 1
+set yrange [0:*]
+plot '$c/residency.dat' using 1:5:6:7 with yerrorlines lw 2 pt 7 title 're-prefill (no residency)', \
+     '' using 1:2:3:4 with yerrorlines lw 2 pt 5 title 'resident KV + prefix reuse', \
+     '' using 1:8 with lines dt 2 lc rgb 'gray' title 'prompt length (re-prefill computes all of it)'
+EOF
+fi
+if [ -s "$c/kernels.dat" ]; then
+  read -r -a th <"$c/kernels.threads"
+  n=${#th[@]}
+  plots=""
+  for i in $(seq 0 $((n - 1))); do
+    col=$((2 + 3 * i))
+    plots+="'$c/kernels.dat' using $col:$((col + 1)):$((col + 2)):xtic(1) title 'matvec ${th[$i]} thread(s)', "
+  done
+  for i in $(seq 0 $((n - 1))); do
+    col=$((2 + 3 * n + i))
+    plots+="'$c/kernels.dat' using 0:$col with lines lw 2 dt 2 title 'read bandwidth ${th[$i]} thread(s)', "
+  done
+  gnuplot <<EOF
+$term
+set output '$c/kernels.png'
+set title 'Decode matvec GB/s per weight type vs measured read bandwidth'
+set ylabel 'GB/s'
+set style data histogram
+set style histogram errorbars gap 1 lw 1
+set style fill solid 0.6 border -1
+set key outside bottom center horizontal
+set grid ytics
+set yrange [0:*]
+plot ${plots%, }
+EOF
+fi
+ls "$c"/*.png 2>/dev/null >&2 || true

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Collects the benchmark runs of scripts/bench/run.sh (DIR/raw/<bench>.<i>.json, one JSON line
+each) into DIR/results.json: machine and commit, every figure as median + min-max over the
+repetitions, and the ratios to each figure's same-run baseline; prints the ratios.
+   scripts/bench/collect.py DIR --mode quick --bin build/bin --src ."""
+import argparse
+import datetime
+import glob
+import json
+import os
+import re
+import statistics
+import subprocess
+
+
+def git(src, *args):
+    try:
+        return subprocess.run(["git", "-C", src, *args], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def spread(values):
+    """{median, min, max, n} of a list of numbers."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def flatten(obj, prefix=""):
+    """Numeric leaves as {path: value}; list items keyed by their model/type/threads when present."""
+    out = {}
+    if isinstance(obj, bool):
+        return out
+    if isinstance(obj, (int, float)):
+        out[prefix] = obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            key = str(i)
+            if isinstance(v, dict):
+                parts = [str(v[k]) for k in ("model", "type", "threads") if k in v]
+                key = "/".join(parts) if parts else key
+            out.update(flatten(v, f"{prefix}[{key}]"))
+    return out
+
+
+def ratios_of(name, run):
+    """{label: (figure, baseline, unit)} from one run; the ratio is figure / baseline."""
+    r = {}
+    if name == "engine":
+        for m in run.get("results", []):
+            roof_tps = m["bandwidth_gb_per_s"] * 1e9 / m["weight_bytes_per_token"]
+            r[f"{m['model']}: decode vs bandwidth roofline"] = (m["tg128_tokens_per_s"], roof_tps, "tokens/s")
+            c = m["cpu_clock"]
+            r[f"{m['model']}: decode vs roofline, CPU clock"] = (
+                c["tg128_tokens_per_s"], c["bandwidth_gb_per_s"] * 1e9 / m["weight_bytes_per_token"], "tokens/s/thread")
+    elif name == "bandwidth":
+        bw = run["bandwidth_gbps"]
+        for m in run["matvec"]:
+            r[f"{m['type']} x{m['threads']}: matvec vs read bandwidth"] = (m["gbps"], bw[str(m["threads"])], "GB/s")
+    elif name == "residency":
+        r["wall time: re-prefill vs resident"] = (run["wall_s_reprefill"], run["wall_s_resident"], "s")
+        r["computed tokens/turn: re-prefill vs resident"] = (
+            run["computed_tokens_per_turn_reprefill"], run["computed_tokens_per_turn"], "tokens")
+    elif name == "queue":
+        t = run["throughput"]
+        r["jobs/s end to end vs GET /healthz/s (no-op floor)"] = (t["jobs_per_s"], run["healthz_per_s"], "per s")
+        r["submit/s vs GET /healthz/s"] = (t["submit_per_s"], run["healthz_per_s"], "per s")
+        lat = run["latency"]
+        r[f"submit p99 vs p50 latency at {lat['rate_per_s']:g} req/s"] = (lat["p99_ms"], lat["p50_ms"], "ms")
+    elif name == "batching":
+        s = run["scaling"]
+        if s.get("1"):
+            for c, v in s.items():
+                if c != "1":
+                    r[f"batch {c} vs batch 1 (aggregate)"] = (v, s["1"], "tokens/s")
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("--mode", default="quick")
+    ap.add_argument("--bin", default="build/bin")
+    ap.add_argument("--src", default=".")
+    a = ap.parse_args()
+
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(a.dir, "raw", "*.json"))):
+        m = re.match(r"(.+)\.(\d+)\.json$", os.path.basename(path))
+        if not m:
+            continue
+        with open(path) as f:
+            line = f.read().strip()
+        t0, t1 = open(path[: -len(".json")] + ".time").read().split()
+        runs.setdefault(m.group(1), []).append((int(m.group(2)), json.loads(line), float(t1) - float(t0)))
+
+    benches = {}
+    for name, rs in runs.items():
+        rs.sort(key=lambda x: x[0])
+        figures, ratios = {}, {}
+        for _, run, _ in rs:
+            for k, v in flatten(run).items():
+                figures.setdefault(k, []).append(v)
+            for k, (fig, base, unit) in ratios_of(name, run).items():
+                e = ratios.setdefault(k, {"unit": unit, "figure": [], "baseline": [], "ratio": []})
+                e["figure"].append(fig)
+                e["baseline"].append(base)
+                e["ratio"].append(fig / base if base else float("nan"))
+        benches[name] = {
+            "runs": [run for _, run, _ in rs],
+            "wall_s": [round(w, 2) for _, _, w in rs],
+            "figures": {k: spread(v) for k, v in figures.items()},
+            "ratios": {k: {"unit": e["unit"], "figure": spread(e["figure"]), "baseline": spread(e["baseline"]),
+                           "ratio": spread(e["ratio"])} for k, e in ratios.items()},
+        }
+
+    commands = []
+    cmd_file = os.path.join(a.dir, "commands.txt")
+    if os.path.exists(cmd_file):
+        for line in open(cmd_file):
+            name, n, cmd = line.rstrip("\n").split("|", 2)
+            commands.append({"bench": name, "repetitions": int(n), "command": cmd})
+
+    def read(name):
+        p = os.path.join(a.dir, name)
+        return open(p).read().strip() if os.path.exists(p) else None
+
+    status = git(a.src, "status", "--porcelain", "--untracked-files=no")
+    results = {
+        "meta": {
+            "commit": git(a.src, "rev-parse", "--short", "HEAD"),
+            "dirty": bool(status) if status is not None else None,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "nproc": os.cpu_count(),
+            "cpu_model": cpu_model(),
+            "mode": a.mode,
+            "bin_dir": a.bin,
+            "loadavg_start": read("loadavg_start"),
+            "loadavg_end": read("loadavg_end"),
+            "commands": commands,
+        },
+        "benches": benches,
+    }
+    with open(os.path.join(a.dir, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+    meta = results["meta"]
+    print(f"commit {meta['commit']}{' (dirty)' if meta['dirty'] else ''}, {meta['date']}, "
+          f"{meta['nproc']} x {meta['cpu_model']}, load {meta['loadavg_start']} -> {meta['loadavg_end']}")
+    for name, b in benches.items():
+        print(f"\n{name}  ({len(b['runs'])} run(s), wall {b['wall_s']} s)")
+        for k, e in b["ratios"].items():
+            f, bl, q = e["figure"], e["baseline"], e["ratio"]
+            print(f"  {k:<44} {f['median']:10.2f} vs {bl['median']:10.2f} {e['unit']:<15}"
+                  f" ratio {q['median']:7.3f} ({q['min']:.3f}-{q['max']:.3f})")
+
+
+if __name__ == "__main__":
+    main()

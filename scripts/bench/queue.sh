@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Job queue end to end: trivial jobs (1 output token, stories260K) through HTTP -> SQLite ->
+# Redis -> worker on one all-in-one agentqd (embedded redis-server, temp data dir, loopback),
+# vs a no-op floor measured in the same run (GET /healthz rate), and submit latency
+# percentiles at a fixed request rate (scripts/bench/loadgen.py). Ends with one JSON line.
+#   scripts/bench/queue.sh [--quick]   (quick: 200 jobs, 20 req/s for 5 s; full: 500 jobs, 50 req/s for 10 s)
+# Env: AGENTQ_BIN_DIR (default build/bin), AGENTQ_SHARED_DIR (default ../shared).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+src=$(pwd)
+jobs=500; rate=50; seconds=10
+[ "${1:-}" = "--quick" ] && { jobs=200; rate=20; seconds=5; }
+bin="${AGENTQ_BIN_DIR:-${AGENTQ_BUILD_DIR:-build}/bin}"
+model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
+for b in agentqd; do
+  [ -x "$bin/$b" ] || { echo "queue.sh: missing $bin/$b (cmake --build build --target $b)" >&2; exit 1; }
+done
+command -v redis-server >/dev/null || { echo "queue.sh: redis-server not found" >&2; exit 1; }
+
+tmp=$(mktemp -d -t agentq-qbench-XXXXXX)
+pid=""
+cleanup() {
+  [ -n "$pid" ] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+admin_key="aq_bench_$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+# NOTE: --rate-limit 0: the per-key token bucket would otherwise be what is measured.
+"$bin/agentqd" --data-dir "$tmp/data" --listen 127.0.0.1:0 --port-file "$tmp/port" --model "$model" \
+  --admin-key "$admin_key" --rate-limit 0 --log-level warn >"$tmp/agentqd.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+[ -s "$tmp/port" ] || { echo "queue.sh: agentqd did not start" >&2; tail -20 "$tmp/agentqd.log" >&2; exit 1; }
+url="http://127.0.0.1:$(cat "$tmp/port")"
+for _ in $(seq 1 100); do
+  curl -fsS "$url/readyz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+key=$(python3 - "$url" "$admin_key" <<'PY'
+import http.client, json, sys, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+c = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+c.request("POST", "/v1/keys", body=json.dumps({"tenant": "bench"}),
+          headers={"Authorization": "Bearer " + sys.argv[2], "Content-Type": "application/json"})
+r = c.getresponse()
+body = r.read()
+assert r.status in (200, 201), (r.status, body)
+print(json.loads(body)["key"])
+PY
+)
+echo "== agentqd on $url; $jobs jobs, then $rate req/s for $seconds s" >&2
+python3 scripts/bench/loadgen.py --url "$url" --key "$key" --model stories260K --jobs "$jobs" \
+  --rate "$rate" --seconds "$seconds" --clients 4
