@@ -90,8 +90,10 @@ def main():
     for c in m["commands"]:
         w(f"| {c['bench']} | {c['repetitions']} | `{c['command']}` |")
     w("")
-    w("Tools: `build/bin/agentq-bench_*` (sources in `engine/tools/`); every command ends in one JSON line, "
-      "collected verbatim under `benches.<name>.runs` in results.json.")
+    w("run.sh runs each command under `nice -n 10` (`AGENTQ_BENCH_NICE`), repetitions back to back. "
+      "Tools: `build/bin/agentq-bench_*` (sources in `engine/tools/`), `agentqd` + `scripts/bench/loadgen.py` for "
+      "the queue; every command ends in one JSON line, collected verbatim under `benches.<name>.runs` in "
+      "results.json, which also holds every figure's median/min/max.")
     for name, b in res["benches"].items():
         title, about = ABOUT.get(name, (name, ""))
         w("")

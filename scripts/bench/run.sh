@@ -59,11 +59,11 @@ case "$mode" in
     ;;
   quick)
     r=${reps:-3}
-    plan+=("bandwidth|$(( r < 2 ? r : 2 ))|scripts/bench/bandwidth.sh --types f16,q8_0,q4_k --trials 4")
+    plan+=("bandwidth|$r|scripts/bench/bandwidth.sh --types f16,q8_0,q4_k --trials 4")
     plan+=("batching|$r|scripts/bench/batching.sh --quick")
     plan+=("residency|$r|scripts/bench/residency.sh --quick")
     plan+=("grammar|$r|scripts/bench/grammar.sh --quick")
-    plan+=("engine|1|scripts/bench/engine.sh --quick")
+    plan+=("engine|$r|scripts/bench/engine.sh --quick")
     [ -x "$bin/agentqd" ] && plan+=("queue|$r|scripts/bench/queue.sh --quick")
     ;;
   full)
