@@ -143,6 +143,7 @@ def main():
         "meta": {
             "commit": git(a.src, "rev-parse", "--short", "HEAD"),
             "dirty": bool(status) if status is not None else None,
+            "dirty_files": [line[3:] for line in status.splitlines()] if status else [],
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "nproc": os.cpu_count(),
             "cpu_model": cpu_model(),
