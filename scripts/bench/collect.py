@@ -107,6 +107,11 @@ def main():
         t0, t1 = open(path[: -len(".json")] + ".time").read().split()
         runs.setdefault(m.group(1), []).append((int(m.group(2)), json.loads(line), float(t1) - float(t0)))
 
+    # Cross-benchmark baselines: one decode step (ms) per engine model, for the grammar mask cost.
+    step_us = {}
+    for _, run, _ in runs.get("engine", []):
+        for m in run.get("results", []):
+            step_us.setdefault(m["model"], []).append(1e6 / m["tg128_tokens_per_s"])
     benches = {}
     for name, rs in runs.items():
         rs.sort(key=lambda x: x[0])
@@ -114,7 +119,12 @@ def main():
         for _, run, _ in rs:
             for k, v in flatten(run).items():
                 figures.setdefault(k, []).append(v)
-            for k, (fig, base, unit) in ratios_of(name, run).items():
+            extra = {}
+            if name == "grammar" and step_us:
+                model = sorted(step_us)[0]
+                extra[f"mask per step vs one {model} decode step"] = (
+                    run["mean_us"], statistics.median(step_us[model]), "us")
+            for k, (fig, base, unit) in {**ratios_of(name, run), **extra}.items():
                 e = ratios.setdefault(k, {"unit": unit, "figure": [], "baseline": [], "ratio": []})
                 e["figure"].append(fig)
                 e["baseline"].append(base)
@@ -144,7 +154,7 @@ def main():
             "commit": git(a.src, "rev-parse", "--short", "HEAD"),
             "dirty": bool(status) if status is not None else None,
             "dirty_files": [line[3:] for line in status.splitlines()] if status else [],
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "date": read("date_start") or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "nproc": os.cpu_count(),
             "cpu_model": cpu_model(),
             "mode": a.mode,

@@ -45,7 +45,9 @@ def fmt(x):
         return f"{x:.1f}"
     if a >= 1:
         return f"{x:.2f}"
-    return f"{x:.3f}"
+    if a >= 0.01 or a == 0:
+        return f"{x:.3f}"
+    return f"{x:.2g}"
 
 
 def cell(s):

@@ -80,6 +80,7 @@ esac
 echo "== agentq benchmarks ($mode) -> $out" >&2
 echo "   bin $bin, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 cut -d' ' -f1-3 /proc/loadavg >"$out/loadavg_start"
+date -u +%Y-%m-%dT%H:%M:%SZ >"$out/date_start"
 : >"$out/commands.txt"
 t_start=$(date +%s)
 for entry in "${plan[@]}"; do
