@@ -51,6 +51,14 @@ int sql_exec(const std::string& path, const std::string& sql) {
 
 }  // namespace
 
+// An input message row (turn -1) with the given user content.
+static agentq::store::transcript_row user_row(const char* content) {
+  agentq::store::transcript_row r;
+  r.role = "user";
+  r.content = content;
+  return r;
+}
+
 TEST_CASE("create, get, list, events and outbox") {
   agentq::test::temp_dir dir;
   auto s = open_store(dir.file("jobs.db"));
@@ -104,8 +112,8 @@ TEST_CASE("state machine: claim, turn, tool, requires_action, outputs, finish") 
   int64_t e = claim(*s, j.id);
   CHECK(e == 1);
   CHECK(s->get_job(j.id)->status == job_status::running);
-  CHECK(s->init_transcript(j.id, e, {transcript_row{.seq = 0, .turn_idx = -1, .role = "user", .content = "hi"}}).get() == write_status::ok);
-  CHECK(s->init_transcript(j.id, e, {transcript_row{.seq = 0, .turn_idx = -1, .role = "user", .content = "hi"}}).get() == write_status::ok);  // idempotent
+  CHECK(s->init_transcript(j.id, e, {user_row("hi")}).get() == write_status::ok);
+  CHECK(s->init_transcript(j.id, e, {user_row("hi")}).get() == write_status::ok);  // idempotent
   turn_commit t;
   t.turn_idx = 0;
   t.tool_calls_json = R"([{"id":"call_0_0","name":"get","arguments":"{}"},{"id":"call_0_1","name":"ask","arguments":"{}"}])";
