@@ -22,16 +22,6 @@ struct parse_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-size_t scalar_size(value_type t) {
-  switch (t) {
-    case value_type::u8: case value_type::i8: case value_type::boolean: return 1;
-    case value_type::u16: case value_type::i16: return 2;
-    case value_type::u32: case value_type::i32: case value_type::f32: return 4;
-    case value_type::u64: case value_type::i64: case value_type::f64: return 8;
-    default: return 0;
-  }
-}
-
 class cursor {
  public:
   cursor(const uint8_t* p, uint64_t n) : base_(p), n_(n) {}
@@ -130,6 +120,16 @@ value read_value(cursor& c, value_type t, const std::string& key, bool in_array)
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
 
 }  // namespace
+
+size_t scalar_size(value_type t) {
+  switch (t) {
+    case value_type::u8: case value_type::i8: case value_type::boolean: return 1;
+    case value_type::u16: case value_type::i16: return 2;
+    case value_type::u32: case value_type::i32: case value_type::f32: return 4;
+    case value_type::u64: case value_type::i64: case value_type::f64: return 8;
+    default: return 0;
+  }
+}
 
 const char* name_of(value_type t) {
   static const char* names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"};

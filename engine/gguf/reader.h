@@ -4,6 +4,7 @@
 // crash or an allocation larger than the file itself.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -21,6 +22,8 @@ enum class value_type : uint32_t {
   string = 8, array = 9, u64 = 10, i64 = 11, f64 = 12,
 };
 const char* name_of(value_type t);
+// Bytes of one scalar of type t as stored in GGUF; 0 for string and array.
+size_t scalar_size(value_type t);
 
 // One metadata value. Scalars are widened; strings and string arrays point into
 // the mapped file; numeric arrays keep their raw bytes (read with at_i64/at_f64).

@@ -7,20 +7,6 @@
 
 namespace agentq::gguf {
 
-namespace {
-
-size_t scalar_bytes(value_type t) {
-  switch (t) {
-    case value_type::u8: case value_type::i8: case value_type::boolean: return 1;
-    case value_type::u16: case value_type::i16: return 2;
-    case value_type::u32: case value_type::i32: case value_type::f32: return 4;
-    case value_type::u64: case value_type::i64: case value_type::f64: return 8;
-    default: return 0;
-  }
-}
-
-}  // namespace
-
 writer::~writer() {
   if (f_) std::fclose(f_);
 }
@@ -67,7 +53,7 @@ void writer::set_strings(std::string_view k, const std::vector<std::string_view>
 }
 
 void writer::set_array(std::string_view k, value_type elem, const void* data, uint64_t n) {
-  const size_t es = scalar_bytes(elem);
+  const size_t es = scalar_size(elem);
   if (!es) throw std::invalid_argument("gguf writer: array of non-scalar type for '" + std::string(k) + "'");
   begin_kv(k, value_type::array);
   put<uint32_t>(static_cast<uint32_t>(elem));

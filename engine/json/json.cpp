@@ -3,6 +3,8 @@
 // the byte offset, and parse() turns that into a message.
 #include "json/json.h"
 
+#include "tokenizer/unicode.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -217,24 +219,6 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
-static void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 // ---------------------------------------------------------------------------
 // Parser
 
@@ -386,7 +370,7 @@ class parser {
             } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
               fail("unpaired low surrogate in \\u escape", at);
             }
-            append_utf8(out, cp);
+            unicode::append_utf8(out, cp);
             break;
           }
           default: fail(std::string("invalid escape '\\") + describe(static_cast<unsigned char>(e)) + "'", pos_ - 2);
