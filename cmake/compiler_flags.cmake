@@ -17,6 +17,9 @@ endif()
 if(AGENTQ_SANITIZE)
   target_compile_options(agentq_flags INTERFACE
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
+  # NOTE: -O1 -g1 (line tables only) after the build type's flags: reports keep file:line, and the
+  # Beast/Asio-heavy service compiles about twice as fast as with -O2 -g under ASan.
+  target_compile_options(agentq_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-O1 -g1>)
   target_link_options(agentq_flags INTERFACE -fsanitize=address,undefined)
 endif()
 if(AGENTQ_FUZZ)

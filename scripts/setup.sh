@@ -2,6 +2,7 @@
 # Idempotent setup: install missing Debian packages, configure and build.
 #   AGENTQ_BUILD_DIR   build directory (default: build)
 #   AGENTQ_CMAKE_ARGS  extra CMake arguments
+#   AGENTQ_BUILD_TARGETS  build only these targets (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,5 +23,7 @@ fi
 build_dir=${AGENTQ_BUILD_DIR:-build}
 # shellcheck disable=SC2086
 cmake -S . -B "$build_dir" -G Ninja ${AGENTQ_CMAKE_ARGS:-} >/dev/null
-cmake --build "$build_dir" -j "$(nproc)"
+targets=()
+for t in ${AGENTQ_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build_dir" -j "$(nproc)" "${targets[@]}"
 echo "setup: built into $build_dir/bin"

@@ -20,7 +20,7 @@ if [ "${AGENTQ_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== unit tests under ASan+UBSan"
   engine_only=ON
   [ "${AGENTQ_SANITIZE_SCOPE:-full}" = full ] && engine_only=OFF
-  AGENTQ_BUILD_DIR=build-asan AGENTQ_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTQ_SANITIZE=ON -DAGENTQ_CUDA=OFF -DAGENTQ_ENGINE_ONLY=$engine_only" \
+  AGENTQ_BUILD_DIR=build-asan AGENTQ_BUILD_TARGETS=agentq_unit_tests AGENTQ_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTQ_SANITIZE=ON -DAGENTQ_CUDA=OFF -DAGENTQ_ENGINE_ONLY=$engine_only" \
     ./scripts/setup.sh
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -L unit) || status=1
 fi
