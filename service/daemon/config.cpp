@@ -28,6 +28,8 @@ const char* usage() {
   --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
   --webhook-schedule MS,MS,..  retry delays after each failed delivery (default 5s,5m,30m,2h,5h,10h,10h)
   --webhook-timeout-ms MS  --log-level trace|debug|info|warn|error  --port-file FILE
+  --lease-ms MS (30000)  --heartbeat-ms MS (2000)  --reclaim-idle-ms MS (30000)
+  --reclaim-interval-ms MS (5000)  --max-deliveries N (5: then dead-lettered)
 environment: AGENTQ_ROLE AGENTQ_LISTEN AGENTQ_DATA_DIR AGENTQ_REDIS AGENTQ_MODEL AGENTQ_ALLOW_ADDRESSES
              AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL
 )";
@@ -78,6 +80,11 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "kv-budget-mb") c.kv_budget_mb = std::stoll(v);
   else if (name == "log-level") c.log_level = v;
   else if (name == "port-file") c.port_file = v;
+  else if (name == "lease-ms") c.lease_ms = std::stoll(v);
+  else if (name == "heartbeat-ms") c.heartbeat_ms = std::stoll(v);
+  else if (name == "reclaim-idle-ms") c.reclaim_idle_ms = std::stoll(v);
+  else if (name == "reclaim-interval-ms") c.reclaim_interval_ms = std::stoll(v);
+  else if (name == "max-deliveries") c.max_deliveries = std::stoi(v);
   else throw std::invalid_argument("unknown option --" + name);
 }
 

@@ -29,6 +29,14 @@ struct config {
   int64_t kv_budget_mb = 256;
   std::string log_level = "info";
   std::string port_file;                          // write the bound port here (tests, scripts)
+  // Dispatch timing (worker role; tests shorten them): a job's SQLite lease, how often held entries are
+  // touched in Redis, how long an entry must sit idle before another worker reclaims it, how often
+  // workers sweep for such entries, and deliveries before a job is dead-lettered.
+  int64_t lease_ms = 30000;
+  int64_t heartbeat_ms = 2000;
+  int64_t reclaim_idle_ms = 30000;
+  int64_t reclaim_interval_ms = 5000;
+  int32_t max_deliveries = 5;
 };
 
 // Parse argv (and the environment, and --config); nullopt with *error (usage) on bad input.

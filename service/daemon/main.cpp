@@ -150,6 +150,10 @@ int run(const daemon::config& c) {
     catalog.add(std::move(e));
   }
 
+  qopts.reclaim_idle_ms = c.reclaim_idle_ms;
+  qopts.max_deliveries = c.max_deliveries;
+  // NOTE: a worker counts as alive (continuations routed to it) for 5 heartbeats after its last one.
+  qopts.heartbeat_ttl_ms = 5 * c.heartbeat_ms;
   queue::queue q(qopts, *st);
   q.start_relay();
 
@@ -157,6 +161,10 @@ int run(const daemon::config& c) {
   if (run_worker) {
     worker::worker_options wo;
     wo.max_jobs = c.max_jobs;
+    wo.lease_ms = c.lease_ms;
+    wo.heartbeat_ms = c.heartbeat_ms;
+    wo.reclaim_interval_ms = c.reclaim_interval_ms;
+    wo.max_deliveries = c.max_deliveries;
     wo.signing_secret = tool_signing_secret(c.data_dir);
     // server-side tools go through the worker's built-in client: net::http_client + signing
     wo.tool_allow_cidrs = c.allow_addresses;

@@ -12,6 +12,7 @@
 #include "store/sqlite.h"
 #include "store/store.h"
 #include "util/crypto.h"
+#include "util/fault.h"
 #include "webhooks/signing.h"
 
 namespace agentq::webhooks {
@@ -179,6 +180,7 @@ int32_t dispatcher::send_once() {
       if (auto sig = sign(secret, d.id, ts, d.payload)) req.headers.emplace_back("webhook-signature", *sig);
       net::http_result res = m.client.send(req);
       int32_t code = res.ok() ? res.response.status : 0;
+      if (code / 100 == 2) fault_point("mid_webhook", d.payload);  // delivered, not yet recorded: re-sent
       std::string error = res.ok() ? (code / 100 == 2 ? "" : "HTTP " + std::to_string(code)) : res.message;
       int32_t n = d.n_attempts + 1;
       int64_t now = store::now_ms();

@@ -25,9 +25,9 @@
 #include "queue/queue.h"
 #include "store/store.h"
 #include "util/crypto.h"
+#include "util/fault.h"
 #include "webhooks/signing.h"
 #include "worker/agent_spec.h"
-#include "worker/fault.h"
 
 namespace agentq::worker {
 
@@ -158,6 +158,7 @@ struct job_ctx {
   queue::delivery delivery;
   uint64_t job_key = 0;
   int64_t deadline_ms = 0;                 // wall clock; 0 = none
+  std::string fault_subject;               // the request JSON, matched by AGENTQ_FAULT_MATCH (util/fault.h)
   std::atomic<bool> cancelled{false}, lost{false}, stopping{false}, deadline_hit{false}, done{false};
   std::atomic<uint64_t> request_id{0};     // engine request in flight; 0 = none
   std::thread thread;
@@ -263,13 +264,14 @@ struct worker::impl {
         return;
       case store::claim_outcome::error: return;  // left pending: reclaimed later
     }
-    fault_point("after_claim");
+    fault_point("after_claim", c.won->job.request_json);
     n_claimed++;
     auto ctx = std::make_shared<job_ctx>();
     ctx->job_id = d.job_id;
     ctx->epoch = c.won->epoch;
     ctx->delivery = d;
     ctx->job_key = job_key_of(d.job_id);
+    ctx->fault_subject = c.won->job.request_json;
     std::lock_guard lock(mu);
     active[d.job_id] = ctx;
     ctx->thread = std::thread([this, ctx, row = c.won->job] {
@@ -343,7 +345,7 @@ struct worker::impl {
   // --- the agent loop ------------------------------------------------------------
 
   void ack(job_ctx& c) {
-    fault_point("before_xack");
+    fault_point("before_xack", c.fault_subject);
     q.ack(c.delivery);
   }
 
@@ -480,6 +482,7 @@ struct worker::impl {
       }
       c.request_id = eng->submit(std::move(req), std::move(cb));
       if (c.cancelled || c.lost || c.deadline_hit || c.stopping) interrupt(c);  // raced with the poller
+      fault_point("mid_decode", c.fault_subject);
       turn_result res = fut.get();
       c.request_id = 0;
 
@@ -523,7 +526,7 @@ struct worker::impl {
       tc.job_usage = usage;
       if (db.commit_turn(c.job_id, c.epoch, tc).get() != write_status::ok) return on_lost(c);
       n_turns++;
-      fault_point("after_turn_commit");
+      fault_point("after_turn_commit", c.fault_subject);
 
       st.n_turns++;
       st.last_content = msg.content;
@@ -604,7 +607,7 @@ struct worker::impl {
       std::this_thread::sleep_for(std::chrono::milliseconds(100 << std::min(attempt, 6)));
     }
     observe_latency(tc.name, std::chrono::duration<double>(clock_type::now() - t0).count());
-    fault_point("after_tool_effect");
+    fault_point("after_tool_effect", c.fault_subject);
     store::tool_output out;
     out.call_id = tc.id;
     if (res.ok) {

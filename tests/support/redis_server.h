@@ -1,4 +1,4 @@
-// A real redis-server for one test: started on a free loopback port with AOF (fsync always)
+// A real redis-server for one test: started on a free loopback port with AOF (fsync always by default)
 // in a temp dir, PING-checked, and stopped + cleaned up in the destructor (also on failure).
 // Helpers: kill -9 / restart (same port and data dir: AOF replay), pause (SIGSTOP) / resume,
 // and a raw RESP command for setup (FLUSHALL, ...).
@@ -38,7 +38,9 @@ inline int free_port() {
 class redis_server {
  public:
   // Starts immediately; throws std::runtime_error if redis-server doesn't answer PING in 10 s.
-  explicit redis_server(bool appendonly = true) : port_(free_port()), appendonly_(appendonly) {
+  // appendfsync: "always" (default), "everysec" (the production default: may lose ~1 s on kill -9), "no".
+  explicit redis_server(bool appendonly = true, std::string appendfsync = "always")
+      : port_(free_port()), appendonly_(appendonly), appendfsync_(std::move(appendfsync)) {
     std::string tmpl = (std::filesystem::temp_directory_path() / "agentq-redis-XXXXXX").string();
     if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
     dir_ = tmpl;
@@ -61,7 +63,7 @@ class redis_server {
     if (pid_ > 0) return;
     std::string port = std::to_string(port_);
     std::vector<std::string> args = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", dir_.string(),
-                                     "--appendonly", appendonly_ ? "yes" : "no", "--appendfsync", "always",
+                                     "--appendonly", appendonly_ ? "yes" : "no", "--appendfsync", appendfsync_,
                                      "--save", "", "--daemonize", "no", "--logfile", (dir_ / "redis.log").string()};
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -136,6 +138,7 @@ class redis_server {
 
   int port_;
   bool appendonly_;
+  std::string appendfsync_;
   std::filesystem::path dir_;
   pid_t pid_ = -1;
 };
