@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -50,21 +51,25 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
   };
   if (config.block_size <= 0 || config.max_step_tokens <= 0 || config.max_running <= 0)
     return set_err("block_size, max_step_tokens and max_running must be positive");
+  device_spec spec;
+  if (!parse_device(config.device, &spec, &err)) return set_err(err);
   std::shared_ptr<const gguf::file> file = gguf::file::open(config.model_path, &err);
   if (!file) return set_err("cannot load model '" + config.model_path + "': " + err);
   std::unique_ptr<engine_impl> e(new engine_impl());
   e->config_ = config;
   e->file_ = file;
-  e->model_ = model::load(file, config.n_threads, &err);
-  if (!e->model_) return set_err("cannot load model '" + config.model_path + "': " + err);
+  // NOTE: never falls back to the CPU: a job that asked for the GPU should not silently run 50x slower.
+  e->backend_ = forward_backend::create(config.device, file, config.n_threads, &err);
+  if (!e->backend_) return set_err("cannot load model '" + config.model_path + "': " + err);
   e->tok_ = tokenizer::load(*file, &err);
   if (!e->tok_) return set_err("cannot load the tokenizer of '" + config.model_path + "': " + err);
 
-  const auto& hp = e->model_->hparams();
+  const auto& hp = e->backend_->hparams();
   auto& d = e->desc_;
   d.name = std::filesystem::path(config.model_path).stem().string();
   d.arch = hp.arch;
   d.digest = model_digest(*file);
+  d.device = e->backend_->device();
   d.n_vocab = hp.n_vocab;
   d.n_ctx = hp.n_ctx;
   d.n_embd = hp.n_embd;
@@ -83,8 +88,11 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
   }
   d.chat_family = chat::to_string(e->family_);
 
-  const kv_layout layout = e->model_->kv_layout_for(config.block_size);
-  e->pool_ = std::make_unique<block_pool>(layout, block_pool::blocks_for_budget(layout, config.kv_budget_bytes));
+  const kv_layout layout = e->backend_->kv_layout_for(config.block_size);
+  if (!e->backend_->alloc_kv(config.block_size, block_pool::blocks_for_budget(layout, config.kv_budget_bytes), &err))
+    return set_err("device '" + config.device + "': " + err);
+  // The pool's blocks are the backend's (host or device) memory: copy-on-write and spill go through it.
+  e->pool_ = std::make_unique<block_pool>(e->backend_->kv());
   e->cache_ = std::make_unique<prefix_cache>(*e->pool_);
   if (!config.spill_dir.empty()) e->spill_ = std::make_unique<spill_store>(config.spill_dir, d.digest, layout);
   residency_config rc;
@@ -197,6 +205,7 @@ void engine_impl::admit(std::unique_ptr<active_request> ar) {
     active_.emplace(id, std::move(ar));
     finish(id, finish_reason::error, msg);
   };
+  if (failed_) return fail("the engine has failed (" + desc_.device + "): " + failure_reason_);
   if (ar->is_turn && ar->req.max_tokens < 0) return fail(ar->text.empty() ? "invalid request" : std::string(ar->text));
   ar->text.clear();
   const auto& r = ar->req;
@@ -233,6 +242,17 @@ void engine_impl::admit(std::unique_ptr<active_request> ar) {
 bool engine_impl::step() {
   std::lock_guard step_lk(step_mutex_);
   bool did = drain_inbox();
+  if (!failed_) {
+    // a copy-on-write / spill / restore between steps may have hit the sticky error
+    const std::string why = backend_->failure();
+    if (!why.empty()) fail_device(why);
+  }
+  if (failed_) {
+    did = !active_.empty() || did;
+    fail_device(failure_reason_);  // requests admitted since (none: admit fails them) or left over
+    update_stats(0);
+    return did;
+  }
   residency_->expire(now_s());
   step_plan plan = sched_->schedule();
   for (uint64_t id : plan.out_of_memory) {
@@ -260,7 +280,18 @@ bool engine_impl::step() {
   }
   const size_t n_vocab = size_t(desc_.n_vocab);
   logits_.resize(plan.items.size() * n_vocab);
-  model_->forward(batch, pool_->store(), logits_.data());
+  if (backend_->forward(batch, logits_.data()) < 0) {
+    const std::string why = backend_->failure();
+    if (!why.empty()) {
+      fail_device(why);
+    } else {
+      // Not sticky (e.g. no device memory for this batch's scratch): only this batch fails.
+      for (const auto& it : plan.items)
+        finish(it.id, finish_reason::error, "the forward pass on " + desc_.device + " failed (see the log)");
+    }
+    update_stats(0);
+    return true;
+  }
 
   std::vector<token_id> sampled(plan.items.size(), -1);
   for (size_t i = 0; i < plan.items.size(); ++i) {
@@ -410,6 +441,26 @@ void engine_impl::finish(uint64_t id, finish_reason reason, const std::string& e
   }
 }
 
+void engine_impl::fail_device(const std::string& why) {
+  if (!failed_) {
+    failed_ = true;
+    failure_reason_ = why;
+    std::fprintf(stderr, "agentq engine: device %s failed: %s; every request now ends with an error\n",
+                 desc_.device.c_str(), why.c_str());
+    std::lock_guard lk(stats_mutex_);
+    failure_ = why;
+  }
+  std::vector<uint64_t> ids;
+  for (const auto& [id, ar] : active_) ids.push_back(id);
+  for (uint64_t id : ids) finish(id, finish_reason::error, "the engine failed (" + desc_.device + "): " + why);
+}
+
+bool engine_impl::healthy(std::string* why) const {
+  std::lock_guard lk(stats_mutex_);
+  if (why) *why = failure_;
+  return failure_.empty();
+}
+
 // --- loop and stats -----------------------------------------------------------
 
 void engine_impl::loop() {
@@ -460,6 +511,8 @@ void engine_impl::update_stats(int32_t last_batch_tokens) {
   s.n_waiting = sched_->n_waiting();
   s.last_batch_tokens = last_batch_tokens;
   std::lock_guard lk(stats_mutex_);
+  s.healthy = failure_.empty();
+  s.failure = failure_;
   stats_ = s;
 }
 

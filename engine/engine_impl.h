@@ -1,7 +1,7 @@
-// The concrete agentq::engine: model + tokenizer + paged KV (pool, prefix cache,
-// residency, spill tier) + scheduler, driven one step at a time (step()) or by its
-// own loop thread (start()). Private to the engine library; tests reach it through
-// agentq_engine_internal.
+// The concrete agentq::engine: forward backend (CPU or CUDA: the model and its KV
+// blocks) + tokenizer + paged KV (pool, prefix cache, residency, spill tier) +
+// scheduler, driven one step at a time (step()) or by its own loop thread (start()).
+// Private to the engine library; tests reach it through agentq_engine_internal.
 #pragma once
 
 #include <chrono>
@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "agentq/engine.h"
+#include "backend/backend.h"
 #include "chat/chat.h"
 #include "chat/tool_parser.h"
 #include "gguf/reader.h"
@@ -87,12 +88,14 @@ class engine_impl final : public engine {
   void start() override;
   void stop() override;
   engine_stats stats() const override;
+  bool healthy(std::string* why = nullptr) const override;
 
   // Internals for tests and benchmarks.
   const block_pool& pool() const { return *pool_; }
   const prefix_cache& cache() const { return *cache_; }
   const residency& resident() const { return *residency_; }
   const scheduler& sched() const { return *sched_; }
+  forward_backend& backend() { return *backend_; }
   chat::template_family family() const { return family_; }
   void sanity() const;   // all KV / scheduler invariants (call between steps)
 
@@ -125,6 +128,9 @@ class engine_impl final : public engine {
   bool on_token(active_request& ar, token_id tok, const sequence& seq);
   void emit_text(active_request& ar, size_t upto);
   void finish(uint64_t id, finish_reason reason, const std::string& error = {});
+  // A sticky device error: the engine turns failed (healthy() false) and every request ends
+  // with finish_reason::error; later ones fail at admission.
+  void fail_device(const std::string& why);
   double now_s() const;
   void update_stats(int32_t last_batch_tokens);
   void loop();
@@ -132,7 +138,7 @@ class engine_impl final : public engine {
   engine_config config_;
   model_desc desc_;
   std::shared_ptr<const gguf::file> file_;
-  std::unique_ptr<agentq::model> model_;
+  std::unique_ptr<forward_backend> backend_;
   std::unique_ptr<tokenizer> tok_;
   chat::template_family family_ = chat::template_family::plain;
   mutable std::shared_ptr<const void> vocab_index_;  // grammar::vocab_index, built on first use (engine_hooks.cpp)
@@ -158,6 +164,9 @@ class engine_impl final : public engine {
   std::mutex step_mutex_;
   mutable std::mutex stats_mutex_;
   engine_stats stats_;
+  std::string failure_;    // guarded by stats_mutex_; non-empty = failed state
+  bool failed_ = false;    // engine thread's copy of the failed state
+  std::string failure_reason_;
   std::thread thread_;
   bool running_ = false;   // guarded by inbox_mutex_
 };

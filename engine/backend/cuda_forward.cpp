@@ -75,12 +75,21 @@ std::unique_ptr<cuda_forward> cuda_forward::create(std::shared_ptr<const gguf::f
         !m->upload_matrix(b + "ffn_down.weight", hp.n_ff, n_embd, &L.w_down, error))
       return nullptr;
   }
-  m->kv_ = cu::kv_device_alloc(hp.n_layer, n_blocks, int64_t(block_size) * hp.n_head_kv * hd);
-  if (!m->kv_.k.ok() || !m->kv_.v.ok()) {
-    *error = "out of device memory for " + std::to_string(n_blocks) + " KV blocks";
-    return nullptr;
-  }
+  if (n_blocks > 0 && !m->alloc_kv(block_size, n_blocks, error)) return nullptr;
   return m;
+}
+
+bool cuda_forward::alloc_kv(int32_t block_size, int32_t n_blocks, std::string* error) {
+  kv_ = {};  // NOTE: free the old blocks first, so a re-allocation can use their memory
+  block_size_ = block_size;
+  kv_ = cu::kv_device_alloc(hp_.n_layer, n_blocks, int64_t(block_size) * hp_.n_head_kv * hp_.head_dim);
+  if (!kv_.k.ok() || !kv_.v.ok()) {
+    const double mib = double(kv_.block_floats) * 8.0 * hp_.n_layer * n_blocks / double(1 << 20);
+    *error = "out of device memory for " + std::to_string(n_blocks) + " KV blocks (" +
+             std::to_string(int64_t(mib)) + " MiB)";
+    return false;
+  }
+  return true;
 }
 
 cuda_forward::~cuda_forward() {
@@ -131,7 +140,7 @@ float* cuda_forward::scratch(cu::device_buffer& b, size_t floats) {
 }
 
 void cuda_forward::linear(const dev_weight& w, const float* x, int32_t n_x, float* y) {
-  if (n_x <= kGemmMinRows) {
+  if (n_x <= kGemmMinRows || w.type == cu::weight_type::f32) {
     cu::matvec(w.type, w.data.data(), w.n_out, w.n_in, x, n_x, y, stream_);
     return;
   }

@@ -1,7 +1,7 @@
 // The llama-family forward pass on one CUDA device (kernels/cuda): weights uploaded
 // once from the GGUF mapping, K/V in device blocks, one call per batch with the same
 // contract as model::forward. Built only with the CUDA backend (AGENTQ_HAVE_CUDA).
-// NOTE: not yet wired into the engine; the scheduler still drives the CPU model.
+// The engine reaches it through forward_backend (cuda_backend.cpp).
 #pragma once
 
 #if AGENTQ_HAVE_CUDA
@@ -19,20 +19,28 @@ namespace agentq {
 class cuda_forward {
  public:
   // Validates the model through model::load (same hparams and error messages as the CPU
-  // path), uploads every weight and allocates n_blocks KV blocks of block_size tokens.
+  // path), uploads every weight and allocates n_blocks KV blocks of block_size tokens
+  // (none when n_blocks is 0: call alloc_kv later). Uses the calling thread's current device.
   // nullptr + *error on failure (no device, out of device memory, unsupported model).
   static std::unique_ptr<cuda_forward> create(std::shared_ptr<const gguf::file> file, int32_t block_size,
                                               int32_t n_blocks, std::string* error);
   ~cuda_forward();
 
+  // (Re)allocates the KV blocks, zeroed; false + *error when out of device memory.
+  bool alloc_kv(int32_t block_size, int32_t n_blocks, std::string* error);
+
   const model_hparams& hparams() const { return hp_; }
   kernels::cuda::kv_device_cache& kv() { return kv_; }
+  // The stream every forward() launch goes on (copy-on-write copies go here too).
+  kernels::cuda::stream_t stream() const { return stream_; }
 
   // As model::forward, with K/V in kv(): block tables index its blocks. logits is host
   // memory, [rows][n_vocab]. Returns the rows written; -1 after a CUDA failure
   // (kernels::cuda::cuda_failed() then says why).
   // NOTE: batches of more than kGemmMinRows tokens use cuBLAS GEMM, which is not
-  // batch-invariant; decode batches up to that size use the fixed-order matvec.
+  // batch-invariant; decode batches up to that size use the fixed-order matvec. F32
+  // weights always use matvec: the GEMM's fp16 inputs would drop the precision they carry
+  // (and the tiny test model, all F32, then matches the CPU token for token).
   int32_t forward(std::span<const batch_seq> seqs, float* logits);
 
   static constexpr int32_t kGemmMinRows = 16;

@@ -1,4 +1,4 @@
-// `agentq-engine generate`: run one prompt through the CPU model with the sampler,
+// `agentq-engine generate`: run one prompt through the model (CPU, or --device cuda) with the sampler,
 // streaming text to stdout and reporting prompt and decode throughput on stderr
 // (or one JSON object with --json). The smallest end-to-end path through the engine.
 #include <chrono>
@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "gguf/reader.h"
 #include "grammar/constraint.h"
-#include "kv/kv_store.h"
 #include "model/model.h"
 #include "sample/sampler.h"
 #include "tokenizer/stream_decoder.h"
@@ -30,11 +30,12 @@ int usage(FILE* f) {
                "usage: agentq-engine generate --model PATH (--prompt TEXT | --prompt-ids 1,2,3) [-n N]\n"
                "         [--temp T] [--top-k K] [--top-p P] [--min-p M] [--repeat-penalty R]\n"
                "         [--repeat-last-n N] [--seed S] [--threads N] [--ignore-eos] [--json]\n"
-               "         [--json-schema FILE]\n"
+               "         [--json-schema FILE] [--device cpu|cuda|cuda:N]\n"
                "  -n N             tokens to generate at most (default 128)\n"
                "  --temp T         0 = greedy (default 0)\n"
                "  --prompt-ids     token ids, comma-separated, used as given (no BOS added)\n"
                "  --json-schema    constrain the output to one JSON value matching this JSON Schema\n"
+               "  --device D       where the model runs: cpu (default), cuda, cuda:N (no fallback)\n"
                "  --json           print {prompt_ids, output_ids, text, prompt_tokens_per_s, decode_tokens_per_s}\n");
   return f == stdout ? 0 : 2;
 }
@@ -76,8 +77,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+int device_failed(const forward_backend& b) {
+  std::fprintf(stderr, "generate: the forward pass on %s failed: %s\n", b.device().c_str(),
+               b.failure().empty() ? "see above" : b.failure().c_str());
+  return 1;
+}
+
 int cmd_generate(int argc, char** argv) {
   const char *model_path = nullptr, *prompt = nullptr, *prompt_ids_arg = nullptr, *schema_path = nullptr;
+  std::string device = "cpu";
   int32_t n_predict = 128, n_threads = 0;
   bool json = false, ignore_eos = false;
   sampling_params sp;
@@ -97,6 +105,7 @@ int cmd_generate(int argc, char** argv) {
     else if (arg("--seed")) sp.seed = std::strtoull(argv[++i], nullptr, 10);
     else if (arg("--threads") || arg("-t")) n_threads = std::atoi(argv[++i]);
     else if (arg("--json-schema")) schema_path = argv[++i];
+    else if (arg("--device")) device = argv[++i];
     else if (!std::strcmp(argv[i], "--json")) json = true;
     else if (!std::strcmp(argv[i], "--ignore-eos")) ignore_eos = true;
     else {
@@ -111,7 +120,7 @@ int cmd_generate(int argc, char** argv) {
   if (!file) { std::fprintf(stderr, "generate: %s\n", err.c_str()); return 1; }
   auto tok = tokenizer::load(*file, &err);
   if (!tok) { std::fprintf(stderr, "generate: %s: %s\n", model_path, err.c_str()); return 1; }
-  auto mdl = model::load(file, n_threads, &err);
+  auto mdl = forward_backend::create(device, file, n_threads, &err);
   if (!mdl) { std::fprintf(stderr, "generate: %s: %s\n", model_path, err.c_str()); return 1; }
   const model_hparams& hp = mdl->hparams();
 
@@ -145,7 +154,7 @@ int cmd_generate(int argc, char** argv) {
   // One sequence over a contiguous block table.
   constexpr int32_t k_block_size = 16;
   const int32_t n_blocks = (n_total + k_block_size - 1) / k_block_size;
-  kv_store kv(mdl->kv_layout_for(k_block_size), n_blocks);
+  if (!mdl->alloc_kv(k_block_size, n_blocks, &err)) { std::fprintf(stderr, "generate: %s\n", err.c_str()); return 1; }
   std::vector<int32_t> table(static_cast<size_t>(n_blocks));
   for (int32_t i = 0; i < n_blocks; ++i) table[size_t(i)] = i;
   std::vector<float> logits(size_t(hp.n_vocab));
@@ -160,7 +169,7 @@ int cmd_generate(int argc, char** argv) {
   for (int32_t done = 0; done < int32_t(prompt_ids.size());) {
     const int32_t n = std::min<int32_t>(k_chunk, int32_t(prompt_ids.size()) - done);
     batch_seq s{table.data(), done, prompt_ids.data() + done, n, false};
-    mdl->forward({&s, 1}, kv, logits.data());
+    if (mdl->forward({&s, 1}, logits.data()) < 0) return device_failed(*mdl);
     done += n;
   }
   const double prefill_s = seconds_since(t0);
@@ -187,7 +196,7 @@ int cmd_generate(int argc, char** argv) {
     if (i + 1 == n_predict) break;
     auto t1 = std::chrono::steady_clock::now();
     batch_seq s{table.data(), n_past, &output_ids.back(), 1, false};
-    mdl->forward({&s, 1}, kv, logits.data());
+    if (mdl->forward({&s, 1}, logits.data()) < 0) return device_failed(*mdl);
     decode_s += seconds_since(t1);
     ++n_decode_steps;
     ++n_past;

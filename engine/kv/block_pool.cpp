@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 namespace agentq {
 
@@ -14,8 +13,18 @@ void kv_assert_fail(const char* expr, const char* file, int line) {
 }
 
 block_pool::block_pool(kv_layout layout, int32_t n_blocks)
-    : store_(layout, n_blocks), refs_(size_t(n_blocks), 0), cache_held_(size_t(n_blocks), 0) {
+    : owned_(std::make_unique<kv_store>(layout, n_blocks)), mem_(owned_.get()), refs_(size_t(n_blocks), 0),
+      cache_held_(size_t(n_blocks), 0) {
   AGENTQ_KV_ASSERT(n_blocks > 0 && layout.block_size > 0);
+  free_.reserve(size_t(n_blocks));
+  // NOTE: pushed in reverse so blocks are handed out 0, 1, 2, ... (easy to read in tests).
+  for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+}
+
+block_pool::block_pool(kv_memory& memory)
+    : mem_(&memory), refs_(size_t(memory.n_blocks()), 0), cache_held_(size_t(memory.n_blocks()), 0) {
+  const int32_t n_blocks = memory.n_blocks();
+  AGENTQ_KV_ASSERT(n_blocks > 0 && memory.layout().block_size > 0);
   free_.reserve(size_t(n_blocks));
   // NOTE: pushed in reverse so blocks are handed out 0, 1, 2, ... (easy to read in tests).
   for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
@@ -116,13 +125,13 @@ void block_pool::cache_drop(int32_t block_idx) {
   unref(block_idx);
 }
 
-void block_pool::copy_rows(int32_t src, int32_t dst, int32_t n_rows) {
-  const size_t bytes = size_t(n_rows) * size_t(layout().row()) * sizeof(float);
-  for (int32_t l = 0; l < layout().n_layer; ++l) {
-    std::memcpy(store_.k(l, dst), store_.k(l, src), bytes);
-    std::memcpy(store_.v(l, dst), store_.v(l, src), bytes);
-  }
+kv_store& block_pool::store() {
+  kv_store* s = mem_->host();
+  AGENTQ_KV_ASSERT(s != nullptr);
+  return *s;
 }
+
+void block_pool::copy_rows(int32_t src, int32_t dst, int32_t n_rows) { mem_->copy_rows(src, dst, n_rows); }
 
 int32_t block_pool::blocks_needed(int32_t seq_idx, int32_t n_tokens_total) const {
   const auto& s = seqs_[size_t(seq_idx)];

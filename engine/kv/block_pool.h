@@ -1,10 +1,12 @@
 // The pool of paged-KV blocks: a free list, reference counts, per-sequence block
 // tables and copy-on-write of shared blocks. The prefix cache and parked jobs hold
-// blocks through the same reference counts; the memory itself is a kv_store.
+// blocks through the same reference counts; the memory itself is a kv_memory (a host
+// kv_store, or the CUDA backend's device blocks), and every copy goes through it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -26,17 +28,21 @@ struct seq_blocks {
 
 class block_pool {
  public:
-  // n_blocks: how many blocks the store holds (see blocks_for_budget).
+  // n_blocks: how many blocks the store holds (see blocks_for_budget); the pool owns a host kv_store.
   block_pool(kv_layout layout, int32_t n_blocks);
+  // Blocks living in memory (e.g. on a device), which must outlive the pool.
+  explicit block_pool(kv_memory& memory);
 
   // Blocks that fit in budget_bytes for this layout (at least 1).
   static int32_t blocks_for_budget(const kv_layout& layout, uint64_t budget_bytes);
 
-  kv_store& store() { return store_; }
-  const kv_store& store() const { return store_; }
-  const kv_layout& layout() const { return store_.layout(); }
-  int32_t block_size() const { return store_.layout().block_size; }
-  int32_t n_blocks_total() const { return store_.n_blocks(); }
+  // The host store (the CPU model's K/V); asserts the blocks live in host memory.
+  kv_store& store();
+  const kv_store& store() const { return const_cast<block_pool*>(this)->store(); }
+  kv_memory& memory() const { return *mem_; }
+  const kv_layout& layout() const { return mem_->layout(); }
+  int32_t block_size() const { return mem_->layout().block_size; }
+  int32_t n_blocks_total() const { return mem_->n_blocks(); }
   int32_t n_blocks_free() const { return int32_t(free_.size()); }
   int32_t n_blocks_used() const { return n_blocks_total() - n_blocks_free(); }
   int32_t blocks_for_tokens(int32_t n_tokens) const { return (n_tokens + block_size() - 1) / block_size(); }
@@ -88,7 +94,8 @@ class block_pool {
  private:
   int32_t pop_free();  // -1 when empty after asking the evictor
 
-  kv_store store_;
+  std::unique_ptr<kv_store> owned_;  // the host store of block_pool(layout, n_blocks)
+  kv_memory* mem_;
   std::vector<int32_t> refs_;        // [n_blocks]
   std::vector<uint8_t> cache_held_;  // [n_blocks]
   std::vector<int32_t> free_;        // stack of free block ids

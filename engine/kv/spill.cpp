@@ -142,18 +142,24 @@ bool spill_store::write(const block_pool& pool, int32_t seq_idx, std::span<const
   sum = checksum64(tokens.data(), tokens.size_bytes(), sum);
   put(tokens.data(), tokens.size_bytes());
   const size_t blk_bytes = size_t(layout_.block_floats()) * sizeof(float);
-  for (int32_t b = 0; b < h.n_blocks; ++b) {
-    const int32_t blk = s.blocks[size_t(b)];
-    for (int32_t l = 0; l < layout_.n_layer; ++l) {
-      sum = checksum64(pool.store().k(l, blk), blk_bytes, sum);
-      put(pool.store().k(l, blk), blk_bytes);
-      sum = checksum64(pool.store().v(l, blk), blk_bytes, sum);
-      put(pool.store().v(l, blk), blk_bytes);
+  // NOTE: blocks are read through the pool's memory (host or device) in chunks, so a long
+  // sequence never needs a second full copy in host memory.
+  constexpr int32_t k_chunk_blocks = 32;
+  std::vector<float> chunk;
+  bool read_ok = true;
+  for (int32_t b0 = 0; b0 < h.n_blocks && read_ok; b0 += k_chunk_blocks) {
+    const int32_t n = std::min(k_chunk_blocks, h.n_blocks - b0);
+    chunk.resize(size_t(n) * size_t(layout_.n_layer) * 2 * size_t(layout_.block_floats()));
+    read_ok = pool.memory().read_blocks(std::span<const int32_t>(s.blocks.data() + b0, size_t(n)), chunk.data());
+    const auto* p = reinterpret_cast<const uint8_t*>(chunk.data());
+    for (size_t off = 0; read_ok && off < chunk.size() * sizeof(float); off += blk_bytes) {  // K, V of each layer
+      sum = checksum64(p + off, blk_bytes, sum);
+      put(p + off, blk_bytes);
     }
   }
   put(&sum, sizeof sum);
   f.close();
-  if (!f) {
+  if (!f || !read_ok) {
     std::error_code ec;
     fs::remove(tmp, ec);
     return false;
@@ -215,13 +221,15 @@ bool spill_store::restore(int32_t entry_idx, int32_t n_tokens, block_pool& pool,
     entries_.push_back(e);  // still valid on disk
     return false;
   }
+  // The payload is [block][layer][K, V][block_floats], the order write_blocks takes.
+  // NOTE: the float view is 4-byte aligned: header and tokens are multiples of 4 bytes.
   const auto& s = pool.seq(seq_idx);
-  for (int32_t b = 0; b < pool.blocks_for_tokens(n_tokens); ++b) {
-    for (int32_t l = 0; l < layout_.n_layer; ++l) {
-      const size_t off = payload_off + (size_t(b) * size_t(layout_.n_layer) + size_t(l)) * 2 * blk_bytes;
-      std::memcpy(pool.store().k(l, s.blocks[size_t(b)]), buf.data() + off, blk_bytes);
-      std::memcpy(pool.store().v(l, s.blocks[size_t(b)]), buf.data() + off + blk_bytes, blk_bytes);
-    }
+  const auto* payload_f = reinterpret_cast<const float*>(buf.data() + payload_off);
+  if (!pool.memory().write_blocks(std::span<const int32_t>(s.blocks.data(), size_t(pool.blocks_for_tokens(n_tokens))),
+                                  payload_f)) {
+    pool.truncate(seq_idx, 0);
+    entries_.push_back(e);  // the device failed, not the file
+    return false;
   }
   pool.set_n_tokens(seq_idx, n_tokens);
   fs::remove(e.path, ec);  // NOTE: the KV is resident again; a later park writes a fresh file

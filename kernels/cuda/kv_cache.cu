@@ -85,6 +85,20 @@ bool kv_restore_blocks(const kv_device_cache& kv, const int32_t* src_slots, cons
   return ok;
 }
 
+bool kv_copy_block_rows(const kv_device_cache& kv, int32_t src, int32_t dst, int64_t n_floats, stream_t s) {
+  const cudaStream_t st = detail::as_stream(s);
+  const size_t bytes = size_t(n_floats) * sizeof(float);
+  const int64_t src_off = int64_t(src) * kv.block_floats, dst_off = int64_t(dst) * kv.block_floats;
+  bool ok = true;
+  for (int32_t layer = 0; layer < kv.n_layer; ++layer) {
+    ok = ok && AGENTQ_CUDA_CHECK(cudaMemcpyAsync(kv.k_layer(layer) + dst_off, kv.k_layer(layer) + src_off, bytes,
+                                                 cudaMemcpyDeviceToDevice, st));
+    ok = ok && AGENTQ_CUDA_CHECK(cudaMemcpyAsync(kv.v_layer(layer) + dst_off, kv.v_layer(layer) + src_off, bytes,
+                                                 cudaMemcpyDeviceToDevice, st));
+  }
+  return ok;
+}
+
 void kv_write(const float* k_new, const float* v_new, const int32_t* pos, const int32_t* tok_seq,
               const int32_t* block_tables, int32_t max_blocks, int32_t n_tokens, int32_t row, int32_t block_size,
               float* k_cache, float* v_cache, stream_t s) {

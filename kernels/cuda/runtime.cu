@@ -50,6 +50,8 @@ int device_count() {
   return n;
 }
 
+bool set_device(int ordinal) { return AGENTQ_CUDA_CHECK(cudaSetDevice(ordinal)); }
+
 const char* device_name() {
   static thread_local cudaDeviceProp prop;
   int dev = 0;

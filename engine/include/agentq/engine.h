@@ -23,7 +23,11 @@ using token_id = int32_t;
 
 struct engine_config {
   std::string model_path;            // GGUF file
-  int32_t n_threads = 0;             // 0 = one per hardware core
+  // Where the forward pass and the KV blocks live: "cpu", "cuda" (= "cuda:0") or "cuda:N".
+  // A CUDA device in a build without CUDA, or one that is not there, fails load() with a
+  // message; there is no silent fallback to the CPU.
+  std::string device = "cpu";
+  int32_t n_threads = 0;             // 0 = one per hardware core (CPU device)
   uint64_t kv_budget_bytes = 256ull << 20;  // bytes of KV blocks in the pool
   int32_t block_size = 16;           // tokens per KV block
   int32_t max_step_tokens = 512;     // token budget per scheduler step (decode + prefill chunks)
@@ -42,6 +46,7 @@ struct model_desc {
   std::string arch;                  // "llama", "qwen2"
   std::string chat_family;           // detected or configured prompt format
   std::string digest;                // identifies weights (spill keys)
+  std::string device;                // "cpu", "cuda:0 (NVIDIA H200)"
   int32_t n_vocab = 0;
   int32_t n_ctx = 0;                 // trained context length (tokens)
   int32_t n_embd = 0;
@@ -170,6 +175,8 @@ struct engine_stats {
   int64_t n_tokens_prompt = 0, n_tokens_cached = 0, n_tokens_computed = 0, n_tokens_generated = 0;
   int32_t n_running = 0, n_waiting = 0;
   int32_t last_batch_tokens = 0;     // tokens in the latest step
+  bool healthy = true;               // false once the device failed (see engine::healthy)
+  std::string failure;               // why, when !healthy
 };
 
 // ---------------------------------------------------------------------------
@@ -211,6 +218,14 @@ class engine {
   virtual void stop() = 0;
 
   virtual engine_stats stats() const = 0;
+
+  // false once the engine is in a failed state (a sticky device error): every running and
+  // later request finishes with finish_reason::error; *why (when non-null) gets the reason.
+  // Readiness checks report it. Thread-safe.
+  virtual bool healthy(std::string* why = nullptr) const {
+    (void)why;
+    return true;
+  }
 };
 
 }  // namespace agentq

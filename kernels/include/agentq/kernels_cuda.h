@@ -66,6 +66,9 @@ using stream_t = void*;  // cudaStream_t; nullptr = the legacy default stream
 // Runtime: devices, memory, streams, events. (CUDA builds only.)
 // ---------------------------------------------------------------------------
 int device_count();              // 0 when no driver/device (never sets the failed flag)
+// Make device `ordinal` current for the calling thread (CUDA's current device is per
+// thread: the engine thread calls this before each batch). false on error.
+bool set_device(int ordinal);
 const char* device_name();       // of the current device
 size_t device_l2_bytes();
 
@@ -161,6 +164,10 @@ bool kv_spill_blocks(const kv_device_cache& kv, const int32_t* src_blocks, const
 // Restore: host slot src_slots[i] -> device block dst_blocks[i], on kv_copy_stream().
 bool kv_restore_blocks(const kv_device_cache& kv, const int32_t* src_slots, const int32_t* dst_blocks, int32_t n,
                        const float* host_slots);
+
+// Copy-on-write inside the cache: the first n_floats floats of block src -> block dst,
+// K and V of every layer, device to device on s (ordered with the forward pass).
+bool kv_copy_block_rows(const kv_device_cache& kv, int32_t src, int32_t dst, int64_t n_floats, stream_t s);
 
 // Writes n_tokens new K/V rows of one layer into the paged cache.
 //   k_new, v_new: [n_tokens][row]   pos: [n_tokens] absolute positions

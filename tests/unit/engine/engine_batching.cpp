@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "engine_impl.h"
+#include "golden.h"
 #include "grammar/constraint.h"
 #include "test_env.h"
 
@@ -21,26 +22,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct golden {
-  std::vector<token_id> prompt_ids, output_ids;
-};
-std::vector<token_id> int_array_after(const std::string& line, const std::string& key) {
-  std::vector<token_id> v;
-  size_t p = line.find("\"" + key + "\"");
-  p = line.find('[', p);
-  const size_t e = line.find(']', p);
-  std::stringstream ss(line.substr(p + 1, e - p - 1));
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(token_id(std::stoi(item)));
-  return v;
-}
-std::vector<golden> load_golden() {
-  std::vector<golden> g;
-  std::ifstream f(test::shared_dir() / "golden" / "stories260K.greedy.jsonl");
-  std::string line;
-  while (std::getline(f, line)) g.push_back({int_array_after(line, "prompt_ids"), int_array_after(line, "output_ids")});
-  return g;
-}
+using test::golden;
+using test::load_golden;
 
 engine_config tiny_config() {
   engine_config c;

@@ -1,0 +1,147 @@
+// The CUDA forward backend: cuda_forward for the pass, and its device KV blocks as the
+// pool's kv_memory. Copy-on-write copies run device-to-device on the compute stream;
+// spill reads and restores run on kernels::cuda::kv_copy_stream() through a pinned
+// staging buffer, ordered against the compute stream with events:
+//  - read (spill): the copy stream waits for the compute stream's work so far; the host
+//    waits for the copy (the file write needs the data).
+//  - write (restore): the host returns once the copy is queued; the next forward pass or
+//    copy-on-write waits for it on the device, so the engine thread plans the step while
+//    the restore is in flight.
+#if AGENTQ_HAVE_CUDA
+
+#include <cstring>
+
+#include "backend/backend.h"
+#include "backend/cuda_forward.h"
+
+namespace agentq {
+
+namespace cu = kernels::cuda;
+
+namespace {
+
+class cuda_backend final : public forward_backend, public kv_memory {
+ public:
+  cuda_backend(int32_t ordinal, std::unique_ptr<cuda_forward> fwd) : ordinal_(ordinal), fwd_(std::move(fwd)) {
+    compute_done_ = cu::event_create();
+    copy_done_ = cu::event_create();
+    name_ = "cuda:" + std::to_string(ordinal) + " (" + cu::device_name() + ")";
+  }
+  ~cuda_backend() override {
+    cu::set_device(ordinal_);
+    if (copy_pending_) cu::event_synchronize(copy_done_);
+    cu::event_destroy(compute_done_);
+    cu::event_destroy(copy_done_);
+    fwd_.reset();  // NOTE: frees device memory with this device current
+  }
+  bool ok() const { return compute_done_ && copy_done_; }
+
+  // --- forward_backend
+  const model_hparams& hparams() const override { return fwd_->hparams(); }
+  std::string device() const override { return name_; }
+  bool alloc_kv(int32_t block_size, int32_t n_blocks, std::string* error) override {
+    cu::set_device(ordinal_);
+    layout_ = kv_layout_for(block_size);
+    n_blocks_ = n_blocks;
+    return fwd_->alloc_kv(block_size, n_blocks, error);
+  }
+  kv_memory& kv() override { return *this; }
+  int32_t forward(std::span<const batch_seq> seqs, float* logits) override {
+    if (!enter()) return -1;
+    return fwd_->forward(seqs, logits);
+  }
+  std::string failure() const override { return cu::cuda_failed() ? cu::cuda_failed_reason() : ""; }
+
+  // --- kv_memory
+  const kv_layout& layout() const override { return layout_; }
+  int32_t n_blocks() const override { return n_blocks_; }
+  void copy_rows(int32_t src, int32_t dst, int32_t n_rows) override {
+    // NOTE: a failure here is sticky or a bad argument; either way cuda_failed() or the next
+    // forward() reports it.
+    if (enter()) cu::kv_copy_block_rows(fwd_->kv(), src, dst, int64_t(n_rows) * layout_.row(), fwd_->stream());
+  }
+  bool read_blocks(std::span<const int32_t> blocks, float* out) override {
+    if (!enter() || !stage(blocks.size())) return false;
+    // The copy stream must see every K/V write queued on the compute stream so far.
+    if (!cu::event_record(compute_done_, fwd_->stream()) || !cu::stream_wait_event(cu::kv_copy_stream(), compute_done_))
+      return false;
+    if (!cu::kv_spill_blocks(fwd_->kv(), blocks.data(), slots_.data(), int32_t(blocks.size()), staging_.as<float>()) ||
+        !cu::event_record(copy_done_, cu::kv_copy_stream()) || !cu::event_synchronize(copy_done_))
+      return false;
+    copy_pending_ = false;
+    std::memcpy(out, staging_.data(), blocks.size() * block_bytes());
+    return true;
+  }
+  bool write_blocks(std::span<const int32_t> blocks, const float* in) override {
+    if (!enter() || !stage(blocks.size())) return false;
+    std::memcpy(staging_.data(), in, blocks.size() * block_bytes());
+    // NOTE: the blocks were just allocated, but copy-on-write copies into them may still be queued.
+    if (!cu::event_record(compute_done_, fwd_->stream()) || !cu::stream_wait_event(cu::kv_copy_stream(), compute_done_))
+      return false;
+    if (!cu::kv_restore_blocks(fwd_->kv(), slots_.data(), blocks.data(), int32_t(blocks.size()),
+                               staging_.as<float>()) ||
+        !cu::event_record(copy_done_, cu::kv_copy_stream()))
+      return false;
+    copy_pending_ = true;
+    return true;
+  }
+
+ private:
+  size_t block_bytes() const { return size_t(2) * size_t(layout_.n_layer) * size_t(layout_.block_floats()) * 4; }
+
+  // Every entry point: this thread's current device, no sticky error, and the compute stream
+  // ordered after a restore still in flight.
+  bool enter() {
+    if (cu::cuda_failed() || !cu::set_device(ordinal_)) return false;
+    if (copy_pending_) {
+      if (!cu::stream_wait_event(fwd_->stream(), copy_done_)) return false;
+      if (cu::event_query(copy_done_)) copy_pending_ = false;
+    }
+    return true;
+  }
+  // Room for n blocks in the pinned staging buffer (idle: a pending restore reads it) and slot ids 0..n-1.
+  bool stage(size_t n) {
+    if (copy_pending_ && !cu::event_synchronize(copy_done_)) return false;
+    copy_pending_ = false;
+    if (staging_.bytes() < n * block_bytes()) {
+      staging_ = cu::pinned_buffer();
+      staging_ = cu::pinned_buffer(n * block_bytes());
+      if (!staging_.ok()) return false;
+    }
+    for (int32_t i = int32_t(slots_.size()); i < int32_t(n); ++i) slots_.push_back(i);
+    return true;
+  }
+
+  int32_t ordinal_;
+  std::unique_ptr<cuda_forward> fwd_;
+  std::string name_;
+  kv_layout layout_;
+  int32_t n_blocks_ = 0;
+  void* compute_done_ = nullptr;  // cudaEvent_t on the compute stream
+  void* copy_done_ = nullptr;     // cudaEvent_t on the copy stream: the latest spill/restore
+  bool copy_pending_ = false;     // a restore may still be in flight
+  cu::pinned_buffer staging_;     // [n][n_layer][K, V][block_floats]
+  std::vector<int32_t> slots_;    // 0, 1, 2, ... (staging slots)
+};
+
+}  // namespace
+
+std::unique_ptr<forward_backend> make_cuda_backend(int32_t ordinal, std::shared_ptr<const gguf::file> file,
+                                                   std::string* error) {
+  if (!cu::set_device(ordinal)) {
+    *error = "cannot select CUDA device " + std::to_string(ordinal);
+    return nullptr;
+  }
+  auto fwd = cuda_forward::create(std::move(file), 16, 0, error);
+  if (!fwd) return nullptr;
+  auto b = std::make_unique<cuda_backend>(ordinal, std::move(fwd));
+  if (!b->ok()) {
+    *error = "cannot create CUDA events";
+    return nullptr;
+  }
+  return b;
+}
+
+}  // namespace agentq
+
+#endif  // AGENTQ_HAVE_CUDA
