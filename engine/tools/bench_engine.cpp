@@ -1,8 +1,9 @@
-// agentq-bench_engine: CPU forward-pass throughput per model — pp512 (one 512-token
-// prefill) and tg128 (128 single-token decode steps) — beside the machine's measured
-// read bandwidth, so decode is reported as a fraction of its memory roofline.
-//   agentq-bench_engine [--threads N] [--pp 512] [--tg 128] [--reps R] MODEL.gguf...
-// Ends with one JSON line: {"threads":N,"results":[{model,type,pp512_tokens_per_s,...}]}.
+// agentq-bench_engine: forward-pass throughput per model — pp512 (one 512-token
+// prefill) and tg128 (128 single-token decode steps) — beside the measured read
+// bandwidth (host memory, or HBM with --device cuda), so decode is reported as a
+// fraction of its memory roofline.
+//   agentq-bench_engine [--device cpu|cuda|cuda:N] [--threads N] [--pp 512] [--tg 128] [--reps R] MODEL.gguf...
+// Ends with one JSON line: {"threads":N,"device":D,"results":[{model,type,pp512_tokens_per_s,...}]}.
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -17,9 +18,9 @@
 #include <vector>
 
 #include "agentq/kernels.h"
+#include "agentq/kernels_cuda.h"
+#include "backend/backend.h"
 #include "gguf/reader.h"
-#include "kv/kv_store.h"
-#include "model/model.h"
 
 namespace {
 
@@ -63,11 +64,42 @@ std::string main_type(const gguf::file& f) {
   return best;
 }
 
+// HBM read bandwidth of the current CUDA device (a streaming probe over 2 GiB); 0 without CUDA.
+double device_read_bandwidth_gbps() {
+#if AGENTQ_HAVE_CUDA
+  namespace cu = kernels::cuda;
+  const size_t bytes = size_t(2) << 30;
+  cu::device_buffer buf(bytes), sink(64);
+  void* a = cu::event_create();
+  void* b = cu::event_create();
+  double gbps = 0;
+  if (buf.ok() && buf.zero() && a && b) {
+    cu::read_bandwidth_probe(buf.data(), bytes, sink.as<float>(), nullptr);  // warm-up
+    const int iters = 10;
+    cu::event_record(a, nullptr);
+    for (int i = 0; i < iters; ++i) cu::read_bandwidth_probe(buf.data(), bytes, sink.as<float>(), nullptr);
+    cu::event_record(b, nullptr);
+    cu::event_synchronize(b);
+    gbps = double(bytes) * iters / (cu::event_elapsed_ms(a, b) * 1e-3) / 1e9;
+  }
+  cu::event_destroy(a);
+  cu::event_destroy(b);
+  return gbps;
+#else
+  return 0;
+#endif
+}
+
+const char* k_usage =
+    "usage: agentq-bench_engine [--device cpu|cuda|cuda:N] [--threads N] [--pp 512] [--tg 128] [--reps R] "
+    "MODEL.gguf...\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int32_t n_threads = int32_t(std::max(1u, std::thread::hardware_concurrency()));
   int32_t n_pp = 512, n_tg = 128, reps = 2;
+  std::string device = "cpu";
   std::vector<std::string> paths;
   for (int i = 1; i < argc; ++i) {
     auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
@@ -75,15 +107,17 @@ int main(int argc, char** argv) {
     else if (arg("--pp")) n_pp = std::atoi(argv[++i]);
     else if (arg("--tg")) n_tg = std::atoi(argv[++i]);
     else if (arg("--reps")) reps = std::max(1, std::atoi(argv[++i]));
+    else if (arg("--device")) device = argv[++i];
     else if (argv[i][0] == '-') {
-      std::fprintf(stderr, "usage: agentq-bench_engine [--threads N] [--pp 512] [--tg 128] [--reps R] MODEL.gguf...\n");
+      std::fprintf(stderr, "%s", k_usage);
       return 2;
     } else paths.push_back(argv[i]);
   }
   if (paths.empty() || n_pp <= 0 || n_tg <= 0) {
-    std::fprintf(stderr, "usage: agentq-bench_engine [--threads N] [--pp 512] [--tg 128] [--reps R] MODEL.gguf...\n");
+    std::fprintf(stderr, "%s", k_usage);
     return 2;
   }
+  const bool on_cpu = device == "cpu";
 
   // NOTE: bandwidth is measured with the same thread count, before each model, so a
   // busy shared host shows up in both numbers rather than only in tokens/s.
@@ -92,7 +126,7 @@ int main(int argc, char** argv) {
     std::string err;
     std::shared_ptr<const gguf::file> file = gguf::file::open(path, &err);
     if (!file) { std::fprintf(stderr, "bench_engine: %s\n", err.c_str()); return 1; }
-    auto mdl = model::load(file, n_threads, &err);
+    auto mdl = forward_backend::create(device, file, n_threads, &err);
     if (!mdl) { std::fprintf(stderr, "bench_engine: %s: %s\n", path.c_str(), err.c_str()); return 1; }
     const model_hparams& hp = mdl->hparams();
     result r;
@@ -103,30 +137,36 @@ int main(int argc, char** argv) {
     constexpr int32_t k_block_size = 16;
     const int32_t n_ctx = std::max(n_pp, n_tg);
     const int32_t n_blocks = (n_ctx + k_block_size - 1) / k_block_size;
-    kv_store kv(mdl->kv_layout_for(k_block_size), n_blocks);
+    if (!mdl->alloc_kv(k_block_size, n_blocks, &err)) { std::fprintf(stderr, "bench_engine: %s\n", err.c_str()); return 1; }
     std::vector<int32_t> table(static_cast<size_t>(n_blocks));
     for (int32_t i = 0; i < n_blocks; ++i) table[size_t(i)] = i;
     std::vector<float> logits(size_t(hp.n_vocab));
     std::vector<token_id> tokens(static_cast<size_t>(n_ctx));
     for (int32_t i = 0; i < n_ctx; ++i) tokens[size_t(i)] = token_id((i * 7919 + 13) % hp.n_vocab);
+    auto forward = [&](const batch_seq& s) {
+      if (mdl->forward({&s, 1}, logits.data()) < 0) {
+        std::fprintf(stderr, "bench_engine: the forward pass on %s failed: %s\n", mdl->device().c_str(), mdl->failure().c_str());
+        std::exit(1);
+      }
+    };
 
     // Warm up: pages in the weights and grows the scratch buffers.
     {
       batch_seq s{table.data(), 0, tokens.data(), std::min(n_pp, 16), false};
-      mdl->forward({&s, 1}, kv, logits.data());
+      forward(s);
     }
     double best_pp = 1e30, best_tg = 1e30, best_pp_cpu = 1e30, best_tg_cpu = 1e30;
     for (int rep = 0; rep < reps; ++rep) {
       batch_seq s{table.data(), 0, tokens.data(), n_pp, false};
       double t0 = now_s(), c0 = process_cpu_s();
-      mdl->forward({&s, 1}, kv, logits.data());
+      forward(s);
       best_pp = std::min(best_pp, now_s() - t0);
       best_pp_cpu = std::min(best_pp_cpu, process_cpu_s() - c0);
       t0 = now_s();
       c0 = process_cpu_s();
       for (int32_t p = 0; p < n_tg; ++p) {
         batch_seq d{table.data(), p, tokens.data() + p, 1, false};
-        mdl->forward({&d, 1}, kv, logits.data());
+        forward(d);
       }
       best_tg = std::min(best_tg, now_s() - t0);
       best_tg_cpu = std::min(best_tg_cpu, process_cpu_s() - c0);
@@ -137,22 +177,27 @@ int main(int argc, char** argv) {
     r.pp_tps = n_pp / best_pp;
     r.tg_tps = n_tg / best_tg;
     const size_t bw_bytes = size_t(std::min(2.0 * 1024 * 1024 * 1024, std::max(256.0 * 1024 * 1024, r.bytes_per_token)));
-    r.bandwidth_gbps = kernels::measure_read_bandwidth_gbps(bw_bytes, n_threads);
+    // NOTE: on a GPU the roofline is HBM bandwidth; CPU-clock figures mean nothing there (left 0).
+    r.bandwidth_gbps = on_cpu ? kernels::measure_read_bandwidth_gbps(bw_bytes, n_threads) : device_read_bandwidth_gbps();
     const double roofline_tps = r.bandwidth_gbps * 1e9 / r.bytes_per_token;
     r.roofline_fraction = r.tg_tps / roofline_tps;
-    r.bandwidth_cpu_gbps = kernels::measure_read_bandwidth_cpu_gbps(bw_bytes, n_threads);
-    r.roofline_fraction_cpu = r.tg_tps_cpu / (r.bandwidth_cpu_gbps * 1e9 / r.bytes_per_token);
+    if (on_cpu) {
+      r.bandwidth_cpu_gbps = kernels::measure_read_bandwidth_cpu_gbps(bw_bytes, n_threads);
+      r.roofline_fraction_cpu = r.tg_tps_cpu / (r.bandwidth_cpu_gbps * 1e9 / r.bytes_per_token);
+    } else {
+      r.pp_tps_cpu = r.tg_tps_cpu = 0;
+    }
     std::fprintf(stderr,
                  "%-16s %-5s pp%d %9.1f tok/s | tg%d %8.2f tok/s | %.1f MB/token, read bw %.1f GB/s -> roofline %.1f tok/s, "
                  "decode at %.0f%%\n",
                  r.model.c_str(), r.type.c_str(), n_pp, r.pp_tps, n_tg, r.tg_tps, r.bytes_per_token / 1e6, r.bandwidth_gbps,
                  roofline_tps, 100.0 * r.roofline_fraction);
-    std::fprintf(stderr, "%-16s %-5s   by CPU clock: pp %9.1f tok/s | tg %8.2f tok/s | read bw %.1f GB/s, decode at %.0f%%\n",
+    if (on_cpu) std::fprintf(stderr, "%-16s %-5s   by CPU clock: pp %9.1f tok/s | tg %8.2f tok/s | read bw %.1f GB/s, decode at %.0f%%\n",
                  "", "", r.pp_tps_cpu, r.tg_tps_cpu, r.bandwidth_cpu_gbps, 100.0 * r.roofline_fraction_cpu);
     results.push_back(r);
   }
 
-  std::printf("{\"threads\":%d,\"pp\":%d,\"tg\":%d,\"results\":[", n_threads, n_pp, n_tg);
+  std::printf("{\"threads\":%d,\"device\":\"%s\",\"pp\":%d,\"tg\":%d,\"results\":[", n_threads, device.c_str(), n_pp, n_tg);
   for (size_t i = 0; i < results.size(); ++i) {
     const result& r = results[i];
     std::printf("%s{\"model\":\"%s\",\"type\":\"%s\",\"pp512_tokens_per_s\":%.2f,\"tg128_tokens_per_s\":%.3f,"

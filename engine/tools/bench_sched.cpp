@@ -2,6 +2,7 @@
 // line per run.
 //   agentq-bench_sched scaling --model F [--concurrency 1,4,16,64] [--gen N] [--prompt N] [--threads N]
 //     decode scaling: aggregate generated tokens/s with N concurrent sequences
+//   every mode: [--device cpu|cuda|cuda:N] [--kv-mib M]
 //   agentq-bench_sched agent --model F [--jobs 16] [--turns 8] [--system 256] [--tool 64] [--gen 16]
 //                          [--reuse 1|0] [--threads N]
 //     multi-turn agent workload: every job shares a long system prompt; each turn appends the
@@ -24,7 +25,7 @@ using namespace agentq;
 namespace {
 
 struct args {
-  std::string mode, model;
+  std::string mode, model, device = "cpu";
   std::vector<int> concurrency = {1, 4, 16, 64};
   int gen = 32, prompt = 16, threads = 0, jobs = 16, turns = 8, system = 256, tool = 64, reuse = 1;
   double kv_mib = 256;
@@ -58,6 +59,7 @@ args parse(int argc, char** argv) {
     else if (k == "--tool") a.tool = std::stoi(v);
     else if (k == "--reuse") a.reuse = std::stoi(v);
     else if (k == "--kv-mib") a.kv_mib = std::stod(v);
+    else if (k == "--device") a.device = v;
     else usage();
   }
   if (a.model.empty() || (a.mode != "scaling" && a.mode != "agent")) usage();
@@ -68,6 +70,7 @@ std::unique_ptr<engine> open(const args& a, bool reuse, int32_t max_running, int
   engine_config c;
   c.max_step_tokens = max_step_tokens;
   c.model_path = a.model;
+  c.device = a.device;
   c.n_threads = a.threads;
   c.kv_budget_bytes = uint64_t(a.kv_mib * 1024 * 1024);
   c.max_running = max_running;
@@ -95,9 +98,16 @@ token_id tok(const engine& e, uint64_t x) {
 int run_scaling(const args& a) {
   std::string scaling;
   std::string detail;
+  // NOTE: on a GPU one engine serves every concurrency (loading an 8B model's weights per run
+  // would dominate); its limits are those of the largest run.
+  int c_max = 1;
+  for (int c : a.concurrency) c_max = std::max(c_max, c);
+  std::unique_ptr<engine> shared;
+  if (a.device != "cpu") shared = open(a, true, std::max(64, c_max), std::max(512, c_max * (a.prompt + 1)));
   for (int c : a.concurrency) {
     // NOTE: a step budget that fits every prompt, so one step prefills them all
-    auto e = open(a, true, std::max(64, c), std::max(512, c * (a.prompt + 1)));
+    auto own = shared ? nullptr : open(a, true, std::max(64, c), std::max(512, c * (a.prompt + 1)));
+    engine* e = shared ? shared.get() : own.get();
     // warm-up: one short request (thread pool, page faults)
     {
       token_request r;
@@ -129,8 +139,8 @@ int run_scaling(const args& a) {
     std::fprintf(stderr, "concurrency %3d: %6.1f tokens/s (%lld tokens, %.2f s)\n", c, tps,
                  static_cast<long long>(n_gen - gen_at_t0), wall);
   }
-  std::printf("{\"bench\":\"batching\",\"model\":\"%s\",\"gen\":%d,\"prompt\":%d,\"scaling\":{%s}}\n", a.model.c_str(),
-              a.gen, a.prompt, scaling.c_str());
+  std::printf("{\"bench\":\"batching\",\"device\":\"%s\",\"model\":\"%s\",\"gen\":%d,\"prompt\":%d,\"scaling\":{%s}}\n",
+              a.device.c_str(), a.model.c_str(), a.gen, a.prompt, scaling.c_str());
   return 0;
 }
 

@@ -19,6 +19,7 @@ const char* usage() {
   --data-dir DIR               SQLite db, embedded redis AOF, KV spill, logs (default ./agentq-data)
   --redis URL                  redis://host:port; absent = start an embedded redis-server
   --model PATH                 GGUF model (repeatable; name = file stem)
+  --device cpu|cuda|cuda:N     where the engines run (default cpu); a CUDA device that is not there fails start-up
   --allow-addresses CIDRS      comma-separated CIDRs exempt from the SSRF guard (e.g. 127.0.0.0/8)
   --admin-key KEY              make sure this admin key exists (else one is printed on first run)
   --config FILE                JSON file with any of: role, listen, data_dir, redis, models,
@@ -78,6 +79,7 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "webhook-timeout-ms") c.webhook_timeout_ms = std::stoll(v);
   else if (name == "max-jobs") c.max_jobs = std::stoi(v);
   else if (name == "kv-budget-mb") c.kv_budget_mb = std::stoll(v);
+  else if (name == "device") c.device = v;
   else if (name == "log-level") c.log_level = v;
   else if (name == "port-file") c.port_file = v;
   else if (name == "lease-ms") c.lease_ms = std::stoll(v);

@@ -27,6 +27,7 @@ struct config {
   int64_t webhook_timeout_ms = 10000;
   int32_t max_jobs = 64;                          // worker: jobs held at once
   int64_t kv_budget_mb = 256;
+  std::string device = "cpu";                     // where the engines run: cpu | cuda | cuda:N (no fallback)
   std::string log_level = "info";
   std::string port_file;                          // write the bound port here (tests, scripts)
   // Dispatch timing (worker role; tests shorten them): a job's SQLite lease, how often held entries are

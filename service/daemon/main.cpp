@@ -139,6 +139,7 @@ int run(const daemon::config& c) {
     engine_config ec;
     ec.model_path = path;
     ec.kv_budget_bytes = uint64_t(c.kv_budget_mb) << 20;
+    ec.device = c.device;
     ec.spill_dir = (fs::path(c.data_dir) / "kv").string();
     fs::create_directories(ec.spill_dir);
     auto e = worker::load_engine(ec, &err);
@@ -146,7 +147,8 @@ int run(const daemon::config& c) {
       spdlog::critical("{}", err);
       return 1;
     }
-    spdlog::info("model '{}' loaded ({}, n_ctx {})", e->model().name, e->model().arch, e->model().n_ctx);
+    spdlog::info("model '{}' loaded ({}, n_ctx {}, on {})", e->model().name, e->model().arch, e->model().n_ctx,
+                 e->model().device);
     catalog.add(std::move(e));
   }
 
