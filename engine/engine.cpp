@@ -207,7 +207,7 @@ void engine_impl::admit(std::unique_ptr<active_request> ar) {
   };
   if (failed_) return fail("the engine has failed (" + desc_.device + "): " + failure_reason_);
   if (ar->is_turn && ar->req.max_tokens < 0) return fail(ar->text.empty() ? "invalid request" : std::string(ar->text));
-  ar->text.clear();
+  ar->text = ar->prefix;   // NOTE: the field carried the error message until here
   const auto& r = ar->req;
   for (token_id t : r.prompt)
     if (t < 0 || t >= desc_.n_vocab) return fail("prompt token " + std::to_string(t) + " is out of the vocabulary");
@@ -312,9 +312,8 @@ bool engine_impl::step() {
 }
 
 token_id engine_impl::sample(active_request& ar, float* logits) {
-  if (!ar.constraint) return ar.sampling->sample(logits, desc_.n_vocab);
   std::vector<uint32_t> mask;
-  ar.constraint->fill_mask(mask);
+  if (!ar.constraint || !ar.constraint->fill_mask(mask)) return ar.sampling->sample(logits, desc_.n_vocab);
   return ar.sampling->sample(logits, desc_.n_vocab, mask);
 }
 
@@ -356,6 +355,9 @@ bool engine_impl::on_token(active_request& ar, token_id tok, const sequence& seq
   if (ar.constraint) ar.constraint->accept(tok);
   const size_t before = ar.text.size();
   ar.text += ar.decoder->push(tok);
+  // NOTE: the tool-call parser must see a control-token opening ([TOOL_CALLS]); it strips it from content.
+  if (ar.parser)
+    if (const std::string* m = call_marker_text(tok)) ar.text += *m;
   // stop strings: search the new text (and the tail that may complete a match)
   if (ar.max_stop_len > 0) {
     const size_t from = before >= ar.max_stop_len ? before - ar.max_stop_len + 1 : 0;

@@ -1,7 +1,9 @@
-// The engine's hook into constrained decoding (grammar/): a request's JSON Schema, or a
-// turn's forced tool call, becomes an allowed-token mask applied before sampling.
+// The engine's hook into constrained decoding (grammar/): a request's JSON Schema, a
+// turn's forced tool call, or (tool_choice auto) a lazily switched tool-call / answer
+// grammar becomes an allowed-token mask applied before sampling.
 #include "engine_impl.h"
 #include "grammar/constraint.h"
+#include "grammar/turn_constraint.h"
 
 namespace agentq {
 
@@ -9,12 +11,34 @@ namespace {
 class grammar_constraint final : public output_constraint {
  public:
   explicit grammar_constraint(std::unique_ptr<grammar::token_constraint> c) : c_(std::move(c)) {}
-  void fill_mask(std::vector<uint32_t>& mask) override { c_->fill_mask(mask); }
+  bool fill_mask(std::vector<uint32_t>& mask) override {
+    c_->fill_mask(mask);
+    return true;
+  }
   bool accept(token_id id) override { return c_->accept(id); }
+  bool accept_text(std::string_view text) override { return c_->accept_bytes(text); }
   bool is_finished() const override { return c_->is_finished(); }
 
  private:
   std::unique_ptr<grammar::token_constraint> c_;
+};
+
+class lazy_constraint final : public output_constraint {
+ public:
+  explicit lazy_constraint(std::unique_ptr<grammar::turn_constraint> c) : c_(std::move(c)) {}
+  bool fill_mask(std::vector<uint32_t>& mask) override { return c_->fill_mask(mask); }
+  bool accept(token_id id) override {
+    c_->accept(id);
+    return true;
+  }
+  bool accept_text(std::string_view text) override {
+    c_->accept_text(text);
+    return true;
+  }
+  bool is_finished() const override { return c_->is_finished(); }
+
+ private:
+  std::unique_ptr<grammar::turn_constraint> c_;
 };
 
 std::shared_ptr<const grammar::vocab_index> vocab_of(std::shared_ptr<const void>& slot, std::mutex& m,
@@ -25,7 +49,8 @@ std::shared_ptr<const grammar::vocab_index> vocab_of(std::shared_ptr<const void>
 }
 }  // namespace
 
-std::unique_ptr<output_constraint> engine_impl::make_schema_constraint(std::string_view schema_json, std::string* error) const {
+std::unique_ptr<output_constraint> engine_impl::make_schema_constraint(std::string_view schema_json,
+                                                                       std::string* error) const {
   auto c = grammar::make_json_constraint(schema_json, vocab_of(vocab_index_, vocab_mutex_, *tok_), error);
   if (!c) return nullptr;
   return std::make_unique<grammar_constraint>(std::move(c));
@@ -36,6 +61,18 @@ std::unique_ptr<output_constraint> engine_impl::make_tool_constraint(const turn_
                                               vocab_of(vocab_index_, vocab_mutex_, *tok_), error);
   if (!c) return nullptr;
   return std::make_unique<grammar_constraint>(std::move(c));
+}
+
+std::unique_ptr<output_constraint> engine_impl::make_lazy_constraint(const turn_request& r, std::string* error) const {
+  grammar::turn_constraint_options o;
+  o.family = family_;
+  o.tools = r.tools;
+  o.parallel_tool_calls = r.parallel_tool_calls;
+  o.response_schema_json = r.response_schema_json;
+  o.markers = call_markers();
+  auto c = grammar::turn_constraint::make(std::move(o), vocab_of(vocab_index_, vocab_mutex_, *tok_), error);
+  if (!c) return nullptr;
+  return std::make_unique<lazy_constraint>(std::move(c));
 }
 
 std::optional<std::string> engine_impl::check_schema(std::string_view schema_json) const {

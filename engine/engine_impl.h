@@ -37,8 +37,12 @@ using engine_clock = std::chrono::steady_clock;
 class output_constraint {
  public:
   virtual ~output_constraint() = default;
-  virtual void fill_mask(std::vector<uint32_t>& mask) = 0;  // bit (id % 32) of mask[id / 32]
+  // Allowed tokens now: bit (id % 32) of mask[id / 32]; false = unconstrained this step
+  // (a tool_choice auto turn before a call opens: sampled exactly as without a constraint).
+  virtual bool fill_mask(std::vector<uint32_t>& mask) = 0;
   virtual bool accept(token_id id) = 0;
+  // Advance by text that is output but was not sampled (an assistant prefix); false if it does not fit.
+  virtual bool accept_text(std::string_view text) = 0;
   virtual bool is_finished() const = 0;
 };
 class output_parser {
@@ -47,6 +51,9 @@ class output_parser {
   virtual std::string feed(std::string_view piece) = 0;     // content that may stream now
   virtual chat::parse_result finish() const = 0;
 };
+
+// The control tokens of tok that open a tool call in `family`, with their text (engine_hooks_tools.cpp).
+std::vector<std::pair<token_id, std::string>> find_call_markers(const tokenizer& tok, chat::template_family family);
 
 // One submitted request while it runs (token- or turn-level).
 struct active_request {
@@ -58,6 +65,7 @@ struct active_request {
   std::unique_ptr<stream_decoder> decoder;
   std::unique_ptr<output_constraint> constraint;
   std::unique_ptr<output_parser> parser;        // turn: splits content from tool calls
+  std::string prefix;                           // turn: assistant_prefix, the start of the output text
   std::string text;                             // decoded output (complete UTF-8)
   size_t n_text_emitted = 0;                    // bytes of text passed on (stop strings hold some back)
   size_t max_stop_len = 0;
@@ -120,6 +128,12 @@ class engine_impl final : public engine {
   // the schema / tool set cannot be compiled.
   std::unique_ptr<output_constraint> make_schema_constraint(std::string_view schema_json, std::string* error) const;
   std::unique_ptr<output_constraint> make_tool_constraint(const turn_request& r, std::string* error) const;
+  // tool_choice auto: free until a call opens, then the call's grammar (and the response schema
+  // for a non-tool answer); see grammar/turn_constraint.h.
+  std::unique_ptr<output_constraint> make_lazy_constraint(const turn_request& r, std::string* error) const;
+  // Text of a control token that opens a tool call ([TOOL_CALLS], <|python_tag|>); nullptr for others.
+  const std::string* call_marker_text(token_id id) const;
+  const std::vector<std::pair<token_id, std::string>>& call_markers() const;
   std::unique_ptr<output_parser> make_parser(const turn_request& r) const;
   std::optional<std::string> check_schema(std::string_view schema_json) const;
 
@@ -143,6 +157,9 @@ class engine_impl final : public engine {
   chat::template_family family_ = chat::template_family::plain;
   mutable std::shared_ptr<const void> vocab_index_;  // grammar::vocab_index, built on first use (engine_hooks.cpp)
   mutable std::mutex vocab_mutex_;
+  // Control tokens that open a tool call in this family, with their text (their pieces are "").
+  mutable std::vector<std::pair<token_id, std::string>> call_markers_;   // built once (engine_hooks_tools.cpp)
+  mutable std::once_flag call_markers_once_;
   std::unique_ptr<block_pool> pool_;
   std::unique_ptr<prefix_cache> cache_;
   std::unique_ptr<spill_store> spill_;

@@ -29,10 +29,11 @@ std::optional<std::string> engine_impl::validate(const turn_request& r) const {
     return std::string("tool_choice: requires tools");
   if (auto e = check_schema(r.response_schema_json)) return "response_format: " + *e;
   const auto& tr = chat::traits(family_);
-  const std::string text = render(r.messages, r.tools);
+  const std::string text = render(r.messages, r.tools) + r.assistant_prefix;
   const size_t n = tok_->encode(text, !tr.bos_in_text, true).size();
   if (desc_.n_ctx > 0 && n > size_t(desc_.n_ctx))
-    return "messages: the prompt has " + std::to_string(n) + " tokens, the model's context is " + std::to_string(desc_.n_ctx);
+    return "messages: the prompt has " + std::to_string(n) + " tokens, the model's context is " +
+           std::to_string(desc_.n_ctx);
   if (pool_->blocks_for_tokens(int32_t(n)) > pool_->n_blocks_total())
     return "messages: the prompt needs more KV memory than the engine has (" + std::to_string(n) + " tokens)";
   return std::nullopt;
@@ -50,7 +51,8 @@ std::unique_ptr<active_request> engine_impl::make_turn(turn_request r, turn_call
   ar->req.job_key = r.job_key;
   ar->req.arrival_seq = r.arrival_seq;
   ar->req.priority = r.priority;
-  ar->req.prompt = tok_->encode(render(r.messages, r.tools), !tr.bos_in_text, true);
+  ar->prefix = r.assistant_prefix;
+  ar->req.prompt = tok_->encode(render(r.messages, r.tools) + r.assistant_prefix, !tr.bos_in_text, true);
   ar->req.max_tokens = r.max_tokens;
   ar->req.sampling = r.sampling;
   ar->req.stop = r.stop;
@@ -58,14 +60,18 @@ std::unique_ptr<active_request> engine_impl::make_turn(turn_request r, turn_call
   const bool tools_on = !r.tools.empty() && r.choice.mode != tool_choice_mode::none;
   if (tools_on) {
     ar->parser = make_parser(r);
-    if (r.choice.mode == tool_choice_mode::required || r.choice.mode == tool_choice_mode::named) {
-      ar->constraint = make_tool_constraint(r, error);
-      if (!ar->constraint) return nullptr;
-    }
+    // required / named: the whole turn is the call; auto: free (or the response schema) until
+    // the model opens a call, then that call's grammar (docs/chat_and_grammar.md, lazy constraints).
+    const bool forced = r.choice.mode == tool_choice_mode::required || r.choice.mode == tool_choice_mode::named;
+    ar->constraint = forced ? make_tool_constraint(r, error) : make_lazy_constraint(r, error);
+    if (!ar->constraint) return nullptr;
   } else if (!r.response_schema_json.empty()) {
-    // NOTE: with tools on, the schema applies to a final answer the model may or may not give
-    // this turn; we constrain only turns that cannot call tools.
-    ar->req.json_schema = r.response_schema_json;
+    ar->constraint = make_schema_constraint(r.response_schema_json, error);
+    if (!ar->constraint) return nullptr;
+  }
+  if (ar->constraint && !ar->constraint->accept_text(r.assistant_prefix)) {
+    *error = "assistant_prefix: does not fit the forced output format (tool call or response_format)";
+    return nullptr;
   }
   return ar;
 }

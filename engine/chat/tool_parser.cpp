@@ -12,6 +12,7 @@
 // the templates print back); invalid ones only produce an error.
 #include "chat/tool_parser.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "grammar/constraint.h"
@@ -292,6 +293,59 @@ class extractor {
 
 }  // namespace
 
+std::vector<std::string> call_markers(template_family family) {
+  switch (family) {
+    case template_family::llama3: return {"<|python_tag|>"};
+    case template_family::mistral: return {"[TOOL_CALLS]"};
+    default: return {traits(family).tool_call_open};
+  }
+}
+
+namespace {
+// Longest suffix of text[from..] that is a proper prefix of marker.
+size_t partial_suffix(std::string_view text, size_t from, std::string_view marker) {
+  for (size_t k = std::min(marker.size() - 1, text.size() - from); k > 0; k--)
+    if (text.substr(text.size() - k) == marker.substr(0, k)) return k;
+  return 0;
+}
+// Llama 3: the turn starts (after whitespace) with '{' ws* "\"name\"". at/hold as call_open.
+call_open llama3_json_open(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size() && is_space(text[i])) i++;
+  if (i == text.size()) return {std::string_view::npos, text.size()};   // only whitespace: hold it
+  if (text[i] != '{') return {};
+  size_t j = i + 1;
+  while (j < text.size() && is_space(text[j])) j++;
+  const std::string_view key = "\"name\"";
+  const std::string_view rest = text.substr(j);
+  if (rest.size() >= key.size()) return rest.substr(0, key.size()) == key ? call_open{i, 0} : call_open{};
+  return key.substr(0, rest.size()) == rest ? call_open{std::string_view::npos, text.size()} : call_open{};
+}
+}  // namespace
+
+call_open find_call_open(template_family family, std::string_view text, size_t from) {
+  from = std::min(from, text.size());
+  call_open best;
+  if (family == template_family::qwen3 || family == template_family::smollm3) {
+    // NOTE: a marker inside <think>...</think> is reasoning, not a call (as finish() parses it).
+    size_t open = text.rfind("<think>"), close = text.rfind("</think>");
+    if (open != std::string_view::npos && (close == std::string_view::npos || close < open)) return best;
+  }
+  if (family == template_family::llama3) best = llama3_json_open(text);
+  if (best.at != std::string_view::npos) return best;
+  for (const std::string& m : call_markers(family)) {
+    if (m.empty()) continue;
+    const size_t at = text.find(m, from);
+    if (at != std::string_view::npos) {
+      if (at < best.at) best.at = at;
+    } else {
+      best.hold = std::max(best.hold, partial_suffix(text, from, m));
+    }
+  }
+  if (best.at != std::string_view::npos) best.hold = 0;
+  return best;
+}
+
 std::string make_call_id(template_family family, uint64_t seed, uint64_t idx) {
   uint64_t h = splitmix64(seed ^ splitmix64(idx + 1));
   char buf[32];
@@ -326,41 +380,15 @@ tool_parser::~tool_parser() = default;
 std::string tool_parser::feed(std::string_view piece) {
   text_.append(piece);
   if (in_call_) return {};
-  bool detect = opt_.choice.mode != tool_choice_mode::none && !opt_.tools.empty();
-  std::string marker = detect ? traits(opt_.family).tool_call_open : "";
-  if (opt_.family == template_family::llama3 && detect) {
-    marker = "<|python_tag|>";
-    if (n_streamed_ == 0) {
-      size_t i = 0;
-      while (i < text_.size() && is_space(text_[i])) i++;
-      if (i == text_.size()) return {};   // only whitespace so far: hold it
-      if (text_[i] == '{') {
-        in_call_ = true;
-        call_start_ = i;
-        return {};
-      }
-    }
-  }
-  if (opt_.family == template_family::qwen3 || opt_.family == template_family::smollm3) {
-    // NOTE: a marker inside <think>...</think> is reasoning, not a call (as finish() parses it).
-    size_t open = text_.rfind("<think>"), close = text_.rfind("</think>");
-    if (open != std::string::npos && (close == std::string::npos || close < open)) marker.clear();
-  }
   size_t end = text_.size();
-  if (!marker.empty()) {
-    size_t at = text_.find(marker, n_streamed_);
-    if (at != std::string::npos) {
+  if (opt_.choice.mode != tool_choice_mode::none && !opt_.tools.empty()) {
+    const call_open o = find_call_open(opt_.family, text_, n_streamed_);
+    if (o.at != std::string::npos) {
       in_call_ = true;
-      call_start_ = at;
-      end = at;
+      call_start_ = o.at;
+      end = o.at;
     } else {
-      // hold back a suffix that could be the start of the marker
-      for (size_t k = std::min(marker.size() - 1, text_.size() - n_streamed_); k > 0; k--) {
-        if (std::string_view(text_).substr(text_.size() - k) == std::string_view(marker).substr(0, k)) {
-          end = text_.size() - k;
-          break;
-        }
-      }
+      end = std::max(n_streamed_, end - o.hold);   // a possible partial opening is held back
     }
   }
   end -= incomplete_utf8_tail(std::string_view(text_).substr(n_streamed_, end - n_streamed_));

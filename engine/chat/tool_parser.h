@@ -57,6 +57,20 @@ class tool_parser {
   size_t call_start_ = 0;
 };
 
+// The texts that open a tool call in a family's output: "<tool_call>", Mistral's
+// "[TOOL_CALLS]", Llama 3's "<|python_tag|>" (the last two are control tokens in the
+// real vocabularies: the engine spells them out for detection).
+std::vector<std::string> call_markers(template_family family);
+
+// Where a tool call opens in generated text: a marker at or after `from`, or, for
+// Llama 3, a `{"name"` object that starts the turn (only whitespace before it).
+// Qwen3/SmolLM3: never inside an unclosed <think> block.
+struct call_open {
+  size_t at = std::string_view::npos;  // byte offset of the opening; npos when none
+  size_t hold = 0;                      // trailing bytes that may still become an opening
+};
+call_open find_call_open(template_family family, std::string_view text, size_t from);
+
 std::unique_ptr<tool_parser> make_tool_parser(template_family family, std::vector<tool_def> tools,
                                               tool_choice choice, bool parallel_tool_calls = true,
                                               uint64_t id_seed = 0);

@@ -136,6 +136,13 @@ std::shared_ptr<const vocab_index> make_vocab_index(const std::vector<std::strin
   return v;
 }
 
+int32_t vocab_size(const vocab_index& v) { return v.n_vocab; }
+const std::string& vocab_piece(const vocab_index& v, token_id id) {
+  static const std::string none;
+  return id >= 0 && id < v.n_vocab ? v.pieces[static_cast<size_t>(id)] : none;
+}
+const std::vector<token_id>& vocab_eos_ids(const vocab_index& v) { return v.eos_ids; }
+
 // ---------------------------------------------------------------------------
 // token_constraint
 

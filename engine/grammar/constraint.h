@@ -43,6 +43,11 @@ compile_result compile_tool_call_grammar(chat::template_family family, const std
 std::shared_ptr<const vocab_index> make_vocab_index(const std::vector<std::string>& pieces,
                                                     const std::vector<token_id>& eos_ids);
 
+// Read access for code that drives several constraints over one vocabulary.
+int32_t vocab_size(const vocab_index& v);
+const std::string& vocab_piece(const vocab_index& v, token_id id);   // "" when out of range
+const std::vector<token_id>& vocab_eos_ids(const vocab_index& v);
+
 class token_constraint {
  public:
   token_constraint(std::shared_ptr<const grammar> g, std::shared_ptr<const vocab_index> vocab);

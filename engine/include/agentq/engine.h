@@ -143,6 +143,9 @@ struct turn_request {
   tool_choice choice;
   bool parallel_tool_calls = true;
   std::string response_schema_json;  // non-empty: the final answer must match this JSON Schema
+  // Prefill: text the assistant's reply starts with, appended to the rendered prompt. It is
+  // part of the reply: parsed (a prefix may open a tool call) and returned in the message.
+  std::string assistant_prefix;
   sampling_params sampling;
   int32_t max_tokens = 256;          // per turn
   std::vector<std::string> stop;
