@@ -325,26 +325,33 @@ int run(const client::cli_command& cmd) {
   }
   if (cmd.name == "events") {
     // NOTE: --follow polls the JSON list with a cursor (simple and proxy-friendly); SSE is for programs.
+    // It ends when the job does, with the job's exit code (as `wait`); requires_action keeps it waiting.
+    // The status is read before the events, so once it is terminal the list holds every event.
+    bool follow = cmd.has("--follow");
     int64_t after = std::stoll(cmd.get("--after", "0"));
     auto delay = std::chrono::milliseconds(100);
     while (true) {
+      std::string st;
+      if (follow) {
+        auto job = api.call("GET", "/v1/jobs/" + id);
+        if (!job.status) return int(api.exit());
+        st = job.body.value("status", "");
+      }
       auto r = api.call("GET", "/v1/jobs/" + id + "/events?after=" + std::to_string(after));
       if (!r.status) return int(api.exit());
       for (const auto& e : r.body["data"]) {
         after = e.value("id", after);
         if (cmd.json) std::printf("%s\n", e.dump().c_str());
         else std::printf("%lld  %-12s %s\n", (long long)e.value("id", 0), e.value("type", "").c_str(), e["data"].dump().c_str());
-        std::fflush(stdout);
       }
-      if (!cmd.has("--follow")) return 0;
+      std::fflush(stdout);
+      if (!follow) return 0;
+      if (st == "completed" || st == "failed" || st == "cancelled" || st == "incomplete")
+        return int(client::exit_for_status(st));
       if (!r.body["data"].empty()) {
         delay = std::chrono::milliseconds(100);
         continue;
       }
-      auto job = api.call("GET", "/v1/jobs/" + id);
-      if (!job.status) return int(api.exit());
-      std::string st = job.body.value("status", "");
-      if (st == "completed" || st == "failed" || st == "cancelled" || st == "incomplete") return 0;
       std::this_thread::sleep_for(delay);
       delay = std::min(std::chrono::milliseconds(1000), delay * 2);
     }

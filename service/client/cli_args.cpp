@@ -65,7 +65,7 @@ commands:
   wait ID [--timeout S]                           poll until the job stops; exit code = its outcome
   cancel ID
   list [--status S] [--limit N] [--metadata K=V] [--after ID]
-  events ID [--follow] [--after N]                the job's events; --follow streams them live (SSE)
+  events ID [--follow] [--after N]                the job's events; --follow: live until it ends, exit = outcome
   tool-outputs ID --call-id X --output TEXT       answer a pending client-side tool call
   tool-outputs ID FILE.json                       {"tool_outputs":[{"tool_call_id","output"}]}
   webhooks ID                                     webhook deliveries and attempts of a job
