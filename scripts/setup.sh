@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config libboost1.81-dev libhiredis-dev libsqlite3-dev
-  nlohmann-json3-dev libspdlog-dev doctest-dev libssl-dev redis-server sqlite3 curl python3)
+  nlohmann-json3-dev libspdlog-dev doctest-dev libssl-dev redis-server sqlite3 curl python3
+  prometheus)  # prometheus: promtool, which tests/e2e/metrics_promtool.sh runs on GET /metrics
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

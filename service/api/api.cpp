@@ -6,6 +6,7 @@
 
 #include "api/job_view.h"
 #include "api/model_catalog.h"
+#include "api/observability_routes.h"
 #include "auth/keys.h"
 #include "auth/rate_limiter.h"
 #include "http/errors.h"
@@ -100,6 +101,8 @@ void api::install(http::router& r) {
     if (k.is_admin) return std::nullopt;
     return error_response(error_kind::permission, "this endpoint needs an admin key");
   };
+
+  install_observability_routes(r, options_, deps_, authed);  // /metrics, engine stats, job timelines
 
   r.add("GET", "/healthz", [](request&) { return json_response(200, {{"status", "ok"}}); });
 

@@ -25,6 +25,9 @@ class dispatcher;
 namespace agentq::net {
 class ssrf_guard;
 }
+namespace agentq::obs {
+class obs_store;
+}
 
 namespace agentq::api {
 
@@ -37,6 +40,7 @@ struct api_options {
   validation_limits limits;
   int32_t max_list_limit = 100;
   std::chrono::milliseconds sse_keepalive{15000};  // comment line on an idle stream
+  std::string metrics_token;                       // non-empty: GET /metrics needs "Bearer <token>"
 };
 
 struct api_deps {
@@ -46,6 +50,7 @@ struct api_deps {
   const model_catalog* catalog = nullptr;
   const net::ssrf_guard* guard = nullptr;
   webhooks::dispatcher* webhooks = nullptr;        // nullptr = /webhooks lists nothing
+  obs::obs_store* obs = nullptr;                   // nullptr = no timelines, engine stats or worker metrics
   std::vector<std::pair<std::string, ready_check>> ready_checks;  // "redis", "database", "engine"
 };
 

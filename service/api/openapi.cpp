@@ -197,6 +197,73 @@ json build() {
   p["/v1/keys"]["get"] = op("List keys (admin: all tenants)", 200, ref("List"), {401, 429});
   p["/v1/keys/{id}/revoke"]["post"] = op("Revoke a key", 200, ref("Key"), {401, 404, 409, 429});
   p["/v1/keys/{id}/rotate_secret"]["post"] = op("New webhook secret for a key", 200, ref("Key"), {401, 404, 409, 429});
+  // Observability (api/observability_routes.cpp)
+  json num = {{"type", "number"}}, integer = {{"type", "integer"}}, nint = {{"type", "integer"}, {"nullable", true}};
+  s["EngineSample"] = {{"type", "object"},
+                       {"properties",
+                        {{"at_ms", integer}, {"tokens_per_s", num}, {"prompt_tokens_per_s", num}, {"batch_size", integer},
+                         {"running", integer}, {"waiting", integer}, {"kv_blocks_used", integer},
+                         {"kv_blocks_total", integer}, {"kv_blocks_parked", integer}, {"kv_blocks_spilled", integer},
+                         {"prefix_hit_rate", {{"type", "number"}, {"minimum", 0}, {"maximum", 1}}}}}};
+  s["EngineStats"] = {
+      {"type", "object"},
+      {"properties",
+       {{"object", {{"type", "string"}, {"enum", {"engine.stats"}}}},
+        {"now_ms", integer},
+        {"workers",
+         {{"type", "array"},
+          {"items",
+           {{"type", "object"},
+            {"properties",
+             {{"worker_id", {{"type", "string"}}}, {"samples", {{"type", "array"}, {"items", ref("EngineSample")}}}}}}}}}}}};
+  s["JobTimeline"] = {
+      {"type", "object"},
+      {"properties",
+       {{"object", {{"type", "string"}, {"enum", {"job.timeline"}}}},
+        {"job_id", {{"type", "string"}}},
+        {"status", {{"type", "string"}}},
+        {"created_ms", integer},
+        {"finished_ms", nint},
+        {"spans",
+         {{"type", "array"},
+          {"items",
+           {{"type", "object"},
+            {"properties",
+             {{"kind",
+               {{"type", "string"},
+                {"description", "queue_wait | prefill | decode | tool | client_wait | parked | webhook"}}},
+              {"start_ms", integer},
+              {"end_ms", nint},
+              {"turn", nint},
+              {"label", {{"type", "string"}}},
+              {"attrs", {{"type", "object"}}}}}}}}},
+        {"marks",
+         {{"type", "array"},
+          {"items",
+           {{"type", "object"},
+            {"properties",
+             {{"kind",
+               {{"type", "string"},
+                {"description", "queued | claimed | retry | released | resumed | requires_action | tool_outputs | "
+                                "completed | failed | cancelled | incomplete"}}},
+              {"at_ms", integer},
+              {"label", {{"type", "string"}}},
+              {"attrs", {{"type", "object"}}}}}}}}}}}};
+  json metrics_op = op("Prometheus metrics (text format 0.0.4); open unless agentqd runs with --metrics-token", 200,
+                       {{"type", "string"}}, {401}, false);
+  metrics_op["responses"]["200"]["content"] = {{"text/plain", {{"schema", {{"type", "string"}}}}}};
+  p["/metrics"]["get"] = metrics_op;
+  json engine_stats = op("Engine samples of each worker (about one a second while busy; an hour is kept)", 200,
+                         ref("EngineStats"), {400, 401, 429});
+  engine_stats["parameters"] = json::array(
+      {{{"name", "since_ms"}, {"in", "query"}, {"description", "only samples after this time (ms since the epoch; "
+                                                               "default: the last 10 minutes)"},
+        {"schema", integer}}});
+  p["/v1/engine/stats"]["get"] = engine_stats;
+  p["/v1/jobs/{id}/timeline"]["get"] =
+      op("Where a job's time went: queue waits, prefill and decode per turn, tool calls, client waits, KV parking, "
+         "webhook attempts (spans) and lifecycle marks",
+         200, ref("JobTimeline"), {401, 404, 429});
   for (auto it = p.begin(); it != p.end(); ++it)
     if (it.key().find("{id}") != std::string::npos)
       for (auto m = it->begin(); m != it->end(); ++m) {

@@ -15,8 +15,10 @@
 
 #include "auth/keys.h"
 #include "client/cli_args.h"
+#include "client/timeline_chart.h"
 #include "http/message.h"
 #include "net/http_client.h"
+#include "store/store.h"
 
 using namespace agentq;
 using client::exit_code;
@@ -298,6 +300,13 @@ int run(const client::cli_command& cmd) {
     }
     if (!cmd.json) std::fprintf(stderr, "submitted %s\n", job_id.c_str());
     return int(wait_job(api, cmd, job_id, std::stod(cmd.get("--timeout", "0"))));
+  }
+  if (cmd.name == "status" && cmd.has("--timeline")) {
+    auto r = api.call("GET", "/v1/jobs/" + id + "/timeline");
+    if (!r.status) return int(api.exit());
+    if (cmd.json) print_json(r.body);
+    else std::fputs(client::render_timeline(r.body, 40, store::now_ms()).c_str(), stdout);
+    return 0;
   }
   if (cmd.name == "status") return done(api.call("GET", "/v1/jobs/" + id), true);
   if (cmd.name == "wait") return int(wait_job(api, cmd, cmd.positional[0], std::stod(cmd.get("--timeout", "0"))));

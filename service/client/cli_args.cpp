@@ -18,7 +18,7 @@ const std::vector<command_spec>& specs() {
   static const std::vector<command_spec> k = {
       {"submit", 0, 1, {"--model", "--system", "--prompt", "--tools", "--webhook", "--metadata", "--idempotency-key",
                         "--priority", "--max-turns", "--timeout"}, {"--wait"}},
-      {"status", 1, 1, {}, {}},
+      {"status", 1, 1, {}, {"--timeline"}},
       {"wait", 1, 1, {"--timeout"}, {}},
       {"cancel", 1, 1, {}, {}},
       {"list", 0, 0, {"--status", "--limit", "--metadata", "--after"}, {}},
@@ -61,7 +61,8 @@ commands:
   submit FILE.json [--wait]                       submit a job request (JSON body of POST /v1/jobs)
   submit --model M --prompt TEXT [--system TEXT] [--tools FILE] [--webhook URL]
          [--metadata K=V]... [--priority P] [--max-turns N] [--idempotency-key K] [--wait] [--timeout S]
-  status ID                                       the job (status, turns, usage, output)
+  status ID [--timeline]                          the job (status, turns, usage, output); --timeline: where
+                                                  its time went (queue, prefill, decode, tools, webhooks) as a chart
   wait ID [--timeout S]                           poll until the job stops; exit code = its outcome
   cancel ID
   list [--status S] [--limit N] [--metadata K=V] [--after ID]

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -29,10 +30,12 @@ const char* usage() {
   --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
   --webhook-schedule MS,MS,..  retry delays after each failed delivery (default 5s,5m,30m,2h,5h,10h,10h)
   --webhook-timeout-ms MS  --log-level trace|debug|info|warn|error  --port-file FILE
+  --log-format text|json       log lines as text (default) or one JSON object each (job_id field)
+  --metrics-token TOKEN        GET /metrics needs "Authorization: Bearer TOKEN" (default: open)
   --lease-ms MS (30000)  --heartbeat-ms MS (2000)  --reclaim-idle-ms MS (30000)
   --reclaim-interval-ms MS (5000)  --max-deliveries N (5: then dead-lettered)
 environment: AGENTQ_ROLE AGENTQ_LISTEN AGENTQ_DATA_DIR AGENTQ_REDIS AGENTQ_MODEL AGENTQ_ALLOW_ADDRESSES
-             AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL
+             AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL AGENTQ_LOG_FORMAT AGENTQ_METRICS_TOKEN
 )";
 }
 
@@ -80,7 +83,14 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "max-jobs") c.max_jobs = std::stoi(v);
   else if (name == "kv-budget-mb") c.kv_budget_mb = std::stoll(v);
   else if (name == "device") c.device = v;
-  else if (name == "log-level") c.log_level = v;
+  else if (name == "log-level") {
+    static const std::set<std::string> k_levels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+    if (!k_levels.count(v)) throw std::invalid_argument("--log-level must be trace, debug, info, warn, error, critical or off");
+    c.log_level = v;
+  } else if (name == "log-format") {
+    if (v != "text" && v != "json") throw std::invalid_argument("--log-format must be text or json");
+    c.log_format = v;
+  } else if (name == "metrics-token") c.metrics_token = v;
   else if (name == "port-file") c.port_file = v;
   else if (name == "lease-ms") c.lease_ms = std::stoll(v);
   else if (name == "heartbeat-ms") c.heartbeat_ms = std::stoll(v);
@@ -126,7 +136,8 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
     static const std::pair<const char*, const char*> k_env[] = {
         {"AGENTQ_ROLE", "role"},       {"AGENTQ_LISTEN", "listen"}, {"AGENTQ_DATA_DIR", "data-dir"},
         {"AGENTQ_REDIS", "redis"},     {"AGENTQ_ALLOW_ADDRESSES", "allow-addresses"},
-        {"AGENTQ_ADMIN_KEY", "admin-key"}, {"AGENTQ_LOG_LEVEL", "log-level"}};
+        {"AGENTQ_ADMIN_KEY", "admin-key"}, {"AGENTQ_LOG_LEVEL", "log-level"},
+        {"AGENTQ_LOG_FORMAT", "log-format"}, {"AGENTQ_METRICS_TOKEN", "metrics-token"}};
     for (auto [env, name] : k_env)
       if (const char* v = std::getenv(env); v && *v) set_option(c, name, v);
     std::vector<std::string> flag_models;

@@ -29,6 +29,8 @@ struct config {
   int64_t kv_budget_mb = 256;
   std::string device = "cpu";                     // where the engines run: cpu | cuda | cuda:N (no fallback)
   std::string log_level = "info";
+  std::string log_format = "text";                // text | json (one object per line, job_id field)
+  std::string metrics_token;                      // non-empty: GET /metrics needs this bearer token
   std::string port_file;                          // write the bound port here (tests, scripts)
   // Dispatch timing (worker role; tests shorten them): a job's SQLite lease, how often held entries are
   // touched in Redis, how long an entry must sit idle before another worker reclaims it, how often

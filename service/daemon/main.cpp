@@ -16,6 +16,7 @@
 #include <agentq/engine.h>
 
 #include "api/api.h"
+#include "api/http_metrics.h"
 #include "api/model_catalog.h"
 #include "auth/keys.h"
 #include "auth/rate_limiter.h"
@@ -23,7 +24,13 @@
 #include "daemon/redis_supervisor.h"
 #include "http/router.h"
 #include "http/server.h"
+#include "metrics/registry.h"
 #include "net/http_client.h"
+#include "obs/engine_sampler.h"
+#include "obs/job_metrics.h"
+#include "obs/log_format.h"
+#include "obs/obs_store.h"
+#include "obs/process_metrics.h"
 #include "queue/queue.h"
 #include "queue/redis_client.h"
 #include "store/store.h"
@@ -41,6 +48,7 @@ void setup_logging(const daemon::config& c) {
   auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
   auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((fs::path(c.data_dir) / "agentqd.log").string());
   auto logger = std::make_shared<spdlog::logger>("agentqd", spdlog::sinks_init_list{console, file});
+  logger->set_formatter(obs::make_log_formatter(*obs::parse_log_format(c.log_format)));  // validated by config
   logger->set_level(spdlog::level::from_str(c.log_level));
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
@@ -114,6 +122,11 @@ int run(const daemon::config& c) {
     spdlog::critical("{}", err);
     return 1;
   }
+  auto obs_db = obs::obs_store::open(sopts.path, &err);  // engine samples, timelines (service/obs)
+  if (!obs_db) {
+    spdlog::critical("{}", err);
+    return 1;
+  }
 
   // Keys: operator-supplied admin key, or first-run bootstrap
   if (!c.admin_key.empty()) {
@@ -158,8 +171,11 @@ int run(const daemon::config& c) {
   qopts.heartbeat_ttl_ms = 5 * c.heartbeat_ms;
   queue::queue q(qopts, *st);
   q.start_relay();
+  // This process's store/Redis errors: served by its own /metrics, or shipped as a worker's share.
+  obs::register_process_metrics(serve_api ? metrics::global() : obs::worker_registry(), *st, q);
 
   std::unique_ptr<worker::worker> w;
+  std::unique_ptr<obs::engine_sampler> sampler;  // engine samples + worker metrics -> SQLite
   if (run_worker) {
     worker::worker_options wo;
     wo.max_jobs = c.max_jobs;
@@ -170,9 +186,12 @@ int run(const daemon::config& c) {
     wo.signing_secret = tool_signing_secret(c.data_dir);
     // server-side tools go through the worker's built-in client: net::http_client + signing
     wo.tool_allow_cidrs = c.allow_addresses;
+    wo.timeline = obs_db.get();
     // NOTE: one worker on the first model; further models serve validation and /v1/models only.
     w = std::make_unique<worker::worker>(wo, catalog.find(catalog.list().front().name), *st, q, true);
     w->start();
+    sampler = std::make_unique<obs::engine_sampler>(*obs_db, catalog.find(catalog.list().front().name), w->id());
+    sampler->start();
     spdlog::info("worker {} started", w->id());
   }
 
@@ -211,6 +230,7 @@ int run(const daemon::config& c) {
     deps.catalog = &catalog;
     deps.guard = &guard;
     deps.webhooks = hooks.get();
+    deps.obs = obs_db.get();
     deps.ready_checks.emplace_back("database", [&st](std::string* why) {
       try {
         st->get_job("job_readyz_probe");
@@ -235,7 +255,9 @@ int run(const daemon::config& c) {
         }
       return true;
     });
-    rest = std::make_unique<api::api>(api::api_options{}, std::move(deps));
+    api::api_options aopts;
+    aopts.metrics_token = c.metrics_token;
+    rest = std::make_unique<api::api>(aopts, std::move(deps));
     rest->install(router);
 
     http::server_options hopts;
@@ -251,7 +273,7 @@ int run(const daemon::config& c) {
     hopts.n_threads = c.http_threads;
     hopts.max_connections = c.max_connections;
     hopts.max_body_bytes = size_t(c.max_body_bytes);
-    server = std::make_unique<http::server>(hopts, [&router](http::request& req) { return router.dispatch(req); });
+    server = std::make_unique<http::server>(hopts, api::instrumented(router));
     if (!server->start(&err)) {
       spdlog::critical("{}", err);
       return 1;
@@ -277,6 +299,7 @@ int run(const daemon::config& c) {
   // Order: stop accepting requests, release worker claims, drain webhooks, relay, then Redis.
   if (server) server->stop();
   if (w) w->stop();
+  if (sampler) sampler->stop();
   if (hooks) hooks->stop();
   q.stop_relay();
   // NOTE: the rest (queue, store, embedded redis last) closes in reverse declaration order.

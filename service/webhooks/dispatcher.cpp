@@ -9,6 +9,7 @@
 
 #include "api/job_view.h"
 #include "api/schema.h"
+#include "metrics/registry.h"
 #include "store/sqlite.h"
 #include "store/store.h"
 #include "util/crypto.h"
@@ -133,6 +134,17 @@ struct due_row {
   std::string id, job_id, tenant, url, payload;
   int32_t n_attempts = 0;
 };
+
+// One attempt in /metrics: outcome = the delivery's state after it ("pending" = will retry).
+void record_attempt_metrics(const std::string& state, double seconds) {
+  static auto& attempts = metrics::global().counter_family(
+      "agentq_webhook_deliveries_total", "Webhook delivery attempts by outcome (succeeded, retry, failed, disabled).",
+      {"outcome"});
+  static auto& latency = metrics::global().histogram_family("agentq_webhook_delivery_duration_seconds",
+                                                            "Webhook delivery attempt time, until the response or error.");
+  attempts.with({state == "pending" ? "retry" : state}).inc();
+  latency.with().observe(seconds);
+}
 }  // namespace
 
 int32_t dispatcher::send_once() {
@@ -195,6 +207,7 @@ int32_t dispatcher::send_once() {
       } else {
         next = now + m.backoff_ms(n);
       }
+      record_attempt_metrics(state, double(res.elapsed_ms) / 1000.0);
       std::lock_guard lock(m.db_mu);
       try {
         m.db->prepare(
@@ -217,10 +230,10 @@ int32_t dispatcher::send_once() {
           spdlog::warn("webhooks: {} answered 410 Gone; endpoint disabled for tenant {}", d.url, d.tenant);
         }
       } catch (const std::exception& ex) {
-        spdlog::error("webhooks: recording attempt of {} failed: {}", d.id, ex.what());
+        spdlog::error("webhooks: recording attempt of {} (job {}) failed: {}", d.id, d.job_id, ex.what());
       }
       if (state != "succeeded")
-        spdlog::info("webhooks: delivery {} attempt {} to {}: {} -> {}", d.id, n, d.url, error, state);
+        spdlog::info("webhooks: delivery {} of job {} attempt {} to {}: {} -> {}", d.id, d.job_id, n, d.url, error, state);
     });
   }
   for (auto& t : threads) t.join();

@@ -11,10 +11,12 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <functional>
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -22,6 +24,8 @@
 #include <spdlog/spdlog.h>
 
 #include "net/http_client.h"
+#include "obs/job_metrics.h"
+#include "obs/obs_store.h"
 #include "queue/queue.h"
 #include "store/store.h"
 #include "util/crypto.h"
@@ -157,6 +161,7 @@ struct job_ctx {
   int64_t epoch = 0;
   queue::delivery delivery;
   uint64_t job_key = 0;
+  int64_t created_ms = 0;                  // the job's submission (job latency metric)
   int64_t deadline_ms = 0;                 // wall clock; 0 = none
   std::string fault_subject;               // the request JSON, matched by AGENTQ_FAULT_MATCH (util/fault.h)
   std::atomic<bool> cancelled{false}, lost{false}, stopping{false}, deadline_hit{false}, done{false};
@@ -266,6 +271,8 @@ struct worker::impl {
     }
     fault_point("after_claim", c.won->job.request_json);
     n_claimed++;
+    obs::observe_claim(c.won->job.created_ms, c.won->job.started_ms, c.won->job.updated_ms);
+    spdlog::info("worker {}: job {} claimed (epoch {}, attempt {})", id, d.job_id, c.won->epoch, c.won->job.attempts);
     auto ctx = std::make_shared<job_ctx>();
     ctx->job_id = d.job_id;
     ctx->epoch = c.won->epoch;
@@ -374,6 +381,11 @@ struct worker::impl {
       return false;
     }
     (st == job_status::completed ? n_completed : n_failed)++;
+    int64_t now = store::now_ms();
+    obs::observe_finish(c.created_ms, now, store::to_string(st));
+    spdlog::info("worker {}: job {} {} after {} turns{}", id, c.job_id, store::to_string(st), usage.turns,
+                 error.empty() ? "" : ": " + error);
+    if (options.timeline) options.timeline->close_open(c.job_id, c.epoch, "parked", now);
     eng->release(c.job_key);
     ack(c);
     return true;
@@ -391,6 +403,7 @@ struct worker::impl {
     else if (spec->deadline_seconds > 0)
       c.deadline_ms = row.created_ms + static_cast<int64_t>(spec->deadline_seconds * 1000);
     store::usage_totals usage = store::usage_totals::from_json(row.usage_json);
+    c.created_ms = row.created_ms;
 
     auto rows = db.read_transcript(c.job_id);
     if (rows.empty()) {
@@ -434,6 +447,7 @@ struct worker::impl {
           if (db.require_action(c.job_id, c.epoch, pending.dump()).get() != write_status::ok) return on_lost(c);
           n_requires_action++;
           eng->park(c.job_key, options.client_tool_park_s);
+          record_parked(c, st.n_turns - 1, options.client_tool_park_s);
           ack(c);
           return;
         }
@@ -480,6 +494,7 @@ struct worker::impl {
           s->append_event(jid, epoch, "token", json{{"text", std::string(piece)}}.dump());  // NOTE: not awaited
         };
       }
+      if (options.timeline) options.timeline->close_open(c.job_id, c.epoch, "parked", store::now_ms());
       c.request_id = eng->submit(std::move(req), std::move(cb));
       if (c.cancelled || c.lost || c.deadline_hit || c.stopping) interrupt(c);  // raced with the poller
       fault_point("mid_decode", c.fault_subject);
@@ -526,6 +541,10 @@ struct worker::impl {
       tc.job_usage = usage;
       if (db.commit_turn(c.job_id, c.epoch, tc).get() != write_status::ok) return on_lost(c);
       n_turns++;
+      obs::observe_turn(res.usage);
+      spdlog::debug("worker {}: job {} turn {}: {} prompt tokens ({} cached), {} generated, prefill {:.0f} ms, decode {:.0f} ms",
+                    id, c.job_id, turn_idx, res.usage.n_tokens_prompt, res.usage.n_tokens_cached,
+                    res.usage.n_tokens_generated, res.usage.prefill_ms, res.usage.decode_ms);
       fault_point("after_turn_commit", c.fault_subject);
 
       st.n_turns++;
@@ -540,6 +559,50 @@ struct worker::impl {
         return;
       }
     }
+  }
+
+  // --- timeline (obs/obs_store.h): fenced on the job's epoch, best effort ---------------
+
+  // "call_aq<turn>_<i>" -> turn (ids are ours; see run_job)
+  static std::optional<int32_t> turn_of_call(const std::string& call_id) {
+    if (!call_id.starts_with("call_aq")) return std::nullopt;
+    try {
+      return std::stoi(call_id.substr(7));
+    } catch (...) {
+      return std::nullopt;
+    }
+  }
+
+  // An open "parked" span; the next turn's submit (or the job's end) closes it.
+  void record_parked(job_ctx& c, std::optional<int32_t> turn, double expected_wait_s) {
+    if (!options.timeline) return;
+    obs::timeline_entry e;
+    e.kind = "parked";
+    e.start_ms = store::now_ms();
+    e.turn = turn;
+    char label[96];
+    std::snprintf(label, sizeof label, "KV parked (expected wait %.1f s)", expected_wait_s);
+    e.label = label;
+    e.attrs = {{"expected_wait_s", expected_wait_s}, {"worker", id}};
+    options.timeline->record(c.job_id, c.epoch, e);
+  }
+
+  void record_tool(job_ctx& c, const tool_call& tc, int64_t start_ms, int32_t n_attempts, const http_tool_response& res) {
+    spdlog::debug("worker {}: job {} tool {} ({}): {} after {} attempt(s), {} ms", id, c.job_id, tc.name, tc.id,
+                  res.ok ? "ok" : res.error, n_attempts, store::now_ms() - start_ms);
+    if (!options.timeline) return;
+    obs::timeline_entry e;
+    e.kind = "tool";
+    e.start_ms = start_ms;
+    e.end_ms = store::now_ms();
+    e.turn = turn_of_call(tc.id);
+    e.label = tc.name + (res.ok ? "" : " (failed: " + res.error + ")") +
+              (n_attempts > 1 ? ", " + std::to_string(n_attempts) + " attempts" : "");
+    e.attrs = {{"name", tc.name}, {"call_id", tc.id}, {"attempts", n_attempts}, {"retries", n_attempts - 1},
+               {"ok", res.ok}, {"duration_ms", *e.end_ms - start_ms}};
+    if (res.status) e.attrs["status_code"] = res.status;
+    if (!res.ok) e.attrs["error"] = res.error;
+    options.timeline->record(c.job_id, c.epoch, e);
   }
 
   double expected_wait_s(const tool_spec& t) {
@@ -578,6 +641,7 @@ struct worker::impl {
     double wait = 0;
     for (auto& [tc, t] : server_calls) wait = std::max(wait, expected_wait_s(*t));
     eng->park(c.job_key, wait);
+    record_parked(c, turn_of_call(server_calls.front().first->id), wait);
     std::vector<std::future<void>> running;
     for (auto& [tc, t] : server_calls) {
       db.append_event(c.job_id, c.epoch, "tool_call", json{{"call_id", tc->id}, {"name", tc->name}}.dump());
@@ -601,12 +665,18 @@ struct worker::impl {
     req.max_response_bytes = t.http->max_response_bytes;
     http_tool_response res;
     auto t0 = clock_type::now();
+    int64_t start_ms = store::now_ms();
+    int32_t n_attempts = 0;
     for (int32_t attempt = 0;; ++attempt) {
       res = options.http_tool(req);
+      n_attempts = attempt + 1;
       if (res.ok || !res.retryable || attempt >= t.http->max_retries || c.cancelled || c.lost) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100 << std::min(attempt, 6)));
     }
-    observe_latency(tc.name, std::chrono::duration<double>(clock_type::now() - t0).count());
+    double took_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+    observe_latency(tc.name, took_s);
+    obs::observe_tool(took_s, res.ok);
+    record_tool(c, tc, start_ms, n_attempts, res);
     fault_point("after_tool_effect", c.fault_subject);
     store::tool_output out;
     out.call_id = tc.id;

@@ -18,6 +18,9 @@ class store;
 namespace agentq::queue {
 class queue;
 }
+namespace agentq::obs {
+class obs_store;
+}
 
 namespace agentq::worker {
 
@@ -54,6 +57,7 @@ struct worker_options {
   std::string tool_allow_cidrs;        // SSRF allow-list for tool URLs, e.g. "127.0.0.0/8" (tests)
   int32_t max_deliveries = 5;          // claims before a job is dead-lettered
   http_tool_fn http_tool;              // empty = built-in client
+  obs::obs_store* timeline = nullptr;  // records tool and KV-parking spans of job timelines; nullptr = none
 };
 
 struct worker_stats {

@@ -1,0 +1,36 @@
+// HTTP request metrics (see http_metrics.h).
+#include "api/http_metrics.h"
+
+#include <chrono>
+
+namespace agentq::api {
+
+std::string route_of(const http::router& r, const std::string& path) {
+  for (const auto& rt : r.routes())
+    if (http::router::match(rt.pattern, path, nullptr)) return rt.pattern;
+  return "unmatched";
+}
+
+std::function<http::response(http::request&)> instrumented(const http::router& r, metrics::registry& reg) {
+  auto& requests =
+      reg.counter_family("agentq_http_requests_total", "HTTP requests by method, route pattern and status.",
+                         {"method", "route", "status"});
+  auto& latency = reg.histogram_family("agentq_http_request_duration_seconds",
+                                       "HTTP request handling time by method and route pattern.", {"method", "route"});
+  return [&r, &requests, &latency](http::request& req) {
+    auto t0 = std::chrono::steady_clock::now();
+    http::response res = r.dispatch(req);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // NOTE: unknown methods fold into one label value so a scanner cannot grow the series set.
+    static const char* k_methods[] = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"};
+    std::string method = "other";
+    for (const char* m : k_methods)
+      if (req.method == m) method = m;
+    std::string route = route_of(r, req.path);
+    requests.with({method, route, std::to_string(res.status)}).inc();
+    latency.with({method, route}).observe(s);
+    return res;
+  };
+}
+
+}  // namespace agentq::api

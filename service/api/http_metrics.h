@@ -1,0 +1,22 @@
+// HTTP request metrics around the router: agentq_http_requests_total{method,route,status} and
+// agentq_http_request_duration_seconds{method,route}, where route is the matched pattern
+// ("/v1/jobs/{id}"), never the raw path (bounded label values).
+#pragma once
+
+#include <functional>
+
+#include "http/message.h"
+#include "http/router.h"
+#include "metrics/registry.h"
+
+namespace agentq::api {
+
+// A server handler that dispatches through r and records each request in reg. Streaming
+// responses (SSE) count when their head is ready.
+std::function<http::response(http::request&)> instrumented(const http::router& r,
+                                                           metrics::registry& reg = metrics::global());
+
+// The route pattern that matches method + path ("unmatched" when none does).
+std::string route_of(const http::router& r, const std::string& path);
+
+}  // namespace agentq::api

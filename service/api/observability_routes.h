@@ -1,0 +1,29 @@
+// Observability routes: GET /metrics (Prometheus text), GET /v1/engine/stats (per-worker
+// engine time series), GET /v1/jobs/{id}/timeline (spans and marks of one job).
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "api/api.h"
+#include "http/router.h"
+#include "metrics/registry.h"
+
+namespace agentq::auth {
+struct key_info;
+}
+
+namespace agentq::api {
+
+// api::install's wrapper: bearer auth + rate limit around a handler that gets the key.
+using authed_handler = std::function<http::response(http::request&, const auth::key_info&)>;
+using authed_wrap = std::function<http::handler(authed_handler)>;
+
+void install_observability_routes(http::router& r, const api_options& options, const api_deps& deps,
+                                  const authed_wrap& authed);
+
+// What /metrics serves besides the process registry: jobs by state, queue depth and age per
+// priority (SQLite), and the share of each worker seen in the last 5 minutes (label worker).
+std::vector<metrics::family> observability_families(const api_deps& deps, int64_t now_ms);
+
+}  // namespace agentq::api
