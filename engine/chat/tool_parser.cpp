@@ -330,6 +330,7 @@ call_open find_call_open(template_family family, std::string_view text, size_t f
     // NOTE: a marker inside <think>...</think> is reasoning, not a call (as finish() parses it).
     size_t open = text.rfind("<think>"), close = text.rfind("</think>");
     if (open != std::string_view::npos && (close == std::string_view::npos || close < open)) return best;
+    if (close != std::string_view::npos) from = std::max(from, close + 8);
   }
   if (family == template_family::llama3) best = llama3_json_open(text);
   if (best.at != std::string_view::npos) return best;

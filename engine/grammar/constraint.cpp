@@ -349,6 +349,14 @@ compile_result compile_tool_call_grammar(chat::template_family family, const std
       obj.ordered = true;
       obj.props = {{"name", g->literal(name_lit), true}, {args_key, args, true}};
       obj.required_mask = 3;
+      if (family == chat::template_family::mistral) {
+        // NOTE: Mistral's template prints each call's 9-character "id" after the arguments, so a
+        // model may write one: allowed (optional; the parser keeps a 9-character id).
+        gnode id;
+        id.kind = gkind::string;
+        id.min_len = id.max_len = 9;
+        obj.props.push_back({"id", g->add(std::move(id)), false});
+      }
       calls.push_back(g->add(std::move(obj)));
     }
     if (calls.empty())

@@ -93,7 +93,7 @@ std::unique_ptr<turn_constraint> turn_constraint::make(turn_constraint_options o
   t->opt_ = std::move(options);
   t->vocab_ = std::move(vocab);
   if (t->opt_.response_schema_json.empty())
-    t->start_free();
+    t->start_free(0);
   else
     t->start_deciding(true, true, 0);
   return t;
@@ -101,100 +101,137 @@ std::unique_ptr<turn_constraint> turn_constraint::make(turn_constraint_options o
 
 turn_constraint::~turn_constraint() = default;
 
-void turn_constraint::start_free() {
+void turn_constraint::start_free(size_t at) {
   phase_ = turn_phase::free;
-  phase_start_ = scan_from_ = text_.size();
+  phase_start_ = scan_from_ = fed_ = at;
   open_.reset();
   answer_.reset();
   call_.reset();
 }
 
 // with_think: a <think> block may come first; with_answer: a schema answer may come (else
-// only calls or the end of the turn). The text from `from` on is fed to the new constraints.
-void turn_constraint::start_deciding(bool with_think, bool with_answer, size_t from) {
+// only calls or the end of the turn).
+void turn_constraint::start_deciding(bool with_think, bool with_answer, size_t at) {
   phase_ = turn_phase::deciding;
-  phase_start_ = from;
+  phase_start_ = fed_ = at;
   with_think_ = with_think && has_think(opt_.family);
   eos_ok_ = !with_answer;
   open_ = std::make_unique<token_constraint>(with_think_ ? open_grammar_ : open_after_call_grammar_, vocab_);
   answer_.reset();
   if (with_answer) answer_ = make_json_constraint(opt_.response_schema_json, vocab_, nullptr);
-  const std::string_view rest = std::string_view(text_).substr(from);
-  if (!rest.empty()) {
-    if (open_ && !open_->accept_bytes(rest)) open_.reset();
-    if (answer_ && !answer_->accept_bytes(rest)) answer_.reset();
-  }
-  check_phase();
 }
 
 void turn_constraint::start_call(size_t at) {
-  std::string_view catch_up = std::string_view(text_).substr(at);
-  if (opt_.family == template_family::llama3 && catch_up.starts_with("<|python_tag|>")) {
+  phase_ = turn_phase::call;
+  phase_start_ = fed_ = at;
+  const std::string_view t(text_);
+  if (opt_.family == template_family::llama3 && t.substr(at).starts_with("<|python_tag|>")) {
     // NOTE: the Llama grammar has no python tag (it is a control token, never text under a mask).
-    catch_up.remove_prefix(14);
-    while (!catch_up.empty() && is_space(catch_up.front())) catch_up.remove_prefix(1);
+    fed_ += 14;
+    while (fed_ < t.size() && is_space(t[fed_])) fed_++;
   }
   open_.reset();
   answer_.reset();
   const bool parallel = tag_family(opt_.family) ? false : opt_.parallel_tool_calls;
   call_ =
       make_tool_call_constraint(opt_.family, opt_.tools, {tool_choice_mode::required, ""}, parallel, vocab_, nullptr);
-  phase_ = turn_phase::call;
-  phase_start_ = at;
-  if (!call_ || !call_->accept_bytes(catch_up)) return start_free();  // the parser reports it
-  if (call_->is_finished()) after_call();
 }
 
-void turn_constraint::after_call() {
+void turn_constraint::after_call(size_t at) {
   call_.reset();
   if (!tag_family(opt_.family) || !opt_.parallel_tool_calls) {
     phase_ = turn_phase::done;
+    fed_ = text_.size();
     return;
   }
   // NOTE: with a response schema, what follows a call is another call or the end of the
   // turn (the answer comes in a later turn, after the tool results); without one, free text.
   if (opt_.response_schema_json.empty())
-    start_free();
+    start_free(at);
   else
-    start_deciding(false, false, text_.size());
+    start_deciding(false, false, at);
 }
 
-void turn_constraint::check_phase() {
+// Bytes of text that c takes (all, or the longest accepted prefix: byte by byte, only on the
+// rare path where a piece of text runs past the end of a value, e.g. a call's closing tag
+// followed by a newline in a prefill).
+static size_t take(token_constraint& c, std::string_view text) {
+  if (c.accept_bytes(text)) return text.size();
+  size_t n = 0;
+  while (n < text.size() && c.accept_bytes(text.substr(n, 1))) n++;
+  return n;
+}
+
+// Feed the unfed text to the current phase; true when the phase changed and the rest of the
+// text has to go to the new one.
+bool turn_constraint::advance() {
+  const std::string_view rest = std::string_view(text_).substr(std::min(fed_, text_.size()));
   switch (phase_) {
     case turn_phase::free: {
+      fed_ = text_.size();
       const chat::call_open o = chat::find_call_open(opt_.family, text_, scan_from_);
-      if (o.at != std::string::npos) return start_call(o.at);
+      if (o.at != std::string::npos) {
+        start_call(o.at);
+        return true;
+      }
       scan_from_ = text_.size() - std::min(o.hold, text_.size());
-      return;
+      return false;
     }
     case turn_phase::deciding: {
+      size_t open_end = text_.size();  // where a complete opening ends (text after it is not the opening's)
+      if (open_) {
+        const size_t n = take(*open_, rest);
+        if (n < rest.size() && !open_->is_complete()) open_.reset();
+        open_end = fed_ + n;
+      }
+      fed_ = text_.size();
+      if (answer_ && !answer_->accept_bytes(rest)) answer_.reset();
       const chat::call_open o = chat::find_call_open(opt_.family, text_, phase_start_);
-      if (open_ && o.at != std::string::npos && o.at >= phase_start_) return start_call(o.at);
+      if (open_ && o.at != std::string::npos && o.at >= phase_start_) {
+        start_call(o.at);
+        return true;
+      }
       if (open_ && with_think_ && open_->is_complete()) {  // only "<think>" completes without a call
         phase_ = turn_phase::think;
-        phase_start_ = text_.size();
+        phase_start_ = fed_ = open_end;
         open_.reset();
         answer_.reset();
-        return;
+        return true;
       }
-      if (!open_ && answer_)
-        phase_ = turn_phase::answer;
-      else if (!open_ && !answer_)
-        start_free();  // e.g. a prefill no grammar takes
-      return;
+      if (!open_ && answer_) phase_ = turn_phase::answer;
+      else if (!open_ && !answer_) start_free(text_.size());  // e.g. a prefill no grammar takes
+      return false;
     }
     case turn_phase::think: {
+      fed_ = text_.size();
       const size_t end = text_.find("</think>", phase_start_ >= 7 ? phase_start_ - 7 : 0);
-      if (end != std::string::npos) start_deciding(false, true, end + 8);
-      return;
+      if (end == std::string::npos) return false;
+      start_deciding(false, true, end + 8);
+      return true;
     }
-    case turn_phase::call:
-      if (call_->is_finished()) after_call();
-      return;
     case turn_phase::answer:
+      fed_ = text_.size();
+      if (!answer_->accept_bytes(rest)) start_free(text_.size());
+      return false;
+    case turn_phase::call: {
+      if (!call_) {  // the tool grammar did not compile (reported at make())
+        start_free(text_.size());
+        return false;
+      }
+      const size_t n = take(*call_, rest);
+      fed_ += n;
+      if (call_->is_finished() || (n < rest.size() && call_->is_complete())) {
+        after_call(fed_);
+        return fed_ < text_.size();
+      }
+      if (n < rest.size()) start_free(text_.size());  // malformed: the parser reports it
+      return false;
+    }
     case turn_phase::done:
-      return;
+      fed_ = text_.size();
+      return false;
   }
+  return false;
 }
 
 bool turn_constraint::fill_mask(std::vector<uint32_t>& mask) {
@@ -239,23 +276,10 @@ void turn_constraint::accept(token_id id) {
 }
 
 void turn_constraint::accept_text(std::string_view bytes) {
-  if (bytes.empty()) return;
   text_.append(bytes);
-  switch (phase_) {
-    case turn_phase::deciding:
-      if (open_ && !open_->accept_bytes(bytes)) open_.reset();
-      if (answer_ && !answer_->accept_bytes(bytes)) answer_.reset();
-      break;
-    case turn_phase::answer:
-      if (!answer_->accept_bytes(bytes)) return start_free();
-      break;
-    case turn_phase::call:
-      if (!call_->accept_bytes(bytes)) return start_free();
-      break;
-    default:
-      break;
+  // NOTE: bounded: every phase change moves on through the text or ends in a phase that eats it all.
+  for (int guard = 0; guard < 1024 && advance(); guard++) {
   }
-  check_phase();
 }
 
 bool turn_constraint::is_finished() const {

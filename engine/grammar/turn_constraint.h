@@ -63,11 +63,11 @@ class turn_constraint {
 
  private:
   turn_constraint() = default;
-  void start_free();
-  void start_deciding(bool with_think, bool with_answer, size_t from);
+  void start_free(size_t at);
+  void start_deciding(bool with_think, bool with_answer, size_t at);
   void start_call(size_t at);
-  void after_call();
-  void check_phase();
+  void after_call(size_t at);
+  bool advance();
 
   turn_constraint_options opt_;
   std::shared_ptr<const vocab_index> vocab_;
@@ -76,6 +76,7 @@ class turn_constraint {
   std::string text_;
   size_t scan_from_ = 0;                      // where the call-opening search resumes
   size_t phase_start_ = 0;                    // text_ offset where the current phase began
+  size_t fed_ = 0;                            // text_ bytes the current phase has taken
   bool eos_ok_ = false;                       // deciding after a call: ending the turn is allowed
   bool with_think_ = false;                   // deciding: a <think> block may still open
   std::unique_ptr<token_constraint> open_;    // deciding: whitespace + an opening (or <think>)

@@ -284,6 +284,37 @@ TEST_CASE("prefill: text that opens a call constrains from the first sampled tok
   auto p = parse(template_family::chatml, "<tool_call>\n{\"name\": \"" + r.text, false);
   CHECK(p.errors.empty());
   CHECK(p.message.tool_calls.size() == 1);
+  // The calls the templates print back are taken whole (then only the end of the turn is left).
+  for (auto [f, said] : std::initializer_list<std::pair<template_family, const char*>>{
+           {template_family::plain, R"( <tool_call>{"name":"search","arguments":{"q":"x"}}</tool_call>)"},
+           {template_family::plain,
+            R"( <tool_call>{"name":"get_weather","arguments":{"city":"London","days":2}}</tool_call>)"},
+           {template_family::mistral,
+            R"([TOOL_CALLS][{"name": "search", "arguments": {"q": "x"}, "id": "a73c32c4f"}])"}}) {
+    c = make(f, false);
+    c->accept_text(said);
+    CHECK_MESSAGE(c->phase() == turn_phase::done, std::string(to_string(f)), ": ", std::string(to_string(c->phase())));
+  }
+  {
+    grammar::turn_constraint_options o;
+    o.family = template_family::plain;
+    o.tools = {
+        {"get_weather", "",
+         R"({"type":"object","properties":{"city":{"enum":["Paris","London"]},"days":{"type":"integer","minimum":1,"maximum":3}},"required":["city","days"],"additionalProperties":false})"}};
+    o.parallel_tool_calls = false;
+    std::string err;
+    auto e = grammar::turn_constraint::make(o, vocab().index, &err);
+    REQUIRE(e);
+    e->accept_text(R"( <tool_call>{"name":"get_weather","arguments":{"city":"London","days":2}}</tool_call>)");
+    CHECK_MESSAGE(e->phase() == turn_phase::done, std::string(to_string(e->phase())));
+  }
+  // Several phases in one piece of text.
+  c = make(template_family::qwen3, true, answer_schema);
+  c->accept_text("<think>\nhm <tool_call></think>\n\n{\"answer\": 1}");
+  CHECK(c->phase() == turn_phase::answer);
+  c = make(template_family::chatml, true, answer_schema);
+  c->accept_text("\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}\n</tool_call>\n<tool_call>\n{");
+  CHECK(c->phase() == turn_phase::call);
   // Text no grammar takes leaves the turn unconstrained instead of failing.
   c = make(template_family::chatml, false, answer_schema);
   c->accept_text("Well");
