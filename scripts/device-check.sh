@@ -66,11 +66,15 @@ gen_pid=""
 if [ $have_gpu = 1 ] && [ -n "$vocab" ]; then
   mkdir -p "$model_dir"
   (
+    child=""
+    trap '[ -n "$child" ] && kill "$child" 2>/dev/null; exit 1' TERM
     for m in $models; do
       f="$model_dir/synth-${m%%:*}-${m##*:}.gguf"
       [ -f "$f" ] && continue  # kept from an earlier run
-      if "$bin/agentq-mkgguf" --out "$f.tmp" --shape "${m%%:*}" --type "${m##*:}" --vocab "$vocab" \
-        --threads "$jobs" >"$f.log" 2>&1; then mv -f "$f.tmp" "$f"; fi
+      "$bin/agentq-mkgguf" --out "$f.tmp" --shape "${m%%:*}" --type "${m##*:}" --vocab "$vocab" \
+        --threads "$jobs" >"$f.log" 2>&1 &
+      child=$!
+      if wait "$child"; then mv -f "$f.tmp" "$f"; fi
     done
   ) &
   gen_pid=$!
@@ -88,12 +92,13 @@ if [ $have_gpu = 0 ]; then
 elif [ -z "$vocab" ]; then
   echo "no vocab GGUF (../shared/models/vocab or shared/models/vocab): engine benchmarks skipped"
 else
-  wait "$gen_pid"
   field() { sed -n "s/.*\"$1\":\([0-9.eE+-]*\).*/\1/p" | head -1; }
   for m in $models; do
     f="$model_dir/synth-${m%%:*}-${m##*:}.gguf"
-    if [ ! -f "$f" ]; then echo "$m: not generated (see $f.log)"; continue; fi
+    # Each model is benchmarked as soon as it is written (the next one is generated meanwhile).
+    while [ ! -f "$f" ] && kill -0 "$gen_pid" 2>/dev/null && in_budget; do sleep 1; done
     if ! in_budget; then echo "$m: skipped (time budget)"; continue; fi
+    if [ ! -f "$f" ]; then echo "$m: not generated (see $f.log)"; continue; fi
     j=$(timeout 90 "$bin/agentq-bench_engine" --device cuda --pp 512 --tg 128 --reps 1 "$f" 2>"$build/bench_engine.$m.log" | tail -1)
     tg[$m]=$(echo "$j" | field tg128_tokens_per_s)
     roof[$m]=$(echo "$j" | field roofline_fraction)
@@ -128,6 +133,7 @@ else
   fi
 fi
 
+[ -n "$gen_pid" ] && kill "$gen_pid" 2>/dev/null  # models still being written past the budget
 echo "== kernels (elapsed $(elapsed) s)"
 if in_budget; then
   timeout 90 "$bin/agentq-bench_cuda" --iters 20
