@@ -352,7 +352,10 @@ bool engine_impl::on_token(active_request& ar, token_id tok, const sequence& seq
     return true;
   }
   ar.output_ids.push_back(tok);
+  // A token is call text if a tool call was open before it or is open after it.
+  bool in_call = ar.constraint && ar.constraint->in_call();
   if (ar.constraint) ar.constraint->accept(tok);
+  in_call = in_call || (ar.constraint && ar.constraint->in_call());
   const size_t before = ar.text.size();
   ar.text += ar.decoder->push(tok);
   // NOTE: the tool-call parser must see a control-token opening ([TOOL_CALLS]); it strips it from content.
@@ -362,8 +365,9 @@ bool engine_impl::on_token(active_request& ar, token_id tok, const sequence& seq
   if (ar.max_stop_len > 0) {
     const size_t from = before >= ar.max_stop_len ? before - ar.max_stop_len + 1 : 0;
     size_t hit = std::string::npos;
+    // NOTE: stop strings do not cut a tool call (a "." stop would break "3.5"): its grammar ends it.
     for (const auto& s : r.stop) {
-      if (s.empty()) continue;
+      if (s.empty() || in_call) continue;
       const size_t p = ar.text.find(s, from);
       if (p != std::string::npos && p < hit) hit = p;
     }

@@ -10,7 +10,8 @@ namespace agentq {
 namespace {
 class grammar_constraint final : public output_constraint {
  public:
-  explicit grammar_constraint(std::unique_ptr<grammar::token_constraint> c) : c_(std::move(c)) {}
+  grammar_constraint(std::unique_ptr<grammar::token_constraint> c, bool tool_call)
+      : c_(std::move(c)), tool_call_(tool_call) {}
   bool fill_mask(std::vector<uint32_t>& mask) override {
     c_->fill_mask(mask);
     return true;
@@ -18,9 +19,11 @@ class grammar_constraint final : public output_constraint {
   bool accept(token_id id) override { return c_->accept(id); }
   bool accept_text(std::string_view text) override { return c_->accept_bytes(text); }
   bool is_finished() const override { return c_->is_finished(); }
+  bool in_call() const override { return tool_call_; }
 
  private:
   std::unique_ptr<grammar::token_constraint> c_;
+  bool tool_call_;  // a forced tool-call turn (else a JSON Schema answer)
 };
 
 class lazy_constraint final : public output_constraint {
@@ -36,6 +39,7 @@ class lazy_constraint final : public output_constraint {
     return true;
   }
   bool is_finished() const override { return c_->is_finished(); }
+  bool in_call() const override { return c_->phase() == grammar::turn_phase::call; }
 
  private:
   std::unique_ptr<grammar::turn_constraint> c_;
@@ -53,14 +57,14 @@ std::unique_ptr<output_constraint> engine_impl::make_schema_constraint(std::stri
                                                                        std::string* error) const {
   auto c = grammar::make_json_constraint(schema_json, vocab_of(vocab_index_, vocab_mutex_, *tok_), error);
   if (!c) return nullptr;
-  return std::make_unique<grammar_constraint>(std::move(c));
+  return std::make_unique<grammar_constraint>(std::move(c), false);
 }
 
 std::unique_ptr<output_constraint> engine_impl::make_tool_constraint(const turn_request& r, std::string* error) const {
   auto c = grammar::make_tool_call_constraint(family_, r.tools, r.choice, r.parallel_tool_calls,
                                               vocab_of(vocab_index_, vocab_mutex_, *tok_), error);
   if (!c) return nullptr;
-  return std::make_unique<grammar_constraint>(std::move(c));
+  return std::make_unique<grammar_constraint>(std::move(c), true);
 }
 
 std::unique_ptr<output_constraint> engine_impl::make_lazy_constraint(const turn_request& r, std::string* error) const {

@@ -44,6 +44,8 @@ class output_constraint {
   // Advance by text that is output but was not sampled (an assistant prefix); false if it does not fit.
   virtual bool accept_text(std::string_view text) = 0;
   virtual bool is_finished() const = 0;
+  // The output is inside a tool call now (stop strings do not apply there).
+  virtual bool in_call() const = 0;
 };
 class output_parser {
  public:

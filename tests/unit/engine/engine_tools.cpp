@@ -191,3 +191,13 @@ TEST_CASE("round trip for every family: render -> tokenize -> generate -> parse 
     CHECK(r.output_ids.size() <= 1);  // nothing but the end of the turn was left to generate
   }
 }
+
+TEST_CASE("stop strings do not cut a tool call, forced or opened under auto") {
+  auto e = load("chatml");
+  for (auto mode : {tool_choice_mode::required, tool_choice_mode::automatic}) {
+    auto t = weather_turn(mode);
+    t.stop = {",", "\""};  // both occur inside every call of this tool
+    if (mode == tool_choice_mode::automatic) t.assistant_prefix = "<tool_call>\n";
+    check_one_call(run(*e, t));
+  }
+}
