@@ -166,8 +166,12 @@ void api::install(http::router& r) {
             case store::create_outcome::error:
               break;
           }
+          // NOTE: a failed store write is transient (disk full, database busy): 503 + Retry-After, so a
+          // client retries (with its Idempotency-Key) rather than giving up as on a 500.
           spdlog::error("api: create_job failed: {}", res.error);
-          return error_response(error_kind::internal, "could not store the job; retry");
+          response unavailable = error_response(error_kind::unavailable, "could not store the job right now; retry");
+          unavailable.headers.emplace_back("Retry-After", "1");
+          return unavailable;
         }));
 
   r.add("GET", "/v1/jobs", authed([this](request& req, const auth::key_info& key) {

@@ -151,7 +151,7 @@ json build() {
   p["/openapi.json"]["get"] = op("This document", 200, {{"type", "object"}}, {}, false);
   p["/v1/models"]["get"] = op("Loaded models", 200, ref("List"), {401, 429});
   json submit = op("Submit an agent job (202; an Idempotency-Key replay answers 200 with the same job)", 202,
-                   ref("Job"), {400, 401, 409, 413, 422, 429});
+                   ref("Job"), {400, 401, 409, 413, 422, 429, 503});
   submit["responses"]["200"] = {{"description", "idempotent replay"},
                                 {"content", {{"application/json", {{"schema", ref("Job")}}}}}};
   submit["requestBody"] = body(ref("JobRequest"));

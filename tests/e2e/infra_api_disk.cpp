@@ -1,0 +1,125 @@
+// Fault scenarios (docs/RELIABILITY.md, "Infrastructure faults"): the API process killed with -9
+// in the middle of a submit burst (retrying clients with Idempotency-Keys: every 202'd job exists
+// and ends, no key ever makes two jobs), and the SQLite disk filling up (a small tmpfs under the
+// data dir: clean 5xx answers, no corruption, back to normal once space returns).
+#include <doctest/doctest.h>
+#include <sqlite3.h>
+
+#include <atomic>
+#include <memory>
+
+#include "cluster.h"
+#include "history_check.h"
+#include "infra_faults.h"
+
+using namespace agentq;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+TEST_CASE("API kill -9 during a submit burst: every 202 ends, no Idempotency-Key makes two jobs") {
+  test::cluster c;
+  const int n_threads = 4, n_per_thread = 25;
+  std::atomic<int> n_no_response{0}, n_existing{0}, n_created{0}, n_bad_answers{0};
+  std::mutex mu;
+  std::vector<std::string> all_ids;  // one per key: 202 (created) or 200 (an earlier attempt had committed)
+  std::vector<std::thread> clients;
+  for (int t = 0; t < n_threads; ++t)
+    clients.emplace_back([&, t] {
+      for (int i = 0; i < n_per_thread; ++i) {
+        std::string key = "burst-" + std::to_string(t) + "-" + std::to_string(i);
+        json body = test::tiny_job(c.webhook_url(), key);
+        // a retrying client: same key, same body, until the server answers
+        for (int attempt = 0;; ++attempt) {
+          auto x = c.client().call("POST", "/v1/jobs", body.dump(), 5s, {{"Idempotency-Key", key}});
+          if (x.status == 202 || x.status == 200) {
+            (x.status == 202 ? n_created : n_existing)++;
+            std::lock_guard lock(mu);
+            all_ids.push_back(json::parse(x.response)["id"].get<std::string>());
+            break;
+          }
+          if (x.status == 0) n_no_response++;
+          if (x.status != 0 && x.status < 500) {  // NOTE: no REQUIRE off the test's thread
+            n_bad_answers++;
+            break;
+          }
+          std::this_thread::sleep_for(100ms);
+        }
+      }
+    });
+  std::this_thread::sleep_for(300ms);
+  c.api().kill9();
+  std::this_thread::sleep_for(1s);
+  c.restart_api();
+  for (auto& t : clients) t.join();
+  MESSAGE("burst: " << n_threads * n_per_thread << " keys, " << n_created.load() << " answered 202, "
+                    << n_existing.load() << " answered 200 on a retry (an unanswered attempt had committed), "
+                    << n_no_response.load() << " attempts without a response");
+  CHECK(n_no_response > 0);  // the kill landed inside the burst
+  CHECK(n_bad_answers == 0);
+  REQUIRE(all_ids.size() == size_t(n_threads * n_per_thread));
+  CHECK(c.wait_terminal(all_ids, 40s));
+  bool drained = c.drain(40s);
+  auto r = test::check_history(c, "api-kill9-submit-burst");
+  CHECK_MESSAGE(drained, c.logs_tail());
+  test::expect_no_loss(r, n_created);
+  // no key made two jobs; every key made one
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open_v2(c.db_path().c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  auto dup = test::detail::query(db,
+                                 "SELECT COUNT(*) FROM (SELECT idempotency_key FROM jobs WHERE idempotency_key "
+                                 "LIKE 'burst-%' GROUP BY tenant, idempotency_key HAVING COUNT(*) > 1)");
+  auto keys =
+      test::detail::query(db, "SELECT COUNT(DISTINCT idempotency_key) FROM jobs WHERE idempotency_key LIKE 'burst-%'");
+  sqlite3_close(db);
+  CHECK(dup.at(0).at(0) == "0");
+  CHECK(keys.at(0).at(0) == std::to_string(n_threads * n_per_thread));
+}
+
+TEST_CASE("SQLite disk full (small tmpfs): clean 5xx, no corruption, recovers when space returns") {
+  std::unique_ptr<test::small_tmpfs> fs;
+  test::cluster_options o;
+  o.prepare_data_dir = [&fs](const std::filesystem::path& dir) {
+    fs = std::make_unique<test::small_tmpfs>(dir, 24 << 20);
+  };
+  test::cluster c(o);
+  if (!fs->mounted()) {
+    MESSAGE("skipped: mount -t tmpfs is not permitted here (needs CAP_SYS_ADMIN)");
+    return;
+  }
+  auto before = test::submit_tiny(c, 5, "disk-before");
+  REQUIRE(c.wait_terminal(before, 30s));
+  auto filler = c.data_dir() / "filler";
+  size_t n_filled = test::small_tmpfs::fill(filler);
+  MESSAGE("filled " << (n_filled >> 10) << " KiB: the data dir's file system is full");
+  int n_5xx = 0, n_202 = 0, n_other = 0;
+  std::vector<std::string> during;
+  for (int i = 0; i < 20; ++i) {
+    auto x =
+        c.client().call("POST", "/v1/jobs", test::tiny_job(c.webhook_url(), "disk-full-" + std::to_string(i)).dump());
+    if (x.status >= 500) {
+      ++n_5xx;
+      CHECK(x.status == 503);  // a transient store failure: retry later
+      if (n_5xx == 1) MESSAGE("answer while full: " << x.status << " " << x.response);
+      json e = json::parse(x.response, nullptr, false);
+      CHECK_MESSAGE((e.is_object() && e["error"]["type"].is_string()), x.response);
+    } else if (x.status == 202) {
+      ++n_202;
+      during.push_back(json::parse(x.response)["id"].get<std::string>());
+    } else {
+      ++n_other;
+      MESSAGE("unexpected answer while the disk is full: " << x.status << " " << x.error << " " << x.response);
+    }
+  }
+  MESSAGE("while full: " << n_5xx << " x 5xx, " << n_202 << " x 202 (room left in the WAL), " << n_other << " other");
+  CHECK(n_5xx > 0);
+  CHECK(n_other == 0);
+  CHECK(c.api().running());
+  CHECK(c.client().call("GET", "/healthz").status == 200);
+  std::filesystem::remove(filler);
+  auto after = test::submit_tiny(c, 5, "disk-after");
+  CHECK(after.size() == 5);
+  bool drained = c.drain(40s);
+  auto r = test::check_history(c, "sqlite-disk-full");
+  CHECK_MESSAGE(drained, c.logs_tail());
+  test::expect_no_loss(r, 10 + n_202);
+}
