@@ -6,6 +6,7 @@
 
 #include "api/model_catalog.h"
 #include "net/ssrf_guard.h"
+#include "util/json_depth.h"
 #include "webhooks/signing.h"
 
 namespace agentq::api {
@@ -136,7 +137,10 @@ chat_message parse_message(const json& m, const std::string& p) {
       t.name = get_string(need(fn, "name", q + ".function.name"), q + ".function.name", false);
       const json& args = need(fn, "arguments", q + ".function.arguments");
       if (args.is_string()) {
-        auto parsed = json::parse(args.get<std::string>(), nullptr, false);
+        // NOTE: the depth cap keeps later dumps of these arguments off deep recursion
+        auto parsed = util::json_depth(args.get_ref<const std::string&>()) > util::k_max_json_depth
+                          ? json(json::value_t::discarded)
+                          : json::parse(args.get<std::string>(), nullptr, false);
         if (parsed.is_discarded() || !parsed.is_object())
           fail(q + ".function.arguments", "'" + q + ".function.arguments' must be a JSON object encoded as a string");
         t.arguments_json = args.get<std::string>();
@@ -384,6 +388,12 @@ bool is_valid_utf8(std::string_view s) {
 std::optional<json> parse_body(const std::string& body, validation_error* err) {
   if (!is_valid_utf8(body)) {
     *err = {http::error_kind::invalid_request, "the request body is not valid UTF-8", ""};
+    return std::nullopt;
+  }
+  if (util::json_depth(body) > util::k_max_json_depth) {
+    *err = {http::error_kind::invalid_request,
+            "the request body nests objects/arrays deeper than " + std::to_string(util::k_max_json_depth) + " levels",
+            ""};
     return std::nullopt;
   }
   try {

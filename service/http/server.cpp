@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "http/errors.h"
+#include "http/request_parse.h"
 
 namespace agentq::http {
 
@@ -44,7 +45,7 @@ const char* reason(int status) { return bhttp::obsolete_reason(bhttp::status(sta
 class session : public std::enable_shared_from_this<session> {
  public:
   session(tcp::socket socket, std::shared_ptr<shared_state> state)
-      : stream_(std::move(socket)), state_(std::move(state)) {
+      : stream_(std::move(socket)), state_(std::move(state)), buffer_(state_->options.max_header_bytes + 4096) {
     ++state_->n_connections;
   }
   ~session() { --state_->n_connections; }
@@ -60,81 +61,69 @@ class session : public std::enable_shared_from_this<session> {
   }
 
  private:
+  // NOTE: the head is read with our own loop (not bhttp::async_read_header) so that
+  // put_head sees the raw head bytes (obs-fold check) before the parser consumes them.
   void do_read_header() {
     if (state_->stopping) return close();
     parser_.emplace();
-    parser_->header_limit(uint32_t(state_->options.max_header_bytes));
-    parser_->body_limit(state_->options.max_body_bytes);
+    init_parser(*parser_, state_->options);
+    n_head_bytes_ = 0;
     stream_.expires_after(state_->options.header_timeout);
-    bhttp::async_read_header(stream_, buffer_, *parser_,
-                             beast::bind_front_handler(&session::on_read_header, shared_from_this()));
+    if (buffer_.size() > 0) return parse_head();  // pipelined bytes from the last request
+    read_head_some();
   }
 
-  void on_read_header(beast::error_code ec, size_t) {
-    if (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
-        ec == asio::error::connection_reset || ec == asio::error::operation_aborted) {
-      if (ec == beast::error::timeout && buffer_.size() > 0) ++state_->n_rejected;
+  void read_head_some() {
+    size_t room = buffer_.max_size() - buffer_.size();
+    if (room == 0) return reject({error_kind::header_too_large, "request headers exceed " +
+                                                                  std::to_string(state_->options.max_header_bytes) +
+                                                                  " bytes"});
+    stream_.async_read_some(buffer_.prepare(std::min<size_t>(room, 4096)),
+                            beast::bind_front_handler(&session::on_read_head_some, shared_from_this()));
+  }
+
+  void on_read_head_some(beast::error_code ec, size_t n) {
+    if (ec) {
+      if (ec == beast::error::timeout && buffer_.size() > 0) ++state_->n_rejected;  // slowloris
       return close();
     }
-    if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow)
-      return reject(error_kind::header_too_large, "request headers exceed " +
-                                                      std::to_string(state_->options.max_header_bytes) + " bytes");
-    if (ec == bhttp::error::body_limit)
-      return reject(error_kind::payload_too_large,
-                    "request body exceeds " + std::to_string(state_->options.max_body_bytes) + " bytes");
-    if (ec) return reject(error_kind::invalid_request, "malformed HTTP request: " + ec.message());
+    buffer_.commit(n);
+    parse_head();
+  }
 
-    // Request smuggling shapes: more than one Content-Length, or Content-Length with Transfer-Encoding.
-    const auto& h = parser_->get();
-    auto n_cl = std::distance(h.equal_range(bhttp::field::content_length).first,
-                              h.equal_range(bhttp::field::content_length).second);
-    bool has_te = h.find(bhttp::field::transfer_encoding) != h.end();
-    if (n_cl > 1) return reject(error_kind::invalid_request, "duplicate Content-Length header");
-    if (n_cl == 1 && has_te)
-      return reject(error_kind::invalid_request, "Content-Length together with Transfer-Encoding is not allowed");
-    if (has_te && !parser_->chunked())
-      return reject(error_kind::not_implemented, "only Transfer-Encoding: chunked is supported");
-    if (h.version() != 11 && h.version() != 10) return reject(error_kind::invalid_request, "unsupported HTTP version");
-    if (parser_->content_length() && *parser_->content_length() > state_->options.max_body_bytes)
-      return reject(error_kind::payload_too_large,
-                    "request body exceeds " + std::to_string(state_->options.max_body_bytes) + " bytes");
+  void parse_head() {
+    auto data = buffer_.data();
+    head_step step = put_head(*parser_, {static_cast<const char*>(data.data()), data.size()}, state_->options,
+                              buffer_.max_size(), &n_head_bytes_);
+    buffer_.consume(step.n_used);
+    if (step.st == head_step::status::rejected) return reject(std::move(step.why));
+    if (step.st == head_step::status::need_more) return read_head_some();
     if (parser_->is_done()) return handle();
     stream_.expires_after(state_->options.body_timeout);
     bhttp::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&session::on_read_body, shared_from_this()));
   }
 
   void on_read_body(beast::error_code ec, size_t) {
-    if (ec == bhttp::error::body_limit)
-      return reject(error_kind::payload_too_large,
-                    "request body exceeds " + std::to_string(state_->options.max_body_bytes) + " bytes");
-    if (ec == beast::error::timeout || ec == bhttp::error::end_of_stream || ec == asio::error::eof) {
-      ++state_->n_rejected;
-      return close();
+    if (ec) {
+      auto why = body_read_rejection(ec, state_->options);
+      if (!why) {
+        ++state_->n_rejected;
+        return close();
+      }
+      return reject(std::move(*why));
     }
-    if (ec) return reject(error_kind::invalid_request, "malformed HTTP request body: " + ec.message());
     handle();
   }
 
   void handle() {
     auto& breq = parser_->get();
-    request req;
-    req.method = std::string(breq.method_string());
-    req.target = std::string(breq.target());
-    size_t q = req.target.find('?');
-    req.path = req.target.substr(0, q);
-    if (q != std::string::npos) req.query = req.target.substr(q + 1);
-    for (const auto& f : breq) {
-      std::string name(f.name_string());
-      for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
-      req.headers.emplace_back(std::move(name), std::string(f.value()));
-    }
-    req.body = std::move(breq.body());
-    beast::error_code ep_ec;
-    auto ep = stream_.socket().remote_endpoint(ep_ec);
-    if (!ep_ec) req.remote = ep.address().to_string();
     keep_alive_ = breq.keep_alive() && !state_->stopping;
     version_ = breq.version();
     bool head = breq.method() == bhttp::verb::head;
+    request req = to_request(*parser_);
+    beast::error_code ep_ec;
+    auto ep = stream_.socket().remote_endpoint(ep_ec);
+    if (!ep_ec) req.remote = ep.address().to_string();
     ++state_->n_requests;
 
     response res;
@@ -176,9 +165,9 @@ class session : public std::enable_shared_from_this<session> {
     do_read_header();
   }
 
-  void reject(error_kind kind, std::string message) {
+  void reject(rejection why) {
     ++state_->n_rejected;
-    send_error(kind, message, true);
+    send_error(why.kind, why.message, true);
   }
 
   void send_error(error_kind kind, const std::string& message, bool close_after) {
@@ -246,8 +235,9 @@ class session : public std::enable_shared_from_this<session> {
 
   beast::tcp_stream stream_;
   std::shared_ptr<shared_state> state_;
-  beast::flat_buffer buffer_{8192};
-  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  beast::flat_buffer buffer_;  // max size set in the constructor (room for a whole head)
+  std::optional<request_parser> parser_;
+  size_t n_head_bytes_ = 0;  // of the request being read, consumed by the parser so far
   bool keep_alive_ = false;
   unsigned version_ = 11;
 };

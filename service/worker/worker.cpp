@@ -30,6 +30,7 @@
 #include "store/store.h"
 #include "util/crypto.h"
 #include "util/fault.h"
+#include "util/json_depth.h"
 #include "webhooks/signing.h"
 #include "worker/agent_spec.h"
 
@@ -681,7 +682,9 @@ struct worker::impl {
     store::tool_output out;
     out.call_id = tc.id;
     if (res.ok) {
-      json body = json::parse(res.body, nullptr, false);
+      // NOTE: a hostile tool server's deeply nested reply stays raw text (dump() would recurse)
+      json body = util::json_depth(res.body) > util::k_max_json_depth ? json(json::value_t::discarded)
+                                                                       : json::parse(res.body, nullptr, false);
       out.output = body.is_object() && body.contains("output")
                        ? (body["output"].is_string() ? body["output"].get<std::string>() : body["output"].dump())
                        : res.body;

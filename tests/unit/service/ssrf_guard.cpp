@@ -1,6 +1,11 @@
-// SSRF guard corpus: schemes, odd IPv4 host forms, special ranges, IPv6 forms, allow-list.
+// SSRF guard corpus: schemes, odd IPv4 host forms, special ranges, IPv6 forms, allow-list,
+// userinfo / trailing-dot tricks, and the connect-time check of names that resolve to loopback.
 #include <doctest/doctest.h>
 
+#include "http/router.h"
+#include "http/server.h"
+#include "loopback_name.h"
+#include "net/http_client.h"
 #include "net/ssrf_guard.h"
 
 using namespace agentq::net;
@@ -96,4 +101,80 @@ TEST_CASE("resolution of a hostname that maps to loopback is blocked") {
   std::string err;
   CHECK_FALSE(g.check("http://localhost:1/", &err));
   CHECK(err.find("127.0.0.1") != std::string::npos);
+}
+
+TEST_CASE("trailing dots, userinfo and parser-confusion tricks") {
+  ssrf_guard g;
+  for (const char* u : {"http://127.0.0.1./", "http://169.254.169.254./", "http://localhost./", "http://LocalHost/",
+                        "http://a.b.localhost./", "http://0x7f.1./", "http://2130706433./", "http://127.0.0.1../",
+                        "http://good@127.0.0.1/", "http://good.example.com@127.0.0.1/", "http://:@127.0.0.1/",
+                        "http://@127.0.0.1/", "http://user:pw@169.254.169.254/", "http://127.0.0.1%2f@good.com/",
+                        "http://127.0.0.1#@good.com/", "http://127.0.0.1?@good.com/", "http://127.0.0.1/@good.com/",
+                        "http://good.com\\@127.0.0.1/", "http://127.0.0.1:80:80/", "http://[::1]:80@good.com/",
+                        "http://127.0.0.1%00.good.com/", "http://%31%32%37.0.0.1/", "http://127。0。0。1/",
+                        "HTTP://127.0.0.1/", "hTtPs://[::1]/", "http:/127.0.0.1/", "http:\\\\127.0.0.1/",
+                        "//127.0.0.1/", "127.0.0.1:80"})
+    CHECK_MESSAGE(blocked(g, u), u);
+  // what is left after a '#', '?' or '/' is path, not host: still loopback
+  auto u = parse_url("http://127.0.0.1#@good.com/", nullptr);
+  REQUIRE(u);
+  CHECK(u->host == "127.0.0.1");
+}
+
+TEST_CASE("more schemes, CGNAT edges, IPv4-mapped and translated IPv6") {
+  ssrf_guard g;
+  for (const char* u : {"file://localhost/etc/passwd", "gopher://127.0.0.1:6379/_INFO", "ftp://8.8.8.8/",
+                        "ldap://8.8.8.8/", "ws://8.8.8.8/", "data:text/plain,hi", "jar:http://8.8.8.8!/",
+                        "http+unix://x/", "netdoc:///etc/passwd", "tftp://8.8.8.8/"})
+    CHECK_MESSAGE(blocked(g, u), u);
+  for (const char* u : {"http://100.64.0.0/", "http://100.100.100.200/", "http://100.127.255.255/",
+                        "http://[::ffff:100.64.0.1]/", "http://[::ffff:a9fe:a9fe]/", "http://[::ffff:0.0.0.0]/",
+                        "http://[::ffff:10.0.0.1]/", "http://[::ffff:8.8.8.8]/", "http://[64:ff9b::10.0.0.1]/",
+                        "http://[64:ff9b::8.8.8.8]/", "http://[fd00:ec2::254]/", "http://[FD00:EC2:0:0:0:0:0:254]/",
+                        "http://[::1%25lo]/", "http://[fe80::a9fe:a9fe]/", "http://[::0:1]/", "http://[0::1]/"})
+    CHECK_MESSAGE(blocked(g, u), u);
+  CHECK_FALSE(blocked(g, "http://100.63.255.255/"));
+  CHECK_FALSE(blocked(g, "http://100.128.0.0/"));
+  // metadata stays blocked in every spelling, even with everything allowed
+  std::string err;
+  ssrf_guard all(*parse_cidr_list("0.0.0.0/0,::/0", &err));
+  for (const char* u : {"http://169.254.169.254/", "http://[fd00:ec2::254]/", "http://169.254.169.254./"})
+    CHECK_MESSAGE(blocked(all, u), u);
+}
+
+// DNS-rebinding shape: a host *name* (not a literal) that resolves to loopback passes the
+// syntax-only check but is refused once resolved, and http_client refuses to connect to it.
+TEST_CASE("a host name resolving to loopback is refused at resolve and connect time") {
+  std::string host = agentq::test::loopback_hostname();
+  if (host.empty()) {
+    MESSAGE("this machine's host name does not resolve to loopback; using localhost only");
+    host = "localhost";
+  }
+  agentq::http::router r;
+  r.add("POST", "/hook", [](agentq::http::request&) { return agentq::http::response{}; });
+  agentq::http::server_options o;
+  o.port = 0;
+  o.n_threads = 1;
+  agentq::http::server srv(o, [&](agentq::http::request& req) { return r.dispatch(req); });
+  std::string err;
+  REQUIRE(srv.start(&err));
+  std::string url = "http://" + host + ":" + std::to_string(srv.port()) + "/hook";
+  INFO(url);
+
+  ssrf_guard strict;
+  if (host != "localhost") CHECK(strict.check(url, &err, /*resolve=*/false));  // syntax alone cannot tell
+  CHECK_FALSE(strict.check(url, &err));
+  CHECK(err.find("127.") != std::string::npos);
+  http_client client{strict};
+  http_request req;
+  req.url = url;
+  req.body = "{}";
+  auto res = client.send(req);
+  CHECK(res.error == http_error::blocked_address);
+
+  // with loopback on the allow-list the same request goes through: the refusal above was the guard
+  http_client allowed{ssrf_guard(*parse_cidr_list("127.0.0.0/8", &err))};
+  res = allowed.send(req);
+  CHECK_MESSAGE(res.ok(), res.message);
+  srv.stop();
 }
