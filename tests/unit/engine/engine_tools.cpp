@@ -5,69 +5,12 @@
 // [TOOL_CALLS] control token the model samples itself.
 #include <doctest/doctest.h>
 
-#include "engine_impl.h"
-#include "grammar/constraint.h"
 #include "temp_dir.h"
-#include "test_env.h"
+#include "tiny_turns.h"
 #include "vocab_edit.h"
 
 using namespace agentq;
-
-namespace {
-
-std::unique_ptr<engine_impl> load(const std::string& family, std::string model = test::tiny_model().string()) {
-  engine_config c;
-  c.model_path = std::move(model);
-  c.n_threads = 1;  // NOTE: tiny model: one thread is as fast and steadier on a busy host
-  c.kv_budget_bytes = 32ull << 20;
-  c.chat_family = family;
-  std::string err;
-  auto e = engine::load(c, &err);
-  if (!e) FAIL("load: " << err);
-  return std::unique_ptr<engine_impl>(static_cast<engine_impl*>(e.release()));
-}
-
-turn_result run(engine_impl& e, const turn_request& t, std::string* streamed = nullptr) {
-  bool done = false;
-  turn_result res;
-  e.submit(t, {[&](std::string_view p) {
-                 if (streamed) *streamed += p;
-               },
-               [&](turn_result r) {
-                 res = std::move(r);
-                 done = true;
-               }});
-  for (int guard = 0; guard < 100000 && !done; ++guard) e.step();
-  REQUIRE(done);
-  if (!res.error.empty()) MESSAGE("output: " << t.assistant_prefix << e.detokenize(res.output_ids));
-  return res;
-}
-
-turn_request weather_turn(tool_choice_mode mode) {
-  turn_request t;
-  t.job_key = 21;
-  t.messages = {{role::user, "What is the weather in Paris?", {}, "", ""}};
-  t.tools = {
-      {"get_weather", "Current weather for a city",
-       R"({"type":"object","properties":{"city":{"enum":["Paris","London"]},"days":{"type":"integer","minimum":1,"maximum":3}},"required":["city","days"],"additionalProperties":false})"}};
-  t.choice.mode = mode;
-  t.parallel_tool_calls = false;
-  t.max_tokens = 1000;  // NOTE: the tiny model pads every gap with whitespace (16 bytes at most)
-  return t;
-}
-
-void check_one_call(const turn_result& r) {
-  INFO("finish ", to_string(r.finish), ", error '", r.error, "', content '", r.message.content, "'");
-  CHECK(r.finish == finish_reason::tool_calls);
-  CHECK(r.error.empty());
-  REQUIRE(r.message.tool_calls.size() == 1);
-  CHECK(r.message.tool_calls[0].name == "get_weather");
-  CHECK(grammar::validate_json(weather_turn(tool_choice_mode::automatic).tools[0].parameters_json,
-                               r.message.tool_calls[0].arguments_json)
-            .empty());
-}
-
-}  // namespace
+using namespace agentq::test;
 
 TEST_CASE("auto without a call: unconstrained, token for token the output of tool_choice none") {
   auto e = load("");
@@ -108,34 +51,6 @@ TEST_CASE("auto: a call opened by the prefill is constrained to a valid call, pe
   auto r = run(*e, t);
   CHECK(r.finish == finish_reason::error);
   CHECK(r.error.find("assistant_prefix") != std::string::npos);
-}
-
-TEST_CASE("auto + response_format: every turn is a valid call or an answer matching the schema") {
-  auto e = load("chatml");
-  int n_calls = 0, n_answers = 0;
-  for (uint64_t seed = 0; seed < 4; ++seed) {
-    auto t = weather_turn(tool_choice_mode::automatic);
-    t.job_key = 100 + seed;
-    t.response_schema_json =
-        R"({"type":"object","properties":{"temp":{"type":"integer","minimum":-50,"maximum":50}},"required":["temp"],"additionalProperties":false})";
-    t.sampling.temperature = 1.0f;
-    t.sampling.seed = seed;
-    if (seed % 3 == 2) t.assistant_prefix = "<tool";  // leans towards a call
-    auto r = run(*e, t);
-    INFO("seed ", seed, ": ", to_string(r.finish), " '", r.message.content, "' ", r.error);
-    REQUIRE(r.finish != finish_reason::error);
-    if (r.finish == finish_reason::length) continue;
-    if (!r.message.tool_calls.empty()) {
-      check_one_call(r);
-      ++n_calls;
-    } else {
-      CHECK(grammar::validate_json(t.response_schema_json, r.message.content).empty());
-      ++n_answers;
-    }
-  }
-  MESSAGE(n_calls << " calls, " << n_answers << " answers");
-  CHECK(n_calls + n_answers >= 3);
-  CHECK(n_calls >= 1);
 }
 
 TEST_CASE("a [TOOL_CALLS] control token the model samples opens the call; it never reaches content") {
@@ -200,32 +115,4 @@ TEST_CASE("stop strings do not cut a tool call, forced or opened under auto") {
     if (mode == tool_choice_mode::automatic) t.assistant_prefix = "<tool_call>\n";
     check_one_call(run(*e, t));
   }
-}
-
-TEST_CASE("property: tool_choice required on the tiny model — calls parse and validate across seeds and schemas") {
-  const char* schemas[] = {
-      R"({"type":"object","properties":{"on":{"type":"boolean"},"tag":{"type":"string","maxLength":6}},"required":["on","tag"],"additionalProperties":false})",
-      R"({"type":"object","properties":{"units":{"type":"array","items":{"enum":["c","f"]},"minItems":1,"maxItems":2},"at":{"type":"object","properties":{"h":{"type":"integer","minimum":0,"maximum":23}},"required":["h"]}},"required":["units","at"]})",
-      R"({"type":"object","properties":{"x":{"anyOf":[{"type":"null"},{"type":"number","minimum":-1,"maximum":1}]}},"required":["x"]})",
-  };
-  auto e = load("chatml");
-  int n_ok = 0;
-  for (int k = 0; k < 3; ++k) {
-    for (uint64_t seed = 0; seed < 2; ++seed) {
-      auto t = weather_turn(tool_choice_mode::required);
-      t.job_key = 200 + uint64_t(k) * 10 + seed;
-      t.tools = {{"f", "", schemas[k]}};
-      t.sampling.temperature = 0.8f;
-      t.sampling.seed = seed;
-      auto r = run(*e, t);
-      INFO("schema ", k, " seed ", seed, ": ", to_string(r.finish), " ", r.error);
-      if (r.finish == finish_reason::length) continue;  // cut off: nothing to validate
-      CHECK(r.finish == finish_reason::tool_calls);
-      CHECK(r.error.empty());
-      REQUIRE(r.message.tool_calls.size() == 1);
-      CHECK(grammar::validate_json(schemas[k], r.message.tool_calls[0].arguments_json).empty());
-      ++n_ok;
-    }
-  }
-  CHECK(n_ok >= 5);
 }
