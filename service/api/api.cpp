@@ -4,8 +4,10 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "api/event_stream.h"
 #include "api/job_view.h"
 #include "api/model_catalog.h"
+#include "api/ui_routes.h"
 #include "api/observability_routes.h"
 #include "auth/keys.h"
 #include "auth/rate_limiter.h"
@@ -51,12 +53,6 @@ json key_object(const auth::key_info& k) {
           {"admin", k.is_admin},
           {"created_at", double(k.created_ms) / 1000.0},
           {"revoked", k.revoked_ms > 0}};
-}
-
-std::string sse_frame(const store::job_event& e) {
-  json data = event_object(e);
-  return "id: " + std::to_string(e.id) + "\nevent: " + e.type + "\ndata: " +
-         data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
 std::optional<int64_t> parse_i64(const std::string& s) {
@@ -296,49 +292,22 @@ void api::install(http::router& r) {
           std::string id = req.path_param("id");
           auto job = deps_.store->get_job(id, key.tenant);
           if (!job) return job_not_found(id);
-          int64_t after = 0;
-          std::string after_text = req.header("last-event-id");
-          if (after_text.empty()) after_text = req.query_param("after").value_or("");
-          if (!after_text.empty()) {
-            auto v = parse_i64(after_text);
-            if (!v) return error_response(error_kind::invalid_request, "event id must be a non-negative integer", "after");
-            after = *v;
-          }
-          bool sse = req.header("accept").find("text/event-stream") != std::string::npos;
-          if (!sse) {
+          auto cursor = parse_event_cursor(req);
+          if (cursor.error) return *cursor.error;
+          int64_t after = cursor.after.value_or(0);
+          if (!wants_sse(req)) {
             auto events = deps_.store->read_events(id, after, 1001);
             json data = json::array();
             for (size_t i = 0; i < events.size() && i < 1000; ++i) data.push_back(event_object(events[i]));
             return json_response(200, {{"object", "list"}, {"data", data}, {"has_more", events.size() > 1000}});
           }
-          response res;
-          res.content_type = "text/event-stream";
-          auto keepalive = options_.sse_keepalive;
-          res.stream = [st = deps_.store, id, after, keepalive](http::stream_sink& out) mutable {
-            auto last_write = std::chrono::steady_clock::now();
-            while (!out.closed()) {
-              auto events = st->read_events(id, after, 256);
-              for (const auto& e : events) {
-                if (!out.write(sse_frame(e))) return;
-                after = e.id;
-                last_write = std::chrono::steady_clock::now();
-              }
-              if (!events.empty()) continue;
-              auto job = st->get_job(id);
-              if (!job || store::is_terminal(job->status)) {
-                // terminal: drain what landed since, then end the stream
-                for (const auto& e : st->read_events(id, after, 256))
-                  if (!out.write(sse_frame(e))) return;
-                return;
-              }
-              st->wait_events(after, std::chrono::milliseconds(500));
-              if (std::chrono::steady_clock::now() - last_write > keepalive) {
-                if (!out.write(": keep-alive\n\n")) return;
-                last_write = std::chrono::steady_clock::now();
-              }
-            }
-          };
-          return res;
+          store::store* st = deps_.store;
+          event_feed feed{[st, id](int64_t a, int32_t n) { return st->read_events(id, a, n); },
+                          [st, id] {
+                            auto j = st->get_job(id);
+                            return !j || store::is_terminal(j->status);
+                          }};
+          return sse_response(st, std::move(feed), after, options_.sse_keepalive);
         }));
 
   r.add("GET", "/v1/jobs/{id}/webhooks", authed([this](request& req, const auth::key_info& key) {
@@ -418,6 +387,8 @@ void api::install(http::router& r) {
         authed([key_action](request& req, const auth::key_info& key) { return key_action(req, key, false); }));
   r.add("POST", "/v1/keys/{id}/rotate_secret",
         authed([key_action](request& req, const auth::key_info& key) { return key_action(req, key, true); }));
+
+  install_ui_routes(r, options_, deps_, authed);  // /ui dashboard, GET /v1/events
 }
 
 }  // namespace agentq::api

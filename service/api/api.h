@@ -18,6 +18,7 @@ class store;
 namespace agentq::auth {
 class key_store;
 class rate_limiter;
+struct key_info;
 }  // namespace agentq::auth
 namespace agentq::webhooks {
 class dispatcher;
@@ -32,6 +33,11 @@ class obs_store;
 namespace agentq::api {
 
 class model_catalog;
+
+// api::install's wrapper for the route files it calls (ui_routes, observability_routes): bearer
+// auth + rate limit around a handler that gets the caller's key.
+using authed_handler = std::function<http::response(http::request&, const auth::key_info&)>;
+using authed_wrap = std::function<http::handler(authed_handler)>;
 
 // A readiness check: true when fine, else false with *why.
 using ready_check = std::function<bool(std::string* why)>;

@@ -44,7 +44,7 @@ std::string webhook_event_for(store::job_status status) {
 }
 
 json event_object(const store::job_event& e) {
-  return {{"id", e.id}, {"type", e.type}, {"data", parse_or(e.data_json, json::object())},
+  return {{"id", e.id}, {"job_id", e.job_id}, {"type", e.type}, {"data", parse_or(e.data_json, json::object())},
           {"created_at", double(e.created_ms) / 1000.0}};
 }
 

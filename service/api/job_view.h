@@ -21,7 +21,7 @@ nlohmann::json usage_object(const std::string& usage_json);
 // "job.completed" etc. for a status that has a webhook event; "" otherwise.
 std::string webhook_event_for(store::job_status status);
 
-// One stored event as the API shows it: {"id","type","data","created_at"}.
+// One stored event as the API shows it: {"id","job_id","type","data","created_at"}.
 nlohmann::json event_object(const store::job_event& e);
 
 }  // namespace agentq::api

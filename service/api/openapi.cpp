@@ -187,6 +187,22 @@ json build() {
   events["parameters"] = json::array({{{"name", "after"}, {"in", "query"}, {"schema", {{"type", "integer"}}}},
                                       {{"name", "Last-Event-ID"}, {"in", "header"}, {"schema", {{"type", "string"}}}}});
   p["/v1/jobs/{id}/events"]["get"] = events;
+  json tenant_events = events;
+  tenant_events["summary"] =
+      "Every job event of the key's tenant (data carries job_id): a JSON list, or an SSE stream that starts at the "
+      "newest event unless Last-Event-ID or ?after= says where to resume";
+  tenant_events["responses"].erase("404");
+  p["/v1/events"]["get"] = tenant_events;
+  json ui_page = op("The web dashboard (HTML; its files are embedded in the binary)", 200, {{"type", "string"}}, {}, false);
+  ui_page["responses"]["200"]["content"] = {{"text/html", {{"schema", {{"type", "string"}}}}}};
+  p["/ui"]["get"] = ui_page;
+  json ui_file = op("A dashboard file (JS, CSS); ETag, and 304 on If-None-Match", 200, {{"type", "string"}}, {404}, false);
+  ui_file["responses"]["200"]["content"] = {{"text/javascript", {{"schema", {{"type", "string"}}}}},
+                                            {"text/css", {{"schema", {{"type", "string"}}}}}};
+  ui_file["responses"]["304"] = {{"description", "not modified"}};
+  ui_file["parameters"] = json::array(
+      {{{"name", "file"}, {"in", "path"}, {"required", true}, {"schema", {{"type", "string"}}}}});
+  p["/ui/{file}"]["get"] = ui_file;
   p["/v1/jobs/{id}/webhooks"]["get"] = op("Webhook deliveries of a job and their attempts", 200, ref("List"), {401, 404, 429});
   json create_key = op("Create an API key (admin); the key and its webhook secret are shown once", 201, ref("Key"),
                        {400, 401, 403, 429});

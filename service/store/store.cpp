@@ -548,6 +548,22 @@ class sqlite_store final : public store {
     });
   }
 
+  std::vector<job_event> read_tenant_events(const std::string& tenant, int64_t after_id, int32_t limit) override {
+    return with_reader([&](conn& c) {
+      auto& s = c.stmt(
+          "SELECT id, job_id, type, data_json, created_ms FROM job_events WHERE tenant=? AND id>? ORDER BY id LIMIT ?");
+      s.bind_all(tenant, after_id, static_cast<int64_t>(limit));
+      return read_events_stmt(s);
+    });
+  }
+
+  int64_t last_event_id() override {
+    return with_reader([&](conn& c) {
+      auto& s = c.stmt("SELECT COALESCE(MAX(id), 0) FROM job_events");
+      return s.step() ? s.col_int(0) : int64_t(0);
+    });
+  }
+
   bool wait_events(int64_t after_id, std::chrono::milliseconds timeout) override {
     std::unique_lock lock(event_mu_);
     uint64_t seen = commit_seq_;

@@ -184,6 +184,11 @@ class store {
   virtual std::vector<job_event> read_events(const std::string& job_id, int64_t after_id, int32_t limit) = 0;
   // Events of all jobs with id > after_id (webhook fan-out, tailing).
   virtual std::vector<job_event> read_all_events(int64_t after_id, int32_t limit) = 0;
+  // Events of one tenant's jobs with id > after_id (GET /v1/events), oldest first.
+  virtual std::vector<job_event> read_tenant_events(const std::string& tenant, int64_t after_id,
+                                                    int32_t limit) = 0;
+  // The newest event id (0 when there is none): where a stream with no cursor starts.
+  virtual int64_t last_event_id() = 0;
   // Block until an event with id > after_id may exist (a commit in this process wrote events)
   // or timeout; true if woken by a commit. Other processes' commits are seen by re-reading.
   virtual bool wait_events(int64_t after_id, std::chrono::milliseconds timeout) = 0;
