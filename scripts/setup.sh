@@ -8,7 +8,10 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config libboost1.81-dev libhiredis-dev libsqlite3-dev
   nlohmann-json3-dev libspdlog-dev doctest-dev libssl-dev redis-server sqlite3 curl python3
-  prometheus)  # prometheus: promtool, which tests/e2e/metrics_promtool.sh runs on GET /metrics
+  prometheus  # prometheus: promtool, which tests/e2e/metrics_promtool.sh runs on GET /metrics
+  chromium nodejs)  # the dashboard's browser test, tests/e2e/ui_browser.sh
+# npm comes with some nodejs builds; Debian packages it apart
+command -v npm >/dev/null || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -28,3 +31,9 @@ targets=()
 for t in ${AGENTQ_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$build_dir" -j "$(nproc)" "${targets[@]}"
 echo "setup: built into $build_dir/bin"
+
+# The dashboard's browser test (tests/e2e/ui_browser.sh) drives the system chromium with playwright-core.
+if [ ! -d tests/e2e/ui/node_modules/playwright-core ] && command -v npm >/dev/null; then
+  npm ci --prefix tests/e2e/ui --no-audit --no-fund --loglevel=error >/dev/null ||
+    echo "setup: npm ci in tests/e2e/ui failed; the browser test will be skipped"
+fi
