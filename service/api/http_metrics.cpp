@@ -1,6 +1,8 @@
 // HTTP request metrics (see http_metrics.h).
 #include "api/http_metrics.h"
 
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 
 namespace agentq::api {
@@ -29,6 +31,8 @@ std::function<http::response(http::request&)> instrumented(const http::router& r
     std::string route = route_of(r, req.path);
     requests.with({method, route, std::to_string(res.status)}).inc();
     latency.with({method, route}).observe(s);
+    // NOTE: the path, never the query or headers (keys travel in headers; paths hold no secrets).
+    spdlog::debug("http: {} {} -> {} ({:.1f} ms)", method, req.path.substr(0, 200), res.status, s * 1000);
     return res;
   };
 }

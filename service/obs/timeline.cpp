@@ -81,7 +81,6 @@ void from_status_events(store::sqlite_db& db, const std::string& job_id, json& s
       if (running || !queued_since) {
         // A claim while the job was already running: the previous worker's lease expired.
         marks.push_back(mark("retry", at, "re-claimed after a lost lease", {{"attempt", d.value("attempt", 0)}}));
-        queued_since = queued_since.value_or(at);
       }
       close_queue();
       std::string w = d.value("worker", "");
@@ -215,6 +214,10 @@ json obs_store::timeline(const store::job_row& job) {
     }
     db_->exec("COMMIT");
   }
+  // A terminal job has no open spans: e.g. KV still parked for a client that never answered.
+  if (store::is_terminal(job.status) && job.finished_ms > 0)
+    for (auto& sp : spans)
+      if (sp["end_ms"].is_null()) sp["end_ms"] = std::max(job.finished_ms, sp["start_ms"].get<int64_t>());
   auto by = [](const char* key) {
     return [key](const json& a, const json& b) { return a[key].get<int64_t>() < b[key].get<int64_t>(); };
   };
