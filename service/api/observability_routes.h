@@ -9,16 +9,9 @@
 #include "http/router.h"
 #include "metrics/registry.h"
 
-namespace agentq::auth {
-struct key_info;
-}
-
 namespace agentq::api {
 
-// api::install's wrapper: bearer auth + rate limit around a handler that gets the key.
-using authed_handler = std::function<http::response(http::request&, const auth::key_info&)>;
-using authed_wrap = std::function<http::handler(authed_handler)>;
-
+// authed: api::install's wrapper (api.h): bearer auth + rate limit around a handler.
 void install_observability_routes(http::router& r, const api_options& options, const api_deps& deps,
                                   const authed_wrap& authed);
 
