@@ -21,12 +21,14 @@ const char* usage() {
   --redis URL                  redis://host:port; absent = start an embedded redis-server
   --model PATH                 GGUF model (repeatable; name = file stem)
   --device cpu|cuda|cuda:N     where the engines run (default cpu); a CUDA device that is not there fails start-up
+  --chat-family NAME           prompt format (chatml, qwen3, hermes, llama3, mistral, phi3, smollm3, plain);
+                               default: detected from the model's chat template
   --allow-addresses CIDRS      comma-separated CIDRs exempt from the SSRF guard (e.g. 127.0.0.0/8)
   --admin-key KEY              make sure this admin key exists (else one is printed on first run)
   --config FILE                JSON file with any of: role, listen, data_dir, redis, models,
                                allow_addresses, admin_key, http_threads, max_connections, max_body_bytes,
                                rate_limit, rate_burst, webhook_schedule_ms, webhook_timeout_ms, max_jobs,
-                               kv_budget_mb, log_level
+                               kv_budget_mb, chat_family, log_level
   --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
   --webhook-schedule MS,MS,..  retry delays after each failed delivery (default 5s,5m,30m,2h,5h,10h,10h)
   --webhook-timeout-ms MS  --log-level trace|debug|info|warn|error  --port-file FILE
@@ -83,6 +85,7 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "max-jobs") c.max_jobs = std::stoi(v);
   else if (name == "kv-budget-mb") c.kv_budget_mb = std::stoll(v);
   else if (name == "device") c.device = v;
+  else if (name == "chat-family") c.chat_family = v;   // checked when the engines load
   else if (name == "log-level") {
     static const std::set<std::string> k_levels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
     if (!k_levels.count(v)) throw std::invalid_argument("--log-level must be trace, debug, info, warn, error, critical or off");

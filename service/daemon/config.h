@@ -28,6 +28,7 @@ struct config {
   int32_t max_jobs = 64;                          // worker: jobs held at once
   int64_t kv_budget_mb = 256;
   std::string device = "cpu";                     // where the engines run: cpu | cuda | cuda:N (no fallback)
+  std::string chat_family;                        // prompt format for every model; empty = from its template
   std::string log_level = "info";
   std::string log_format = "text";                // text | json (one object per line, job_id field)
   std::string metrics_token;                      // non-empty: GET /metrics needs this bearer token

@@ -153,6 +153,7 @@ int run(const daemon::config& c) {
     ec.model_path = path;
     ec.kv_budget_bytes = uint64_t(c.kv_budget_mb) << 20;
     ec.device = c.device;
+    ec.chat_family = c.chat_family;
     ec.spill_dir = (fs::path(c.data_dir) / "kv").string();
     fs::create_directories(ec.spill_dir);
     auto e = worker::load_engine(ec, &err);
