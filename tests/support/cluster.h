@@ -169,7 +169,7 @@ inline json tool_job(const std::string& tool_url, const std::string& webhook_url
             {"tool_choice", "required"},
             {"parallel_tool_calls", false},
             {"max_turns", 4},
-            {"max_tokens_per_turn", 64},
+            {"max_tokens_per_turn", 256},
             {"stop", {"."}},
             {"metadata", {{"chaos", marker}}}};
   if (!webhook_url.empty()) j["webhook"] = {{"url", webhook_url}};
