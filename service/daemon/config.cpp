@@ -28,7 +28,7 @@ const char* usage() {
   --config FILE                JSON file with any of: role, listen, data_dir, redis, models,
                                allow_addresses, admin_key, http_threads, max_connections, max_body_bytes,
                                rate_limit, rate_burst, webhook_schedule_ms, webhook_timeout_ms, max_jobs,
-                               kv_budget_mb, chat_family, log_level
+                               kv_budget_mb, chat_family, log_level, log_format, metrics_token
   --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
   --webhook-schedule MS,MS,..  retry delays after each failed delivery (default 5s,5m,30m,2h,5h,10h,10h)
   --webhook-timeout-ms MS  --log-level trace|debug|info|warn|error  --port-file FILE
