@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # e2e: agentqd split roles (one --role api + one --role worker process sharing a redis-server and a
 # data dir) driven only through the agentq CLI: a job runs end to end; `wait` and `events --follow`
-# exit with the job's code (0 completed, 11 cancelled, 12 incomplete, 13 requires_action); a webhook
+# exit with the job's code (0 completed, 10 failed, 11 cancelled, 12 incomplete, 13 requires_action); a webhook
 # endpoint answering 410 Gone is disabled (later jobs' deliveries are "disabled", never sent); a 302
 # is not followed and counts as a failed attempt. (500-then-recover and SSE resume: api_e2e.cpp.)
 # Env (set by ctest): AGENTQ_SOURCE_DIR, AGENTQ_BIN_DIR, AGENTQ_SHARED_DIR. Exit 77 = skipped.
@@ -73,7 +73,8 @@ common=(--redis "redis://127.0.0.1:$rport" --data-dir "$tmp/data" --model "$mode
 pids+=($!)
 wait_file "$tmp/api_port"
 "$bin/agentqd" --role worker "${common[@]}" >"$tmp/worker.log" 2>&1 &
-pids+=($!)
+worker_pid=$!
+pids+=($worker_pid)
 
 export AGENTQ_URL="http://127.0.0.1:$(cat "$tmp/api_port")" AGENTQ_API_KEY="$admin"
 aq() { "$bin/agentq" "$@"; }
@@ -164,4 +165,32 @@ grep -q '"cancelled"' "$tmp/follow.out" || fail "follow output lacks the cancell
 [ "$(rc_of aq wait "$id")" = 11 ] || fail "wait on a cancelled job should exit 11"
 n_events=$(aq --json events "$id" | grep -c '"id"' || true)
 echo "events --follow: $(wc -l <"$tmp/follow.out") lines streamed live ($n_events in the list), exit 11 on cancel"
+
+# 5. failed -> exit 10: a job that crashes every worker claiming it (fault point after_claim, matched
+#    to the job) is failed after --max-deliveries claims; `wait` exits 10
+kill "$worker_pid"
+wait "$worker_pid" 2>/dev/null || true
+start_faulty_worker() {
+  AGENTQ_FAULT=after_claim AGENTQ_FAULT_MATCH=poison-pill "$bin/agentqd" --role worker "${common[@]}" \
+    --lease-ms 1000 --heartbeat-ms 100 --reclaim-idle-ms 500 --reclaim-interval-ms 200 --max-deliveries 2 \
+    >>"$tmp/faulty_worker.log" 2>&1 &
+  worker_pid=$!
+  pids+=($worker_pid)
+}
+start_faulty_worker
+job_file poison /ok ',"metadata":{"chaos":"poison-pill"}'
+id=$(aq submit "$tmp/poison.json")
+aq wait "$id" --timeout 60 >/dev/null 2>&1 &
+waiter=$!
+for _ in $(seq 1 400); do  # supervise: restart the worker each time the job kills it
+  kill -0 "$waiter" 2>/dev/null || break
+  kill -0 "$worker_pid" 2>/dev/null || { wait "$worker_pid" 2>/dev/null || true; start_faulty_worker; }
+  sleep 0.1
+done
+set +e
+wait "$waiter"
+rc=$?
+set -e
+[ "$(status_of "$id")" = failed ] && [ "$rc" = 10 ] || fail "poison job: $(status_of "$id"), wait exit $rc"
+echo "failed: poison job failed after repeated worker crashes, wait exit 10"
 echo "ok"
