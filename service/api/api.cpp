@@ -295,12 +295,7 @@ void api::install(http::router& r) {
           auto cursor = parse_event_cursor(req);
           if (cursor.error) return *cursor.error;
           int64_t after = cursor.after.value_or(0);
-          if (!wants_sse(req)) {
-            auto events = deps_.store->read_events(id, after, 1001);
-            json data = json::array();
-            for (size_t i = 0; i < events.size() && i < 1000; ++i) data.push_back(event_object(events[i]));
-            return json_response(200, {{"object", "list"}, {"data", data}, {"has_more", events.size() > 1000}});
-          }
+          if (!wants_sse(req)) return event_list_response(deps_.store->read_events(id, after, 1001), 1000);
           store::store* st = deps_.store;
           event_feed feed{[st, id](int64_t a, int32_t n) { return st->read_events(id, a, n); },
                           [st, id] {

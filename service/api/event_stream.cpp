@@ -30,6 +30,15 @@ bool wants_sse(const http::request& req) {
   return req.header("accept").find("text/event-stream") != std::string::npos;
 }
 
+http::response event_list_response(const std::vector<store::job_event>& events, size_t max_events) {
+  json data = json::array();
+  for (size_t i = 0; i < events.size() && i < max_events; ++i) data.push_back(event_object(events[i]));
+  http::response res;
+  res.body = json{{"object", "list"}, {"data", data}, {"has_more", events.size() > max_events}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
+  return res;
+}
+
 std::string sse_frame(const store::job_event& e) {
   json data = event_object(e);
   return "id: " + std::to_string(e.id) + "\nevent: " + e.type +

@@ -24,6 +24,10 @@ event_cursor parse_event_cursor(const http::request& req);
 // true when the client asked for text/event-stream (else the route answers a JSON list).
 bool wants_sse(const http::request& req);
 
+// 200 {"object":"list","data":[event_object...],"has_more"}: read up to max_events + 1 events,
+// show max_events (the JSON form of both event routes).
+http::response event_list_response(const std::vector<store::job_event>& events, size_t max_events);
+
 // "id: N\nevent: TYPE\ndata: {event_object}\n\n".
 std::string sse_frame(const store::job_event& e);
 

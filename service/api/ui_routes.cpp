@@ -1,18 +1,13 @@
 // Dashboard routes (see ui_routes.h).
 #include "api/ui_routes.h"
 
-#include <nlohmann/json.hpp>
-
 #include "api/event_stream.h"
-#include "api/job_view.h"
 #include "auth/keys.h"
 #include "http/errors.h"
 #include "store/store.h"
 #include "ui/assets.h"
 
 namespace agentq::api {
-
-using json = nlohmann::json;
 
 namespace {
 
@@ -70,15 +65,8 @@ void install_ui_routes(http::router& r, const api_options& options, const api_de
           auto cursor = parse_event_cursor(req);
           if (cursor.error) return *cursor.error;
           std::string tenant = key.tenant;
-          if (!wants_sse(req)) {
-            auto events = st->read_tenant_events(tenant, cursor.after.value_or(0), 1001);
-            json data = json::array();
-            for (size_t i = 0; i < events.size() && i < 1000; ++i) data.push_back(event_object(events[i]));
-            http::response res;
-            res.body = json{{"object", "list"}, {"data", data}, {"has_more", events.size() > 1000}}.dump(
-                -1, ' ', false, json::error_handler_t::replace);
-            return res;
-          }
+          if (!wants_sse(req))
+            return event_list_response(st->read_tenant_events(tenant, cursor.after.value_or(0), 1001), 1000);
           // NOTE: a stream without a cursor starts at the newest event (live updates only); a
           // tenant's whole history is a replay the client asks for with ?after=0.
           int64_t after = cursor.after ? *cursor.after : st->last_event_id();

@@ -66,11 +66,12 @@ async function readEvents(key, headers, pred, timeoutMs = 8000) {
 
 const TERMINAL = ['completed', 'failed', 'cancelled', 'incomplete'];
 
-async function waitJob(key, id, timeoutMs = 20000) {
+// Poll until the job is terminal or in one of the statuses in `also`.
+async function waitJob(key, id, timeoutMs = 20000, also = []) {
   const end = Date.now() + timeoutMs;
   for (;;) {
     const r = await call(key, 'GET', `/v1/jobs/${id}`);
-    if (TERMINAL.includes(r.json.status)) return r.json;
+    if (TERMINAL.includes(r.json.status) || also.includes(r.json.status)) return r.json;
     assert.ok(Date.now() < end, `job ${id} still ${r.json.status}`);
     await new Promise((res) => setTimeout(res, 100));
   }
@@ -124,6 +125,27 @@ step('keys created');
   assert.equal(list.json.object, 'list');
   assert.equal(list.json.data[0].id, mine[1].id);
   step(`/v1/events: tenant-scoped replay (${mine.length} events), Last-Event-ID and ?after= resume`);
+}
+
+// --- a client-side tool call, answered through the API (the job page shows call and result) --------
+let toolJobId;
+{
+  const body = jobBody('What is the weather in Paris?', { suite: 'tools' });
+  body.tools = [{ type: 'function', function: { name: 'get_weather', parameters: {
+    type: 'object', properties: { city: { type: 'string', enum: ['Paris', 'London'] } }, required: ['city'] } } }];
+  body.tool_choice = 'required';
+  body.max_turns = 2;
+  body.max_tokens_per_turn = 256;  // room for the whole forced call
+  body.parallel_tool_calls = false;
+  const r = await call(key, 'POST', '/v1/jobs', body);
+  assert.equal(r.status, 202, r.text);
+  toolJobId = r.json.id;
+  const job = await waitJob(key, toolJobId, 20000, ['requires_action']);
+  assert.equal(job.status, 'requires_action', JSON.stringify(job));
+  const outs = job.required_action.tool_calls.map((c) => ({ tool_call_id: c.id, output: '{"forecast":"sunny"}' }));
+  assert.equal((await call(key, 'POST', `/v1/jobs/${toolJobId}/tool_outputs`, { tool_outputs: outs })).status, 200);
+  await waitJob(key, toolJobId, 20000, ['requires_action']);
+  step(`tool job ${toolJobId}: requires_action, outputs submitted`);
 }
 
 // --- the browser --------------------------------------------------------------------------------
@@ -190,6 +212,12 @@ try {
   await page.locator('.live', { hasText: 'ended' }).waitFor();
   step(`job page: transcript, ${turns} turn(s), timeline ${hasTimeline ? 'chart drawn' : 'not available on this server'}`);
   await page.screenshot({ path: path.join(artifacts, 'job.png'), fullPage: true });
+
+  await page.goto(`${base}/ui#/jobs/${toolJobId}`);
+  await page.locator('.tool-call .tool-result', { hasText: 'sunny' }).waitFor();
+  assert.match(await page.locator('.tool-call pre.args').first().textContent(), /"city"/);
+  step('tool job page: call arguments and result');
+  await page.screenshot({ path: path.join(artifacts, 'job_tools.png'), fullPage: true });
 
   await page.locator('nav a[data-nav=engine]').click();
   await page.locator('h1', { hasText: 'Engine' }).waitFor();
