@@ -35,6 +35,7 @@ TEST_CASE("API kill -9 during a submit burst: every 202 ends, no Idempotency-Key
             (x.status == 202 ? n_created : n_existing)++;
             std::lock_guard lock(mu);
             all_ids.push_back(json::parse(x.response)["id"].get<std::string>());
+            std::this_thread::sleep_for(10ms);
             break;
           }
           if (x.status == 0) n_no_response++;
@@ -46,7 +47,9 @@ TEST_CASE("API kill -9 during a submit burst: every 202 ends, no Idempotency-Key
         }
       }
     });
-  std::this_thread::sleep_for(300ms);
+  // kill once the burst is under way (10 keys answered); the clients pace themselves (10 ms per key),
+  // so most of the burst is still ahead on any machine
+  test::eventually([&] { return n_created + n_existing >= 10; }, 20s, 1ms);
   c.api().kill9();
   std::this_thread::sleep_for(1s);
   c.restart_api();
