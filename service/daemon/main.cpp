@@ -173,7 +173,7 @@ int run(const daemon::config& c) {
   queue::queue q(qopts, *st);
   q.start_relay();
   // This process's store/Redis errors: served by its own /metrics, or shipped as a worker's share.
-  obs::register_process_metrics(serve_api ? metrics::global() : obs::worker_registry(), *st, q);
+  obs::process_metrics process_metrics(serve_api ? metrics::global() : obs::worker_registry(), *st, q);
 
   std::unique_ptr<worker::worker> w;
   std::unique_ptr<obs::engine_sampler> sampler;  // engine samples + worker metrics -> SQLite
