@@ -164,17 +164,22 @@ const urls = [];
 try {
   const page = await ctx.newPage();
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
-  page.on('console', (m) => { if (m.type() === 'error' && !/status of 404/.test(m.text())) problems.push(`console: ${m.text()}`); });
+  page.on('console', (m) => { if (m.type() === 'error' && !/status of (401|404)/.test(m.text())) problems.push(`console: ${m.text()}`); });
   page.on('request', (r) => urls.push(r.url()));
   page.setDefaultTimeout(15000);
   step('chromium started');
 
   await page.goto(`${base}/ui`);
+  await page.locator('#key-input').fill('aq_not_a_key');
+  await page.locator('#key-form button').click();
+  await page.locator('#key-error', { hasText: '401' }).waitFor();
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('agentq.api_key')), null, 'a refused key is dropped');
+  await page.screenshot({ path: path.join(artifacts, 'key.png') });
   await page.locator('#key-input').fill(key);
   await page.locator('#key-form button').click();
   await page.locator('h1', { hasText: 'Jobs' }).waitFor();
   await page.locator('.live[data-state=live]').waitFor();
-  step('key entered; jobs page live');
+  step('a refused key shows the form again; the right key opens the live jobs page');
 
   // one job through the page's form, one through the API (it must appear without a reload)
   await page.locator('details.card summary').click();
