@@ -335,6 +335,9 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // NOTE: past a file-size limit (RLIMIT_FSIZE) a write fails with EFBIG, like a full disk (the
+  // store's write fails and the API answers 503), instead of SIGXFSZ killing the daemon.
+  signal(SIGXFSZ, SIG_IGN);
   setup_logging(*c);
   return run(*c);
 }

@@ -1,9 +1,10 @@
 // Fault scenarios (docs/RELIABILITY.md, "Infrastructure faults"): the API process killed with -9
 // in the middle of a submit burst (retrying clients with Idempotency-Keys: every 202'd job exists
 // and ends, no key ever makes two jobs), and the SQLite disk filling up (a small tmpfs under the
-// data dir: clean 5xx answers, no corruption, back to normal once space returns).
+// data dir, or the API process's RLIMIT_FSIZE at 0: clean 503s, no corruption, back to normal after).
 #include <doctest/doctest.h>
 #include <sqlite3.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <memory>
@@ -78,22 +79,33 @@ TEST_CASE("API kill -9 during a submit burst: every 202 ends, no Idempotency-Key
   CHECK(keys.at(0).at(0) == std::to_string(n_threads * n_per_thread));
 }
 
-TEST_CASE("SQLite disk full (small tmpfs): clean 5xx, no corruption, recovers when space returns") {
+// NOTE: without the right to mount a tmpfs (CAP_SYS_ADMIN), or with AGENTQ_TEST_DISK_FULL=rlimit, the
+// disk is "full" for the API process only: its file-size limit drops to 0 (prlimit RLIMIT_FSIZE), so
+// every write it makes fails with EFBIG (agentqd ignores SIGXFSZ), as it would with ENOSPC.
+TEST_CASE("SQLite disk full (small tmpfs, else RLIMIT_FSIZE): clean 503, no corruption, recovers when space returns") {
+  const char* mode = std::getenv("AGENTQ_TEST_DISK_FULL");
+  bool use_rlimit = mode && std::string(mode) == "rlimit";
   std::unique_ptr<test::small_tmpfs> fs;
   test::cluster_options o;
-  o.prepare_data_dir = [&fs](const std::filesystem::path& dir) {
-    fs = std::make_unique<test::small_tmpfs>(dir, 24 << 20);
-  };
+  if (!use_rlimit)
+    o.prepare_data_dir = [&fs](const std::filesystem::path& dir) {
+      fs = std::make_unique<test::small_tmpfs>(dir, 24 << 20);
+    };
   test::cluster c(o);
-  if (!fs->mounted()) {
-    MESSAGE("skipped: mount -t tmpfs is not permitted here (needs CAP_SYS_ADMIN)");
-    return;
-  }
+  use_rlimit = use_rlimit || !fs->mounted();
   auto before = test::submit_tiny(c, 5, "disk-before");
   REQUIRE(c.wait_terminal(before, 30s));
   auto filler = c.data_dir() / "filler";
-  size_t n_filled = test::small_tmpfs::fill(filler);
-  MESSAGE("filled " << (n_filled >> 10) << " KiB: the data dir's file system is full");
+  rlimit saved{};
+  REQUIRE(::prlimit(c.api().pid(), RLIMIT_FSIZE, nullptr, &saved) == 0);
+  if (use_rlimit) {
+    rlimit none{0, saved.rlim_max};
+    REQUIRE(::prlimit(c.api().pid(), RLIMIT_FSIZE, &none, nullptr) == 0);
+    MESSAGE("no tmpfs here: the API's RLIMIT_FSIZE is 0, every write it makes fails (EFBIG)");
+  } else {
+    size_t n_filled = test::small_tmpfs::fill(filler);
+    MESSAGE("filled " << (n_filled >> 10) << " KiB: the data dir's file system is full");
+  }
   int n_5xx = 0, n_202 = 0, n_other = 0;
   std::vector<std::string> during;
   for (int i = 0; i < 20; ++i) {
@@ -118,7 +130,10 @@ TEST_CASE("SQLite disk full (small tmpfs): clean 5xx, no corruption, recovers wh
   CHECK(n_other == 0);
   CHECK(c.api().running());
   CHECK(c.client().call("GET", "/healthz").status == 200);
-  std::filesystem::remove(filler);
+  if (use_rlimit)
+    REQUIRE(::prlimit(c.api().pid(), RLIMIT_FSIZE, &saved, nullptr) == 0);
+  else
+    std::filesystem::remove(filler);
   auto after = test::submit_tiny(c, 5, "disk-after");
   CHECK(after.size() == 5);
   bool drained = c.drain(40s);
