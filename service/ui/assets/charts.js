@@ -64,7 +64,22 @@ export function lineChart({ title, series, xDomain, yFormat = (v) => String(v), 
 export const SPAN_KINDS = ['queue_wait', 'prefill', 'decode', 'tool', 'client_wait', 'parked', 'webhook'];
 
 function attrsText(attrs) {
-  return Object.entries(attrs || {}).map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : v}`).join(', ');
+  const show = (v) => (typeof v === 'object' ? JSON.stringify(v) : typeof v === 'number' && !Number.isInteger(v) ? v.toFixed(2) : v);
+  return Object.entries(attrs || {}).map(([k, v]) => `${k}=${show(v)}`).join(', ');
+}
+
+// The timeline's entries as a table (in a <details>): what the chart's tooltips say, readable at once.
+export function timelineTable(timeline) {
+  const t0 = timeline.created_ms;
+  const rows = (timeline.spans || []).map((sp) => ({ at: sp.start_ms, kind: sp.kind, turn: sp.turn, label: sp.label,
+    dur: sp.end_ms === null || sp.end_ms === undefined ? 'open' : fmtMs(sp.end_ms - sp.start_ms), attrs: sp.attrs }))
+    .concat((timeline.marks || []).map((m) => ({ at: m.at_ms, kind: `◆ ${m.kind}`, turn: null, label: m.label, dur: '', attrs: m.attrs })))
+    .sort((a, b) => a.at - b.at);
+  return h('details', { class: 'timeline-table' }, h('summary', {}, `Spans and marks (${rows.length})`),
+    h('table', {}, h('thead', {}, h('tr', {}, ['at', 'kind', 'turn', 'label', 'duration', 'attrs'].map((x) => h('th', {}, x)))),
+      h('tbody', {}, rows.map((r) => h('tr', {}, h('td', { class: 'num' }, `+${fmtMs(r.at - t0)}`), h('td', {}, r.kind),
+        h('td', { class: 'num' }, r.turn ?? ''), h('td', {}, r.label || ''), h('td', { class: 'num' }, r.dur),
+        h('td', { class: 'mono' }, attrsText(r.attrs)))))));
 }
 
 // timeline: the GET /v1/jobs/{id}/timeline object. nowMs closes open spans of a live job.

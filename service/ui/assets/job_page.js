@@ -3,7 +3,7 @@
 // live events (GET /v1/jobs/{id}/events, which ends when the job does).
 import { api, followEvents } from './api.js';
 import { h, clear, statusBadge, fmtTime, fmtMs, fmtNum, prettyJson, unavailable } from './dom.js';
-import { timelineChart } from './charts.js';
+import { timelineChart, timelineTable } from './charts.js';
 
 const TERMINAL = ['completed', 'failed', 'cancelled', 'incomplete'];
 
@@ -89,12 +89,15 @@ export function mountJob(root, id) {
     try {
       const tl = await api(`/v1/jobs/${encodeURIComponent(id)}/timeline`);
       const spans = tl.spans || [];
-      body.push(spans.length || (tl.marks || []).length ? timelineChart(tl) : h('p', { class: 'muted' }, 'No timeline entries yet.'));
+      if (spans.length || (tl.marks || []).length) body.push(timelineChart(tl), timelineTable(tl));
+      else body.push(h('p', { class: 'muted' }, 'No timeline entries yet.'));
     } catch (e) {
       body.push(unavailable('Timeline', e));
     }
+    const wasOpen = timelineBox.querySelector('details.timeline-table[open]') !== null;
     clear(timelineBox);
     timelineBox.append(...body);
+    if (wasOpen) timelineBox.querySelector('details.timeline-table')?.setAttribute('open', '');
   }
 
   async function refresh() {

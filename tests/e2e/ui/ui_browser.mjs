@@ -212,6 +212,10 @@ try {
   await page.locator('.transcript .role-assistant').waitFor();
   await page.locator('#timeline svg.timeline, #timeline .unavailable, #timeline p.muted:not(:has-text("loading"))').first().waitFor();
   const hasTimeline = await page.locator('#timeline svg.timeline').count() > 0;
+  if (hasTimeline) {
+    await page.locator('#timeline details.timeline-table summary').click();
+    assert.ok(await page.locator('#timeline details.timeline-table tbody tr').count() >= 3, 'timeline table rows');
+  }
   const turns = await page.locator('table.turns tbody tr').count();
   assert.ok(turns >= 1, 'turns table has the turn');
   await page.locator('.live', { hasText: 'ended' }).waitFor();
