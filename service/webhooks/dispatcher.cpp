@@ -160,8 +160,10 @@ int32_t dispatcher::send_once() {
       s.bind_all(now, int64_t(std::max(1, m.options.n_senders)));
       while (s.step()) due.push_back({s.col_text(0), s.col_text(1), s.col_text(2), s.col_text(3), s.col_text(4),
                                       int32_t(s.col_int(5))});
-      // lease: nobody else picks these up while this attempt runs
-      int64_t lease_until = now + m.options.timeout.count() + 60000;
+      // lease: nobody else picks these up while this attempt runs. NOTE: an attempt is bounded by the
+      // client timeout, so the lease is that plus a margin; it is also how long a sender killed
+      // mid-attempt delays the retry (found by tests/e2e/chaos_api_webhook.cpp: +60 s before).
+      int64_t lease_until = now + m.options.timeout.count() + 5000;
       for (const auto& d : due)
         m.db->prepare("UPDATE webhook_deliveries SET next_attempt_ms=? WHERE id=?").bind_all(lease_until, d.id).run();
     } catch (const std::exception& ex) {
