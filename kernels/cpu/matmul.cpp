@@ -260,6 +260,25 @@ void tile_q8_0_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
   for (int b = 0; b < B; ++b) out[b] = hsum8(_mm256_add_ps(acc[b][0], acc[b][1]));
 }
 
+// Q4_K: the 6-bit scales and mins of one super-block unpacked in SIMD (ggml's utmp
+// shuffle, lane-wise): *scales = 8 x int16 scales in both 128-bit halves, *mins = 8 x int16.
+//   v = [u0, u1, u2, -] (the 12 scale bytes; reading 16 stays inside the block)
+//   out = [u0 & m1, (u2 & m2) | ((u0 >> 6 & m3) << 4), u1 & m1, (u2 >> 4 & m2) | ((u1 >> 6 & m3) << 4)]
+inline void q4_k_scales_mins(const block_q4_k& b, __m256i* scales, __m128i* mins) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+  const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // [u0, u2, u1, u2]
+  const __m128i c = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // [u0, u0, u1, u1]
+  const __m128i even = _mm_and_si128(a, _mm_set1_epi32(static_cast<int>(kmask1)));
+  const __m128i odd = _mm_or_si128(
+      _mm_and_si128(_mm_srlv_epi32(a, _mm_set_epi32(4, 0, 0, 0)), _mm_set1_epi32(static_cast<int>(kmask2))),
+      _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(c, 6), _mm_set1_epi32(static_cast<int>(kmask3))), 4));
+  // 16 x int16: scales[0..7], mins[0..7]
+  const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_blend_epi32(even, odd, 0b1010));
+  *mins = _mm256_extracti128_si256(mins_and_scales, 1);
+  *scales = _mm256_permute2x128_si256(mins_and_scales, mins_and_scales, 0x00);
+}
+
 // Q4_K: as llama.cpp's ggml_vec_dot_q4_K_q8_K (AVX2). Per super-block the quants
 // and the mins reduce to exact int32 lanes; one FMA each into acc / acc_m.
 template <int B>
@@ -267,7 +286,6 @@ void tile_q4_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
   auto wb = reinterpret_cast<const block_q4_k*>(w);
   const block_q8_k* x[B];
   for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
-  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
   const __m256i m4 = _mm256_set1_epi8(0xF);
   __m256 acc[B];
   __m128 acc_m[B];
@@ -281,20 +299,9 @@ void tile_q4_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
     prefetch(reinterpret_cast<const uint8_t*>(wb + i) + prefetch_bytes + 128);
     const float dw = h2f(wb[i].d);
     const float dminw = -h2f(wb[i].dmin);
-    // Unpack the 6-bit scales and mins in SIMD (ggml's utmp shuffle, lane-wise):
-    //   v = [u0, u1, u2, -] (the 12 scale bytes; reading 16 stays inside the block)
-    //   out = [u0 & m1, (u2 & m2) | ((u0 >> 6 & m3) << 4), u1 & m1, (u2 >> 4 & m2) | ((u1 >> 6 & m3) << 4)]
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[i].scales));
-    const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // [u0, u2, u1, u2]
-    const __m128i c = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // [u0, u0, u1, u1]
-    const __m128i even = _mm_and_si128(a, _mm_set1_epi32(static_cast<int>(kmask1)));
-    const __m128i odd = _mm_or_si128(
-        _mm_and_si128(_mm_srlv_epi32(a, _mm_set_epi32(4, 0, 0, 0)), _mm_set1_epi32(static_cast<int>(kmask2))),
-        _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(c, 6), _mm_set1_epi32(static_cast<int>(kmask3))), 4));
-    // 16 x int16: scales[0..7], mins[0..7]
-    const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_blend_epi32(even, odd, 0b1010));
-    const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
-    const __m256i scales = _mm256_permute2x128_si256(mins_and_scales, mins_and_scales, 0x00);
+    __m128i mins;
+    __m256i scales;
+    q4_k_scales_mins(wb[i], &scales, &mins);
     if constexpr (B == 1) {
       // Decode: fused, everything in registers.
       const block_q8_k& y = x[0][i];
@@ -399,18 +406,123 @@ void tile_q6_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
   }
   for (int b = 0; b < B; ++b) out[b] = hsum8(acc[b]);
 }
+
+// ============================================================================
+// Matrix-vector (decode) kernels: R consecutive weight rows against one input.
+// NOTE: per row these perform exactly the float operations of tile<1> of the same
+// format (integer parts are exact, so only their lane layout matters), so a row's
+// value is bit-identical whichever path computes it. Interleaving R rows shares the
+// input's loads and per-block work and amortizes the per-row call overhead.
+// Decode rows are short (768 columns = 3 Q4_K super-blocks in a 110M model), so that
+// overhead was a large share of the matvec.
+
+// NOTE: R rows read in parallel are R streams, which the hardware prefetcher follows
+// poorly (per-row prefetches measured 35-40% below the one-row kernel). The R rows are
+// one contiguous range when row_stride == row bytes (always, for model weights), so
+// prefetch it as one linear stream: the group has consumed ~ `done` bytes of it when
+// the blocks at offset `done` of each row are read; prefetch `len` bytes from there
+// prefetch_bytes ahead.
+inline void prefetch_group(const uint8_t* w, int64_t done, int64_t len) {
+  for (int64_t c = 0; c < len; c += 64) prefetch(w + done + prefetch_bytes + c);
+}
+
+template <int R>
+void rows_q8_0_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t n, float* out) {
+  auto x = reinterpret_cast<const block_q8_0x*>(xp);
+  const block_q8_0* wr[R];
+  for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const block_q8_0*>(w + static_cast<size_t>(r) * stride);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const int64_t nb = n / qk8_0;
+  auto step = [&](int64_t i, int k) {
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
+    const float dx = x[i].d;
+    for (int r = 0; r < R; ++r) {
+      const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[r][i].qs));
+      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw)), ones);
+      acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(wr[r][i].d) * dx), _mm256_cvtepi32_ps(dot), acc[r][k]);
+    }
+  };
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    prefetch_group(w, i * R * static_cast<int64_t>(sizeof(block_q8_0)), 2 * R * static_cast<int64_t>(sizeof(block_q8_0)));
+    step(i, 0);
+    step(i + 1, 1);
+  }
+  if (i < nb) step(i, 0);
+  for (int r = 0; r < R; ++r) out[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
+}
+
+template <int R>
+void rows_q4_k_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t n, float* out) {
+  auto x = reinterpret_cast<const block_q8_k*>(xp);
+  const block_q4_k* wr[R];
+  for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const block_q4_k*>(w + static_cast<size_t>(r) * stride);
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256 acc[R];
+  __m128 acc_m[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    acc_m[r] = _mm_setzero_ps();
+  }
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const block_q8_k& y = x[i];
+    const __m256i q8sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+    const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
+    const __m128 yd = _mm_set1_ps(y.d);
+    prefetch_group(w, i * R * static_cast<int64_t>(sizeof(block_q4_k)), R * static_cast<int64_t>(sizeof(block_q4_k)));
+    for (int r = 0; r < R; ++r) {
+      const block_q4_k& b = wr[r][i];
+      __m128i mins;
+      __m256i scales;
+      q4_k_scales_mins(b, &scales, &mins);
+      // [d * y.d, dmin * y.d]; fnmadd with dmin * y.d == fma with (-dmin) * y.d, as tile<1>.
+      uint32_t d_dmin;
+      std::memcpy(&d_dmin, &b.d, 4);
+      const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d_dmin))), yd);
+      acc_m[r] = _mm_fnmadd_ps(_mm_permute_ps(dd, 0x55), _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s)), acc_m[r]);
+      __m256i sumi = _mm256_setzero_si256();
+      for (int j = 0; j < qk_k / 64; ++j) {
+        const __m256i scale_l = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((4 * j) | ((4 * j + 1) << 8))));
+        const __m256i scale_h = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((4 * j + 2) | ((4 * j + 3) << 8))));
+        const __m256i q4bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * j));
+        const __m256i q4l = _mm256_and_si256(q4bits, m4);
+        const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+        const __m256i q8l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j));
+        const __m256i q8h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j + 32));
+        const __m256i p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
+        const __m256i p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
+      }
+      acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]) + hsum4(acc_m[r]);
+}
 #endif  // AGENTQ_KERNELS_AVX2
 
 constexpr int max_tile = 4;
 
+constexpr int max_rows = 4;
+
+// R consecutive rows (row_stride apart) against one input: out[r] = dot(W[r], x).
+using rows_fn = void (*)(const uint8_t* w, size_t row_stride, const uint8_t* x, int64_t n_cols, float* out);
+
 struct tile_set {
   int max_b;                       // widest tile
   tile_fn fn[max_tile + 1];        // fn[b] handles b inputs, 1 <= b <= max_b
+  rows_fn rows[max_rows + 1];      // rows[k] handles k rows of one input; all null: use fn[1]
 };
 
 template <template <int> class T>
 constexpr tile_set make_set(int max_b) {
-  return {max_b, {nullptr, T<1>::f, T<2>::f, T<3>::f, T<4>::f}};
+  return {max_b, {nullptr, T<1>::f, T<2>::f, T<3>::f, T<4>::f}, {}};
+}
+
+template <template <int> class T, template <int> class R>
+constexpr tile_set make_set(int max_b) {
+  return {max_b, {nullptr, T<1>::f, T<2>::f, T<3>::f, T<4>::f}, {nullptr, R<1>::f, R<2>::f, R<3>::f, R<4>::f}};
 }
 
 template <dot_fn D>
@@ -441,6 +553,8 @@ struct float_tiles {
 template <int B> struct q8_0_tiles { static constexpr tile_fn f = tile_q8_0_avx2<B>; };
 template <int B> struct q4_k_tiles { static constexpr tile_fn f = tile_q4_k_avx2<B>; };
 template <int B> struct q6_k_tiles { static constexpr tile_fn f = tile_q6_k_avx2<B>; };
+template <int R> struct q8_0_rows { static constexpr rows_fn f = rows_q8_0_avx2<R>; };
+template <int R> struct q4_k_rows { static constexpr rows_fn f = rows_q4_k_avx2<R>; };
 #endif
 
 tile_set fast_set(weight_type t) {
@@ -449,8 +563,8 @@ tile_set fast_set(weight_type t) {
     case weight_type::f32: return make_set<float_tiles<load_f32>::t>(3);
     case weight_type::f16: return make_set<float_tiles<load_f16>::t>(3);
     case weight_type::bf16: return make_set<float_tiles<load_bf16>::t>(3);
-    case weight_type::q8_0: return make_set<q8_0_tiles>(4);
-    case weight_type::q4_k: return make_set<q4_k_tiles>(4);
+    case weight_type::q8_0: return make_set<q8_0_tiles, q8_0_rows>(4);
+    case weight_type::q4_k: return make_set<q4_k_tiles, q4_k_rows>(4);
     case weight_type::q6_k: return make_set<q6_k_tiles>(4);
   }
   AGENTQ_KCHECK(!"unknown weight type");
@@ -485,6 +599,15 @@ void run_tiles(const tile_set& ts, const uint8_t* w, size_t row_stride, int64_t 
   const int64_t n_l1 = inputs_within(20u << 10);
   const int64_t n_chunk = n_x <= mb ? row_end - row_begin
                                     : std::clamp<int64_t>(static_cast<int64_t>((128u << 10) / std::max<size_t>(row_stride, 1)), 1, 64);
+  if (n_x == 1 && ts.rows[1]) {
+    // Decode: the whole row range against the one input, max_rows rows per call.
+    for (int64_t r = row_begin; r < row_end;) {
+      const int k = static_cast<int>(std::min<int64_t>(max_rows, row_end - r));
+      ts.rows[k](w + static_cast<size_t>(r) * row_stride, row_stride, qx, n_cols, y + r);
+      r += k;
+    }
+    return;
+  }
   const uint8_t* xs[max_tile];
   float out[max_tile];
   for (int64_t b0 = 0; b0 < n_x; b0 += n_l2) {
