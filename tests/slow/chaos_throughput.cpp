@@ -1,7 +1,7 @@
 // Scale-out measurement (issue 7): the same batch of short jobs drained by one worker, then by two
 // workers sharing the queue; prints jobs/s and the ratio. A measurement, not a timed assertion: on
 // a 2-core host the two workers share the cores with the API, Redis and each other.
-//   ctest -L slow -R chaos_throughput --output-on-failure
+//   ctest -L slow -R chaos_throughput --output-on-failure   (AGENTQ_TPUT_JOBS=N: batch size, default 120)
 #include <doctest/doctest.h>
 
 #include "cluster.h"
@@ -37,8 +37,7 @@ double drain_rate(int n_workers, int n_jobs) {
 }  // namespace
 
 TEST_CASE("two workers sharing a queue: throughput vs one") {
-  const int n_jobs =
-      test::env_or("AGENTQ_TPUT_JOBS", "").empty() ? 120 : std::stoi(test::env_or("AGENTQ_TPUT_JOBS", "120"));
+  const int n_jobs = std::stoi(test::env_or("AGENTQ_TPUT_JOBS", "120"));  // batch size
   double one = drain_rate(1, n_jobs);
   double two = drain_rate(2, n_jobs);
   MESSAGE("jobs/s with 1 worker: " << one << ", with 2 workers: " << two << ", ratio " << two / one << " (" << n_jobs
