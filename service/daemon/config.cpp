@@ -30,6 +30,7 @@ const char* usage() {
                                rate_limit, rate_burst, webhook_schedule_ms, webhook_timeout_ms, max_jobs,
                                kv_budget_mb, chat_family, log_level, log_format, metrics_token
   --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
+  --engine-threads N           CPU threads per engine (default 0 = one per core)
   --webhook-schedule MS,MS,..  retry delays after each failed delivery (default 5s,5m,30m,2h,5h,10h,10h)
   --webhook-timeout-ms MS  --log-level trace|debug|info|warn|error  --port-file FILE
   --log-format text|json       log lines as text (default) or one JSON object each (job_id field)
@@ -84,6 +85,7 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "webhook-timeout-ms") c.webhook_timeout_ms = std::stoll(v);
   else if (name == "max-jobs") c.max_jobs = std::stoi(v);
   else if (name == "kv-budget-mb") c.kv_budget_mb = std::stoll(v);
+  else if (name == "engine-threads") c.engine_threads = std::stoi(v);
   else if (name == "device") c.device = v;
   else if (name == "chat-family") c.chat_family = v;   // checked when the engines load
   else if (name == "log-level") {
