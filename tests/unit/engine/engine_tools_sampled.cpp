@@ -1,6 +1,7 @@
 // Tool-call turns on the real tiny model, sampled (temperature > 0) across seeds: under
 // tool_choice required every call parses and validates against its schema; under auto
 // with a response_format every turn is a valid call or an answer matching the schema.
+// Also: stop strings never cut a call. (Split from engine_tools.cpp to keep each test short.)
 #include <doctest/doctest.h>
 
 #include "tiny_turns.h"
@@ -62,4 +63,14 @@ TEST_CASE("property: tool_choice required on the tiny model — calls parse and 
     }
   }
   CHECK(n_ok >= 5);
+}
+
+TEST_CASE("stop strings do not cut a tool call, forced or opened under auto") {
+  auto e = load("chatml");
+  for (auto mode : {tool_choice_mode::required, tool_choice_mode::automatic}) {
+    auto t = weather_turn(mode);
+    t.stop = {",", "\""};  // both occur inside every call of this tool
+    if (mode == tool_choice_mode::automatic) t.assistant_prefix = "<tool_call>\n";
+    check_one_call(run(*e, t));
+  }
 }
