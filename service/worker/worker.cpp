@@ -201,6 +201,7 @@ struct worker::impl {
     while (running) {
       reap();
       int32_t cap = options.max_jobs - n_active();
+      if (!eng->healthy()) cap = 0;  // a failed device takes no new jobs; /readyz says why
       if (cap <= 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         continue;
@@ -509,6 +510,16 @@ struct worker::impl {
           finish(c, job_status::incomplete, st.last_content, "deadline exceeded", usage);
           return;
         }
+      }
+      if (res.finish == finish_reason::error && !eng->healthy()) {
+        // The device failed under this job, not the job itself: hand it back for another worker
+        // (the dispatcher stops claiming while the engine is unhealthy).
+        spdlog::error("worker {}: engine failed; handing job {} back: {}", id, c.job_id, res.error);
+        if (db.release_job(c.job_id, c.epoch).get() == write_status::ok)
+          ack(c);
+        else
+          on_lost(c);
+        return;
       }
       if (res.finish == finish_reason::error || res.finish == finish_reason::cancelled) {
         finish(c, job_status::failed, "", "engine: " + (res.error.empty() ? std::string("cancelled") : res.error), usage);

@@ -76,6 +76,12 @@ class scripted_engine final : public engine {
     thread_.join();
   }
   engine_stats stats() const override { return {}; }
+  // A device failure: healthy() turns false (the worker then hands jobs back and claims none).
+  std::atomic<bool> failed{false};
+  bool healthy(std::string* why) const override {
+    if (failed && why) *why = "scripted device failure";
+    return !failed;
+  }
 
   // Observations for assertions.
   std::vector<turn_request> requests() {

@@ -235,3 +235,26 @@ TEST_CASE("tool failures are reported to the model; retries on 5xx") {
   CHECK(n.load() == 2);  // 1 try + 1 retry
   CHECK(json::parse(j.result_json)["content"].get<std::string>().find("error") == 0);
 }
+
+TEST_CASE("a device failure hands the job back instead of failing it; no claims until healthy") {
+  test::scripted_engine* engine_ptr = nullptr;
+  rig r([&](const turn_request&, int32_t call) {
+    if (call == 0) {  // the device dies under the first turn
+      engine_ptr->failed = true;
+      turn_result res;
+      res.finish = finish_reason::error;
+      res.error = "cuda: illegal address";
+      return res;
+    }
+    return test::answer("recovered");
+  });
+  engine_ptr = r.eng.get();
+  auto id = r.submit({{"model", "m"}, {"messages", json::array({user("hi")})}});
+  auto j = r.wait_for(id, [&](job_status s) { return r.eng->failed && s == job_status::queued; });
+  CHECK(j.status == job_status::queued);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // a failed engine claims nothing
+  CHECK(r.db->get_job(id)->status == job_status::queued);
+  r.eng->failed = false;
+  j = r.wait_terminal(id);
+  CHECK(j.status == job_status::completed);
+}
