@@ -398,7 +398,7 @@ std::optional<json> parse_body(const std::string& body, validation_error* err) {
   }
   try {
     return json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e400
     *err = {http::error_kind::invalid_request, std::string("malformed JSON: ") + e.what(), ""};
     return std::nullopt;
   }
