@@ -418,12 +418,12 @@ void tile_q6_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
 
 // NOTE: R rows read in parallel are R streams, which the hardware prefetcher follows
 // poorly (per-row prefetches measured 35-40% below the one-row kernel). The R rows are
-// one contiguous range when row_stride == row bytes (always, for model weights), so
-// prefetch it as one linear stream: the group has consumed ~ `done` bytes of it when
-// the blocks at offset `done` of each row are read; prefetch `len` bytes from there
-// prefetch_bytes ahead.
-inline void prefetch_group(const uint8_t* w, int64_t done, int64_t len) {
-  for (int64_t c = 0; c < len; c += 64) prefetch(w + done + prefetch_bytes + c);
+// one contiguous range of R * row_stride bytes (row_stride == row bytes for model
+// weights), and the next group follows it, so prefetch the next group as one linear
+// stream at the pace of this one: when `done` bytes of each row... i.e. R * done of the
+// group are consumed, fetch the next group's bytes [R * done, R * done + len).
+inline void prefetch_group(const uint8_t* w, size_t group_bytes, int64_t done, int64_t len) {
+  for (int64_t c = 0; c < len; c += 64) prefetch(w + group_bytes + done + c);
 }
 
 template <int R>
@@ -446,7 +446,7 @@ void rows_q8_0_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t 
   };
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
-    prefetch_group(w, i * R * static_cast<int64_t>(sizeof(block_q8_0)), 2 * R * static_cast<int64_t>(sizeof(block_q8_0)));
+    prefetch_group(w, R * stride, i * R * static_cast<int64_t>(sizeof(block_q8_0)), 2 * R * static_cast<int64_t>(sizeof(block_q8_0)));
     step(i, 0);
     step(i + 1, 1);
   }
@@ -471,7 +471,7 @@ void rows_q4_k_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t 
     const __m256i q8sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
     const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
     const __m128 yd = _mm_set1_ps(y.d);
-    prefetch_group(w, i * R * static_cast<int64_t>(sizeof(block_q4_k)), R * static_cast<int64_t>(sizeof(block_q4_k)));
+    prefetch_group(w, R * stride, i * R * static_cast<int64_t>(sizeof(block_q4_k)), R * static_cast<int64_t>(sizeof(block_q4_k)));
     for (int r = 0; r < R; ++r) {
       const block_q4_k& b = wr[r][i];
       __m128i mins;
