@@ -256,6 +256,12 @@ struct worker::impl {
         return;
       }
     }
+    if (!eng->healthy()) {
+      // Read before the engine failed (the dispatcher's check raced it): leave the job queued in
+      // SQLite; the ack drops our inflight mark, so the reconciler re-publishes it for a healthy worker.
+      q.ack(d);
+      return;
+    }
     auto c = db.claim_job(d.job_id, id, options.lease_ms, options.max_deliveries).get();
     switch (c.outcome) {
       case store::claim_outcome::claimed: break;
