@@ -1,0 +1,109 @@
+// Private to kernels/cpu: AVX2 matrix-vector (decode) kernels.
+#pragma once
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "agentq/kernels.h"
+#include "cpu/quants_internal.h"
+#include "cpu/simd_avx2.h"
+
+namespace agentq::kernels::avx2 {
+
+// ============================================================================
+// Matrix-vector (decode) kernels: R consecutive weight rows against one input.
+// NOTE: per row these perform exactly the float operations of tile<1> of the same
+// format (integer parts are exact, so only their lane layout matters), so a row's
+// value is bit-identical whichever path computes it. Interleaving R rows shares the
+// input's loads and per-block work and amortizes the per-row call overhead.
+// Decode rows are short (768 columns = 3 Q4_K super-blocks in a 110M model), so that
+// overhead was a large share of the matvec.
+
+// NOTE: R rows read in parallel are R streams, which the hardware prefetcher follows
+// poorly (per-row prefetches measured 35-40% below the one-row kernel). The R rows are
+// one contiguous range of R * row_stride bytes (row_stride == row bytes for model
+// weights), and the next group follows it, so prefetch the next group as one linear
+// stream at the pace of this one: when `done` bytes of each row... i.e. R * done of the
+// group are consumed, fetch the next group's bytes [R * done, R * done + len).
+inline void prefetch_group(const uint8_t* w, size_t group_bytes, int64_t done, int64_t len) {
+  for (int64_t c = 0; c < len; c += 64) prefetch(w + group_bytes + done + c);
+}
+
+template <int R>
+void rows_q8_0_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t n, float* out) {
+  auto x = reinterpret_cast<const block_q8_0x*>(xp);
+  const block_q8_0* wr[R];
+  for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const block_q8_0*>(w + static_cast<size_t>(r) * stride);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const int64_t nb = n / qk8_0;
+  auto step = [&](int64_t i, int k) {
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
+    const float dx = x[i].d;
+    for (int r = 0; r < R; ++r) {
+      const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[r][i].qs));
+      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw)), ones);
+      acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(wr[r][i].d) * dx), _mm256_cvtepi32_ps(dot), acc[r][k]);
+    }
+  };
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    prefetch_group(w, R * stride, i * R * static_cast<int64_t>(sizeof(block_q8_0)), 2 * R * static_cast<int64_t>(sizeof(block_q8_0)));
+    step(i, 0);
+    step(i + 1, 1);
+  }
+  if (i < nb) step(i, 0);
+  for (int r = 0; r < R; ++r) out[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
+}
+
+template <int R>
+void rows_q4_k_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t n, float* out) {
+  auto x = reinterpret_cast<const block_q8_k*>(xp);
+  const block_q4_k* wr[R];
+  for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const block_q4_k*>(w + static_cast<size_t>(r) * stride);
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256 acc[R];
+  __m128 acc_m[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    acc_m[r] = _mm_setzero_ps();
+  }
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const block_q8_k& y = x[i];
+    const __m256i q8sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+    const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
+    const __m128 yd = _mm_set1_ps(y.d);
+    prefetch_group(w, R * stride, i * R * static_cast<int64_t>(sizeof(block_q4_k)), R * static_cast<int64_t>(sizeof(block_q4_k)));
+    for (int r = 0; r < R; ++r) {
+      const block_q4_k& b = wr[r][i];
+      __m128i mins;
+      __m256i scales;
+      q4_k_scales_mins(b, &scales, &mins);
+      // [d * y.d, dmin * y.d]; fnmadd with dmin * y.d == fma with (-dmin) * y.d, as tile<1>.
+      uint32_t d_dmin;
+      std::memcpy(&d_dmin, &b.d, 4);
+      const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d_dmin))), yd);
+      acc_m[r] = _mm_fnmadd_ps(_mm_permute_ps(dd, 0x55), _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s)), acc_m[r]);
+      __m256i sumi = _mm256_setzero_si256();
+      for (int j = 0; j < qk_k / 64; ++j) {
+        const __m256i scale_l = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((4 * j) | ((4 * j + 1) << 8))));
+        const __m256i scale_h = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((4 * j + 2) | ((4 * j + 3) << 8))));
+        const __m256i q4bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * j));
+        const __m256i q4l = _mm256_and_si256(q4bits, m4);
+        const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+        const __m256i q8l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j));
+        const __m256i q8h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j + 32));
+        const __m256i p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
+        const __m256i p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
+      }
+      acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]) + hsum4(acc_m[r]);
+}
+}  // namespace agentq::kernels::avx2
+#endif

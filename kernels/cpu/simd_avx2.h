@@ -1,0 +1,81 @@
+// Private to kernels/cpu: the AVX2/FMA/F16C building blocks the tile (batched) and
+// rows (decode) kernels share: horizontal sums, fp16 loads, prefetch, Q4_K scale unpack.
+#pragma once
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "agentq/kernels.h"
+#include "cpu/quants_internal.h"
+
+namespace agentq::kernels::avx2 {
+
+using detail::block_q8_0x;
+using detail::block_q8_k;
+
+inline float hsum8(__m256 s) {
+  __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  t = _mm_add_ss(t, _mm_movehdup_ps(t));
+  return _mm_cvtss_f32(t);
+}
+inline float hsum4(__m128 t) {
+  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  t = _mm_add_ss(t, _mm_movehdup_ps(t));
+  return _mm_cvtss_f32(t);
+}
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+// NOTE: explicit prefetch a fixed distance ahead of the weight stream; the hardware
+// prefetcher alone leaves single-thread matvec well short of the read bandwidth.
+constexpr int prefetch_bytes = 4096;  // ~ bandwidth x DRAM latency, with headroom
+inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+
+struct load_f32 {
+  static constexpr int size = 4;
+  static __m256 v(const uint8_t* w, int64_t j) { return _mm256_loadu_ps(reinterpret_cast<const float*>(w) + j); }
+  static float s(const uint8_t* w, int64_t j) { return reinterpret_cast<const float*>(w)[j]; }
+};
+struct load_f16 {
+  static constexpr int size = 2;
+  static __m256 v(const uint8_t* w, int64_t j) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(w) + j)));
+  }
+  static float s(const uint8_t* w, int64_t j) { return h2f(reinterpret_cast<const uint16_t*>(w)[j]); }
+};
+struct load_bf16 {
+  static constexpr int size = 2;
+  static __m256 v(const uint8_t* w, int64_t j) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(w) + j));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static float s(const uint8_t* w, int64_t j) { return bf16_to_fp32(reinterpret_cast<const uint16_t*>(w)[j]); }
+};
+
+
+// Q4_K: the 6-bit scales and mins of one super-block unpacked in SIMD (ggml's utmp
+// shuffle, lane-wise): *scales = 8 x int16 scales in both 128-bit halves, *mins = 8 x int16.
+//   v = [u0, u1, u2, -] (the 12 scale bytes; reading 16 stays inside the block)
+//   out = [u0 & m1, (u2 & m2) | ((u0 >> 6 & m3) << 4), u1 & m1, (u2 >> 4 & m2) | ((u1 >> 6 & m3) << 4)]
+inline void q4_k_scales_mins(const block_q4_k& b, __m256i* scales, __m128i* mins) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+  const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // [u0, u2, u1, u2]
+  const __m128i c = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // [u0, u0, u1, u1]
+  const __m128i even = _mm_and_si128(a, _mm_set1_epi32(static_cast<int>(kmask1)));
+  const __m128i odd = _mm_or_si128(
+      _mm_and_si128(_mm_srlv_epi32(a, _mm_set_epi32(4, 0, 0, 0)), _mm_set1_epi32(static_cast<int>(kmask2))),
+      _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(c, 6), _mm_set1_epi32(static_cast<int>(kmask3))), 4));
+  // 16 x int16: scales[0..7], mins[0..7]
+  const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_blend_epi32(even, odd, 0b1010));
+  *mins = _mm256_extracti128_si256(mins_and_scales, 1);
+  *scales = _mm256_permute2x128_si256(mins_and_scales, mins_and_scales, 0x00);
+}
+
+// Q4_K: as llama.cpp's ggml_vec_dot_q4_K_q8_K (AVX2). Per super-block the quants
+// and the mins reduce to exact int32 lanes; one FMA each into acc / acc_m.
+
+}  // namespace agentq::kernels::avx2
+#endif
