@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# agentq vs llama.cpp's CPU backend on the same synthetic GGUF files and thread counts:
+# pp512 and tg128 tokens/s from agentq-bench_engine beside llama-bench's, and their ratios.
+#   scripts/bench/llamacpp.sh [--llama-bench PATH] [--quick] [--threads 1,2] [--reps N] [--model GGUF]...
+# --llama-bench (or $AGENTQ_LLAMA_BENCH): a llama-bench binary the user built (CPU backend).
+#   This script never fetches or builds llama.cpp; without a binary it prints "skipped" and a
+#   JSON line saying so, and exits 0.
+# --quick: 110m Q8_0/Q4_K, 3 repetitions; default: 110m F16/Q8_0/Q4_K + 1b Q8_0/Q4_K, 5 repetitions.
+# --model: compare on these files instead of the synthetic set (e.g. ../shared/models/stories260K.gguf).
+# The two engines alternate run by run (A/B/A/B, one sample each) so load on a shared host hits
+# both alike; figures are medians over the repetitions.
+# Env: AGENTQ_BUILD_DIR (default build), AGENTQ_BENCH_DIR (model cache, default /tmp/agentq-bench).
+# The last line of stdout is one JSON object with every result.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+llama_bench="${AGENTQ_LLAMA_BENCH:-}"
+quick=0
+threads_list="$(nproc)"
+reps=""
+models=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --llama-bench) llama_bench="$2"; shift ;;
+    --quick) quick=1 ;;
+    --threads) threads_list="$2"; shift ;;
+    --reps) reps="$2"; shift ;;
+    --model) models+=("$2"); shift ;;
+    *) echo "usage: $0 [--llama-bench PATH] [--quick] [--threads 1,2] [--reps N] [--model GGUF]..." >&2; exit 2 ;;
+  esac
+  shift
+done
+
+if [ -z "$llama_bench" ] || [ ! -x "$llama_bench" ]; then
+  why="no llama-bench binary (pass --llama-bench PATH or set AGENTQ_LLAMA_BENCH)"
+  [ -n "$llama_bench" ] && why="llama-bench not found or not executable: $llama_bench"
+  echo "llamacpp.sh: skipped: $why" >&2
+  python3 -c 'import json, sys; print(json.dumps({"skipped": True, "reason": sys.argv[1]}))' "$why"
+  exit 0
+fi
+
+build="${AGENTQ_BUILD_DIR:-build}"
+cache="${AGENTQ_BENCH_DIR:-/tmp/agentq-bench}"
+mkgguf="$build/bin/agentq-mkgguf"
+bench="$build/bin/agentq-bench_engine"
+for b in "$mkgguf" "$bench"; do
+  [ -x "$b" ] || { echo "missing $b (build it: cmake --build $build --target $(basename "$b"))" >&2; exit 1; }
+done
+
+if [ ${#models[@]} = 0 ]; then
+  if [ $quick = 1 ]; then
+    sets=("110m q8_0 q4_k"); reps=${reps:-3}
+  else
+    sets=("110m f16 q8_0 q4_k" "1b q8_0 q4_k"); reps=${reps:-5}
+  fi
+  mkdir -p "$cache"
+  # Same file names and writer as engine.sh, so both scripts share the cache.
+  for s in "${sets[@]}"; do
+    read -r shape types <<<"$s"
+    for type in $types; do
+      path="$cache/llama-$shape-$type.gguf"
+      if [ ! -s "$path" ]; then
+        echo "== writing $path" >&2
+        "$mkgguf" --out "$path.tmp" --shape "$shape" --type "$type" >&2
+        mv "$path.tmp" "$path"
+      fi
+      models+=("$path")
+    done
+  done
+fi
+reps=${reps:-5}
+
+raw="$(mktemp -d)"
+trap 'rm -rf "$raw"' EXIT
+echo "== agentq-bench_engine vs $llama_bench: ${#models[@]} model(s), threads $threads_list, $reps rep(s)" >&2
+echo "   load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+cut -d' ' -f1-3 /proc/loadavg >"$raw/loadavg_start"
+# agentq: its own 16-token warm-up, then pp512 and tg128 once.
+run_agentq() {
+  "$bench" --threads "$2" --reps 1 "$1" 2>>"$raw/agentq.err" | tail -n 1 >"$raw/agentq.$3.$2.$4.json"
+}
+# llama-bench: its own warm-up, then pp512 and tg128 once (flash attention off: its default).
+run_llama() {
+  "$llama_bench" -m "$1" -p 512 -n 128 -t "$2" -r 1 -o jsonl 2>>"$raw/llama.err" >"$raw/llama.$3.$2.$4.jsonl" ||
+    { echo "llamacpp.sh: llama-bench failed on $1; last lines of its stderr:" >&2; tail -n 5 "$raw/llama.err" >&2; exit 1; }
+}
+for rep in $(seq 1 "$reps"); do
+  for t in ${threads_list//,/ }; do
+    for m in "${models[@]}"; do
+      name="$(basename "$m" .gguf)"
+      # One sample each, and which engine goes first alternates by repetition.
+      if [ $((rep % 2)) = 1 ]; then run_agentq "$m" "$t" "$name" "$rep"; run_llama "$m" "$t" "$name" "$rep"
+      else run_llama "$m" "$t" "$name" "$rep"; run_agentq "$m" "$t" "$name" "$rep"; fi
+      echo "   rep $rep/$reps, $t thread(s), $name done" >&2
+    done
+  done
+done
+cut -d' ' -f1-3 /proc/loadavg >"$raw/loadavg_end"
+
+python3 - "$raw" "$llama_bench" "$reps" <<'EOF'
+import glob, json, os, re, statistics, sys
+
+raw, llama_bench, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+samples = {}  # (model, threads) -> {"type", "agentq_pp": [], "agentq_tg": [], "llama_pp": [], "llama_tg": []}
+llama_meta = {}
+for path in glob.glob(os.path.join(raw, "agentq.*.json")):
+    name, t, _ = re.match(r"agentq\.(.+)\.(\d+)\.(\d+)\.json$", os.path.basename(path)).groups()
+    r = json.load(open(path))["results"][0]
+    s = samples.setdefault((name, int(t)), {"type": r["type"], "agentq_pp": [], "agentq_tg": [], "llama_pp": [], "llama_tg": []})
+    s["agentq_pp"].append(r["pp512_tokens_per_s"])
+    s["agentq_tg"].append(r["tg128_tokens_per_s"])
+for path in glob.glob(os.path.join(raw, "llama.*.jsonl")):
+    name, t, _ = re.match(r"llama\.(.+)\.(\d+)\.(\d+)\.jsonl$", os.path.basename(path)).groups()
+    s = samples[(name, int(t))]
+    for line in open(path):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        llama_meta = {k: r.get(k) for k in ("build_commit", "build_number", "cpu_info", "backends")}
+        ts = statistics.median(r["samples_ts"])
+        if r["n_prompt"] > 0 and r["n_gen"] == 0:
+            s["llama_pp"].append(ts)
+        elif r["n_gen"] > 0 and r["n_prompt"] == 0:
+            s["llama_tg"].append(ts)
+
+med = lambda v: statistics.median(v) if v else 0.0
+results = []
+print(f"\n{'model':<22}{'type':<6}{'thr':>4} {'pp512 agentq':>13}{'llama.cpp':>11}{'ratio':>7}"
+      f" {'tg128 agentq':>13}{'llama.cpp':>11}{'ratio':>7}", file=sys.stderr)
+for (name, t), s in sorted(samples.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    a_pp, l_pp, a_tg, l_tg = (med(s[k]) for k in ("agentq_pp", "llama_pp", "agentq_tg", "llama_tg"))
+    r = {"model": name, "type": s["type"], "threads": t,
+         "agentq_pp512_tokens_per_s": round(a_pp, 2), "llamacpp_pp512_tokens_per_s": round(l_pp, 2),
+         "pp512_ratio": round(a_pp / l_pp, 4) if l_pp else None,
+         "agentq_tg128_tokens_per_s": round(a_tg, 3), "llamacpp_tg128_tokens_per_s": round(l_tg, 3),
+         "tg128_ratio": round(a_tg / l_tg, 4) if l_tg else None,
+         "samples": {k: [round(x, 2) for x in s[k]] for k in ("agentq_pp", "llama_pp", "agentq_tg", "llama_tg")}}
+    results.append(r)
+    fmt = lambda x: f"{x:7.3f}" if x is not None else "    n/a"
+    print(f"{name:<22}{s['type']:<6}{t:>4} {a_pp:13.1f}{l_pp:11.1f}{fmt(r['pp512_ratio'])}"
+          f" {a_tg:13.2f}{l_tg:11.2f}{fmt(r['tg128_ratio'])}", file=sys.stderr)
+load = [open(os.path.join(raw, f)).read().strip() for f in ("loadavg_start", "loadavg_end")]
+print(json.dumps({"skipped": False, "llama_bench": llama_bench, "llamacpp_commit": llama_meta.get("build_commit"),
+                  "llamacpp_build_number": llama_meta.get("build_number"), "cpu_info": llama_meta.get("cpu_info"),
+                  "reps": reps, "statistic": "median", "loadavg_start": load[0], "loadavg_end": load[1],
+                  "results": results}))
+EOF
