@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gguf/reader.h"
+#include "model/attention.h"
 #include "model/model.h"
 #include "model/weights.h"
 #include "util/thread_pool.h"
@@ -16,11 +17,11 @@ namespace agentq {
 namespace {
 
 struct layer_weights {
-  std::vector<float> attn_norm;           // [n_embd]
-  weight wq, wk, wv, wo;                  // [n_head*hd][n_embd], [n_kv*hd][n_embd] x2, [n_embd][n_head*hd]
-  std::vector<float> bq, bk, bv;          // qwen2 biases (empty for llama)
-  std::vector<float> ffn_norm;            // [n_embd]
-  weight w_gate, w_up, w_down;            // [n_ff][n_embd] x2, [n_embd][n_ff]
+  std::vector<float> attn_norm;   // [n_embd]
+  weight wq, wk, wv, wo;          // [n_head*hd][n_embd], [n_kv*hd][n_embd] x2, [n_embd][n_head*hd]
+  std::vector<float> bq, bk, bv;  // qwen2 biases (empty for llama)
+  std::vector<float> ffn_norm;    // [n_embd]
+  weight w_gate, w_up, w_down;    // [n_ff][n_embd] x2, [n_embd][n_ff]
 };
 
 class llama_model final : public model {
@@ -39,11 +40,11 @@ class llama_model final : public model {
   std::shared_ptr<const gguf::file> file_;
   model_hparams hp_;
   thread_pool pool_;
-  weight tok_embd_;                       // [n_vocab][n_embd]
-  weight output_;                         // [n_vocab][n_embd] (= tok_embd_ when tied)
-  std::vector<float> output_norm_;        // [n_embd]
+  weight tok_embd_;                 // [n_vocab][n_embd]
+  weight output_;                   // [n_vocab][n_embd] (= tok_embd_ when tied)
+  std::vector<float> output_norm_;  // [n_embd]
   std::vector<layer_weights> layers_;
-  std::vector<float> rope_inv_freq_;      // [n_rot/2] angle per position of each rotated pair
+  std::vector<float> rope_inv_freq_;  // [n_rot/2] angle per position of each rotated pair
 
   // Scratch, grown on demand. NOTE: forward() is not reentrant (one engine thread calls it).
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, out_rows_;
@@ -55,7 +56,10 @@ class llama_model final : public model {
 bool llama_model::load_hparams(std::string* error) {
   const gguf::file& f = *file_;
   auto arch = f.get_string("general.architecture");
-  if (!arch) { *error = "missing general.architecture"; return false; }
+  if (!arch) {
+    *error = "missing general.architecture";
+    return false;
+  }
   hp_.arch = std::string(*arch);
   if (hp_.arch != "llama" && hp_.arch != "qwen2") {
     *error = "unsupported architecture '" + hp_.arch + "' (supported: llama, qwen2)";
@@ -64,7 +68,10 @@ bool llama_model::load_hparams(std::string* error) {
   const std::string p = hp_.arch + ".";
   auto req_int = [&](const char* key, int32_t* out) {
     auto v = f.get_int(p + key);
-    if (!v || *v <= 0 || *v > (1 << 30)) { *error = "missing or invalid metadata " + p + key; return false; }
+    if (!v || *v <= 0 || *v > (1 << 30)) {
+      *error = "missing or invalid metadata " + p + key;
+      return false;
+    }
     *out = int32_t(*v);
     return true;
   };
@@ -78,11 +85,17 @@ bool llama_model::load_hparams(std::string* error) {
     return false;
   }
   hp_.head_dim = int32_t(f.get_int(p + "attention.key_length").value_or(hp_.n_embd / hp_.n_head));
-  if (hp_.head_dim <= 0 || hp_.head_dim % 2 != 0) { *error = "invalid head dimension"; return false; }
+  if (hp_.head_dim <= 0 || hp_.head_dim % 2 != 0) {
+    *error = "invalid head dimension";
+    return false;
+  }
   hp_.rms_eps = float(f.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
   hp_.rope_base = float(f.get_float(p + "rope.freq_base").value_or(10000.0));
   hp_.n_rot = int32_t(f.get_int(p + "rope.dimension_count").value_or(hp_.head_dim));
-  if (hp_.n_rot <= 0 || hp_.n_rot > hp_.head_dim || hp_.n_rot % 2 != 0) { *error = "invalid rope.dimension_count"; return false; }
+  if (hp_.n_rot <= 0 || hp_.n_rot > hp_.head_dim || hp_.n_rot % 2 != 0) {
+    *error = "invalid rope.dimension_count";
+    return false;
+  }
   hp_.rope_neox = hp_.arch == "qwen2";
   hp_.rope_scale = 1.0f;
   auto scaling = f.get_string(p + "rope.scaling.type");
@@ -118,7 +131,10 @@ bool llama_model::load_weights(std::string* error) {
       return false;
     }
     auto tr = gguf::traits_of(t->type);
-    if (n_in % tr.block_size != 0) { *error = "tensor " + name + ": row length not a multiple of its block size"; return false; }
+    if (n_in % tr.block_size != 0) {
+      *error = "tensor " + name + ": row length not a multiple of its block size";
+      return false;
+    }
     w->info = t;
     w->type = t->type;
     w->data = t->data;
@@ -176,7 +192,8 @@ bool llama_model::load_weights(std::string* error) {
   return true;
 }
 
-std::unique_ptr<model> llama_model::create(std::shared_ptr<const gguf::file> file, int32_t n_threads, std::string* error) {
+std::unique_ptr<model> llama_model::create(std::shared_ptr<const gguf::file> file, int32_t n_threads,
+                                           std::string* error) {
   std::unique_ptr<llama_model> m(new llama_model(n_threads));
   m->file_ = std::move(file);
   if (!m->load_hparams(error) || !m->load_weights(error)) return nullptr;
@@ -223,7 +240,9 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
   if (n_x == 0) return 0;
   tok_seq_.resize(size_t(n_x));
   tok_pos_.resize(size_t(n_x));
-  auto grow = [](std::vector<float>& v, size_t n) { if (v.size() < n) v.resize(n); };
+  auto grow = [](std::vector<float>& v, size_t n) {
+    if (v.size() < n) v.resize(n);
+  };
   grow(x_, size_t(n_x) * n_embd);
   grow(xb_, size_t(n_x) * n_embd);
   grow(q_, size_t(n_x) * n_q);
@@ -252,93 +271,102 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
     }
   }
 
+  // Per token, in parallel over tokens: x += add (if given); xb = norm(x) * w (if given).
+  auto add_norm = [&](const float* add, const float* w) {
+    pool_.parallel_for(
+        n_x,
+        [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) {
+            float* xi = x + size_t(i) * n_embd;
+            if (add)
+              for (int32_t j = 0; j < n_embd; ++j) xi[j] += add[size_t(i) * n_embd + size_t(j)];
+            if (w) rms_norm_row(xi, w, xb + size_t(i) * n_embd, n_embd, hp_.rms_eps);
+          }
+        },
+        std::max<int64_t>(1, 16384 / n_embd));
+  };
   const float att_scale = 1.0f / std::sqrt(float(hd));
   const int32_t group = n_head / n_kv;
   for (int32_t il = 0; il < hp_.n_layer; ++il) {
     const layer_weights& L = layers_[size_t(il)];
 
-    // attention: xb = norm(x); q,k,v = xb W^T (+ b); rope; store k,v in the paged cache
-    for (int32_t i = 0; i < n_x; ++i)
-      rms_norm_row(x + size_t(i) * n_embd, L.attn_norm.data(), xb + size_t(i) * n_embd, n_embd, hp_.rms_eps);
+    // attention: xb = norm(x) (fused into the previous layer's residual add); q,k,v = xb W^T (+ b);
+    // rope; store k,v in the paged cache
+    if (il == 0) add_norm(nullptr, L.attn_norm.data());
     {
       const weight* ws[3] = {&L.wq, &L.wk, &L.wv};
       float* ys[3] = {q, k, v};
       linear_many(pool_, ws, xb, n_x, ys);
     }
     const int64_t rows_per_chunk = std::max<int64_t>(1, 4096 / (n_q + 2 * n_kvd));
-    pool_.parallel_for(n_x, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        float* qi = q + size_t(i) * n_q;
-        float* ki = k + size_t(i) * n_kvd;
-        float* vi = v + size_t(i) * n_kvd;
-        if (!L.bq.empty()) {
-          for (int32_t j = 0; j < n_q; ++j) qi[j] += L.bq[size_t(j)];
-          for (int32_t j = 0; j < n_kvd; ++j) ki[j] += L.bk[size_t(j)];
-          for (int32_t j = 0; j < n_kvd; ++j) vi[j] += L.bv[size_t(j)];
-        }
-        const int32_t pos = tok_pos_[size_t(i)];
-        rope(qi, n_head, pos);
-        rope(ki, n_kv, pos);
-        const int32_t block = seqs[size_t(tok_seq_[size_t(i)])].block_table[pos / bs];
-        std::memcpy(kv.k(il, block) + size_t(pos % bs) * n_kvd, ki, size_t(n_kvd) * 4);
-        std::memcpy(kv.v(il, block) + size_t(pos % bs) * n_kvd, vi, size_t(n_kvd) * 4);
-      }
-    }, rows_per_chunk);
+    pool_.parallel_for(
+        n_x,
+        [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) {
+            float* qi = q + size_t(i) * n_q;
+            float* ki = k + size_t(i) * n_kvd;
+            float* vi = v + size_t(i) * n_kvd;
+            if (!L.bq.empty()) {
+              for (int32_t j = 0; j < n_q; ++j) qi[j] += L.bq[size_t(j)];
+              for (int32_t j = 0; j < n_kvd; ++j) ki[j] += L.bk[size_t(j)];
+              for (int32_t j = 0; j < n_kvd; ++j) vi[j] += L.bv[size_t(j)];
+            }
+            const int32_t pos = tok_pos_[size_t(i)];
+            rope(qi, n_head, pos);
+            rope(ki, n_kv, pos);
+            const int32_t block = seqs[size_t(tok_seq_[size_t(i)])].block_table[pos / bs];
+            std::memcpy(kv.k(il, block) + size_t(pos % bs) * n_kvd, ki, size_t(n_kvd) * 4);
+            std::memcpy(kv.v(il, block) + size_t(pos % bs) * n_kvd, vi, size_t(n_kvd) * 4);
+          }
+        },
+        rows_per_chunk);
 
-    // Causal attention per (token, head) over positions 0..pos, in position order.
+    // Causal attention per (token, head) over positions 0..pos, in position order (attention.h).
     // NOTE: one item never splits its positions across threads (no batch-dependent split-K).
     // ~16K multiply-adds per chunk at least (positions * head_dim * 2 per item).
     const int64_t items_per_chunk = std::max<int64_t>(1, 8192 / (int64_t(tok_pos_[size_t(n_x - 1)] + 1) * hd));
-    pool_.parallel_for(int64_t(n_x) * n_head, [&](int64_t b, int64_t e) {
-      thread_local std::vector<float> scores;
-      for (int64_t item = b; item < e; ++item) {
-        const int32_t i = int32_t(item / n_head), h = int32_t(item % n_head), kvh = h / group;
-        const int32_t pos = tok_pos_[size_t(i)];
-        const int32_t* table = seqs[size_t(tok_seq_[size_t(i)])].block_table;
-        if (scores.size() < size_t(pos + 1)) scores.resize(size_t(pos + 1));
-        const float* qh = q + size_t(i) * n_q + size_t(h) * hd;
-        float mx = -INFINITY;
-        for (int32_t t = 0; t <= pos; ++t) {
-          const float* kt = kv.k(il, table[t / bs]) + size_t(t % bs) * n_kvd + size_t(kvh) * hd;
-          const float s = dot_f32(qh, kt, hd) * att_scale;
-          scores[size_t(t)] = s;
-          mx = std::max(mx, s);
-        }
-        double sum = 0.0;
-        for (int32_t t = 0; t <= pos; ++t) {
-          const float p = std::exp(scores[size_t(t)] - mx);
-          scores[size_t(t)] = p;
-          sum += p;
-        }
-        const float inv = float(1.0 / sum);
-        float* out = att + size_t(i) * n_q + size_t(h) * hd;
-        std::fill(out, out + hd, 0.0f);
-        for (int32_t t = 0; t <= pos; ++t) {
-          const float* vt = kv.v(il, table[t / bs]) + size_t(t % bs) * n_kvd + size_t(kvh) * hd;
-          const float p = scores[size_t(t)] * inv;
-          for (int32_t d = 0; d < hd; ++d) out[d] += p * vt[d];
-        }
-      }
-    }, items_per_chunk);
+    pool_.parallel_for(
+        int64_t(n_x) * n_head,
+        [&](int64_t b, int64_t e) {
+          thread_local std::vector<float> scores;
+          for (int64_t item = b; item < e; ++item) {
+            const int32_t i = int32_t(item / n_head), h = int32_t(item % n_head);
+            const int32_t pos = tok_pos_[size_t(i)];
+            if (scores.size() < size_t(pos + 1)) scores.resize(size_t(pos + 1));
+            attention_args a;
+            a.kv = &kv;
+            a.layer = il;
+            a.block_table = seqs[size_t(tok_seq_[size_t(i)])].block_table;
+            a.block_size = bs;
+            a.row_floats = n_kvd;
+            a.kv_offset = (h / group) * hd;
+            a.head_dim = hd;
+            a.scale = att_scale;
+            attend(a, q + size_t(i) * n_q + size_t(h) * hd, 0, pos, 1, att + size_t(i) * n_q + size_t(h) * hd, 0,
+                   scores.data());
+          }
+        },
+        items_per_chunk);
     linear(pool_, L.wo, att, n_x, xb);
-    for (size_t j = 0; j < size_t(n_x) * n_embd; ++j) x[j] += xb[j];
+    add_norm(xb, L.ffn_norm.data());  // x += xb; xb = norm(x)
 
     // SwiGLU feed-forward: x += W_down (silu(W_gate xb) * W_up xb)
-    for (int32_t i = 0; i < n_x; ++i)
-      rms_norm_row(x + size_t(i) * n_embd, L.ffn_norm.data(), xb + size_t(i) * n_embd, n_embd, hp_.rms_eps);
     {
       const weight* ws[2] = {&L.w_gate, &L.w_up};
       float* ys[2] = {hb, hb2};
       linear_many(pool_, ws, xb, n_x, ys);
     }
-    pool_.parallel_for(n_x, [&](int64_t b, int64_t e) {
-      for (size_t j = size_t(b) * n_ff; j < size_t(e) * n_ff; ++j) {
-        const float g = hb[j];
-        hb[j] = g / (1.0f + std::exp(-g)) * hb2[j];
-      }
-    }, std::max<int64_t>(1, 8192 / n_ff));
+    pool_.parallel_for(
+        n_x,
+        [&](int64_t b, int64_t e) {
+          for (size_t j = size_t(b) * n_ff; j < size_t(e) * n_ff; ++j) {
+            const float g = hb[j];
+            hb[j] = g / (1.0f + std::exp(-g)) * hb2[j];
+          }
+        },
+        std::max<int64_t>(1, 8192 / n_ff));
     linear(pool_, L.w_down, hb, n_x, xb);
-    for (size_t j = 0; j < size_t(n_x) * n_embd; ++j) x[j] += xb[j];
+    add_norm(xb, il + 1 < hp_.n_layer ? layers_[size_t(il + 1)].attn_norm.data() : nullptr);
   }
 
   // Final norm on the rows that need logits, then the vocabulary projection.
@@ -357,7 +385,10 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
 }  // namespace
 
 std::unique_ptr<model> model::load(std::shared_ptr<const gguf::file> file, int32_t n_threads, std::string* error) {
-  if (!file) { *error = "no model file"; return nullptr; }
+  if (!file) {
+    *error = "no model file";
+    return nullptr;
+  }
   return llama_model::create(std::move(file), n_threads, error);
 }
 

@@ -1,0 +1,30 @@
+// Causal attention of query heads over a sequence's paged K/V (CPU forward pass).
+// NOTE: each query's result depends only on its own q, its positions 0..pos and the
+// K/V rows there, in a fixed order (scores in position order, V accumulated in position
+// order): queries that run together only share loads, so results are batch-invariant.
+#pragma once
+
+#include <cstdint>
+
+namespace agentq {
+
+class kv_store;
+
+struct attention_args {
+  const kv_store* kv = nullptr;
+  int32_t layer = 0;
+  const int32_t* block_table = nullptr;  // the sequence's blocks
+  int32_t block_size = 0;                // tokens per block
+  int32_t row_floats = 0;                // floats per K/V token row (n_head_kv * head_dim)
+  int32_t kv_offset = 0;                 // floats into a row: kv head * head_dim
+  int32_t head_dim = 0;
+  float scale = 1.0f;  // 1/sqrt(head_dim)
+};
+
+// n_q queries of one head at consecutive positions pos0, pos0 + 1, ... of one sequence:
+// out[j] = softmax(q[j] . K[0..pos0+j] * scale) V[0..pos0+j]. q[j], out[j]: head_dim floats
+// q_stride / out_stride floats apart. scores: scratch of at least pos0 + n_q floats.
+void attend(const attention_args& a, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q, float* out,
+            int64_t out_stride, float* scores);
+
+}  // namespace agentq
