@@ -4,10 +4,13 @@
 //     decode scaling: aggregate generated tokens/s with N concurrent sequences
 //   every mode: [--device cpu|cuda|cuda:N] [--kv-mib M]
 //   agentq-bench_sched agent --model F [--jobs 16] [--turns 8] [--system 256] [--tool 64] [--gen 16]
-//                          [--reuse 1|0] [--threads N]
+//                          [--reuse 1|0] [--threads N] [--park-wait S] [--spill-dir DIR]
 //     multi-turn agent workload: every job shares a long system prompt; each turn appends the
 //     model's output and a tool result; residency on (reuse 1) vs re-prefill baseline (reuse 0);
-//     also per turn index (first turn = 0): computed_tokens_by_turn, prompt_tokens_by_turn (mean over jobs)
+//     also per turn index (first turn = 0): computed_tokens_by_turn, prompt_tokens_by_turn (mean over jobs);
+//     --park-wait: the expected tool wait each park() announces (default 1 s: pinned in memory);
+//     --spill-dir + a long --park-wait (e.g. 3600): every pause spills the job's KV to that disk
+//     tier and the next turn restores it (n_spills / n_restores in the JSON line)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +32,8 @@ struct args {
   std::vector<int> concurrency = {1, 4, 16, 64};
   int gen = 32, prompt = 16, threads = 0, jobs = 16, turns = 8, system = 256, tool = 64, reuse = 1;
   double kv_mib = 256;
+  double park_wait = 1.0;  // seconds announced to park(): 1 = a short tool call (pinned)
+  std::string spill_dir;   // empty = no disk tier
 };
 
 [[noreturn]] void usage() {
@@ -59,6 +64,8 @@ args parse(int argc, char** argv) {
     else if (k == "--tool") a.tool = std::stoi(v);
     else if (k == "--reuse") a.reuse = std::stoi(v);
     else if (k == "--kv-mib") a.kv_mib = std::stod(v);
+    else if (k == "--park-wait") a.park_wait = std::stod(v);
+    else if (k == "--spill-dir") a.spill_dir = v;
     else if (k == "--device") a.device = v;
     else usage();
   }
@@ -75,6 +82,7 @@ std::unique_ptr<engine> open(const args& a, bool reuse, int32_t max_running, int
   c.kv_budget_bytes = uint64_t(a.kv_mib * 1024 * 1024);
   c.max_running = max_running;
   c.prefix_reuse = reuse;
+  c.spill_dir = a.spill_dir;
   std::string err;
   auto e = engine::load(c, &err);
   if (!e) {
@@ -195,7 +203,7 @@ int run_agent(const args& a) {
       jb2.convo.insert(jb2.convo.end(), res.output_ids.begin(), res.output_ids.end());
       ++jb2.turn;
       if (jb2.turn < a.turns) {
-        e->park(uint64_t(j) + 1, 1.0);  // a short tool call
+        e->park(uint64_t(j) + 1, a.park_wait);
         submit_turn(j);
       } else {
         e->release(uint64_t(j) + 1);
@@ -220,11 +228,14 @@ int run_agent(const args& a) {
       "{\"bench\":\"agent\",\"reuse\":%d,\"jobs\":%d,\"turns\":%d,\"system_tokens\":%d,\"tool_tokens\":%d,\"gen\":%d,"
       "\"new_tokens_per_turn\":%.1f,\"computed_tokens_per_turn\":%.1f,\"cached_tokens_per_turn\":%.1f,\"wall_s\":%.3f,"
       "\"first_turn_prompt_tokens\":%.1f,\"first_turn_computed_tokens\":%.1f,\"n_evictions\":%lld,"
+      "\"park_wait_s\":%g,\"spill\":%s,\"n_spills\":%lld,\"n_restores\":%lld,"
       "\"computed_tokens_by_turn\":[%s],\"prompt_tokens_by_turn\":[%s]}\n",
       a.reuse, a.jobs, a.turns, a.system, a.tool, a.gen, double(n_new) / double(std::max<int64_t>(1, n_turns)),
       double(n_computed) / double(std::max<int64_t>(1, n_turns)), double(n_cached) / double(std::max<int64_t>(1, n_turns)),
       wall, double(n_first_prompt) / double(std::max<int64_t>(1, n_first)),
       double(n_first_computed) / double(std::max<int64_t>(1, n_first)), static_cast<long long>(st.n_evictions),
+      a.park_wait, a.spill_dir.empty() ? "false" : "true", static_cast<long long>(st.n_spills),
+      static_cast<long long>(st.n_restores),
       by_turn_computed.c_str(), by_turn_prompt.c_str());
   return 0;
 }
