@@ -74,6 +74,13 @@ def ratios_of(name, run):
         r["wall time: re-prefill vs resident"] = (run["wall_s_reprefill"], run["wall_s_resident"], "s")
         r["computed tokens/turn: re-prefill vs resident"] = (
             run["computed_tokens_per_turn_reprefill"], run["computed_tokens_per_turn"], "tokens")
+        if run.get("wall_s_spill"):
+            r["wall time: re-prefill vs resident with spill to disk"] = (
+                run["wall_s_reprefill"], run["wall_s_spill"], "s")
+            r["wall time: spill to disk vs resident (disk-tier cost)"] = (
+                run["wall_s_spill"], run["wall_s_resident"], "s")
+            r["computed tokens/turn: spill to disk vs resident"] = (
+                run["computed_tokens_per_turn_spill"], run["computed_tokens_per_turn"], "tokens")
     elif name == "queue":
         t = run["throughput"]
         r["jobs/s end to end vs GET /healthz/s (no-op floor)"] = (t["jobs_per_s"], run["healthz_per_s"], "per s")

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Multi-turn agent workload: jobs share a long system prompt, each turn appends the model's
-# output and a 64-token tool result. Residency + prefix reuse on vs the re-prefill baseline
-# (prefix_reuse=false). Ends with one JSON line: new_tokens_per_turn, computed_tokens_per_turn
-# (continuation turns), wall_s_resident, wall_s_reprefill, and per turn index
-# computed_tokens_by_turn[_reprefill] (mean over jobs, first turn included).
-#   scripts/bench/residency.sh [--quick]     (full: 15M-class synthetic model, 16 jobs x 8 turns;
-#                                             quick: stories260K, 8 jobs x 4 turns;
+# output and a 64-token tool result. Three variants of the same workload:
+#   resident   residency + prefix reuse, every pause a short tool call (KV pinned in memory);
+#   spill      residency with the disk tier: every pause announces a long wait (1 h), so the
+#              job's KV is written to a spill directory (a fresh temp dir) and the next turn
+#              restores it from there;
+#   reprefill  the baseline: prefix reuse off, every turn recomputes the whole conversation.
+# Ends with one JSON line: new_tokens_per_turn, computed_tokens_per_turn[_spill|_reprefill]
+# (continuation turns), wall_s_resident, wall_s_spill, wall_s_reprefill, n_spills/n_restores,
+# and per turn index computed_tokens_by_turn[_spill|_reprefill] (mean over jobs, first turn included).
+#   scripts/bench/residency.sh [--quick]     (full: 15M-class synthetic Q8_0 (scripts/bench/model.sh),
+#                                             16 jobs x 8 turns; quick: stories260K, 8 jobs x 4 turns;
 #                                             AGENTQ_BENCH_MODEL=F: that model instead)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,31 +30,39 @@ elif [ $quick = 1 ]; then
   model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
   opts=(--jobs 8 --turns 4 --system 256 --tool 64 --gen 16)
 else
-  model="$build/bench-models/15m-q8_0.gguf"
-  if [ ! -f "$model" ]; then
-    mkdir -p "$(dirname "$model")"
-    "$build/bin/agentq-mkgguf" --out "$model" --shape 15m --type q8_0 >&2
-  fi
+  model=$(AGENTQ_BUILD_DIR="$build" scripts/bench/model.sh 15m:q8_0)
   opts=(--jobs 16 --turns 8 --system 256 --tool 64 --gen 16)
 fi
 bench="$build/bin/agentq-bench_sched"
+spill_dir=$(mktemp -d -t agentq-spill-XXXXXX)
+trap 'rm -rf "$spill_dir"' EXIT
 resident=$("$bench" agent --model "$model" "${opts[@]}" --reuse 1 --threads "$threads" | tail -n 1)
-reprefill=$("$bench" agent --model "$model" "${opts[@]}" --reuse 0 --threads "$threads" | tail -n 1)
 echo "resident:  $resident" >&2
+spill=$("$bench" agent --model "$model" "${opts[@]}" --reuse 1 --threads "$threads" \
+  --park-wait 3600 --spill-dir "$spill_dir" | tail -n 1)
+echo "spill:     $spill" >&2
+reprefill=$("$bench" agent --model "$model" "${opts[@]}" --reuse 0 --threads "$threads" | tail -n 1)
 echo "reprefill: $reprefill" >&2
-python3 - "$resident" "$reprefill" "$model" <<'PY'
+python3 - "$resident" "$reprefill" "$model" "$spill" <<'PY'
 import json, sys
-r, p = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+r, p, s = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[4])
+# NOTE: a spill run that restored nothing measured the prefix cache, not the disk tier: say so.
+if s.get("n_spills", 0) == 0 or s.get("n_restores", 0) == 0:
+    sys.exit(f"residency.sh: the spill variant spilled {s.get('n_spills')} and restored {s.get('n_restores')} times")
 print(json.dumps({
     "bench": "residency", "model": sys.argv[3], "jobs": r["jobs"], "turns": r["turns"],
     "system_tokens": r["system_tokens"], "tool_tokens": r["tool_tokens"], "gen": r["gen"],
     "new_tokens_per_turn": r["new_tokens_per_turn"],
     "computed_tokens_per_turn": r["computed_tokens_per_turn"],
     "computed_tokens_per_turn_reprefill": p["computed_tokens_per_turn"],
-    "wall_s_resident": r["wall_s"], "wall_s_reprefill": p["wall_s"],
+    "computed_tokens_per_turn_spill": s["computed_tokens_per_turn"],
+    "wall_s_resident": r["wall_s"], "wall_s_reprefill": p["wall_s"], "wall_s_spill": s["wall_s"],
+    "spill_park_wait_s": s["park_wait_s"], "n_spills": s["n_spills"], "n_restores": s["n_restores"],
     "computed_tokens_by_turn": r.get("computed_tokens_by_turn"),
     "computed_tokens_by_turn_reprefill": p.get("computed_tokens_by_turn"),
+    "computed_tokens_by_turn_spill": s.get("computed_tokens_by_turn"),
     "prompt_tokens_by_turn": r.get("prompt_tokens_by_turn"),
     "speedup": round(p["wall_s"] / r["wall_s"], 2) if r["wall_s"] > 0 else None,
+    "speedup_spill": round(p["wall_s"] / s["wall_s"], 2) if s["wall_s"] > 0 else None,
 }, separators=(",", ":")))
 PY
