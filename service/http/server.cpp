@@ -2,6 +2,9 @@
 // on_read_body, do_write/on_write), limits and streaming responses (see server.h).
 #include "http/server.h"
 
+#include <spdlog/spdlog.h>
+
+#include <atomic>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -9,13 +12,11 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <spdlog/spdlog.h>
-
-#include <atomic>
 #include <condition_variable>
 #include <future>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "http/errors.h"
@@ -30,17 +31,23 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
+class session;
+
 struct shared_state {
   server_options options;
   server::handler_fn handler;
   std::atomic<int64_t> n_connections{0}, n_requests{0}, n_rejected{0};
   std::atomic<int32_t> n_streams{0};
   std::atomic<bool> stopping{false};
-  std::mutex streams_mu;
-  std::condition_variable streams_cv;
+  // Live sessions, so stop() can close the idle ones; drain_cv fires when n_connections hits 0.
+  std::mutex drain_mu;
+  std::condition_variable drain_cv;
+  std::unordered_map<session*, std::weak_ptr<session>> sessions;  // guarded by drain_mu
 };
 
-const char* reason(int status) { return bhttp::obsolete_reason(bhttp::status(status)).data(); }
+const char* reason(int status) {
+  return bhttp::obsolete_reason(bhttp::status(status)).data();
+}
 
 class session : public std::enable_shared_from_this<session> {
  public:
@@ -48,9 +55,17 @@ class session : public std::enable_shared_from_this<session> {
       : stream_(std::move(socket)), state_(std::move(state)), buffer_(state_->options.max_header_bytes + 4096) {
     ++state_->n_connections;
   }
-  ~session() { --state_->n_connections; }
+  ~session() {
+    std::lock_guard lock(state_->drain_mu);
+    state_->sessions.erase(this);
+    if (--state_->n_connections == 0) state_->drain_cv.notify_all();
+  }
 
   void run() {
+    {
+      std::lock_guard lock(state_->drain_mu);
+      state_->sessions.emplace(this, weak_from_this());
+    }
     asio::dispatch(stream_.get_executor(), beast::bind_front_handler(&session::do_read_header, shared_from_this()));
   }
 
@@ -60,11 +75,20 @@ class session : public std::enable_shared_from_this<session> {
     send_error(error_kind::unavailable, "server is at its connection limit; retry later", true);
   }
 
+  // Graceful stop: close the connection if it waits for a new request (keep-alive idle or
+  // part of a head); a request already read finishes and closes after its response.
+  void close_if_idle() {
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->idle_) self->close();
+    });
+  }
+
  private:
   // NOTE: the head is read with our own loop (not bhttp::async_read_header) so that
   // put_head sees the raw head bytes (obs-fold check) before the parser consumes them.
   void do_read_header() {
     if (state_->stopping) return close();
+    idle_ = true;
     parser_.emplace();
     init_parser(*parser_, state_->options);
     n_head_bytes_ = 0;
@@ -75,9 +99,9 @@ class session : public std::enable_shared_from_this<session> {
 
   void read_head_some() {
     size_t room = buffer_.max_size() - buffer_.size();
-    if (room == 0) return reject({error_kind::header_too_large, "request headers exceed " +
-                                                                  std::to_string(state_->options.max_header_bytes) +
-                                                                  " bytes"});
+    if (room == 0)
+      return reject({error_kind::header_too_large,
+                     "request headers exceed " + std::to_string(state_->options.max_header_bytes) + " bytes"});
     stream_.async_read_some(buffer_.prepare(std::min<size_t>(room, 4096)),
                             beast::bind_front_handler(&session::on_read_head_some, shared_from_this()));
   }
@@ -98,9 +122,11 @@ class session : public std::enable_shared_from_this<session> {
     buffer_.consume(step.n_used);
     if (step.st == head_step::status::rejected) return reject(std::move(step.why));
     if (step.st == head_step::status::need_more) return read_head_some();
+    idle_ = false;  // a request: stop() lets it finish
     if (parser_->is_done()) return handle();
     stream_.expires_after(state_->options.body_timeout);
-    bhttp::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&session::on_read_body, shared_from_this()));
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      beast::bind_front_handler(&session::on_read_body, shared_from_this()));
   }
 
   void on_read_body(beast::error_code ec, size_t) {
@@ -144,6 +170,7 @@ class session : public std::enable_shared_from_this<session> {
     out->set(bhttp::field::server, "agentq");
     if (!res.body.empty() || res.status >= 200) out->set(bhttp::field::content_type, res.content_type);
     for (auto& [k, v] : res.headers) out->set(k, v);
+    keep_alive_ = keep_alive_ && !state_->stopping;  // NOTE: stop() may have begun while the handler ran
     out->keep_alive(keep_alive_);
     out->body() = std::move(res.body);
     out->prepare_payload();
@@ -152,9 +179,8 @@ class session : public std::enable_shared_from_this<session> {
     auto self = shared_from_this();
     if (head) {
       auto sr = std::make_shared<bhttp::response_serializer<bhttp::string_body>>(*out);
-      bhttp::async_write_header(stream_, *sr, [self, out, sr](beast::error_code ec, size_t n) {
-        self->on_write(ec, n);
-      });
+      bhttp::async_write_header(stream_, *sr,
+                                [self, out, sr](beast::error_code ec, size_t n) { self->on_write(ec, n); });
       return;
     }
     bhttp::async_write(stream_, *out, [self, out](beast::error_code ec, size_t n) { self->on_write(ec, n); });
@@ -196,8 +222,7 @@ class session : public std::enable_shared_from_this<session> {
         asio::async_write(s->stream_, asio::buffer(*buf),
                           [buf, done](beast::error_code ec, size_t) { done->set_value(!ec); });
       });
-      if (fut.wait_for(timeout_ + std::chrono::seconds(1)) != std::future_status::ready || !fut.get())
-        closed_ = true;
+      if (fut.wait_for(timeout_ + std::chrono::seconds(1)) != std::future_status::ready || !fut.get()) closed_ = true;
       if (s_->state_->stopping) closed_ = true;
       return !closed_;
     }
@@ -227,9 +252,7 @@ class session : public std::enable_shared_from_this<session> {
         if (out.write(head)) fn(out);
       }
       asio::post(self->stream_.get_executor(), [self] { self->close(); });
-      std::lock_guard lock(state->streams_mu);
       --state->n_streams;
-      state->streams_cv.notify_all();
     }).detach();
   }
 
@@ -239,6 +262,7 @@ class session : public std::enable_shared_from_this<session> {
   std::optional<request_parser> parser_;
   size_t n_head_bytes_ = 0;  // of the request being read, consumed by the parser so far
   bool keep_alive_ = false;
+  bool idle_ = false;  // waiting for the next request's head (see close_if_idle)
   unsigned version_ = 11;
 };
 
@@ -253,9 +277,8 @@ struct server::impl {
   bool running = false;
 
   void do_accept() {
-    acceptor->async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
-      on_accept(ec, std::move(socket));
-    });
+    acceptor->async_accept(asio::make_strand(ioc),
+                           [this](beast::error_code ec, tcp::socket socket) { on_accept(ec, std::move(socket)); });
   }
   void on_accept(beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || state->stopping) return;
@@ -275,7 +298,9 @@ server::server(server_options options, handler_fn handler) : impl_(std::make_uni
   impl_->state->handler = std::move(handler);
 }
 
-server::~server() { stop(); }
+server::~server() {
+  stop();
+}
 
 bool server::start(std::string* error) {
   beast::error_code ec;
@@ -292,8 +317,8 @@ bool server::start(std::string* error) {
   if (!ec) impl_->acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
     if (error)
-      *error = "cannot listen on " + impl_->state->options.host + ":" +
-               std::to_string(impl_->state->options.port) + ": " + ec.message();
+      *error = "cannot listen on " + impl_->state->options.host + ":" + std::to_string(impl_->state->options.port) +
+               ": " + ec.message();
     impl_->acceptor.reset();
     return false;
   }
@@ -308,23 +333,38 @@ bool server::start(std::string* error) {
 void server::stop() {
   if (!impl_->running) return;
   impl_->running = false;
-  impl_->state->stopping = true;
+  auto& state = *impl_->state;
+  state.stopping = true;
   asio::post(impl_->ioc, [this] {
     beast::error_code ec;
     impl_->acceptor->close(ec);
   });
+  // Drain: idle connections close now; a request already read runs its handler, writes its
+  // response (Connection: close) and closes; streams notice `stopping` at their next write.
+  // NOTE: the io threads keep running until every session is gone (or drain_timeout): an
+  // ioc.stop() while a response is being written would cut it off mid-body.
+  std::vector<std::shared_ptr<session>> live;
   {
-    // streams notice `stopping` at their next write or wait; give them a moment
-    std::unique_lock lock(impl_->state->streams_mu);
-    impl_->state->streams_cv.wait_for(lock, std::chrono::seconds(5), [&] { return impl_->state->n_streams == 0; });
+    std::lock_guard lock(state.drain_mu);
+    for (auto& [_, weak] : state.sessions)
+      if (auto s = weak.lock()) live.push_back(std::move(s));
   }
-  // NOTE: in-flight handlers finish (they run on the io threads); idle keep-alive reads are cut by stop().
+  for (auto& s : live) s->close_if_idle();
+  live.clear();  // NOTE: a session must not outlive the wait below because we hold it
+  {
+    std::unique_lock lock(state.drain_mu);
+    if (!state.drain_cv.wait_for(lock, state.options.drain_timeout, [&] { return state.n_connections == 0; }))
+      spdlog::warn("http: {} connection(s) still open after the {} ms drain; cutting them", state.n_connections.load(),
+                   state.options.drain_timeout.count());
+  }
   impl_->ioc.stop();
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();
 }
 
-uint16_t server::port() const { return impl_->port; }
+uint16_t server::port() const {
+  return impl_->port;
+}
 
 server_stats server::stats() const {
   return {impl_->state->n_connections.load(), impl_->state->n_requests.load(), impl_->state->n_rejected.load()};

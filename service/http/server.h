@@ -15,21 +15,22 @@ namespace agentq::http {
 
 struct server_options {
   std::string host = "127.0.0.1";
-  uint16_t port = 8080;                             // 0 = pick a free port (see port())
+  uint16_t port = 8080;  // 0 = pick a free port (see port())
   int32_t n_threads = 4;
   size_t max_body_bytes = 4 << 20;                  // larger -> 413
   size_t max_header_bytes = 16 << 10;               // larger -> 431
   std::chrono::milliseconds header_timeout{10000};  // whole request head, incl. keep-alive idle (slowloris)
   std::chrono::milliseconds body_timeout{30000};    // whole body
   std::chrono::milliseconds write_timeout{30000};
-  int32_t max_connections = 1024;                   // more -> 503 and close
-  int32_t max_streams = 256;                        // concurrent streaming (SSE) responses
+  std::chrono::milliseconds drain_timeout{10000};  // stop(): in-flight requests and streams get this long
+  int32_t max_connections = 1024;                  // more -> 503 and close
+  int32_t max_streams = 256;                       // concurrent streaming (SSE) responses
 };
 
 struct server_stats {
-  int64_t n_connections = 0;   // open now
-  int64_t n_requests = 0;      // served since start
-  int64_t n_rejected = 0;      // limit / protocol rejections
+  int64_t n_connections = 0;  // open now
+  int64_t n_requests = 0;     // served since start
+  int64_t n_rejected = 0;     // limit / protocol rejections
 };
 
 class server {
@@ -42,7 +43,8 @@ class server {
 
   // Bind and listen; false with *error (e.g. address in use).
   bool start(std::string* error);
-  // Stop accepting, close idle connections, wait for in-flight requests and streams, join threads.
+  // Stop accepting, close idle connections, let in-flight requests finish writing their
+  // responses and streams end (up to drain_timeout), then join the threads.
   void stop();
   uint16_t port() const;
   server_stats stats() const;
