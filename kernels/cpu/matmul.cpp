@@ -172,10 +172,18 @@ constexpr int max_rows = 4;
 // R consecutive rows (row_stride apart) against one input: out[r] = dot(W[r], x).
 using rows_fn = void (*)(const uint8_t* w, size_t row_stride, const uint8_t* x, int64_t n_cols, float* out);
 
+// A register-blocked micro-kernel: R consecutive rows (row_stride apart) x B inputs,
+// out[r * B + b] = dot(W[r], x[b]), per pair bit-identical to tile_fn with B == 1.
+using mk_fn = void (*)(const uint8_t* w, size_t row_stride, const uint8_t* const* x, int64_t n_cols, float* out);
+constexpr int max_mk_rows = 2, max_mk_inputs = 4;
+
 struct tile_set {
   int max_b;                       // widest tile
   tile_fn fn[max_tile + 1];        // fn[b] handles b inputs, 1 <= b <= max_b
   rows_fn rows[max_rows + 1];      // rows[k] handles k rows of one input; all null: use fn[1]
+  // mk[r][b]: r rows x b inputs (1 <= r <= mk_r, 1 <= b <= mk_b); mk_r == 0: tiles only
+  int mk_r = 0, mk_b = 0;
+  mk_fn mk[max_mk_rows + 1][max_mk_inputs + 1] = {};
 };
 
 template <template <int> class T>
@@ -217,6 +225,17 @@ template <int B> struct q8_0_tiles { static constexpr tile_fn f = tile_q8_0_avx2
 template <int B> struct q4_k_tiles { static constexpr tile_fn f = tile_q4_k_avx2<B>; };
 template <int B> struct q6_k_tiles { static constexpr tile_fn f = tile_q6_k_avx2<B>; };
 template <int R> struct q8_0_rows { static constexpr rows_fn f = rows_q8_0_avx2<R>; };
+template <int R, int B> struct q8_0_mk { static constexpr mk_fn f = mk_q8_0_avx2<R, B>; };
+
+// Adds micro-kernels MK<r, b> for r <= 2, b <= 4 to a tile set.
+template <template <int, int> class MK>
+tile_set with_mk(tile_set ts) {
+  ts.mk_r = 2;
+  ts.mk_b = 4;
+  ts.mk[1][1] = MK<1, 1>::f, ts.mk[1][2] = MK<1, 2>::f, ts.mk[1][3] = MK<1, 3>::f, ts.mk[1][4] = MK<1, 4>::f;
+  ts.mk[2][1] = MK<2, 1>::f, ts.mk[2][2] = MK<2, 2>::f, ts.mk[2][3] = MK<2, 3>::f, ts.mk[2][4] = MK<2, 4>::f;
+  return ts;
+}
 template <int R> struct q4_k_rows { static constexpr rows_fn f = rows_q4_k_avx2<R>; };
 #endif
 
@@ -226,7 +245,7 @@ tile_set fast_set(weight_type t) {
     case weight_type::f32: return make_set<float_tiles<load_f32>::t>(3);
     case weight_type::f16: return make_set<float_tiles<load_f16>::t>(3);
     case weight_type::bf16: return make_set<float_tiles<load_bf16>::t>(3);
-    case weight_type::q8_0: return make_set<q8_0_tiles, q8_0_rows>(4);
+    case weight_type::q8_0: return with_mk<q8_0_mk>(make_set<q8_0_tiles, q8_0_rows>(4));
     case weight_type::q4_k: return make_set<q4_k_tiles, q4_k_rows>(4);
     case weight_type::q6_k: return make_set<q6_k_tiles>(4);
   }
@@ -273,6 +292,34 @@ void run_tiles(const tile_set& ts, const uint8_t* w, size_t row_stride, int64_t 
   }
   const uint8_t* xs[max_tile];
   float out[max_tile];
+  if (ts.mk_r > 0) {
+    // Micro-kernels: the same blocking, mk_r rows x mk_b inputs per call.
+    const int64_t mr = ts.mk_r, mbk = ts.mk_b;
+    float o[max_mk_rows * max_mk_inputs];
+    for (int64_t b0 = 0; b0 < n_x; b0 += n_l2) {
+      const int64_t b0_end = std::min(n_x, b0 + n_l2);
+      for (int64_t r0 = row_begin; r0 < row_end; r0 += n_chunk) {
+        const int64_t r0_end = std::min(row_end, r0 + n_chunk);
+        for (int64_t b1 = b0; b1 < b0_end; b1 += n_l1) {
+          const int64_t b1_end = std::min(b0_end, b1 + n_l1);
+          for (int64_t r = r0; r < r0_end;) {
+            const int kr = static_cast<int>(std::min<int64_t>(mr, r0_end - r));
+            const uint8_t* wr = w + static_cast<size_t>(r) * row_stride;
+            for (int64_t b = b1; b < b1_end;) {
+              const int kb = static_cast<int>(std::min<int64_t>(mbk, b1_end - b));
+              for (int i = 0; i < kb; ++i) xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
+              ts.mk[kr][kb](wr, row_stride, xs, n_cols, o);
+              for (int i = 0; i < kr; ++i)
+                for (int j = 0; j < kb; ++j) y[(b + j) * n_rows + r + i] = o[i * kb + j];
+              b += kb;
+            }
+            r += kr;
+          }
+        }
+      }
+    }
+    return;
+  }
   for (int64_t b0 = 0; b0 < n_x; b0 += n_l2) {
     const int64_t b0_end = std::min(n_x, b0 + n_l2);
     for (int64_t r0 = row_begin; r0 < row_end; r0 += n_chunk) {

@@ -71,6 +71,55 @@ void tile_q8_0_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
   for (int b = 0; b < B; ++b) out[b] = hsum8(_mm256_add_ps(acc[b][0], acc[b][1]));
 }
 
+// Q8_0 micro-kernel: R consecutive weight rows (stride bytes apart) x B inputs,
+// out[r * B + b] = dot(W[r], x[b]). Per (row, input) pair the float operations are
+// exactly tile_q8_0_avx2<1>'s: block i's 8 exact int32 lanes, converted, FMA'd with
+// (d_w * d_x) into chain i % 2, the two chains added, then hsum8. The two chains are
+// independent, so they run as two passes (even blocks, then odd blocks), which halves
+// the live accumulators and lets R rows x B inputs share the loads: each input's quants
+// are loaded once per block for the R rows, each row's |w| once for the B inputs, and the
+// scale product is one vector multiply of two broadcasts.
+template <int R, int B>
+void mk_q8_0_avx2(const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n, float* out) {
+  const block_q8_0* wr[R];
+  for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const block_q8_0*>(w + static_cast<size_t>(r) * stride);
+  const block_q8_0x* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_0x*>(xb[b]);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t nb = n / qk8_0;
+  __m256 even[R][B];
+  for (int k = 0; k < 2; ++k) {
+    __m256 acc[R][B];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < B; ++b) acc[r][b] = _mm256_setzero_ps();
+    for (int64_t i = k; i < nb; i += 2) {
+      __m256i aw[R];
+      __m256 dw[R];
+      for (int r = 0; r < R; ++r) {
+        const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[r][i].qs));
+        aw[r] = _mm256_sign_epi8(qw, qw);
+        dw[r] = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(wr[r][i].d)));
+      }
+      for (int b = 0; b < B; ++b) {
+        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b][i].qs));
+        const __m256 dx = _mm256_broadcast_ss(&x[b][i].d);
+        for (int r = 0; r < R; ++r) {
+          const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[r][i].qs));
+          const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(qx, qw)), ones);
+          acc[r][b] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), _mm256_cvtepi32_ps(dot), acc[r][b]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < B; ++b) {
+        if (k == 0)
+          even[r][b] = acc[r][b];
+        else
+          out[r * B + b] = hsum8(_mm256_add_ps(even[r][b], acc[r][b]));
+      }
+  }
+}
+
 template <int B>
 void tile_q4_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float* out) {
   auto wb = reinterpret_cast<const block_q4_k*>(w);
@@ -101,8 +150,10 @@ void tile_q4_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
       acc_m[0] = _mm_fmadd_ps(_mm_set1_ps(dminw * y.d), _mm_cvtepi32_ps(prod), acc_m[0]);
       __m256i sumi = _mm256_setzero_si256();
       for (int j = 0; j < qk_k / 64; ++j) {
-        const __m256i scale_l = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((4 * j) | ((4 * j + 1) << 8))));
-        const __m256i scale_h = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((4 * j + 2) | ((4 * j + 3) << 8))));
+        const __m256i scale_l =
+            _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((4 * j) | ((4 * j + 1) << 8))));
+        const __m256i scale_h =
+            _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((4 * j + 2) | ((4 * j + 3) << 8))));
         const __m256i q4bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[i].qs + 32 * j));
         const __m256i q4l = _mm256_and_si256(q4bits, m4);
         const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);

@@ -157,6 +157,34 @@ TEST_CASE("batch invariance: y[b][r] is bit-identical across n_x, row splits and
   }
 }
 
+// The batched path runs register-blocked micro-kernels (several rows x several inputs)
+// with leftovers in narrower ones: every width 1..9, row ranges of every parity and
+// column counts with an odd number of blocks (and float tails) must still give each
+// (row, input) the bits of the decode (n_x == 1) path.
+TEST_CASE("batch invariance: every batch width, odd row ranges and odd block counts") {
+  for (auto t : all_types) {
+    INFO(std::string(name_of(t)));
+    const int64_t n_cols = t == weight_type::q8_0 ? 15 * 32 : (t == weight_type::q4_k || t == weight_type::q6_k) ? 768 : 77;
+    const int64_t n_rows = 11;
+    const matrix m = make_matrix(t, n_rows, n_cols, 31);
+    const auto x = normal_data(static_cast<size_t>(9 * n_cols), 32);
+    std::vector<float> solo(static_cast<size_t>(9 * n_rows));
+    for (int64_t b = 0; b < 9; ++b) {
+      std::vector<float> xb(x.begin() + b * n_cols, x.begin() + (b + 1) * n_cols);
+      const auto one = run(m, xb, 1);
+      std::copy(one.begin(), one.end(), solo.begin() + b * n_rows);
+    }
+    for (int64_t n_x = 2; n_x <= 9; ++n_x)
+      for (auto [rb, re] : {std::pair<int64_t, int64_t>{0, 11}, {1, 10}, {2, 9}, {3, 4}, {4, 7}}) {
+        CAPTURE(n_x);
+        CAPTURE(rb);
+        const auto y = run(m, x, n_x, rb, re);
+        for (int64_t b = 0; b < n_x; ++b)
+          for (int64_t r = rb; r < re; ++r) REQUIRE(same_bits(y[b * n_rows + r], solo[b * n_rows + r]));
+      }
+  }
+}
+
 TEST_CASE("matmul writes only its row range") {
   const matrix m = make_matrix(weight_type::q4_k, 10, 256, 3);
   const auto x = normal_data(2 * 256, 4);
