@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Charts from a benchmark run's results.json (scripts/bench/run.sh) with gnuplot, as PNG in
 # DIR/charts/: batching.png (tokens/s vs batch size), residency.png (computed tokens per turn,
-# resident vs re-prefill), kernels.png (matvec GB/s per weight type vs measured bandwidth).
+# resident vs spill to disk vs re-prefill), kernels.png (matvec GB/s per weight type vs measured
+# bandwidth), queue.png (submit latency percentiles; jobs/s vs the /healthz floor), engine.png
+# (decode tokens/s per model vs its bandwidth roofline, 110M and 1B runs).
 #   scripts/bench/charts.sh DIR          (needs gnuplot: apt-get install gnuplot-nox)
 set -euo pipefail
 dir="$1"
@@ -33,7 +35,9 @@ if "residency" in b:
             a = [r["computed_tokens_by_turn"][t] for r in runs]
             p = [r["computed_tokens_by_turn_reprefill"][t] for r in runs]
             n = [r["prompt_tokens_by_turn"][t] for r in runs]
-            rows.append((t + 1, med(a), min(a), max(a), med(p), min(p), max(p), med(n)))
+            s = [r["computed_tokens_by_turn_spill"][t] for r in runs if r.get("computed_tokens_by_turn_spill")]
+            spill = (med(s), min(s), max(s)) if s else ("NaN", "NaN", "NaN")
+            rows.append((t + 1, med(a), min(a), max(a), med(p), min(p), max(p), med(n), *spill))
         write("residency.dat", rows)
 if "bandwidth" in b:
     runs = b["bandwidth"]["runs"]
@@ -54,6 +58,34 @@ if "bandwidth" in b:
     write("kernels.dat", rows)
     with open(os.path.join(d, "charts", "kernels.threads"), "w") as f:
         f.write(" ".join(threads) + "\n")
+if "queue" in b:
+    runs = b["queue"]["runs"]
+    rows = []
+    for p in ("p50", "p90", "p99", "max"):
+        v = [r["latency"][p + "_ms"] for r in runs if p + "_ms" in r.get("latency", {})]
+        if v:
+            rows.append((p, med(v), min(v), max(v)))
+    write("queue_latency.dat", rows)
+    rate = [r["latency"]["rate_per_s"] for r in runs]
+    rows = []
+    for label, key in (("jobs/s end to end", lambda r: r["throughput"]["jobs_per_s"]),
+                       ("submits/s", lambda r: r["throughput"]["submit_per_s"]),
+                       ("GET /healthz/s (no-op floor)", lambda r: r["healthz_per_s"])):
+        v = [key(r) for r in runs]
+        rows.append(('"' + label + '"', med(v), min(v), max(v)))
+    write("queue_rate.dat", rows)
+    with open(os.path.join(d, "charts", "queue.rate"), "w") as f:
+        f.write(f"{med(rate):g}\n")
+engine = [r for name in ("engine", "engine_1b") for r in b.get(name, {}).get("runs", [])]
+if engine:
+    by = {}
+    for r in engine:
+        for m in r.get("results", []):
+            e = by.setdefault(m["model"], {"tg": [], "roof": []})
+            e["tg"].append(m["tg128_tokens_per_s"])
+            e["roof"].append(m["bandwidth_gb_per_s"] * 1e9 / m["weight_bytes_per_token"])
+    write("engine.dat", [(k.replace("llama-", ""), med(e["tg"]), min(e["tg"]), max(e["tg"]), med(e["roof"]))
+                         for k, e in by.items()])
 PY
 
 # NOTE: PNG (pngcairo when there, else libgd png): renders the same everywhere a Markdown file is read.
@@ -91,6 +123,7 @@ set xtics 1
 set yrange [0:*]
 plot '$c/residency.dat' using 1:5:6:7 with yerrorlines lw 2 pt 7 title 're-prefill (no residency)', \
      '' using 1:2:3:4 with yerrorlines lw 2 pt 5 title 'resident KV + prefix reuse', \
+     '' using 1:9:10:11 with yerrorlines lw 2 pt 9 dt 3 title 'resident, spilled to disk and restored', \
      '' using 1:8 with lines dt 2 lc rgb 'gray' title 'prompt length (re-prefill computes all of it)'
 EOF
 fi
@@ -118,6 +151,45 @@ set key outside bottom center horizontal
 set grid ytics
 set yrange [0:*]
 plot ${plots%, }
+EOF
+fi
+if [ -s "$c/queue_latency.dat" ]; then
+  rate=$(cat "$c/queue.rate")
+  gnuplot <<EOF
+$term
+set output '$c/queue.png'
+set multiplot layout 1,2 title 'Job queue end to end (median, min-max bars)'
+set style data histogram
+set style histogram errorbars gap 1 lw 1
+set style fill solid 0.6 border -1
+set grid ytics
+set yrange [0:*]
+set key off
+set title 'submit latency at $rate req/s (ms)'
+plot '$c/queue_latency.dat' using 2:3:4:xtic(1) lc rgb '#4477aa'
+set title 'rates (per s, log scale)'
+set logscale y
+set yrange [1:*]
+set xtics rotate by -15
+plot '$c/queue_rate.dat' using 2:3:4:xtic(1) lc rgb '#aa7744'
+unset multiplot
+EOF
+fi
+if [ -s "$c/engine.dat" ]; then
+  gnuplot <<EOF
+$term
+set output '$c/engine.png'
+set title 'Decode tokens/s (tg128) per model vs its bandwidth roofline (median, min-max bars)'
+set ylabel 'tokens/s (log scale)'
+set logscale y
+set style data histogram
+set style histogram errorbars gap 1 lw 1
+set style fill solid 0.6 border -1
+set grid ytics
+set key top right
+set xtics rotate by -30
+plot '$c/engine.dat' using 2:3:4:xtic(1) title 'measured', \
+     '' using 0:5 with points pt 7 ps 1.5 lc rgb 'black' title 'roofline (read bandwidth / weight bytes per token)'
 EOF
 fi
 ls "$c"/*.png 2>/dev/null >&2 || true

@@ -15,7 +15,7 @@ import subprocess
 
 def git(src, *args):
     try:
-        return subprocess.run(["git", "-C", src, *args], capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(["git", "-C", src, *args], capture_output=True, text=True, check=True).stdout.rstrip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -59,7 +59,7 @@ def flatten(obj, prefix=""):
 def ratios_of(name, run):
     """{label: (figure, baseline, unit)} from one run; the ratio is figure / baseline."""
     r = {}
-    if name == "engine":
+    if name.startswith("engine"):  # engine (110M), engine_1b
         for m in run.get("results", []):
             roof_tps = m["bandwidth_gb_per_s"] * 1e9 / m["weight_bytes_per_token"]
             r[f"{m['model']}: decode vs bandwidth roofline"] = (m["tg128_tokens_per_s"], roof_tps, "tokens/s")
@@ -151,6 +151,19 @@ def main():
             name, n, cmd = line.rstrip("\n").split("|", 2)
             commands.append({"bench": name, "repetitions": int(n), "command": cmd})
 
+    # Per-section outcome written by run.sh: status ok|failed|timeout|skipped, wall time, reason.
+    sections = []
+    sec_file = os.path.join(a.dir, "sections.tsv")
+    if os.path.exists(sec_file):
+        with open(sec_file) as f:
+            header = f.readline().rstrip("\n").split("\t")
+            for line in f:
+                row = dict(zip(header, line.rstrip("\n").split("\t")))
+                for k in ("reps_done", "reps_planned", "limit_s", "est_s"):
+                    row[k] = int(row.get(k) or 0)
+                row["wall_s"] = float(row.get("wall_s") or 0)
+                sections.append(row)
+
     def read(name):
         p = os.path.join(a.dir, name)
         return open(p).read().strip() if os.path.exists(p) else None
@@ -169,6 +182,8 @@ def main():
             "loadavg_start": read("loadavg_start"),
             "loadavg_end": read("loadavg_end"),
             "commands": commands,
+            "sections": sections,
+            "incomplete": [s["name"] for s in sections if s["status"] != "ok"],
         },
         "benches": benches,
     }
@@ -178,6 +193,9 @@ def main():
     meta = results["meta"]
     print(f"commit {meta['commit']}{' (dirty)' if meta['dirty'] else ''}, {meta['date']}, "
           f"{meta['nproc']} x {meta['cpu_model']}, load {meta['loadavg_start']} -> {meta['loadavg_end']}")
+    for s in sections:
+        if s["status"] != "ok":
+            print(f"NOT COMPLETE: {s['name']}: {s['status']} ({s['reason']})")
     for name, b in benches.items():
         print(f"\n{name}  ({len(b['runs'])} run(s), wall {b['wall_s']} s)")
         for k, e in b["ratios"].items():

@@ -2,7 +2,10 @@
 # Job queue end to end: trivial jobs (1 output token, stories260K) through HTTP -> SQLite ->
 # Redis -> worker on one all-in-one agentqd (embedded redis-server, temp data dir, loopback),
 # vs a no-op floor measured in the same run (GET /healthz rate), and submit latency
-# percentiles at a fixed request rate (scripts/bench/loadgen.py). Ends with one JSON line.
+# percentiles at a fixed request rate (scripts/bench/loadgen.py). Ends with one JSON line, which
+# also states the durability settings the run had ("durability": SQLite journal mode read from
+# the database file, its synchronous level from the store's source, redis-server's persistence
+# settings asked of the running server with CONFIG GET).
 #   scripts/bench/queue.sh [--quick]   (quick: 200 jobs, 20 req/s for 5 s; full: 500 jobs, 50 req/s for 10 s)
 # Env: AGENTQ_BIN_DIR (default build/bin), AGENTQ_SHARED_DIR (default ../shared).
 set -euo pipefail
@@ -50,5 +53,36 @@ print(json.loads(body)["key"])
 PY
 )
 echo "== agentqd on $url; $jobs jobs, then $rate req/s for $seconds s" >&2
-python3 scripts/bench/loadgen.py --url "$url" --key "$key" --model stories260K --jobs "$jobs" \
-  --rate "$rate" --seconds "$seconds" --clients 4
+result=$(python3 scripts/bench/loadgen.py --url "$url" --key "$key" --model stories260K --jobs "$jobs" \
+  --rate "$rate" --seconds "$seconds" --clients 4 | tail -n 1)
+# NOTE: the embedded redis-server is agentqd's child (its process title names its port); the
+# settings are asked of it, so they are what the run used.
+redis_cfg=""
+redis_pid=$(pgrep -P "$pid" -x redis-server | head -n 1 || true)
+redis_port=$([ -n "$redis_pid" ] && tr '\0' ' ' <"/proc/$redis_pid/cmdline" | grep -o ':[0-9]\+' | head -n 1 | tr -d : || true)
+if [ -n "$redis_port" ] && command -v redis-cli >/dev/null; then
+  for k in appendonly appendfsync save; do
+    redis_cfg+="--$k $(redis-cli -p "$redis_port" config get "$k" 2>/dev/null | sed -n 2p | tr ' ' _) "
+  done
+fi
+sync_level=$(grep -ho 'PRAGMA synchronous=[A-Z]*' service/store/store.cpp | head -n 1 | cut -d= -f2)
+python3 - "$result" "$tmp/data/agentq.db" "$redis_cfg" "${sync_level:-unknown}" <<'PY'
+import json, sys
+out = json.loads(sys.argv[1])
+db, args, sync = sys.argv[2], sys.argv[3].split(), sys.argv[4]
+try:
+    with open(db, "rb") as f:
+        hdr = f.read(20)
+    journal = "wal" if len(hdr) == 20 and hdr[18] == 2 and hdr[19] == 2 else "rollback"
+except OSError:
+    journal = "unknown"
+def flag(name):
+    i = args.index(name) if name in args else -1
+    return args[i + 1] if 0 <= i < len(args) - 1 and not args[i + 1].startswith("--") else ("" if i >= 0 else None)
+out["durability"] = {
+    "sqlite_journal_mode": journal, "sqlite_synchronous": sync.lower(),
+    "redis_appendonly": flag("--appendonly"), "redis_appendfsync": flag("--appendfsync"),
+    "redis_save": flag("--save"),  # "" = no RDB snapshots
+}
+print(json.dumps(out, separators=(",", ":")))
+PY

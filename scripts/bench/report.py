@@ -9,15 +9,23 @@ import sys
 ABOUT = {
     "engine": ("CPU forward pass", "pp512 (one 512-token prefill) and tg128 (128 decode steps) tokens/s per "
                "synthetic model, beside the read bandwidth measured in the same run; decode as a fraction of its "
-               "memory roofline (bandwidth / weight bytes per token)."),
+               "memory roofline (bandwidth / weight bytes per token). Each run keeps the best of its internal "
+               "repetitions (`--reps`)."),
+    "engine_1b": ("CPU forward pass, 1B-class models", "as above on the synthetic 1B-class Llama shape (F32 is "
+                  "~4.4 GB, read once per decode token): one pp512 and one tg128 per run; the spread is across "
+                  "runs."),
     "bandwidth": ("Kernel roofline", "decode matvec (4096x4096 unless stated) GB/s per weight type at 1 and N "
                   "threads vs the read bandwidth probed between the timings; prefill (batch 64) speedup per token."),
     "batching": ("Continuous batching", "aggregate decode tokens/s with 1/4/16/64 concurrent sequences "
                  "(synthetic 110M Q8_0), vs batch 1."),
     "residency": ("Residency across turns", "multi-turn agents sharing a 256-token system prompt, each turn "
                   "appending the model's 16 output tokens and a 64-token tool result (quick: stories260K, 8 jobs x 4 "
-                  "turns; full: synthetic 15M Q8_0, 16 x 8); resident KV + prefix reuse vs re-prefilling every turn. "
-                  "Token counts are exact; computed tokens/turn counts continuation turns."),
+                  "turns; full: synthetic 15M Q8_0, 16 x 8). Three variants of the same workload: *resident* (KV "
+                  "pinned in memory across the tool call, prefix reuse on), *spill to disk* (every pause announces "
+                  "a 1 h wait, so the job's KV is written to the disk tier with a checksum and restored from the "
+                  "file at the next turn; files in a temp dir, so reads may come from the page cache) and "
+                  "*re-prefill* (prefix reuse off: every turn recomputes the whole conversation). Token counts are "
+                  "exact; computed tokens/turn counts continuation turns."),
     "grammar": ("Constrained decoding", "grammar mask cost per decode step on the 32k llama-spm vocabulary "
                 "(microseconds)."),
     "queue": ("Job queue end to end", "one all-in-one `agentqd` (embedded redis-server, temp data dir, "
@@ -26,13 +34,29 @@ ABOUT = {
               "submitted by 4 keep-alive clients through HTTP -> SQLite -> Redis -> worker; jobs/s = jobs / (last "
               "finished_at - first created_at), vs the no-op floor GET /healthz/s from the same clients; then "
               "open-loop submits at a fixed rate and their latency percentiles (quick: 100 requests, so p99 is "
-              "about the max)."),
+              "about the max). Durability as run (`durability` in the JSON line, read from the live instance): "
+              "DURABILITY."),
 }
 CHARTS = {
     "batching": ("batching.png", "tokens/s vs batch size"),
     "residency": ("residency.png", "computed tokens per turn, with and without residency"),
     "bandwidth": ("kernels.png", "kernel GB/s per weight type vs measured bandwidth"),
+    "queue": ("queue.png", "submit latency percentiles at a fixed rate, and jobs/s vs the no-op floor"),
+    "engine": ("engine.png", "decode tokens/s per model and weight type vs the bandwidth roofline"),
 }
+STATUS = {"ok": "complete", "failed": "**FAILED**", "timeout": "**TIMED OUT**", "skipped": "**SKIPPED**"}
+
+
+def durability(b):
+    """One line from the queue run's durability object (first run; they are the same every run)."""
+    d = next((r.get("durability") for r in b["runs"] if r.get("durability")), None)
+    if not d:
+        return "not recorded by this run"
+    save = d.get("redis_save")
+    return (f"SQLite journal_mode={d.get('sqlite_journal_mode')}, synchronous={d.get('sqlite_synchronous')} "
+            f"(every committed job is on disk before the 201); embedded redis-server appendonly="
+            f"{d.get('redis_appendonly')}, appendfsync={d.get('redis_appendfsync')}, "
+            f"save={save!r}{' (no RDB snapshots)' if save == '' else ''}")
 
 
 def fmt(x):
@@ -78,12 +102,22 @@ def main():
       "spread (min–max) in brackets; a ratio compares a figure with its baseline **from the same run**, "
       "so machine drift cancels out of it more than out of the raw figures.")
     w("")
+    sections = m.get("sections") or []
+    bad = [x for x in sections if x["status"] != "ok"]
+    if bad:
+        w("> **This run is incomplete.** " + "; ".join(
+            f"`{x['name']}` {STATUS.get(x['status'], x['status']).strip('*').lower()}: {x['reason']}" for x in bad) +
+          ". Its figures below are missing or cover only the repetitions that finished; see *Sections*.")
+        w("")
     w("## Summary")
     w("")
     w("| benchmark | figure vs same-run baseline | ratio, median (min–max) |")
     w("|---|---|---|")
     for name, b in res["benches"].items():
-        for k, e in list(b["ratios"].items())[: 6 if name == "bandwidth" else 4]:
+        items = list(b["ratios"].items())
+        if name.startswith("engine"):  # every model's wall-clock roofline fraction (CPU-clock ones below)
+            items = [(k, e) for k, e in items if k.endswith("decode vs bandwidth roofline")]
+        for k, e in items[: 8 if name.startswith("engine") else 6 if name == "bandwidth" else 4]:
             w(f"| {name} | {k}: {fmt(e['figure']['median'])} vs {fmt(e['baseline']['median'])} {e['unit']} | "
               f"{cell(e['ratio'])} |")
     w("")
@@ -114,17 +148,39 @@ def main():
     for c in m["commands"]:
         w(f"| {c['bench']} | {c['repetitions']} | `{c['command']}` |")
     w("")
+    if sections:
+        total = sum(x["wall_s"] for x in sections)
+        w("")
+        w(f"### Sections (wall time {fmt(total)} s in all)")
+        w("")
+        w("| section | status | repetitions | wall time s | limit per repetition s | idle-box estimate s | note |")
+        w("|---|---|---|---|---|---|---|")
+        for x in sections:
+            w(f"| {x['name']} | {STATUS.get(x['status'], x['status'])} | {x['reps_done']}/{x['reps_planned']} | "
+              f"{fmt(x['wall_s'])} | {x['limit_s']} | {x['reps_planned'] * x['est_s']} | {x['reason']} |")
+        w("")
+        w("`models` writes the synthetic GGUFs once (`scripts/bench/model.sh`, cached under `$AGENTQ_BENCH_DIR`); "
+          "a section that fails or runs past its limit is recorded here and the run goes on.")
+        w("")
     w("run.sh runs each command under `nice -n 10` (`AGENTQ_BENCH_NICE`), repetitions back to back. "
       "Tools: `build/bin/agentq-bench_*` (sources in `engine/tools/`), `agentqd` + `scripts/bench/loadgen.py` for "
       "the queue; every command ends in one JSON line, collected verbatim under `benches.<name>.runs` in "
       "results.json ([docs/bench/results.json](bench/results.json) for this page), which also holds every figure's "
       "median/min/max.")
+    by_name = {x["name"]: x for x in sections}
     for name, b in res["benches"].items():
         title, about = ABOUT.get(name, (name, ""))
+        if name == "queue":
+            about = about.replace("DURABILITY", durability(b))
         w("")
         w(f"## {title} (`{name}`)")
         w("")
         w(about + f" Wall time per repetition: {', '.join(fmt(x) for x in b['wall_s'])} s.")
+        x = by_name.get(name)
+        if x and x["status"] != "ok":
+            w("")
+            w(f"**Incomplete** ({STATUS.get(x['status'], x['status']).strip('*').lower()}, {x['reps_done']} of "
+              f"{x['reps_planned']} repetitions): {x['reason']}.")
         if b["ratios"]:
             w("")
             w("| figure vs same-run baseline | figure | baseline | unit | ratio |")
@@ -147,6 +203,13 @@ def main():
             w(f"| `{k}` | {cell(s)} |")
         w("")
         w("</details>")
+    for x in sections:  # sections that produced nothing still get their heading, with the reason
+        if x["name"] != "models" and x["name"] not in res["benches"]:
+            title, about = ABOUT.get(x["name"], (x["name"], ""))
+            w("")
+            w(f"## {title} (`{x['name']}`)")
+            w("")
+            w(f"**Not measured** ({STATUS.get(x['status'], x['status']).strip('*').lower()}): {x['reason']}.")
     w("")
     with open(os.path.join(docs, "BENCHMARKS.md"), "w") as f:
         f.write("\n".join(L))

@@ -9,13 +9,19 @@
 # Ends with one JSON line: new_tokens_per_turn, computed_tokens_per_turn[_spill|_reprefill]
 # (continuation turns), wall_s_resident, wall_s_spill, wall_s_reprefill, n_spills/n_restores,
 # and per turn index computed_tokens_by_turn[_spill|_reprefill] (mean over jobs, first turn included).
-#   scripts/bench/residency.sh [--quick]     (full: 15M-class synthetic Q8_0 (scripts/bench/model.sh),
+#   scripts/bench/residency.sh [--quick|--smoke] (full: 15M-class synthetic Q8_0 (scripts/bench/model.sh),
 #                                             16 jobs x 8 turns; quick: stories260K, 8 jobs x 4 turns;
+#                                             smoke: stories260K, 4 jobs x 3 turns, 128-token prompt;
 #                                             AGENTQ_BENCH_MODEL=F: that model instead)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 quick=0
-[ "${1:-}" = "--quick" ] && quick=1
+case "${1:-}" in
+  --quick) quick=1 ;;
+  --smoke) quick=2 ;;
+  "") ;;
+  *) echo "usage: $0 [--quick|--smoke]" >&2; exit 2 ;;
+esac
 build=${AGENTQ_BUILD_DIR:-build}
 threads=${AGENTQ_BENCH_THREADS:-0}
 if [ ! -x "$build/bin/agentq-bench_sched" ] || [ ! -x "$build/bin/agentq-mkgguf" ]; then
@@ -26,9 +32,11 @@ if [ -n "${AGENTQ_BENCH_MODEL:-}" ]; then
   model="$AGENTQ_BENCH_MODEL"
   opts=(--jobs 16 --turns 8 --system 256 --tool 64 --gen 16)
   [ $quick = 1 ] && opts=(--jobs 8 --turns 4 --system 256 --tool 64 --gen 16)
-elif [ $quick = 1 ]; then
+  [ $quick = 2 ] && opts=(--jobs 4 --turns 3 --system 128 --tool 64 --gen 8)
+elif [ $quick != 0 ]; then
   model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
   opts=(--jobs 8 --turns 4 --system 256 --tool 64 --gen 16)
+  [ $quick = 2 ] && opts=(--jobs 4 --turns 3 --system 128 --tool 64 --gen 8)
 else
   model=$(AGENTQ_BUILD_DIR="$build" scripts/bench/model.sh 15m:q8_0)
   opts=(--jobs 16 --turns 8 --system 256 --tool 64 --gen 16)
