@@ -40,33 +40,18 @@ if [ -z "$llama_bench" ] || [ ! -x "$llama_bench" ]; then
 fi
 
 build="${AGENTQ_BUILD_DIR:-build}"
-cache="${AGENTQ_BENCH_DIR:-/tmp/agentq-bench}"
-mkgguf="$build/bin/agentq-mkgguf"
 bench="$build/bin/agentq-bench_engine"
-for b in "$mkgguf" "$bench"; do
-  [ -x "$b" ] || { echo "missing $b (build it: cmake --build $build --target $(basename "$b"))" >&2; exit 1; }
-done
+[ -x "$bench" ] || { echo "missing $bench (build it: cmake --build $build --target agentq-bench_engine)" >&2; exit 1; }
 
 if [ ${#models[@]} = 0 ]; then
   if [ $quick = 1 ]; then
-    sets=("110m q8_0 q4_k"); reps=${reps:-3}
+    specs=(110m:q8_0 110m:q4_k); reps=${reps:-3}
   else
-    sets=("110m f16 q8_0 q4_k" "1b q8_0 q4_k"); reps=${reps:-5}
+    specs=(110m:f16 110m:q8_0 110m:q4_k 1b:q8_0 1b:q4_k); reps=${reps:-5}
   fi
-  mkdir -p "$cache"
-  # Same file names and writer as engine.sh, so both scripts share the cache.
-  for s in "${sets[@]}"; do
-    read -r shape types <<<"$s"
-    for type in $types; do
-      path="$cache/llama-$shape-$type.gguf"
-      if [ ! -s "$path" ]; then
-        echo "== writing $path" >&2
-        "$mkgguf" --out "$path.tmp" --shape "$shape" --type "$type" >&2
-        mv "$path.tmp" "$path"
-      fi
-      models+=("$path")
-    done
-  done
+  # The same cached files as engine.sh (scripts/bench/model.sh writes each once).
+  mapfile -t models < <(scripts/bench/model.sh "${specs[@]}")
+  [ ${#models[@]} = ${#specs[@]} ] || { echo "llamacpp.sh: scripts/bench/model.sh failed" >&2; exit 1; }
 fi
 reps=${reps:-5}
 
