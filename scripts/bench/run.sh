@@ -19,7 +19,8 @@
 # after writing everything it has.
 # Env: AGENTQ_BIN_DIR (default build/bin), AGENTQ_SHARED_DIR (default ../shared),
 #      AGENTQ_BENCH_DIR (synthetic model cache, default /tmp/agentq-bench; see model.sh),
-#      AGENTQ_BENCH_NICE (default 10: every benchmark runs under nice -n 10).
+#      AGENTQ_BENCH_NICE (default 10: every benchmark runs under nice -n 10),
+#      AGENTQ_LLAMA_BENCH (a llama-bench binary: adds the llamacpp section, docs/bench/llamacpp.md).
 set -euo pipefail
 src="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$src"
@@ -89,6 +90,8 @@ case "$mode" in
     plan+=("grammar|$r|5|scripts/bench/grammar.sh --quick")
     plan+=("engine|$r|15|scripts/bench/engine.sh --quick")
     if [ -x "$bin/agentqd" ]; then plan+=("queue|$r|25|scripts/bench/queue.sh --quick"); else queue_skip="no $bin/agentqd"; fi
+    # Optional: agentq vs a llama-bench the user built (llamacpp.sh never fetches or builds llama.cpp).
+    [ -x "${AGENTQ_LLAMA_BENCH:-}" ] && plan+=("llamacpp|1|150|scripts/bench/llamacpp.sh --quick")
     ;;
   full)
     r=${reps:-3}
@@ -101,6 +104,7 @@ case "$mode" in
     # NOTE: 1B: one pp512 + tg128 per run (no best-of inside), repetitions across runs give the spread.
     plan+=("engine_1b|${reps:-2}|150|scripts/bench/engine.sh --shapes 1b --reps 1")
     if [ -x "$bin/agentqd" ]; then plan+=("queue|$r|45|scripts/bench/queue.sh"); else queue_skip="no $bin/agentqd"; fi
+    [ -x "${AGENTQ_LLAMA_BENCH:-}" ] && plan+=("llamacpp|1|1500|scripts/bench/llamacpp.sh --threads 1,2")
     ;;
 esac
 
