@@ -56,7 +56,9 @@ rm -f "$out"/raw/* "$out/sections.tsv"
 nice_cmd=(nice -n "${AGENTQ_BENCH_NICE:-10}")
 tiny="$shared/models/stories260K.gguf"
 
-for t in agentq-bench_kernels agentq-bench_sched agentq-bench_engine agentq-mkgguf; do
+tools=(agentq-bench_kernels agentq-bench_sched agentq-bench_engine agentq-mkgguf)
+[ "$mode" = smoke ] || tools+=(agentq-bench_grammar)
+for t in "${tools[@]}"; do
   [ -x "$bin/$t" ] || { echo "run.sh: missing $bin/$t (cmake --build $build --target $t)" >&2; exit 1; }
 done
 # The scripts find the tools under $AGENTQ_BUILD_DIR/bin (grammar.sh: $BUILD_DIR/bin).
