@@ -138,6 +138,7 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 est_total=0
 for entry in "${plan[@]}"; do
   IFS='|' read -r name n est cmd <<<"$entry"
+  [[ "$n" =~ ^[0-9]+$ && "$est" =~ ^[0-9]+$ && -n "$cmd" ]] || { echo "run.sh: bad plan line '$entry' (name|reps|seconds|command)" >&2; exit 2; }
   est_total=$((est_total + n * est))
 done
 echo "== agentq benchmarks ($mode) -> $out" >&2
