@@ -38,6 +38,7 @@ class llama_model final : public model {
   void rope(float* vec, int32_t n_heads, int32_t pos) const;
 
   std::shared_ptr<const gguf::file> file_;
+  weight_store store_;  // the tensor data on huge pages (weights point into it)
   model_hparams hp_;
   thread_pool pool_;
   weight tok_embd_;                 // [n_vocab][n_embd]
@@ -137,7 +138,7 @@ bool llama_model::load_weights(std::string* error) {
     }
     w->info = t;
     w->type = t->type;
-    w->data = t->data;
+    w->data = store_.relocate(t->data);
     w->n_in = n_in;
     w->n_out = d1;
     w->row_bytes = row_size(t->type, n_in);
@@ -196,7 +197,9 @@ std::unique_ptr<model> llama_model::create(std::shared_ptr<const gguf::file> fil
                                            std::string* error) {
   std::unique_ptr<llama_model> m(new llama_model(n_threads));
   m->file_ = std::move(file);
-  if (!m->load_hparams(error) || !m->load_weights(error)) return nullptr;
+  if (!m->load_hparams(error)) return nullptr;
+  m->store_.load(*m->file_);
+  if (!m->load_weights(error)) return nullptr;
   return m;
 }
 

@@ -36,11 +36,12 @@ bool parse_type(const std::string& s, k::weight_type* t) {
 
 // Several copies of one [n_rows][n_cols] matrix so the working set is well beyond
 // the last-level cache: every matvec streams its weights from DRAM.
+// NOTE: in k::alloc_huge memory (2 MiB pages), as the engine's weights and the probe's buffer.
 struct weights {
   k::weight_type t;
   size_t row_bytes, matrix_bytes;
   std::vector<uint8_t*> copies;
-  ~weights() { for (auto p : copies) std::free(p); }
+  ~weights() { for (auto p : copies) k::free_huge(p, matrix_bytes); }
 };
 
 void make_weights(weights& w, k::weight_type t, int64_t n_rows, int64_t n_cols, size_t min_total) {
@@ -48,7 +49,12 @@ void make_weights(weights& w, k::weight_type t, int64_t n_rows, int64_t n_cols, 
   w.row_bytes = k::row_bytes(t, n_cols);
   w.matrix_bytes = w.row_bytes * static_cast<size_t>(n_rows);
   const size_t n_copies = std::max<size_t>(1, (min_total + w.matrix_bytes - 1) / w.matrix_bytes);
-  auto* first = static_cast<uint8_t*>(std::aligned_alloc(64, (w.matrix_bytes + 63) / 64 * 64));
+  auto alloc = [&] {
+    auto* p = static_cast<uint8_t*>(k::alloc_huge(w.matrix_bytes));
+    if (!p) { std::fprintf(stderr, "out of memory\n"); std::exit(1); }
+    return p;
+  };
+  auto* first = alloc();
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.02f);
   std::vector<float> row(static_cast<size_t>(n_cols));
@@ -58,7 +64,7 @@ void make_weights(weights& w, k::weight_type t, int64_t n_rows, int64_t n_cols, 
   }
   w.copies.push_back(first);
   for (size_t c = 1; c < n_copies; ++c) {
-    auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, (w.matrix_bytes + 63) / 64 * 64));
+    auto* p = alloc();
     std::memcpy(p, first, w.matrix_bytes);
     w.copies.push_back(p);
   }

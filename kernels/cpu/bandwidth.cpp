@@ -47,7 +47,8 @@ double measure(size_t bytes, int n_threads, bool cpu_clock) {
   n_threads = std::max(1, n_threads);
   const size_t chunk = std::max<size_t>(4096, bytes / static_cast<size_t>(n_threads) / 4096 * 4096);
   const size_t total = chunk * static_cast<size_t>(n_threads);
-  auto* buf = static_cast<uint8_t*>(std::aligned_alloc(4096, total));
+  // NOTE: the same memory as the engine's weights (weights.h weight_store): 2 MiB pages.
+  auto* buf = static_cast<uint8_t*>(alloc_huge(total));
   if (!buf) return 0;
   // Each thread first-touches its own slice (NUMA-local pages).
   {
@@ -75,7 +76,7 @@ double measure(size_t bytes, int n_threads, bool cpu_clock) {
     for (uint64_t v : sums) sink = sink + v;
     best = std::max(best, static_cast<double>(total) / s / 1e9);
   }
-  std::free(buf);
+  free_huge(buf, total);
   return best;
 }
 

@@ -138,4 +138,12 @@ double measure_read_bandwidth_cpu_gbps(size_t bytes, int n_threads);
 // Seconds of CPU time consumed by the calling thread.
 double thread_cpu_seconds();
 
+// Anonymous zeroed memory of `bytes`, 2 MiB-aligned and advised for transparent huge pages
+// (4 KiB pages where THP is off); nullptr on failure. Release with free_huge(p, bytes).
+// Decode weights and the read-bandwidth probe both use it (see huge_pages.cpp).
+void* alloc_huge(size_t bytes);
+void free_huge(void* p, size_t bytes);
+// Whether transparent huge pages are enabled at all (not "never").
+bool huge_pages_enabled();
+
 }  // namespace agentq::kernels
