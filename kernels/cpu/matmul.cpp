@@ -175,7 +175,7 @@ using rows_fn = void (*)(const uint8_t* w, size_t row_stride, const uint8_t* x, 
 // A register-blocked micro-kernel: R consecutive rows (row_stride apart) x B inputs,
 // out[r * B + b] = dot(W[r], x[b]), per pair bit-identical to tile_fn with B == 1.
 using mk_fn = void (*)(const uint8_t* w, size_t row_stride, const uint8_t* const* x, int64_t n_cols, float* out);
-constexpr int max_mk_rows = 2, max_mk_inputs = 4;
+constexpr int max_mk_rows = 3, max_mk_inputs = 4;
 
 struct tile_set {
   int max_b;                       // widest tile
@@ -227,13 +227,21 @@ template <int B> struct q6_k_tiles { static constexpr tile_fn f = tile_q6_k_avx2
 template <int R> struct q8_0_rows { static constexpr rows_fn f = rows_q8_0_avx2<R>; };
 template <int R, int B> struct q8_0_mk { static constexpr mk_fn f = mk_q8_0_avx2<R, B>; };
 
-// Adds micro-kernels MK<r, b> for r <= 2, b <= 4 to a tile set.
-template <template <int, int> class MK>
+template <class L> struct float_mks {
+  template <int R, int B> struct t { static constexpr mk_fn f = mk_float_avx2<L, R, B>; };
+};
+
+// Adds micro-kernels MK<r, b> for r <= MR, b <= 4 to a tile set.
+template <template <int, int> class MK, int R = 1>
+void fill_mk(tile_set& ts) {
+  ts.mk[R][1] = MK<R, 1>::f, ts.mk[R][2] = MK<R, 2>::f, ts.mk[R][3] = MK<R, 3>::f, ts.mk[R][4] = MK<R, 4>::f;
+  if constexpr (R < max_mk_rows) fill_mk<MK, R + 1>(ts);
+}
+template <template <int, int> class MK, int MR>
 tile_set with_mk(tile_set ts) {
-  ts.mk_r = 2;
+  fill_mk<MK>(ts);
+  ts.mk_r = MR;
   ts.mk_b = 4;
-  ts.mk[1][1] = MK<1, 1>::f, ts.mk[1][2] = MK<1, 2>::f, ts.mk[1][3] = MK<1, 3>::f, ts.mk[1][4] = MK<1, 4>::f;
-  ts.mk[2][1] = MK<2, 1>::f, ts.mk[2][2] = MK<2, 2>::f, ts.mk[2][3] = MK<2, 3>::f, ts.mk[2][4] = MK<2, 4>::f;
   return ts;
 }
 template <int R> struct q4_k_rows { static constexpr rows_fn f = rows_q4_k_avx2<R>; };
@@ -242,10 +250,10 @@ template <int R> struct q4_k_rows { static constexpr rows_fn f = rows_q4_k_avx2<
 tile_set fast_set(weight_type t) {
 #if AGENTQ_KERNELS_AVX2
   switch (t) {
-    case weight_type::f32: return make_set<float_tiles<load_f32>::t>(3);
-    case weight_type::f16: return make_set<float_tiles<load_f16>::t>(3);
-    case weight_type::bf16: return make_set<float_tiles<load_bf16>::t>(3);
-    case weight_type::q8_0: return with_mk<q8_0_mk>(make_set<q8_0_tiles, q8_0_rows>(4));
+    case weight_type::f32: return with_mk<float_mks<load_f32>::t, 3>(make_set<float_tiles<load_f32>::t>(3));
+    case weight_type::f16: return with_mk<float_mks<load_f16>::t, 3>(make_set<float_tiles<load_f16>::t>(3));
+    case weight_type::bf16: return with_mk<float_mks<load_bf16>::t, 3>(make_set<float_tiles<load_bf16>::t>(3));
+    case weight_type::q8_0: return with_mk<q8_0_mk, 2>(make_set<q8_0_tiles, q8_0_rows>(4));
     case weight_type::q4_k: return make_set<q4_k_tiles, q4_k_rows>(4);
     case weight_type::q6_k: return make_set<q6_k_tiles>(4);
   }
@@ -272,7 +280,7 @@ size_t activation_row_bytes(weight_type t, int64_t n_cols) {
 // of the chunk.
 void run_tiles(const tile_set& ts, const uint8_t* w, size_t row_stride, int64_t n_cols, const uint8_t* qx,
                size_t x_stride, int64_t n_x, float* y, int64_t row_begin, int64_t row_end, int64_t n_rows) {
-  const int64_t mb = ts.max_b;
+  const int64_t mb = ts.mk_r > 0 ? ts.mk_b : ts.max_b;  // inputs per call
   auto inputs_within = [&](size_t bytes) {
     const int64_t n = static_cast<int64_t>(bytes / std::max<size_t>(x_stride, 1)) / mb * mb;
     return std::max(mb, n);

@@ -4,6 +4,7 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -69,6 +70,52 @@ void tile_q8_0_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
   }
   if (i < nb) step(i, 0);
   for (int b = 0; b < B; ++b) out[b] = hsum8(_mm256_add_ps(acc[b][0], acc[b][1]));
+}
+
+// Float formats, micro-kernel: R rows x B inputs. Per (row, input) pair exactly
+// tile_float_avx2<L, 1>'s operations: four independent FMA chains (chain k takes the
+// 8-lane chunks 32j + 8k), combined as (c0 + c1) + (c2 + c3), hsum8, plus the scalar tail.
+// The chains run one after another over blocks of kcols columns (their state parked in
+// memory between blocks), so only R x B accumulators are live: each weight vector is
+// loaded (and converted) once for the B inputs and each input vector once for the R rows.
+template <class L, int R, int B>
+void mk_float_avx2(const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n, float* out) {
+  constexpr int64_t kcols = 512;
+  const uint8_t* wr[R];
+  for (int r = 0; r < R; ++r) wr[r] = w + static_cast<size_t>(r) * stride;
+  const float* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const float*>(xb[b]);
+  __m256 chain[4][R][B];
+  for (int k = 0; k < 4; ++k)
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < B; ++b) chain[k][r][b] = _mm256_setzero_ps();
+  const int64_t n32 = n / 32 * 32;
+  for (int64_t j0 = 0; j0 < n32; j0 += kcols) {
+    const int64_t j1 = std::min(n32, j0 + kcols);
+    for (int k = 0; k < 4; ++k) {
+      __m256 acc[R][B];
+      for (int r = 0; r < R; ++r)
+        for (int b = 0; b < B; ++b) acc[r][b] = chain[k][r][b];
+      for (int64_t j = j0 + 8 * k; j < j1; j += 32) {
+        __m256 wv[R];
+        for (int r = 0; r < R; ++r) wv[r] = L::v(wr[r], j);
+        for (int b = 0; b < B; ++b) {
+          const __m256 xv = _mm256_loadu_ps(x[b] + j);
+          for (int r = 0; r < R; ++r) acc[r][b] = _mm256_fmadd_ps(wv[r], xv, acc[r][b]);
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        for (int b = 0; b < B; ++b) chain[k][r][b] = acc[r][b];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < B; ++b) {
+      const __m256 s =
+          _mm256_add_ps(_mm256_add_ps(chain[0][r][b], chain[1][r][b]), _mm256_add_ps(chain[2][r][b], chain[3][r][b]));
+      float tail = 0;
+      for (int64_t jj = n32; jj < n; ++jj) tail += L::s(wr[r], jj) * x[b][jj];
+      out[r * B + b] = hsum8(s) + tail;
+    }
 }
 
 // Q8_0 micro-kernel: R consecutive weight rows (stride bytes apart) x B inputs,
