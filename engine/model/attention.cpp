@@ -25,6 +25,17 @@ const float* v_row(const attention_args& a, int32_t t) {
   return a.kv->v(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.row_floats + a.kv_offset;
 }
 
+// fn(t, row) for t in [0, n) in order, row = K (or V) of position t; one block lookup per
+// block instead of a division per position.
+template <bool V, class F>
+inline void for_rows(const attention_args& a, int32_t n, F&& fn) {
+  for (int32_t t0 = 0, bi = 0; t0 < n; t0 += a.block_size, ++bi) {
+    const float* base = (V ? a.kv->v(a.layer, a.block_table[bi]) : a.kv->k(a.layer, a.block_table[bi])) + a.kv_offset;
+    const int32_t te = std::min(n, t0 + a.block_size);
+    for (int32_t t = t0; t < te; ++t) fn(t, base + size_t(t - t0) * a.row_floats);
+  }
+}
+
 void attend_one_scalar(const attention_args& a, const float* q, int32_t pos, float* out, float* scores) {
   const int32_t hd = a.head_dim;
   float mx = -INFINITY;
@@ -95,14 +106,13 @@ void attend_one_avx2(const attention_args& a, const float* q, int32_t pos, float
   // Scores: one FMA chain over the head dim, then the hsum8 tree.
   __m256 vmx = _mm256_set1_ps(-INFINITY);
   const int32_t n = pos + 1;
-  for (int32_t t = 0; t < n; ++t) {
-    const float* kt = k_row(a, t);
+  for_rows<false>(a, n, [&](int32_t t, const float* kt) {
     __m256 acc = _mm256_mul_ps(qc(0), _mm256_loadu_ps(kt));
     for (int c = 1; c < nv; ++c) acc = _mm256_fmadd_ps(qc(c), _mm256_loadu_ps(kt + 8 * c), acc);
     const float s = hsum8(acc) * a.scale;
     scores[t] = s;
     vmx = _mm256_max_ps(vmx, _mm256_set1_ps(s));  // max is exact: any order gives the same value
-  }
+  });
   const __m256 mx = vmx;
   // Probabilities and their sum (4 double lanes by t mod 8 halves, fixed tree; tail scalar).
   __m256d sum4 = _mm256_setzero_pd();
@@ -132,15 +142,15 @@ void attend_one_avx2(const attention_args& a, const float* q, int32_t pos, float
     const int w = std::min(8, nv - c0);
     __m256 acc[8];
     for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
-    for (int32_t u = 0; u < n; ++u) {
-      const float* vt = v_row(a, u) + 8 * c0;
+    for_rows<true>(a, n, [&](int32_t u, const float* vrow) {
+      const float* vt = vrow + 8 * c0;
       const __m256 p = _mm256_mul_ps(_mm256_broadcast_ss(scores + u), inv);
       if (w == 8 && (NV == 8 || NV == 16)) {
         for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * c), acc[c]);
       } else {
         for (int c = 0; c < w; ++c) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * c), acc[c]);
       }
-    }
+    });
     for (int c = 0; c < w; ++c) _mm256_storeu_ps(out + 8 * (c0 + c), acc[c]);
   }
 }
