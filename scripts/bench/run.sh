@@ -6,8 +6,9 @@
 #   scripts/bench/run.sh [--smoke|--quick|--full] [--out DIR] [--reps N] [--only A,B] [--timeout-scale X] [--report]
 #     --quick  (default) reduced set, < 10 min on 2 cores; queue.sh too when $AGENTQ_BIN_DIR has agentqd
 #     --full   everything the issues ask for: 110M and 1B models x F32/F16/Q8_0/Q4_K, batching
-#              1/4/16/64, residency (resident / spill to disk / re-prefill), queue (~20 min on an
-#              idle 2-core box once the synthetic models exist, ~25 min writing them first)
+#              1/4/16/64, residency (resident / spill to disk / re-prefill), queue; 3 runs each
+#              (~17 min on an idle 2-core box once the synthetic models exist, ~19 min writing
+#              them first; 1B F32 is ~4.4 GB of the ~9 GB of models under $AGENTQ_BENCH_DIR)
 #     --smoke  stories260K only, one repetition, no charts required (< 60 s; the e2e test)
 #     --report also regenerate docs/BENCHMARKS.md + docs/bench/*.png (scripts/bench/report.sh DIR)
 #     --only A,B  just these sections (e.g. --only engine_1b,queue; the model setup runs when needed)
@@ -97,15 +98,15 @@ case "$mode" in
     ;;
   full)
     r=${reps:-3}
-    plan+=("models|1|300|scripts/bench/model.sh 15m:q8_0 110m:f32 110m:f16 110m:q8_0 110m:q4_k 1b:f32 1b:f16 1b:q8_0 1b:q4_k")
-    plan+=("bandwidth|$r|40|scripts/bench/bandwidth.sh")
-    plan+=("batching|$r|40|env AGENTQ_BENCH_MODEL=$cache/llama-110m-q8_0.gguf scripts/bench/batching.sh")
-    plan+=("residency|$r|40|scripts/bench/residency.sh")
-    plan+=("grammar|$r|15|scripts/bench/grammar.sh")
-    plan+=("engine|$r|40|scripts/bench/engine.sh --shapes 110m --reps 2")
+    plan+=("models|1|120|scripts/bench/model.sh 15m:q8_0 110m:f32 110m:f16 110m:q8_0 110m:q4_k 1b:f32 1b:f16 1b:q8_0 1b:q4_k")
+    plan+=("bandwidth|$r|30|scripts/bench/bandwidth.sh")
+    plan+=("batching|$r|20|env AGENTQ_BENCH_MODEL=$cache/llama-110m-q8_0.gguf scripts/bench/batching.sh")
+    plan+=("residency|$r|60|scripts/bench/residency.sh")
+    plan+=("grammar|$r|5|scripts/bench/grammar.sh")
+    plan+=("engine|$r|35|scripts/bench/engine.sh --shapes 110m --reps 2")
     # NOTE: 1B: one pp512 + tg128 per run (no best-of inside), repetitions across runs give the spread.
-    plan+=("engine_1b|${reps:-2}|150|scripts/bench/engine.sh --shapes 1b --reps 1")
-    if [ -x "$bin/agentqd" ]; then plan+=("queue|$r|45|scripts/bench/queue.sh"); else queue_skip="no $bin/agentqd"; fi
+    plan+=("engine_1b|$r|150|scripts/bench/engine.sh --shapes 1b --reps 1")
+    if [ -x "$bin/agentqd" ]; then plan+=("queue|$r|35|scripts/bench/queue.sh"); else queue_skip="no $bin/agentqd"; fi
     [ -x "${AGENTQ_LLAMA_BENCH:-}" ] && plan+=("llamacpp|1|1500|scripts/bench/llamacpp.sh --threads 1,2")
     ;;
 esac
