@@ -39,6 +39,13 @@ if "residency" in b:
             spill = (med(s), min(s), max(s)) if s else ("NaN", "NaN", "NaN")
             rows.append((t + 1, med(a), min(a), max(a), med(p), min(p), max(p), med(n), *spill))
         write("residency.dat", rows)
+        rows = []
+        for label, k in (("resident", "wall_s_resident"), ("spill to disk", "wall_s_spill"),
+                         ("re-prefill", "wall_s_reprefill")):
+            v = [r[k] for r in runs if r.get(k)]
+            if v:
+                rows.append(('"' + label + '"', med(v), min(v), max(v)))
+        write("residency_wall.dat", rows)
 if "bandwidth" in b:
     runs = b["bandwidth"]["runs"]
     threads = sorted(runs[0]["bandwidth_gbps"], key=int)
@@ -68,9 +75,9 @@ if "queue" in b:
     write("queue_latency.dat", rows)
     rate = [r["latency"]["rate_per_s"] for r in runs]
     rows = []
-    for label, key in (("jobs/s end to end", lambda r: r["throughput"]["jobs_per_s"]),
+    for label, key in (("jobs/s", lambda r: r["throughput"]["jobs_per_s"]),
                        ("submits/s", lambda r: r["throughput"]["submit_per_s"]),
-                       ("GET /healthz/s (no-op floor)", lambda r: r["healthz_per_s"])):
+                       ("healthz/s (floor)", lambda r: r["healthz_per_s"])):
         v = [key(r) for r in runs]
         rows.append(('"' + label + '"', med(v), min(v), max(v)))
     write("queue_rate.dat", rows)
@@ -114,10 +121,13 @@ if [ -s "$c/residency.dat" ]; then
   gnuplot <<EOF
 $term
 set output '$c/residency.png'
+set multiplot layout 1,2
+set size 0.66,1
+set origin 0,0
 set title 'Computed tokens per turn (mean over jobs; median of runs)'
 set xlabel 'turn'
 set ylabel 'tokens computed'
-set key top left
+set key at graph 0.98, 0.5 right
 set grid
 set xtics 1
 set yrange [0:*]
@@ -125,6 +135,18 @@ plot '$c/residency.dat' using 1:5:6:7 with yerrorlines lw 2 pt 7 title 're-prefi
      '' using 1:2:3:4 with yerrorlines lw 2 pt 5 title 'resident KV + prefix reuse', \
      '' using 1:9:10:11 with yerrorlines lw 2 pt 9 dt 3 title 'resident, spilled to disk and restored', \
      '' using 1:8 with lines dt 2 lc rgb 'gray' title 'prompt length (re-prefill computes all of it)'
+set size 0.34,1
+set origin 0.66,0
+set title 'workload wall time, s'
+unset xlabel
+unset ylabel
+set xtics auto rotate by -20
+set style data histogram
+set style histogram errorbars gap 1 lw 1
+set style fill solid 0.6 border -1
+set key off
+plot '$c/residency_wall.dat' using 2:3:4:xtic(1) lc rgb '#4477aa'
+unset multiplot
 EOF
 fi
 if [ -s "$c/kernels.dat" ]; then
@@ -170,7 +192,6 @@ plot '$c/queue_latency.dat' using 2:3:4:xtic(1) lc rgb '#4477aa'
 set title 'rates (per s, log scale)'
 set logscale y
 set yrange [1:*]
-set xtics rotate by -15
 plot '$c/queue_rate.dat' using 2:3:4:xtic(1) lc rgb '#aa7744'
 unset multiplot
 EOF
@@ -186,7 +207,7 @@ set style data histogram
 set style histogram errorbars gap 1 lw 1
 set style fill solid 0.6 border -1
 set grid ytics
-set key top right
+set key outside bottom center horizontal
 set xtics rotate by -30
 plot '$c/engine.dat' using 2:3:4:xtic(1) title 'measured', \
      '' using 0:5 with points pt 7 ps 1.5 lc rgb 'black' title 'roofline (read bandwidth / weight bytes per token)'
