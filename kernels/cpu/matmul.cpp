@@ -245,17 +245,21 @@ tile_set with_mk(tile_set ts) {
   return ts;
 }
 template <int R> struct q4_k_rows { static constexpr rows_fn f = rows_q4_k_avx2<R>; };
+template <int R> struct q6_k_rows { static constexpr rows_fn f = rows_q6_k_avx2<R>; };
+template <class L> struct float_rows {
+  template <int R> struct t { static constexpr rows_fn f = rows_float_avx2<L, R>; };
+};
 #endif
 
 tile_set fast_set(weight_type t) {
 #if AGENTQ_KERNELS_AVX2
   switch (t) {
-    case weight_type::f32: return with_mk<float_mks<load_f32>::t, 3>(make_set<float_tiles<load_f32>::t>(3));
-    case weight_type::f16: return with_mk<float_mks<load_f16>::t, 3>(make_set<float_tiles<load_f16>::t>(3));
-    case weight_type::bf16: return with_mk<float_mks<load_bf16>::t, 3>(make_set<float_tiles<load_bf16>::t>(3));
+    case weight_type::f32: return with_mk<float_mks<load_f32>::t, 3>(make_set<float_tiles<load_f32>::t, float_rows<load_f32>::t>(3));
+    case weight_type::f16: return with_mk<float_mks<load_f16>::t, 3>(make_set<float_tiles<load_f16>::t, float_rows<load_f16>::t>(3));
+    case weight_type::bf16: return with_mk<float_mks<load_bf16>::t, 3>(make_set<float_tiles<load_bf16>::t, float_rows<load_bf16>::t>(3));
     case weight_type::q8_0: return with_mk<q8_0_mk, 2>(make_set<q8_0_tiles, q8_0_rows>(4));
     case weight_type::q4_k: return make_set<q4_k_tiles, q4_k_rows>(4);
-    case weight_type::q6_k: return make_set<q6_k_tiles>(4);
+    case weight_type::q6_k: return make_set<q6_k_tiles, q6_k_rows>(4);
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return {};
