@@ -33,8 +33,9 @@ ABOUT = {
               "stories260K; they end `incomplete` = truncated at max_tokens_per_turn, which is their success) "
               "submitted by 4 keep-alive clients through HTTP -> SQLite -> Redis -> worker; jobs/s = jobs / (last "
               "finished_at - first created_at), vs the no-op floor GET /healthz/s from the same clients; then "
-              "open-loop submits at a fixed rate and their latency percentiles (quick: 100 requests, so p99 is "
-              "about the max). Durability as run (`durability` in the JSON line, read from the live instance): "
+              "open-loop submits at a fixed rate and their latency percentiles (quick: 200 jobs, then 20 req/s for "
+              "5 s = 100 requests, so p99 is about the max; full: 500 jobs, then 50 req/s for 10 s). "
+              "Durability as run (`durability` in the JSON line, read from the live instance): "
               "DURABILITY."),
 }
 CHARTS = {
@@ -54,7 +55,7 @@ def durability(b):
         return "not recorded by this run"
     save = d.get("redis_save")
     return (f"SQLite journal_mode={d.get('sqlite_journal_mode')}, synchronous={d.get('sqlite_synchronous')} "
-            f"(every committed job is on disk before the 201); embedded redis-server appendonly="
+            f"(each SQLite commit is fsynced); embedded redis-server appendonly="
             f"{d.get('redis_appendonly')}, appendfsync={d.get('redis_appendfsync')}, "
             f"save={save!r}{' (no RDB snapshots)' if save == '' else ''}")
 
@@ -117,7 +118,11 @@ def main():
         items = list(b["ratios"].items())
         if name.startswith("engine"):  # every model's wall-clock roofline fraction (CPU-clock ones below)
             items = [(k, e) for k, e in items if k.endswith("decode vs bandwidth roofline")]
-        for k, e in items[: 8 if name.startswith("engine") else 6 if name == "bandwidth" else 4]:
+        if name == "bandwidth":  # every type at the most threads ("q8_0 x2: ..."); 1 thread below
+            xs = [k.split(":")[0].rsplit(" x", 1)[-1] for k, _ in items]
+            top = max((int(x) for x in xs if x.isdigit()), default=None)
+            items = [(k, e) for k, e in items if top is None or k.split(":")[0].endswith(f" x{top}")]
+        for k, e in items[: 8 if name.startswith("engine") or name == "bandwidth" else 4]:
             w(f"| {name} | {k}: {fmt(e['figure']['median'])} vs {fmt(e['baseline']['median'])} {e['unit']} | "
               f"{cell(e['ratio'])} |")
     w("")
