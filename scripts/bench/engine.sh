@@ -3,7 +3,7 @@
 # with the machine's read bandwidth measured in the same run and decode reported as a
 # fraction of its roofline (weight bytes per token / bandwidth).
 #   scripts/bench/engine.sh [--quick] [--threads N] [--shapes 110m,1b] [--types f32,q4_k] [--reps R]
-# --quick: 110m models in Q8_0 and Q4_K only (a few minutes on 2 cores).
+# --quick: 110m models in F16, Q8_0 and Q4_K (a few minutes on 2 cores).
 # --shapes/--types/--reps override the set (default 15m,110m,1b x f32,f16,q8_0,q4_k, best of 2);
 # models come from scripts/bench/model.sh (written once per shape and type, then reused).
 # Env: AGENTQ_BUILD_DIR (default build), AGENTQ_BENCH_DIR (model cache, default /tmp/agentq-bench).
@@ -34,7 +34,7 @@ bench="$build/bin/agentq-bench_engine"
 [ -x "$bench" ] || { echo "missing $bench (build it: cmake --build $build --target $(basename "$bench"))" >&2; exit 1; }
 
 if [ $quick = 1 ]; then
-  shapes=(110m); types=(q8_0 q4_k); reps=1
+  shapes=(110m); types=(f16 q8_0 q4_k); reps=1
 else
   shapes=(15m 110m 1b); types=(f32 f16 q8_0 q4_k); reps=2
 fi
