@@ -154,6 +154,15 @@ printf 'name\tstatus\treps_done\treps_planned\twall_s\tlimit_s\test_s\treason\n'
 [ -n "$queue_skip" ] && printf 'queue\tskipped\t0\t0\t0\t0\t0\t%s\n' "$queue_skip" >>"$out/sections.tsv"
 t_start=$(now)
 n_bad=0
+# NOTE: timeout(1) runs each benchmark in its own process group (so a time-out reaches its
+# children), which a terminal's Ctrl-C does not reach: forward INT/TERM to it ourselves.
+tpid=""
+on_signal() {
+  echo "run.sh: interrupted; stopping the running benchmark" >&2
+  [ -n "$tpid" ] && kill -TERM "$tpid" 2>/dev/null && wait "$tpid" 2>/dev/null
+  exit 130
+}
+trap on_signal INT TERM
 k=0
 for entry in "${plan[@]}"; do
   IFS='|' read -r name n est cmd <<<"$entry"
@@ -170,7 +179,10 @@ for entry in "${plan[@]}"; do
     t0=$(now)
     rc=0
     # NOTE: word splitting of $cmd is intended (the plan lines are plain words, no quoting).
-    timeout -k 10 "$limit" "${nice_cmd[@]}" $cmd >"$out/logs/$name.$i.out" 2>"$out/logs/$name.$i.err" || rc=$?
+    timeout -k 10 "$limit" "${nice_cmd[@]}" $cmd >"$out/logs/$name.$i.out" 2>"$out/logs/$name.$i.err" &
+    tpid=$!
+    wait "$tpid" || rc=$?
+    tpid=""
     t1=$(now)
     if [ $rc = 124 ] || [ $rc = 137 ]; then
       status=timeout
