@@ -6,10 +6,10 @@
 // Ends with one JSON line: {"threads":N,"device":D,"results":[{model,type,pp512_tokens_per_s,...}]}.
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -33,7 +33,9 @@ double process_cpu_s() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 struct result {
   std::string model, type;
@@ -48,8 +50,10 @@ double decode_bytes(const gguf::file& f) {
   double bytes = 0;
   bool tied = !f.find_tensor("output.weight");
   for (const auto& t : f.tensors()) {
-    if (t.name == "token_embd.weight" && !tied) bytes += double(t.n_bytes) / double(std::max<int64_t>(1, t.dims.size() > 1 ? t.dims[1] : 1));
-    else bytes += double(t.n_bytes);
+    if (t.name == "token_embd.weight" && !tied)
+      bytes += double(t.n_bytes) / double(std::max<int64_t>(1, t.dims.size() > 1 ? t.dims[1] : 1));
+    else
+      bytes += double(t.n_bytes);
   }
   return bytes;
 }
@@ -60,7 +64,11 @@ std::string main_type(const gguf::file& f) {
   for (const auto& t : f.tensors()) by[gguf::name_of(t.type)] += t.n_bytes;
   std::string best;
   uint64_t most = 0;
-  for (const auto& [n, b] : by) if (b > most) { most = b; best = n; }
+  for (const auto& [n, b] : by)
+    if (b > most) {
+      most = b;
+      best = n;
+    }
   return best;
 }
 
@@ -103,15 +111,21 @@ int main(int argc, char** argv) {
   std::vector<std::string> paths;
   for (int i = 1; i < argc; ++i) {
     auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
-    if (arg("--threads")) n_threads = std::atoi(argv[++i]);
-    else if (arg("--pp")) n_pp = std::atoi(argv[++i]);
-    else if (arg("--tg")) n_tg = std::atoi(argv[++i]);
-    else if (arg("--reps")) reps = std::max(1, std::atoi(argv[++i]));
-    else if (arg("--device")) device = argv[++i];
+    if (arg("--threads"))
+      n_threads = std::atoi(argv[++i]);
+    else if (arg("--pp"))
+      n_pp = std::atoi(argv[++i]);
+    else if (arg("--tg"))
+      n_tg = std::atoi(argv[++i]);
+    else if (arg("--reps"))
+      reps = std::max(1, std::atoi(argv[++i]));
+    else if (arg("--device"))
+      device = argv[++i];
     else if (argv[i][0] == '-') {
       std::fprintf(stderr, "%s", k_usage);
       return 2;
-    } else paths.push_back(argv[i]);
+    } else
+      paths.push_back(argv[i]);
   }
   if (paths.empty() || n_pp <= 0 || n_tg <= 0) {
     std::fprintf(stderr, "%s", k_usage);
@@ -125,9 +139,15 @@ int main(int argc, char** argv) {
   for (const auto& path : paths) {
     std::string err;
     std::shared_ptr<const gguf::file> file = gguf::file::open(path, &err);
-    if (!file) { std::fprintf(stderr, "bench_engine: %s\n", err.c_str()); return 1; }
+    if (!file) {
+      std::fprintf(stderr, "bench_engine: %s\n", err.c_str());
+      return 1;
+    }
     auto mdl = forward_backend::create(device, file, n_threads, &err);
-    if (!mdl) { std::fprintf(stderr, "bench_engine: %s: %s\n", path.c_str(), err.c_str()); return 1; }
+    if (!mdl) {
+      std::fprintf(stderr, "bench_engine: %s: %s\n", path.c_str(), err.c_str());
+      return 1;
+    }
     const model_hparams& hp = mdl->hparams();
     result r;
     r.model = std::filesystem::path(path).stem().string();
@@ -137,7 +157,10 @@ int main(int argc, char** argv) {
     constexpr int32_t k_block_size = 16;
     const int32_t n_ctx = std::max(n_pp, n_tg);
     const int32_t n_blocks = (n_ctx + k_block_size - 1) / k_block_size;
-    if (!mdl->alloc_kv(k_block_size, n_blocks, &err)) { std::fprintf(stderr, "bench_engine: %s\n", err.c_str()); return 1; }
+    if (!mdl->alloc_kv(k_block_size, n_blocks, &err)) {
+      std::fprintf(stderr, "bench_engine: %s\n", err.c_str());
+      return 1;
+    }
     std::vector<int32_t> table(static_cast<size_t>(n_blocks));
     for (int32_t i = 0; i < n_blocks; ++i) table[size_t(i)] = i;
     std::vector<float> logits(size_t(hp.n_vocab));
@@ -145,7 +168,8 @@ int main(int argc, char** argv) {
     for (int32_t i = 0; i < n_ctx; ++i) tokens[size_t(i)] = token_id((i * 7919 + 13) % hp.n_vocab);
     auto forward = [&](const batch_seq& s) {
       if (mdl->forward({&s, 1}, logits.data()) < 0) {
-        std::fprintf(stderr, "bench_engine: the forward pass on %s failed: %s\n", mdl->device().c_str(), mdl->failure().c_str());
+        std::fprintf(stderr, "bench_engine: the forward pass on %s failed: %s\n", mdl->device().c_str(),
+                     mdl->failure().c_str());
         std::exit(1);
       }
     };
@@ -155,7 +179,13 @@ int main(int argc, char** argv) {
       batch_seq s{table.data(), 0, tokens.data(), std::min(n_pp, 16), false};
       forward(s);
     }
+    const size_t bw_bytes =
+        size_t(std::min(2.0 * 1024 * 1024 * 1024, std::max(256.0 * 1024 * 1024, r.bytes_per_token)));
     double best_pp = 1e30, best_tg = 1e30, best_pp_cpu = 1e30, best_tg_cpu = 1e30;
+    // NOTE: on the CPU the bandwidth is probed right after each decode repetition and each
+    // repetition gives its own ratio; the reported fraction is their median, so a shared host's
+    // load swings hit decode and its roofline alike (one probe at the end did not).
+    std::vector<double> bw, bw_cpu, frac, frac_cpu;
     for (int rep = 0; rep < reps; ++rep) {
       batch_seq s{table.data(), 0, tokens.data(), n_pp, false};
       double t0 = now_s(), c0 = process_cpu_s();
@@ -168,44 +198,59 @@ int main(int argc, char** argv) {
         batch_seq d{table.data(), p, tokens.data() + p, 1, false};
         forward(d);
       }
-      best_tg = std::min(best_tg, now_s() - t0);
-      best_tg_cpu = std::min(best_tg_cpu, process_cpu_s() - c0);
+      const double tg_s = now_s() - t0, tg_cpu_s = process_cpu_s() - c0;
+      best_tg = std::min(best_tg, tg_s);
+      best_tg_cpu = std::min(best_tg_cpu, tg_cpu_s);
+      if (on_cpu) {
+        bw.push_back(kernels::measure_read_bandwidth_gbps(bw_bytes, n_threads));
+        bw_cpu.push_back(kernels::measure_read_bandwidth_cpu_gbps(bw_bytes, n_threads));
+        frac.push_back((n_tg / tg_s) / (bw.back() * 1e9 / r.bytes_per_token));
+        frac_cpu.push_back((n_tg / (tg_cpu_s / n_threads)) / (bw_cpu.back() * 1e9 / r.bytes_per_token));
+      }
     }
     // NOTE: per-thread CPU time; idle workers' spinning counts, so this understates multi-thread runs.
     r.pp_tps_cpu = n_pp / (best_pp_cpu / n_threads);
     r.tg_tps_cpu = n_tg / (best_tg_cpu / n_threads);
     r.pp_tps = n_pp / best_pp;
     r.tg_tps = n_tg / best_tg;
-    const size_t bw_bytes = size_t(std::min(2.0 * 1024 * 1024 * 1024, std::max(256.0 * 1024 * 1024, r.bytes_per_token)));
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    };
     // NOTE: on a GPU the roofline is HBM bandwidth; CPU-clock figures mean nothing there (left 0).
-    r.bandwidth_gbps = on_cpu ? kernels::measure_read_bandwidth_gbps(bw_bytes, n_threads) : device_read_bandwidth_gbps();
+    r.bandwidth_gbps = on_cpu ? median(bw) : device_read_bandwidth_gbps();
     const double roofline_tps = r.bandwidth_gbps * 1e9 / r.bytes_per_token;
-    r.roofline_fraction = r.tg_tps / roofline_tps;
+    r.roofline_fraction = on_cpu ? median(frac) : r.tg_tps / roofline_tps;
     if (on_cpu) {
-      r.bandwidth_cpu_gbps = kernels::measure_read_bandwidth_cpu_gbps(bw_bytes, n_threads);
-      r.roofline_fraction_cpu = r.tg_tps_cpu / (r.bandwidth_cpu_gbps * 1e9 / r.bytes_per_token);
+      r.bandwidth_cpu_gbps = median(bw_cpu);
+      r.roofline_fraction_cpu = median(frac_cpu);
     } else {
       r.pp_tps_cpu = r.tg_tps_cpu = 0;
     }
-    std::fprintf(stderr,
-                 "%-16s %-5s pp%d %9.1f tok/s | tg%d %8.2f tok/s | %.1f MB/token, read bw %.1f GB/s -> roofline %.1f tok/s, "
-                 "decode at %.0f%%\n",
-                 r.model.c_str(), r.type.c_str(), n_pp, r.pp_tps, n_tg, r.tg_tps, r.bytes_per_token / 1e6, r.bandwidth_gbps,
-                 roofline_tps, 100.0 * r.roofline_fraction);
-    if (on_cpu) std::fprintf(stderr, "%-16s %-5s   by CPU clock: pp %9.1f tok/s | tg %8.2f tok/s | read bw %.1f GB/s, decode at %.0f%%\n",
-                 "", "", r.pp_tps_cpu, r.tg_tps_cpu, r.bandwidth_cpu_gbps, 100.0 * r.roofline_fraction_cpu);
+    std::fprintf(
+        stderr,
+        "%-16s %-5s pp%d %9.1f tok/s | tg%d %8.2f tok/s | %.1f MB/token, read bw %.1f GB/s -> roofline %.1f tok/s, "
+        "decode at %.0f%% (median of per-repetition ratios)\n",
+        r.model.c_str(), r.type.c_str(), n_pp, r.pp_tps, n_tg, r.tg_tps, r.bytes_per_token / 1e6, r.bandwidth_gbps,
+        roofline_tps, 100.0 * r.roofline_fraction);
+    if (on_cpu)
+      std::fprintf(stderr,
+                   "%-16s %-5s   by CPU clock: pp %9.1f tok/s | tg %8.2f tok/s | read bw %.1f GB/s, decode at %.0f%%\n",
+                   "", "", r.pp_tps_cpu, r.tg_tps_cpu, r.bandwidth_cpu_gbps, 100.0 * r.roofline_fraction_cpu);
     results.push_back(r);
   }
 
-  std::printf("{\"threads\":%d,\"device\":\"%s\",\"pp\":%d,\"tg\":%d,\"results\":[", n_threads, device.c_str(), n_pp, n_tg);
+  std::printf("{\"threads\":%d,\"device\":\"%s\",\"pp\":%d,\"tg\":%d,\"results\":[", n_threads, device.c_str(), n_pp,
+              n_tg);
   for (size_t i = 0; i < results.size(); ++i) {
     const result& r = results[i];
-    std::printf("%s{\"model\":\"%s\",\"type\":\"%s\",\"pp512_tokens_per_s\":%.2f,\"tg128_tokens_per_s\":%.3f,"
-                "\"bandwidth_gb_per_s\":%.2f,\"weight_bytes_per_token\":%.0f,\"roofline_fraction\":%.4f,"
-                "\"cpu_clock\":{\"pp512_tokens_per_s\":%.2f,\"tg128_tokens_per_s\":%.3f,\"bandwidth_gb_per_s\":%.2f,"
-                "\"roofline_fraction\":%.4f}}",
-                i ? "," : "", r.model.c_str(), r.type.c_str(), r.pp_tps, r.tg_tps, r.bandwidth_gbps, r.bytes_per_token,
-                r.roofline_fraction, r.pp_tps_cpu, r.tg_tps_cpu, r.bandwidth_cpu_gbps, r.roofline_fraction_cpu);
+    std::printf(
+        "%s{\"model\":\"%s\",\"type\":\"%s\",\"pp512_tokens_per_s\":%.2f,\"tg128_tokens_per_s\":%.3f,"
+        "\"bandwidth_gb_per_s\":%.2f,\"weight_bytes_per_token\":%.0f,\"roofline_fraction\":%.4f,"
+        "\"cpu_clock\":{\"pp512_tokens_per_s\":%.2f,\"tg128_tokens_per_s\":%.3f,\"bandwidth_gb_per_s\":%.2f,"
+        "\"roofline_fraction\":%.4f}}",
+        i ? "," : "", r.model.c_str(), r.type.c_str(), r.pp_tps, r.tg_tps, r.bandwidth_gbps, r.bytes_per_token,
+        r.roofline_fraction, r.pp_tps_cpu, r.tg_tps_cpu, r.bandwidth_cpu_gbps, r.roofline_fraction_cpu);
   }
   std::printf("]}\n");
   return 0;
