@@ -7,7 +7,7 @@
 #     --quick  (default) reduced set, < 10 min on 2 cores; queue.sh too when $AGENTQ_BIN_DIR has agentqd
 #     --full   everything the issues ask for: 110M and 1B models x F32/F16/Q8_0/Q4_K, batching
 #              1/4/16/64, residency (resident / spill to disk / re-prefill), queue; 3 runs each
-#              (~17 min on an idle 2-core box once the synthetic models exist, ~19 min writing
+#              (~18 min on an idle 2-core box once the synthetic models exist, ~20 min writing
 #              them first; 1B F32 is ~4.4 GB of the ~9 GB of models under $AGENTQ_BENCH_DIR)
 #     --smoke  stories260K only, one repetition, no charts required (< 60 s; the e2e test)
 #     --report also regenerate docs/BENCHMARKS.md + docs/bench/*.png (scripts/bench/report.sh DIR)
@@ -101,7 +101,7 @@ case "$mode" in
     plan+=("models|1|120|scripts/bench/model.sh 15m:q8_0 110m:f32 110m:f16 110m:q8_0 110m:q4_k 1b:f32 1b:f16 1b:q8_0 1b:q4_k")
     plan+=("bandwidth|$r|30|scripts/bench/bandwidth.sh")
     plan+=("batching|$r|20|env AGENTQ_BENCH_MODEL=$cache/llama-110m-q8_0.gguf scripts/bench/batching.sh")
-    plan+=("residency|$r|60|scripts/bench/residency.sh")
+    plan+=("residency|$r|80|scripts/bench/residency.sh")
     plan+=("grammar|$r|5|scripts/bench/grammar.sh")
     plan+=("engine|$r|35|scripts/bench/engine.sh --shapes 110m --reps 2")
     # NOTE: 1B: one pp512 + tg128 per run (no best-of inside), repetitions across runs give the spread.
