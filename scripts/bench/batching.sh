@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Decode scaling of the continuous-batching engine: aggregate tokens/s at 1/4/16/64
 # concurrent sequences on a 110M-class synthetic Llama (Q8_0, CPU). Ends with one JSON line
-# whose "scaling" maps concurrency -> tokens/s.
+# whose "scaling" maps concurrency -> tokens/s ("scaling_cpu_clock": the same per CPU-second x
+# threads, for a shared, oversubscribed host).
 #   scripts/bench/batching.sh [--quick]      (AGENTQ_BUILD_DIR=build, AGENTQ_BENCH_THREADS=0: all cores,
 #                                             AGENTQ_BENCH_MODEL=F: that model instead)
 set -euo pipefail
