@@ -101,6 +101,14 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
   rc.pin_relaxed_max_wait_s = std::max(rc.pin_relaxed_max_wait_s, config.kv_pin_max_wait_s);
   rc.spill_min_tokens = config.kv_spill_min_tokens;
   e->residency_ = std::make_unique<residency>(*e->pool_, e->spill_.get(), rc);
+  e->residency_->on_move = [raw = e.get()](const kv_move_event& ev) {
+    std::function<void(const kv_move_event&)> fn;
+    {
+      std::lock_guard lock(raw->kv_move_mutex_);
+      fn = raw->kv_move_fn_;
+    }
+    if (fn) fn(ev);
+  };
   sched_config sc;
   sc.max_step_tokens = config.max_step_tokens;
   sc.max_running = config.max_running;
@@ -172,6 +180,10 @@ uint64_t engine_impl::submit(turn_request request, turn_callbacks callbacks) {
 }
 
 void engine_impl::cancel(uint64_t request_id) { push(op_cancel{request_id}); }
+void engine_impl::on_kv_move(std::function<void(const kv_move_event&)> fn) {
+  std::lock_guard lock(kv_move_mutex_);
+  kv_move_fn_ = std::move(fn);
+}
 void engine_impl::park(uint64_t job_key, double expected_wait_s) { push(op_park{job_key, expected_wait_s}); }
 void engine_impl::release(uint64_t job_key) { push(op_release{job_key}); }
 

@@ -98,6 +98,7 @@ class engine_impl final : public engine {
   void start() override;
   void stop() override;
   engine_stats stats() const override;
+  void on_kv_move(std::function<void(const kv_move_event&)> fn) override;
   bool healthy(std::string* why = nullptr) const override;
 
   // Internals for tests and benchmarks.
@@ -181,6 +182,8 @@ class engine_impl final : public engine {
   uint64_t next_id_ = 1;
   std::condition_variable cv_;
   std::mutex step_mutex_;
+  std::mutex kv_move_mutex_;
+  std::function<void(const kv_move_event&)> kv_move_fn_;  // guarded by kv_move_mutex_
   mutable std::mutex stats_mutex_;
   engine_stats stats_;
   std::string failure_;    // guarded by stats_mutex_; non-empty = failed state

@@ -2,6 +2,7 @@
 #include "kv/residency.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace agentq {
 
@@ -42,8 +43,10 @@ void residency::evict(std::map<uint64_t, resident_seq>::iterator it, bool allow_
   bool spilled = false;
   if (allow_spill && spill_ && int32_t(r.tokens.size()) >= config_.spill_min_tokens) {
     std::string path;
+    const auto t0 = std::chrono::steady_clock::now();
     spilled = spill_->write(pool_, r.seq_idx, r.tokens, &path);
     if (spilled) {
+      report(kv_move_event::kind::spill, r.job_key, r.tokens.size(), t0);
       auto old = spilled_.find(r.job_key);
       if (old != spilled_.end() && old->second != path) spill_->erase(old->second);
       spilled_[r.job_key] = path;
@@ -79,13 +82,28 @@ std::optional<resident_seq> residency::take(uint64_t job_key) {
   return r;
 }
 
-int32_t residency::restore(std::span<const token_id> tokens, int32_t max_tokens, int32_t min_tokens, int32_t seq_idx) {
+void residency::report(kv_move_event::kind what, uint64_t job_key, size_t n_tokens,
+                       std::chrono::steady_clock::time_point t0) {
+  if (!on_move) return;
+  const kv_layout& l = pool_.layout();
+  kv_move_event e;
+  e.what = what;
+  e.job_key = job_key;
+  e.n_tokens = int32_t(n_tokens);
+  e.n_bytes = int64_t(n_tokens) * l.block_bytes() / l.block_size;  // K and V, every layer
+  e.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  on_move(e);
+}
+
+int32_t residency::restore(std::span<const token_id> tokens, int32_t max_tokens, int32_t min_tokens, int32_t seq_idx,
+                           uint64_t job_key) {
   if (!spill_) return 0;
   int32_t n_common = 0;
   const int32_t idx = spill_->find(tokens, &n_common);
   n_common = std::min(n_common, max_tokens);
   if (idx < 0 || n_common <= min_tokens) return 0;
   const std::string path = spill_->entries()[size_t(idx)].path;
+  const auto t0 = std::chrono::steady_clock::now();
   const bool ok = spill_->restore(idx, n_common, pool_, seq_idx);
   for (auto it = spilled_.begin(); it != spilled_.end();) {
     if (it->second == path) it = spilled_.erase(it); else ++it;
@@ -95,6 +113,7 @@ int32_t residency::restore(std::span<const token_id> tokens, int32_t max_tokens,
     return 0;
   }
   ++counters_.n_restores;
+  report(kv_move_event::kind::restore, job_key, size_t(n_common), t0);
   return n_common;
 }
 

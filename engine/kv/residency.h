@@ -5,7 +5,9 @@
 // first). The next turn adopts the resident sequence and computes only what it appends.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -60,11 +62,16 @@ class residency {
   std::optional<resident_seq> take(uint64_t job_key);
   // Try the disk tier for tokens into the empty seq seq_idx: restores the longest spilled
   // prefix of at most max_tokens tokens when it beats min_tokens. Returns tokens restored (0: none).
-  int32_t restore(std::span<const token_id> tokens, int32_t max_tokens, int32_t min_tokens, int32_t seq_idx);
+  // job_key: the job the seq belongs to (reported through on_move).
+  int32_t restore(std::span<const token_id> tokens, int32_t max_tokens, int32_t min_tokens, int32_t seq_idx,
+                  uint64_t job_key = 0);
   // TTLs that ran out: spill or drop.
   void expire(double now);
   // Memory pressure (block_pool evictor): spill or drop one resident sequence; false if none.
   bool reclaim_one();
+
+  // Called after every successful spill and restore (engine thread); empty = none.
+  std::function<void(const kv_move_event&)> on_move;
 
   bool has(uint64_t job_key) const { return jobs_.count(job_key) != 0; }
   int32_t n_resident() const { return int32_t(jobs_.size()); }
@@ -77,6 +84,8 @@ class residency {
   void sanity() const;
 
  private:
+  // Tell on_move that n_tokens of job_key's K/V moved, taking the time since t0.
+  void report(kv_move_event::kind what, uint64_t job_key, size_t n_tokens, std::chrono::steady_clock::time_point t0);
   // Spill (when the disk tier takes it) or drop, then free the blocks.
   void evict(std::map<uint64_t, resident_seq>::iterator it, bool allow_spill);
 

@@ -99,7 +99,7 @@ void scheduler::attach_prefix(sequence& s) {
   if (!config_.prefix_reuse) return;
   const int32_t n_cached = cache_.lookup(s.tokens, max_reuse).n_tokens;
   if (residency_) {
-    const int32_t n = residency_->restore(s.tokens, max_reuse, n_cached, s.seq_idx);
+    const int32_t n = residency_->restore(s.tokens, max_reuse, n_cached, s.seq_idx, s.req.job_key);
     if (n > 0) {
       s.n_computed = n;
       register_blocks(s);

@@ -261,7 +261,8 @@ json build() {
              {{"kind",
                {{"type", "string"},
                 {"description", "queued | claimed | retry | released | resumed | requires_action | tool_outputs | "
-                                "completed | failed | cancelled | incomplete"}}},
+                                "completed | failed | cancelled | incomplete | kv_spill | kv_restore (attrs: tokens, "
+                                "bytes, ms, worker)"}}},
               {"at_ms", integer},
               {"label", {{"type", "string"}}},
               {"attrs", {{"type", "object"}}}}}}}}}}}};

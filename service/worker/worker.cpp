@@ -33,6 +33,7 @@
 #include "util/json_depth.h"
 #include "webhooks/signing.h"
 #include "worker/agent_spec.h"
+#include "worker/kv_marks.h"
 
 namespace agentq::worker {
 
@@ -184,6 +185,7 @@ struct worker::impl {
   std::map<std::string, std::shared_ptr<job_ctx>> active;
   std::mutex latency_mu;
   std::unordered_map<std::string, double> tool_latency_s;  // EWMA per tool name
+  kv_marks kv_moves;  // engine spills / restores -> timeline marks (housekeeper writes them)
 
   std::atomic<int64_t> n_claimed{0}, n_completed{0}, n_failed{0}, n_cancelled{0}, n_requires_action{0}, n_turns{0},
       n_tool_calls{0}, n_fenced{0}, n_resumed{0};
@@ -287,6 +289,7 @@ struct worker::impl {
     ctx->delivery = d;
     ctx->job_key = job_key_of(d.job_id);
     ctx->fault_subject = c.won->job.request_json;
+    kv_moves.track(ctx->job_key, ctx->job_id, ctx->epoch);
     std::lock_guard lock(mu);
     active[d.job_id] = ctx;
     ctx->thread = std::thread([this, ctx, row = c.won->job] {
@@ -296,7 +299,7 @@ struct worker::impl {
         spdlog::error("worker {}: job {} crashed: {}", id, ctx->job_id, e.what());
         db.finish_job(ctx->job_id, ctx->epoch, job_status::failed, "", std::string("internal error: ") + e.what(), {})
             .get();
-        eng->release(ctx->job_key);
+        release_kv(*ctx);
         ack(*ctx);
       }
       ctx->done = true;
@@ -324,6 +327,7 @@ struct worker::impl {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(20, options.cancel_poll_ms)));
       now = clock_type::now();
       auto jobs = snapshot();
+      if (options.timeline) kv_moves.flush(*options.timeline, id);
       if (now >= next_heartbeat) {
         q.heartbeat(id);
         std::vector<queue::delivery> held;
@@ -367,12 +371,18 @@ struct worker::impl {
   // The job is no longer ours (fenced / cancelled): drop the KV; ack only if the job is over.
   void on_lost(job_ctx& c) {
     n_fenced++;
-    eng->release(c.job_key);
+    release_kv(c);
     auto row = db.get_job(c.job_id);
     if (!row || store::is_terminal(row->status)) {
       if (row && row->status == job_status::cancelled) n_cancelled++;
       ack(c);
     }
+  }
+
+  // The job is over here: its KV may go (and its KV marks stop after the queued ones).
+  void release_kv(job_ctx& c) {
+    eng->release(c.job_key);
+    kv_moves.forget(c.job_key);
   }
 
   bool finish(job_ctx& c, job_status st, const std::string& content, const std::string& error,
@@ -394,7 +404,7 @@ struct worker::impl {
     spdlog::info("worker {}: job {} {} after {} turns{}", id, c.job_id, store::to_string(st), usage.turns,
                  error.empty() ? "" : ": " + error);
     if (options.timeline) options.timeline->close_open(c.job_id, c.epoch, "parked", now);
-    eng->release(c.job_key);
+    release_kv(c);
     ack(c);
     return true;
   }
@@ -723,6 +733,7 @@ worker::~worker() { stop(); }
 
 void worker::start() {
   if (impl_->running.exchange(true)) return;
+  impl_->eng->on_kv_move([impl = impl_.get()](const kv_move_event& e) { impl->kv_moves.on_move(e); });
   if (impl_->start_engine) impl_->eng->start();
   impl_->q.ensure_groups(impl_->id);
   impl_->q.heartbeat(impl_->id);
@@ -745,6 +756,8 @@ void worker::stop() {
   }
   if (impl_->housekeeper.joinable()) impl_->housekeeper.join();
   if (impl_->start_engine) impl_->eng->stop();
+  impl_->eng->on_kv_move(nullptr);
+  if (impl_->options.timeline) impl_->kv_moves.flush(*impl_->options.timeline, impl_->id);
   spdlog::info("worker {} stopped", impl_->id);
 }
 

@@ -1,7 +1,8 @@
 // The worker on the real engine with the shared tiny model (stories260K): a job runs through
 // SQLite + Redis + engine to a terminal state with transcript and usage; with tool calling
 // (tool_choice required/named, constrained by the engine) a server-side tool loop and a client-side
-// tool round trip that resumes on resident KV. Tool parts are skipped while the engine refuses
+// tool round trip that resumes on resident KV; a client tool wait long enough to spill the job's
+// KV to disk puts kv_spill / kv_restore marks on its timeline. Tool parts are skipped while the engine refuses
 // tool_choice (its interim build); exit code 77 when the model file is absent.
 #include <doctest/doctest.h>
 
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "obs/obs_store.h"
 #include "queue/queue.h"
 #include "redis_server.h"
 #include "store/store.h"
@@ -32,10 +34,12 @@ struct rig {
   test::redis_server redis;
   std::unique_ptr<store::store> db;
   std::unique_ptr<queue::queue> q;
+  std::unique_ptr<obs::obs_store> obs;  // job timelines
   std::shared_ptr<engine> eng;
   std::unique_ptr<worker::worker> w;
 
-  explicit rig(std::shared_ptr<engine> e) : eng(std::move(e)) {
+  explicit rig(std::shared_ptr<engine> e, std::function<void(worker::worker_options&)> tweak = {})
+      : eng(std::move(e)) {
     std::string err;
     store::store_options so;
     so.path = dir.file("jobs.db");
@@ -45,9 +49,13 @@ struct rig {
     qo.redis.port = redis.port();
     q = std::make_unique<queue::queue>(qo, *db);
     q->start_relay();
+    obs = obs::obs_store::open(so.path, &err);
+    REQUIRE_MESSAGE(obs, err);
     worker::worker_options wo;
     wo.worker_id = "gpu0";
     wo.tool_allow_cidrs = "127.0.0.0/8";
+    wo.timeline = obs.get();
+    if (tweak) tweak(wo);
     w = std::make_unique<worker::worker>(wo, eng, *db, *q);
     w->start();
   }
@@ -72,11 +80,13 @@ struct rig {
   }
 };
 
-std::shared_ptr<engine> load_tiny() {
+std::shared_ptr<engine> load_tiny(const std::string& spill_dir = {}) {
   engine_config cfg;
   cfg.model_path = test::tiny_model().string();
   cfg.n_threads = 2;
   cfg.kv_budget_bytes = 64ull << 20;
+  cfg.spill_dir = spill_dir;
+  cfg.kv_spill_min_tokens = 8;  // the tiny model's short prompts still spill
   std::string err;
   auto e = worker::load_engine(cfg, &err);
   if (!e) MESSAGE("engine::load: " << err);
@@ -194,4 +204,61 @@ TEST_CASE("real engine: jobs run to completion with transcript and usage") {
     CHECK(turn2["cached_tokens"].get<int>() > 0);
     CHECK(turn2["computed_tokens"].get<int>() < turn2["prompt_tokens"].get<int>());
   }
+}
+
+// marks of one kind on the job's timeline
+std::vector<json> marks_of(rig& R, const std::string& id, const std::string& kind) {
+  std::vector<json> out;
+  auto job = R.db->get_job(id);
+  REQUIRE(job);
+  const json timeline = R.obs->timeline(*job);  // NOTE: a named value: range-for over a temporary's member dangles
+  for (auto& m : timeline["marks"])
+    if (m["kind"] == kind) out.push_back(m);
+  return out;
+}
+
+TEST_CASE("real engine: a long client-tool wait spills the KV; the timeline marks the spill and the restore") {
+  if (!std::filesystem::exists(test::tiny_model())) std::exit(77);
+  test::temp_dir spill;
+  auto eng = load_tiny(spill.path().string());
+  REQUIRE(eng);
+  if (!tools_supported(*eng)) return;
+  rig R(eng, [](worker::worker_options& wo) { wo.client_tool_park_s = 3600; });  // past every pin limit: spilled
+  std::string id = R.submit({{"messages", {{{"role", "user"}, {"content", "ask me"}}}},
+                             {"tools", {tool_def_json("ask")}},
+                             {"tool_choice", {{"type", "function"}, {"function", {{"name", "ask"}}}}},
+                             {"max_tokens_per_turn", 400}, {"parallel_tool_calls", false}});
+  auto j = R.wait_for(id, [](job_status s) { return s == job_status::requires_action || store::is_terminal(s); });
+  if (!first_turn_called_tool(*R.db, id)) return;
+  REQUIRE(j.status == job_status::requires_action);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (marks_of(R, id, "kv_spill").empty() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto spills = marks_of(R, id, "kv_spill");
+  INFO("engine spills " << eng->stats().n_spills);
+  REQUIRE(spills.size() == 1);
+  INFO("spill: " << spills[0].dump());
+  CHECK(spills[0]["attrs"]["tokens"].get<int>() > 0);
+  CHECK(spills[0]["attrs"]["bytes"].get<int64_t>() > 0);
+  CHECK(spills[0]["attrs"]["ms"].get<double>() >= 0);
+  CHECK(spills[0]["attrs"]["worker"] == "gpu0");
+  CHECK(eng->stats().n_spills == 1);
+
+  std::vector<store::tool_output> outs;
+  for (auto& p : json::parse(j.pending_json)) outs.push_back({p["id"], "blue"});
+  REQUIRE(R.db->submit_tool_outputs(id, outs).get() == store::write_status::ok);
+  j = R.wait_for(id, [](job_status s) { return store::is_terminal(s); });
+  CHECK((j.status == job_status::completed || j.status == job_status::incomplete));
+  until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (marks_of(R, id, "kv_restore").empty() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto restores = marks_of(R, id, "kv_restore");
+  REQUIRE(restores.size() == 1);
+  INFO("restore: " << restores[0].dump());
+  CHECK(eng->stats().n_restores == 1);
+  CHECK(restores[0]["attrs"]["tokens"].get<int>() > 0);
+  CHECK(restores[0]["attrs"]["tokens"].get<int>() <= spills[0]["attrs"]["tokens"].get<int>());
+  CHECK(restores[0]["attrs"]["bytes"].get<int64_t>() > 0);
+  CHECK(restores[0]["at_ms"].get<int64_t>() >= spills[0]["at_ms"].get<int64_t>());
+  MESSAGE("kv_spill " << spills[0]["label"] << "; kv_restore " << restores[0]["label"]);
 }

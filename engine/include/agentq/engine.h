@@ -182,6 +182,17 @@ struct engine_stats {
   std::string failure;               // why, when !healthy
 };
 
+// The engine moved a job's KV to the disk tier (spill: at park, TTL expiry or memory
+// pressure) or read it back for a turn (restore). Reported through engine::on_kv_move.
+struct kv_move_event {
+  enum class kind { spill, restore };
+  kind what = kind::spill;
+  uint64_t job_key = 0;              // the job whose KV moved (restore: the job resuming)
+  int32_t n_tokens = 0;              // tokens whose K/V moved
+  int64_t n_bytes = 0;               // K/V bytes written or read
+  double ms = 0;                     // wall time of the disk write / read
+};
+
 // ---------------------------------------------------------------------------
 
 class engine {
@@ -221,6 +232,10 @@ class engine {
   virtual void stop() = 0;
 
   virtual engine_stats stats() const = 0;
+
+  // fn runs on the engine thread after every spill and restore (keep it short; nullptr = none).
+  // Thread-safe; replaces an earlier listener.
+  virtual void on_kv_move(std::function<void(const kv_move_event&)> fn) { (void)fn; }
 
   // false once the engine is in a failed state (a sticky device error): every running and
   // later request finishes with finish_reason::error; *why (when non-null) gets the reason.

@@ -200,10 +200,18 @@ TEST_CASE("engine: spill -> restore gives identical continuations; a corrupted f
 
   for (int variant = 0; variant < 3; ++variant) {  // 0: restore, 1: corrupted, 2: across a restart
     auto e = load(cfg);
+    std::vector<kv_move_event> moves;  // engine thread == this thread (step())
+    e->on_kv_move([&](const kv_move_event& m) { moves.push_back(m); });
     auto t1 = run_one(*e, greedy(p1, 20, 7));
     e->park(7, 3600.0);  // a long wait: spilled
     e->step();
     CHECK(e->stats().n_spills == 1);
+    REQUIRE(moves.size() == 1);
+    CHECK(moves[0].what == kv_move_event::kind::spill);
+    CHECK(moves[0].job_key == 7);
+    CHECK(moves[0].n_tokens >= int32_t(p1.size()));
+    CHECK(moves[0].n_bytes > 0);
+    CHECK(moves[0].ms >= 0);
     CHECK(e->stats().n_blocks_parked == 0);
     CHECK(e->stats().n_blocks_spilled > 0);
     auto p2 = p1;
@@ -223,6 +231,7 @@ TEST_CASE("engine: spill -> restore gives identical continuations; a corrupted f
       e.reset();
       e = load(cfg);  // the index is rebuilt from the files
       CHECK(e->stats().n_blocks_spilled > 0);
+      e->on_kv_move([&](const kv_move_event& m) { moves.push_back(m); });
     }
     auto t2 = run_one(*e, greedy(p2, 20, 7));
     MESSAGE("variant " << variant << ": cached " << t2.usage.n_tokens_cached << ", computed " << t2.usage.n_tokens_computed);
@@ -233,6 +242,11 @@ TEST_CASE("engine: spill -> restore gives identical continuations; a corrupted f
     } else {
       CHECK(e->stats().n_restores == 1);
       CHECK(t2.usage.n_tokens_computed <= 5);
+      REQUIRE(moves.size() == 2);
+      CHECK(moves[1].what == kv_move_event::kind::restore);
+      CHECK(moves[1].job_key == 7);
+      CHECK(moves[1].n_tokens == t2.usage.n_tokens_cached);
+      CHECK(moves[1].n_bytes == moves[0].n_bytes / moves[0].n_tokens * moves[1].n_tokens);
     }
     e->release(7);
     e->step();
