@@ -142,6 +142,10 @@ void mk_q8_0_avx2(const uint8_t* w, size_t stride, const uint8_t* const* xb, int
     for (int64_t i = k; i < nb; i += 2) {
       __m256i aw[R];
       __m256 dw[R];
+      // The next row group (R rows further) at the pace of this one: the rows stream from
+      // memory in batched decode, and R parallel row streams defeat the hardware prefetcher.
+      if (k == 0)
+        for (int r = 0; r < R; ++r) prefetch(reinterpret_cast<const uint8_t*>(wr[r] + i) + R * stride);
       for (int r = 0; r < R; ++r) {
         const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[r][i].qs));
         aw[r] = _mm256_sign_epi8(qw, qw);
