@@ -27,11 +27,7 @@ TEST_CASE("runaway models are ended by their limits") {
   test::cluster_options o;
   o.n_workers = 2;
   test::cluster c(o);
-  auto base = c.tool_handler();
-  c.tools().set_handler([base](const test::tool_server::request& r) {
-    std::this_thread::sleep_for(300ms);
-    return base(r);
-  });
+  c.slow_tools(300ms);
 
   json turns = looping_job(c, "loop-max-turns");
   turns["max_turns"] = 3;

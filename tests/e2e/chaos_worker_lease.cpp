@@ -18,11 +18,7 @@ TEST_CASE("a job longer than the lease: heartbeats hold it, no second claim") {
   o.lease_ms = 1000;
   o.reclaim_idle_ms = 1000;
   test::cluster c(o);
-  auto base = c.tool_handler();
-  c.tools().set_handler([base](const test::tool_server::request& r) {
-    std::this_thread::sleep_for(4s);  // 4 leases long
-    return base(r);
-  });
+  c.slow_tools(4s);  // 4 leases long
   auto id = c.client().submit(test::tool_job(c.tool_url(), c.webhook_url(), "long-tool"));
   REQUIRE(id);
   for (int i = 0; i < 3; ++i)
@@ -43,13 +39,7 @@ TEST_CASE("graceful SIGTERM of a worker mid tool call: jobs handed back, finishe
   test::cluster_options o;
   o.n_workers = 2;
   test::cluster c(o);
-  auto base = c.tool_handler();
-  std::atomic<int> n_calls{0};
-  c.tools().set_handler([&n_calls, base](const test::tool_server::request& r) {
-    n_calls++;
-    std::this_thread::sleep_for(1500ms);
-    return base(r);
-  });
+  auto n_calls = c.slow_tools(1500ms);
   std::vector<std::string> tool_ids;
   for (int i = 0; i < 2; ++i) {
     auto id = c.client().submit(test::tool_job(c.tool_url(), c.webhook_url(), "term-tool-" + std::to_string(i)));
@@ -58,8 +48,8 @@ TEST_CASE("graceful SIGTERM of a worker mid tool call: jobs handed back, finishe
   }
   for (int i = 0; i < 4; ++i)
     REQUIRE(c.client().submit(test::text_job(c.webhook_url(), "term-text-" + std::to_string(i))));
-  for (int i = 0; i < 500 && n_calls.load() == 0; ++i) std::this_thread::sleep_for(20ms);
-  REQUIRE_MESSAGE(n_calls.load() >= 1, c.logs_tail());
+  for (int i = 0; i < 500 && n_calls->load() == 0; ++i) std::this_thread::sleep_for(20ms);
+  REQUIRE_MESSAGE(n_calls->load() >= 1, c.logs_tail());
   // SIGTERM the worker that holds a job inside its tool call
   size_t victim = 0;
   for (auto& id : tool_ids) {

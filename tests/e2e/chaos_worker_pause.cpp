@@ -16,16 +16,11 @@ TEST_CASE("worker SIGSTOP past its lease, then SIGCONT: its writes are fenced") 
   test::cluster_options o;
   o.n_workers = 1;
   test::cluster c(o);
-  auto base = c.tool_handler();
-  std::atomic<int> n_calls{0};
-  c.tools().set_handler([&n_calls, base](const test::tool_server::request& r) {
-    if (++n_calls == 1) std::this_thread::sleep_for(1500ms);  // the first call: the worker is paused inside it
-    return base(r);
-  });
+  auto n_calls = c.slow_tools(1500ms, 1);  // the first call: the worker is paused inside it
   auto id = c.client().submit(test::tool_job(c.tool_url(), c.webhook_url(), "pause-tool"));
   REQUIRE(id);
-  for (int i = 0; i < 500 && n_calls.load() == 0; ++i) std::this_thread::sleep_for(20ms);
-  REQUIRE_MESSAGE(n_calls.load() == 1, c.logs_tail());
+  for (int i = 0; i < 500 && n_calls->load() == 0; ++i) std::this_thread::sleep_for(20ms);
+  REQUIRE_MESSAGE(n_calls->load() == 1, c.logs_tail());
   REQUIRE(test::pause_outside_write(c, c.worker(0)));
   auto t_pause = std::chrono::steady_clock::now();
 

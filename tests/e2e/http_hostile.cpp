@@ -11,8 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "http/router.h"
-#include "http/server.h"
+#include "http_test_server.h"
 #include "raw_socket.h"
 
 using namespace agentq;
@@ -22,18 +21,21 @@ using test::raw_socket;
 
 namespace {
 
-struct fixture {
-  http::router r;
-  std::unique_ptr<http::server> srv;
+http::server_options hostile_limits() {
+  http::server_options o;
+  o.n_threads = 2;
+  o.max_body_bytes = 64 << 10;
+  o.max_header_bytes = 4 << 10;
+  o.header_timeout = 500ms;
+  o.body_timeout = 800ms;
+  return o;
+}
+
+struct fixture : test::http_test_server {
   std::atomic<int> n_smuggled{0};  // requests that reached /smuggled (must stay 0)
 
-  fixture() {
-    r.add("POST", "/echo", [](http::request& req) {
-      http::response res;
-      res.content_type = "text/plain";
-      res.body = req.body;
-      return res;
-    });
+  fixture() : http_test_server(hostile_limits()) {
+    auto& r = routes;
     r.add("GET", "/ping", [](http::request&) {
       http::response res;
       res.body = "{\"ok\":true}";
@@ -43,18 +45,7 @@ struct fixture {
       ++n_smuggled;
       return http::response{};
     });
-    http::server_options o;
-    o.port = 0;
-    o.n_threads = 2;
-    o.max_body_bytes = 64 << 10;
-    o.max_header_bytes = 4 << 10;
-    o.header_timeout = 500ms;
-    o.body_timeout = 800ms;
-    srv = std::make_unique<http::server>(o, [this](http::request& req) { return r.dispatch(req); });
-    std::string err;
-    REQUIRE_MESSAGE(srv->start(&err), err);
   }
-  ~fixture() { srv->stop(); }
 };
 
 // A well-behaved client: GET /ping on one keep-alive connection in a loop until stopped.

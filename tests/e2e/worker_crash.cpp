@@ -7,7 +7,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <sqlite3.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -16,6 +15,7 @@
 #include "queue/queue.h"
 #include "redis_server.h"
 #include "scripted_engine.h"
+#include "sqlite_lock.h"
 #include "store/store.h"
 #include "temp_dir.h"
 #include "tool_server.h"
@@ -115,17 +115,6 @@ store::job_row wait_terminal(store::store& db, const std::string& id, int timeou
   }
 }
 
-// Whether a writer could start a transaction right now (nobody holds the write lock).
-bool write_lock_free(const std::string& path) {
-  sqlite3* db = nullptr;
-  sqlite3_open(path.c_str(), &db);
-  sqlite3_busy_timeout(db, 0);
-  bool ok = sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK;
-  if (ok) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
-  sqlite3_close(db);
-  return ok;
-}
-
 int count_calls(test::tool_server& tools, const std::string& call_id) {
   int n = 0;
   for (auto& r : tools.requests())
@@ -193,20 +182,9 @@ TEST_CASE("SIGSTOP past the lease: the new owner finishes, the paused worker's w
   pid_t child = spawn_worker(path, redis.port(), nullptr, 600, 20000);
   for (int i = 0; i < 300 && n.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   REQUIRE(n.load() == 1);  // the child is inside the tool call
-  // NOTE: pause it at a moment it holds no SQLite write lock: a process stopped inside a write
-  // transaction blocks every writer of the file (SQLite's one-writer rule), which is not what
-  // this test is about.
-  bool paused = false;
-  for (int i = 0; i < 100 && !paused; ++i) {
-    ::kill(child, SIGSTOP);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    paused = write_lock_free(path);
-    if (!paused) {
-      ::kill(child, SIGCONT);
-      std::this_thread::sleep_for(std::chrono::milliseconds(7));
-    }
-  }
-  REQUIRE(paused);
+  // NOTE: paused while it holds no SQLite write lock (that would block every writer; not this test's point)
+  REQUIRE(test::pause_outside_write(
+      path, [child] { ::kill(child, SIGSTOP); }, [child] { ::kill(child, SIGCONT); }));
 
   parts p(path, redis.port(), "survivor", 30000);
   p.q->start_relay();

@@ -44,50 +44,13 @@ void find_shared_or_skip() {
   }
 }
 
-engine_config tiny_config(const char* device) {
-  engine_config c;
-  c.model_path = test::tiny_model().string();
-  c.device = device;
-  c.n_threads = 2;
-  c.kv_budget_bytes = 32ull << 20;
-  return c;
-}
+using test::greedy;
+using test::run_all;
+using test::run_one;
+using test::tiny_config;
 
 std::unique_ptr<engine_impl> load(const engine_config& c) {
-  std::string err;
-  auto e = engine::load(c, &err);
-  REQUIRE_MESSAGE(e, "load on ", c.device, ": ", err);
-  return std::unique_ptr<engine_impl>(static_cast<engine_impl*>(e.release()));
-}
-
-// Submit all, step until every one is done (invariants between steps); results in order.
-std::vector<token_result> run_all(engine_impl& e, std::vector<token_request> reqs) {
-  std::vector<token_result> out(reqs.size());
-  std::vector<bool> done(reqs.size(), false);
-  for (size_t i = 0; i < reqs.size(); ++i)
-    e.submit(std::move(reqs[i]), {nullptr, [&out, &done, i](token_result r) {
-                                    out[i] = std::move(r);
-                                    done[i] = true;
-                                  }});
-  for (int guard = 0; guard < 100000; ++guard) {
-    e.step();
-    e.sanity();
-    if (std::all_of(done.begin(), done.end(), [](bool b) { return b; })) break;
-  }
-  for (size_t i = 0; i < done.size(); ++i) REQUIRE(done[i]);
-  return out;
-}
-token_result run_one(engine_impl& e, token_request r) {
-  return run_all(e, {std::move(r)})[0];
-}
-
-token_request greedy(std::vector<token_id> prompt, int32_t max_tokens, uint64_t job = 0) {
-  token_request r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.job_key = job;
-  r.arrival_seq = job;
-  return r;
+  return test::load_as<engine_impl>(c);
 }
 
 }  // namespace
@@ -121,16 +84,9 @@ TEST_CASE("cuda engine: a second turn computes only its new tokens; a divergent 
   const auto g = test::load_golden();
   auto cpu = load(tiny_config("cpu"));
   auto gpu = load(tiny_config("cuda"));
-  auto t1 = run_one(*gpu, greedy(g[0].prompt_ids, 50, 42));
+  auto [t1, t2, prompt2, n_appended] = test::run_two_turns(*gpu, g[0].prompt_ids);
   CHECK(t1.usage.n_tokens_computed == int32_t(g[0].prompt_ids.size()));
-  auto prompt2 = g[0].prompt_ids;
-  prompt2.insert(prompt2.end(), t1.output_ids.begin(), t1.output_ids.end());
-  const std::vector<token_id> tool_result = {13, 400, 401, 402, 403, 404, 405, 406, 407, 13};
-  prompt2.insert(prompt2.end(), tool_result.begin(), tool_result.end());
-  auto t2 = run_one(*gpu, greedy(prompt2, 40, 42));
-  MESSAGE("turn 2: prompt " << t2.usage.n_tokens_prompt << ", cached " << t2.usage.n_tokens_cached << ", computed "
-                            << t2.usage.n_tokens_computed);
-  CHECK(t2.usage.n_tokens_computed <= int32_t(tool_result.size()) + 1);  // + the last sampled token of turn 1
+  CHECK(t2.usage.n_tokens_computed <= n_appended + 1);  // + the last sampled token of turn 1
   CHECK(t2.output_ids == run_one(*cpu, greedy(prompt2, 40)).output_ids);
 
   // A divergent resume: job 7's resident KV is cut back to the common prefix in the middle of

@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -380,6 +381,16 @@ class cluster {
       }
       return std::pair{200, json{{"output", "sunny in " + city}}.dump()};
     };
+  }
+  // The default tool, but the first n_slow calls (-1: every call) take `delay` first (a worker
+  // paused, killed or outliving its lease inside a call). Returns the count of calls received.
+  std::shared_ptr<std::atomic<int>> slow_tools(std::chrono::milliseconds delay, int n_slow = -1) {
+    auto n_calls = std::make_shared<std::atomic<int>>(0);
+    tools_.set_handler([n_calls, delay, n_slow, base = tool_handler()](const tool_server::request& r) {
+      if (const int k = ++*n_calls; n_slow < 0 || k <= n_slow) std::this_thread::sleep_for(delay);
+      return base(r);
+    });
+    return n_calls;
   }
   tool_server::handler_fn webhook_handler() {
     return [](const tool_server::request&) { return std::pair{200, std::string("{}")}; };

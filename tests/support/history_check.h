@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cluster.h"
+#include "sqlite_lock.h"
 #include "webhooks/signing.h"
 
 namespace agentq::test {
@@ -111,29 +112,10 @@ inline std::vector<std::vector<std::string>> query_db(cluster& c, const std::str
   return out;
 }
 
-// Whether a writer could start a transaction on the file right now. NOTE: a process stopped
-// (SIGSTOP) inside a write transaction blocks every writer of the file (SQLite's one-writer rule),
-// so pause scenarios stop a worker only at a moment this holds (see pause_outside_write).
-inline bool write_lock_free(const std::string& path) {
-  sqlite3* db = nullptr;
-  sqlite3_open(path.c_str(), &db);
-  sqlite3_busy_timeout(db, 0);
-  bool ok = sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK;
-  if (ok) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
-  sqlite3_close(db);
-  return ok;
-}
-
-// SIGSTOP p at a moment it holds no SQLite write lock (retries up to ~200 times); false if never.
+// SIGSTOP p at a moment it holds no SQLite write lock (sqlite_lock.h); false if never.
 inline bool pause_outside_write(cluster& c, child_process& p) {
-  for (int i = 0; i < 200; ++i) {
-    p.pause();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (write_lock_free(c.db_path())) return true;
-    p.resume();
-    std::this_thread::sleep_for(std::chrono::milliseconds(7));
-  }
-  return false;
+  return pause_outside_write(
+      c.db_path(), [&p] { p.pause(); }, [&p] { p.resume(); });
 }
 
 inline history_report check_history(cluster& c, const std::string& scenario = "") {

@@ -13,6 +13,15 @@
 
 namespace agentq::test {
 
+// Two io threads, 1 KiB bodies, 2 KiB heads: limits a test reaches with a few bytes.
+inline http::server_options small_limits() {
+  http::server_options o;
+  o.n_threads = 2;
+  o.max_body_bytes = 1024;
+  o.max_header_bytes = 2048;
+  return o;
+}
+
 struct http_test_server {
   http::router routes;
   std::unique_ptr<http::server> srv;

@@ -18,12 +18,7 @@ using namespace agentq;
 namespace {
 
 engine_config tiny_config(const std::string& device) {
-  engine_config c;
-  c.model_path = test::tiny_model().string();
-  c.device = device;
-  c.n_threads = 2;
-  c.kv_budget_bytes = 8ull << 20;
-  return c;
+  return test::tiny_config(device, 8ull << 20);
 }
 
 }  // namespace

@@ -3,32 +3,26 @@
 // response size limit, timeout, SSRF refusal).
 #include <doctest/doctest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <thread>
 
 #include "http/errors.h"
-#include "http/router.h"
-#include "http/server.h"
+#include "http_test_server.h"
 #include "net/http_client.h"
+#include "raw_socket.h"
 
 using namespace agentq;
 
 namespace {
 
-struct fixture {
-  http::router r;
-  std::unique_ptr<http::server> srv;
-  fixture() {
-    r.add("POST", "/echo", [](http::request& req) {
-      http::response res;
-      res.content_type = "text/plain";
-      res.body = req.body;
-      return res;
-    });
+http::server_options small_limits() {
+  auto o = test::small_limits();
+  o.header_timeout = std::chrono::milliseconds(400);
+  return o;
+}
+
+struct fixture : test::http_test_server {
+  fixture() : http_test_server(small_limits()) {
+    auto& r = routes;
     r.add("GET", "/redirect", [](http::request&) {
       http::response res;
       res.status = 302;
@@ -44,40 +38,17 @@ struct fixture {
       std::this_thread::sleep_for(std::chrono::milliseconds(800));
       return http::response{};
     });
-    http::server_options o;
-    o.port = 0;
-    o.n_threads = 2;
-    o.max_body_bytes = 1024;
-    o.max_header_bytes = 2048;
-    o.header_timeout = std::chrono::milliseconds(400);
-    srv = std::make_unique<http::server>(o, [this](http::request& req) { return r.dispatch(req); });
-    std::string err;
-    REQUIRE_MESSAGE(srv->start(&err), err);
   }
-  ~fixture() { srv->stop(); }
 
-  // Send raw bytes, read until the peer closes or 2 s pass; the whole reply.
+  // Send raw bytes, read until the peer closes or wait_ms pass; the whole reply.
   std::string raw(const std::string& bytes, int wait_ms = 2000) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    timeval tv{wait_ms / 1000, (wait_ms % 1000) * 1000};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(srv->port());
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    std::string out;
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) out.append(buf, size_t(n));
-    ::close(fd);
-    return out;
+    test::raw_socket s(port());
+    s.send(bytes);
+    return s.read_until_close(std::chrono::milliseconds(wait_ms)).bytes;
   }
-  std::string url(const std::string& path) { return "http://127.0.0.1:" + std::to_string(srv->port()) + path; }
 };
 
-int status_of(const std::string& reply) { return reply.size() > 12 ? std::stoi(reply.substr(9, 3)) : 0; }
+int status_of(const std::string& reply) { return test::first_status(reply); }
 
 net::http_client loopback_client() {
   std::string err;

@@ -18,15 +18,9 @@ using namespace std::chrono_literals;
 using test::first_status;
 using test::raw_socket;
 
-namespace {
+using test::small_limits;
 
-http::server_options small_limits() {
-  http::server_options o;
-  o.n_threads = 2;
-  o.max_body_bytes = 1024;
-  o.max_header_bytes = 2048;
-  return o;
-}
+namespace {
 
 // Value of a response header in `reply` ("" if absent); names compare case-sensitively.
 std::string header_of(const std::string& reply, const std::string& name) {
