@@ -4,6 +4,7 @@ its charts to docs/bench/. Called by scripts/bench/report.sh DIR."""
 import json
 import os
 import shutil
+import statistics
 import sys
 
 ABOUT = {
@@ -79,6 +80,27 @@ def cell(s):
     if s["n"] == 1 or s["min"] == s["max"]:
         return fmt(s["median"])
     return f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])})"
+
+
+def engine_table(runs, w):
+    """Per model: pp512 and tg128 tokens/s, read bandwidth and roofline fraction (median, min-max over runs)."""
+    by = {}
+    for r in runs:
+        for m in r.get("results", []):
+            by.setdefault((m["model"], m["type"]), []).append(m)
+    if not by:
+        return
+    w("")
+    w("| model | weights | pp512 tokens/s | tg128 tokens/s | read bandwidth GB/s | decode / roofline | "
+      "decode / roofline, CPU clock |")
+    w("|---|---|---|---|---|---|---|")
+    for (model, typ), ms in by.items():
+        def sp(f):
+            v = [f(m) for m in ms]
+            return cell({"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)})
+        w(f"| {model} | {typ} | {sp(lambda m: m['pp512_tokens_per_s'])} | {sp(lambda m: m['tg128_tokens_per_s'])} | "
+          f"{sp(lambda m: m['bandwidth_gb_per_s'])} | {sp(lambda m: m['roofline_fraction'])} | "
+          f"{sp(lambda m: m.get('cpu_clock', {}).get('roofline_fraction', float('nan')))} |")
 
 
 def main():
@@ -192,6 +214,8 @@ def main():
             w("|---|---|---|---|---|")
             for k, e in b["ratios"].items():
                 w(f"| {k} | {cell(e['figure'])} | {cell(e['baseline'])} | {e['unit']} | **{cell(e['ratio'])}** |")
+        if name.startswith("engine"):
+            engine_table(b["runs"], w)
         if name in CHARTS:
             png, caption = CHARTS[name]
             src = os.path.join(d, "charts", png)
