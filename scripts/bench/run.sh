@@ -91,7 +91,7 @@ case "$mode" in
     plan+=("batching|$r|12|env AGENTQ_BENCH_MODEL=$cache/llama-110m-q8_0.gguf scripts/bench/batching.sh --quick")
     plan+=("residency|$r|6|scripts/bench/residency.sh --quick")
     plan+=("grammar|$r|5|scripts/bench/grammar.sh --quick")
-    plan+=("engine|$r|15|scripts/bench/engine.sh --quick")
+    plan+=("engine|$r|25|scripts/bench/engine.sh --quick")  # 110M F16/Q8_0/Q4_K
     if [ -x "$bin/agentqd" ]; then plan+=("queue|$r|25|scripts/bench/queue.sh --quick"); else queue_skip="no $bin/agentqd"; fi
     # Optional: agentq vs a llama-bench the user built (llamacpp.sh never fetches or builds llama.cpp).
     [ -x "${AGENTQ_LLAMA_BENCH:-}" ] && plan+=("llamacpp|1|150|scripts/bench/llamacpp.sh --quick")
