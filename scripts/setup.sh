@@ -3,6 +3,7 @@
 #   AGENTQ_BUILD_DIR   build directory (default: build)
 #   AGENTQ_CMAKE_ARGS  extra CMake arguments
 #   AGENTQ_BUILD_TARGETS  build only these targets (default: all)
+#   AGENTQ_SETUP_NPM   0: skip npm ci for the browser test (default: 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +25,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The dashboard's browser test (tests/e2e/ui_browser.sh) drives the system chromium with playwright-core.
+# NOTE: npm ci (network-bound) runs alongside the build instead of after it.
+npm_pid=""
+if [ "${AGENTQ_SETUP_NPM:-1}" = 1 ] && [ ! -d tests/e2e/ui/node_modules/playwright-core ] && command -v npm >/dev/null; then
+  npm ci --prefix tests/e2e/ui --no-audit --no-fund --loglevel=error >/dev/null &
+  npm_pid=$!
+fi
+
 build_dir=${AGENTQ_BUILD_DIR:-build}
 # shellcheck disable=SC2086
 cmake -S . -B "$build_dir" -G Ninja ${AGENTQ_CMAKE_ARGS:-} >/dev/null
@@ -32,8 +41,6 @@ for t in ${AGENTQ_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$build_dir" -j "$(nproc)" "${targets[@]}"
 echo "setup: built into $build_dir/bin"
 
-# The dashboard's browser test (tests/e2e/ui_browser.sh) drives the system chromium with playwright-core.
-if [ ! -d tests/e2e/ui/node_modules/playwright-core ] && command -v npm >/dev/null; then
-  npm ci --prefix tests/e2e/ui --no-audit --no-fund --loglevel=error >/dev/null ||
-    echo "setup: npm ci in tests/e2e/ui failed; the browser test will be skipped"
+if [ -n "$npm_pid" ]; then
+  wait "$npm_pid" || echo "setup: npm ci in tests/e2e/ui failed; the browser test will be skipped"
 fi
