@@ -9,6 +9,10 @@
 # --model: compare on these files instead of the synthetic set (e.g. ../shared/models/stories260K.gguf).
 # The two engines alternate run by run (A/B/A/B, one sample each) so load on a shared host hits
 # both alike; figures are medians over the repetitions.
+# llama-bench runs with OMP_WAIT_POLICY=passive unless AGENTQ_LLAMA_OMP_WAIT_POLICY says otherwise
+# ("default" leaves libgomp's own): on an oversubscribed host its default spin barriers collapse
+# (110m Q4_K tg at 2 threads: 4 vs 83 tok/s, docs/bench/llamacpp.md), which would measure the load,
+# not the kernels. agentq's pool claims chunks and sleeps after a short spin, so it needs no such knob.
 # Env: AGENTQ_BUILD_DIR (default build), AGENTQ_BENCH_DIR (model cache, default /tmp/agentq-bench).
 # The last line of stdout is one JSON object with every result.
 set -euo pipefail
@@ -55,6 +59,9 @@ if [ ${#models[@]} = 0 ]; then
 fi
 reps=${reps:-5}
 
+omp_policy="${AGENTQ_LLAMA_OMP_WAIT_POLICY:-passive}"
+if [ "$omp_policy" = default ]; then unset OMP_WAIT_POLICY; else export OMP_WAIT_POLICY="$omp_policy"; fi
+
 raw="$(mktemp -d)"
 trap 'rm -rf "$raw"' EXIT
 echo "== agentq-bench_engine vs $llama_bench: ${#models[@]} model(s), threads $threads_list, $reps rep(s)" >&2
@@ -82,10 +89,10 @@ for rep in $(seq 1 "$reps"); do
 done
 cut -d' ' -f1-3 /proc/loadavg >"$raw/loadavg_end"
 
-python3 - "$raw" "$llama_bench" "$reps" <<'EOF'
+python3 - "$raw" "$llama_bench" "$reps" "$omp_policy" <<'EOF'
 import glob, json, os, re, statistics, sys
 
-raw, llama_bench, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+raw, llama_bench, reps, omp_policy = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 samples = {}  # (model, threads) -> {"type", "agentq_pp": [], "agentq_tg": [], "llama_pp": [], "llama_tg": []}
 llama_meta = {}
 for path in glob.glob(os.path.join(raw, "agentq.*.json")):
@@ -128,6 +135,6 @@ for (name, t), s in sorted(samples.items(), key=lambda kv: (kv[0][1], kv[0][0]))
 load = [open(os.path.join(raw, f)).read().strip() for f in ("loadavg_start", "loadavg_end")]
 print(json.dumps({"skipped": False, "llama_bench": llama_bench, "llamacpp_commit": llama_meta.get("build_commit"),
                   "llamacpp_build_number": llama_meta.get("build_number"), "cpu_info": llama_meta.get("cpu_info"),
-                  "reps": reps, "statistic": "median", "loadavg_start": load[0], "loadavg_end": load[1],
+                  "omp_wait_policy": omp_policy, "reps": reps, "statistic": "median", "loadavg_start": load[0], "loadavg_end": load[1],
                   "results": results}))
 EOF
