@@ -35,6 +35,18 @@ json id_param() {
 
 json body(json schema) { return {{"required", true}, {"content", {{"application/json", {{"schema", schema}}}}}}; }
 
+json object_of(json properties) { return {{"type", "object"}, {"properties", std::move(properties)}}; }
+json array_of(json items) { return {{"type", "array"}, {"items", std::move(items)}}; }
+
+// One span or mark of a job timeline: its kind (the values in `kinds`), its times, label and attrs.
+json timeline_item(const char* kinds, json times) {
+  json props = {{"kind", {{"type", "string"}, {"description", kinds}}},
+                {"label", {{"type", "string"}}},
+                {"attrs", {{"type", "object"}}}};
+  props.update(times);
+  return object_of(std::move(props));
+}
+
 json build() {
   json doc;
   doc["openapi"] = "3.0.3";
@@ -221,51 +233,23 @@ json build() {
                          {"running", integer}, {"waiting", integer}, {"kv_blocks_used", integer},
                          {"kv_blocks_total", integer}, {"kv_blocks_parked", integer}, {"kv_blocks_spilled", integer},
                          {"prefix_hit_rate", {{"type", "number"}, {"minimum", 0}, {"maximum", 1}}}}}};
-  s["EngineStats"] = {
-      {"type", "object"},
-      {"properties",
-       {{"object", {{"type", "string"}, {"enum", {"engine.stats"}}}},
-        {"now_ms", integer},
-        {"workers",
-         {{"type", "array"},
-          {"items",
-           {{"type", "object"},
-            {"properties",
-             {{"worker_id", {{"type", "string"}}}, {"samples", {{"type", "array"}, {"items", ref("EngineSample")}}}}}}}}}}}};
-  s["JobTimeline"] = {
-      {"type", "object"},
-      {"properties",
-       {{"object", {{"type", "string"}, {"enum", {"job.timeline"}}}},
-        {"job_id", {{"type", "string"}}},
-        {"status", {{"type", "string"}}},
-        {"created_ms", integer},
-        {"finished_ms", nint},
-        {"spans",
-         {{"type", "array"},
-          {"items",
-           {{"type", "object"},
-            {"properties",
-             {{"kind",
-               {{"type", "string"},
-                {"description", "queue_wait | prefill | decode | tool | client_wait | parked | webhook"}}},
-              {"start_ms", integer},
-              {"end_ms", nint},
-              {"turn", nint},
-              {"label", {{"type", "string"}}},
-              {"attrs", {{"type", "object"}}}}}}}}},
-        {"marks",
-         {{"type", "array"},
-          {"items",
-           {{"type", "object"},
-            {"properties",
-             {{"kind",
-               {{"type", "string"},
-                {"description", "queued | claimed | retry | released | resumed | requires_action | tool_outputs | "
-                                "completed | failed | cancelled | incomplete | kv_spill | kv_restore (attrs: tokens, "
-                                "bytes, ms, worker)"}}},
-              {"at_ms", integer},
-              {"label", {{"type", "string"}}},
-              {"attrs", {{"type", "object"}}}}}}}}}}}};
+  s["EngineStats"] = object_of(
+      {{"object", {{"type", "string"}, {"enum", {"engine.stats"}}}},
+       {"now_ms", integer},
+       {"workers",
+        array_of(object_of({{"worker_id", {{"type", "string"}}}, {"samples", array_of(ref("EngineSample"))}}))}});
+  s["JobTimeline"] = object_of(
+      {{"object", {{"type", "string"}, {"enum", {"job.timeline"}}}},
+       {"job_id", {{"type", "string"}}},
+       {"status", {{"type", "string"}}},
+       {"created_ms", integer},
+       {"finished_ms", nint},
+       {"spans", array_of(timeline_item("queue_wait | prefill | decode | tool | client_wait | parked | webhook",
+                                        {{"start_ms", integer}, {"end_ms", nint}, {"turn", nint}}))},
+       {"marks", array_of(timeline_item("queued | claimed | retry | released | resumed | requires_action | "
+                                        "tool_outputs | completed | failed | cancelled | incomplete | kv_spill | "
+                                        "kv_restore (attrs: tokens, bytes, ms, worker)",
+                                        {{"at_ms", integer}}))}});
   json metrics_op = op("Prometheus metrics (text format 0.0.4); open unless agentqd runs with --metrics-token", 200,
                        {{"type", "string"}}, {401}, false);
   metrics_op["responses"]["200"]["content"] = {{"text/plain", {{"schema", {{"type", "string"}}}}}};
