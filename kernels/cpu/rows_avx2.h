@@ -155,8 +155,6 @@ void rows_q6_k_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t 
   auto x = reinterpret_cast<const block_q8_k*>(xp);
   const block_q6_k* wr[R];
   for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const block_q6_k*>(w + static_cast<size_t>(r) * stride);
-  const __m256i m4 = _mm256_set1_epi8(0xF);
-  const __m256i m2 = _mm256_set1_epi8(3);
   const __m256i m32s = _mm256_set1_epi8(32);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
@@ -169,24 +167,11 @@ void rows_q6_k_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t 
       const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
       __m256i sumi = _mm256_setzero_si256();
       for (int j = 0; j < qk_k / 128; ++j) {
-        const uint8_t* q4 = b.ql + 64 * j;
-        const uint8_t* qh = b.qh + 32 * j;
-        const __m256i q4bits1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q4));
-        const __m256i q4bits2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q4 + 32));
-        const __m256i q4bitsH = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
         __m256i q6[4];
-        q6[0] = _mm256_or_si256(_mm256_and_si256(q4bits1, m4), _mm256_slli_epi16(_mm256_and_si256(q4bitsH, m2), 4));
-        q6[1] = _mm256_or_si256(_mm256_and_si256(q4bits2, m4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 2), m2), 4));
-        q6[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits1, 4), m4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 4), m2), 4));
-        q6[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits2, 4), m4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 6), m2), 4));
+        q6_k_unpack(b, j, q6);
         const int8_t* q8 = x[i].qs + 128 * j;
         for (int k = 0; k < 4; ++k) {
-          const int is = 4 * j + k;  // scales 2*is, 2*is+1 cover elements 32k..32k+31 of this 128
-          const __m128i shuf = _mm_set_epi64x(0x0101010101010101ll * (2 * is + 1), 0x0101010101010101ll * (2 * is));
-          const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuf));
+          const __m256i sc = q6_k_scale(scales, 4 * j + k);
           const __m256i q8v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * k));
           const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q6[k], q8v), _mm256_maddubs_epi16(m32s, q8v));
           sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p16));

@@ -77,5 +77,30 @@ inline void q4_k_scales_mins(const block_q4_k& b, __m256i* scales, __m128i* mins
 // Q4_K: as llama.cpp's ggml_vec_dot_q4_K_q8_K (AVX2). Per super-block the quants
 // and the mins reduce to exact int32 lanes; one FMA each into acc / acc_m.
 
+// Q6_K: the 4 x 32 unsigned 6-bit quants of 128-element half j of super-block b (low 4 bits
+// from ql, high 2 from qh), as ggml's AVX2 q6_K dot product unpacks them.
+inline void q6_k_unpack(const block_q6_k& b, int j, __m256i q6[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  const __m256i m2 = _mm256_set1_epi8(3);
+  const uint8_t* q4 = b.ql + 64 * j;
+  const __m256i q4bits1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q4));
+  const __m256i q4bits2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q4 + 32));
+  const __m256i q4bitsH = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * j));
+  q6[0] = _mm256_or_si256(_mm256_and_si256(q4bits1, m4), _mm256_slli_epi16(_mm256_and_si256(q4bitsH, m2), 4));
+  q6[1] = _mm256_or_si256(_mm256_and_si256(q4bits2, m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 2), m2), 4));
+  q6[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 4), m2), 4));
+  q6[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits2, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 6), m2), 4));
+}
+
+// Q6_K: int8 scales 2*is and 2*is+1 (elements 32*is .. 32*is+31 of the super-block), widened
+// to 16 x int16 for madd against the quants' 16-bit pair sums.
+inline __m256i q6_k_scale(__m128i scales, int is) {
+  const __m128i shuf = _mm_set_epi64x(0x0101010101010101ll * (2 * is + 1), 0x0101010101010101ll * (2 * is));
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuf));
+}
+
 }  // namespace agentq::kernels::avx2
 #endif

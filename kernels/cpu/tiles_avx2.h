@@ -253,8 +253,6 @@ void tile_q6_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
   auto wb = reinterpret_cast<const block_q6_k*>(w);
   const block_q8_k* x[B];
   for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
-  const __m256i m4 = _mm256_set1_epi8(0xF);
-  const __m256i m2 = _mm256_set1_epi8(3);
   const __m256i m32s = _mm256_set1_epi8(32);
   __m256 acc[B];
   for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
@@ -265,25 +263,9 @@ void tile_q6_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
     __m256i sumi[B];
     for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
     for (int j = 0; j < qk_k / 128; ++j) {
-      const uint8_t* q4 = wb[i].ql + 64 * j;
-      const uint8_t* qh = wb[i].qh + 32 * j;
-      __m256i sc[4];
-      for (int k = 0; k < 4; ++k) {
-        const int is = 4 * j + k;  // scales 2*is, 2*is+1 cover elements 32k..32k+31 of this 128
-        const __m128i shuf = _mm_set_epi64x(0x0101010101010101ll * (2 * is + 1), 0x0101010101010101ll * (2 * is));
-        sc[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuf));
-      }
-      const __m256i q4bits1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q4));
-      const __m256i q4bits2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q4 + 32));
-      const __m256i q4bitsH = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
-      __m256i q6[4];
-      q6[0] = _mm256_or_si256(_mm256_and_si256(q4bits1, m4), _mm256_slli_epi16(_mm256_and_si256(q4bitsH, m2), 4));
-      q6[1] = _mm256_or_si256(_mm256_and_si256(q4bits2, m4),
-                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 2), m2), 4));
-      q6[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits1, 4), m4),
-                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 4), m2), 4));
-      q6[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits2, 4), m4),
-                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 6), m2), 4));
+      __m256i sc[4], q6[4];
+      for (int k = 0; k < 4; ++k) sc[k] = q6_k_scale(scales, 4 * j + k);
+      q6_k_unpack(wb[i], j, q6);
       for (int b = 0; b < B; ++b) {
         const int8_t* q8 = x[b][i].qs + 128 * j;
         for (int k = 0; k < 4; ++k) {
