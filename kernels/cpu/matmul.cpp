@@ -302,51 +302,30 @@ void run_tiles(const tile_set& ts, const uint8_t* w, size_t row_stride, int64_t 
     }
     return;
   }
-  const uint8_t* xs[max_tile];
-  float out[max_tile];
-  if (ts.mk_r > 0) {
-    // Micro-kernels: the same blocking, mk_r rows x mk_b inputs per call.
-    const int64_t mr = ts.mk_r, mbk = ts.mk_b;
-    float o[max_mk_rows * max_mk_inputs];
-    for (int64_t b0 = 0; b0 < n_x; b0 += n_l2) {
-      const int64_t b0_end = std::min(n_x, b0 + n_l2);
-      for (int64_t r0 = row_begin; r0 < row_end; r0 += n_chunk) {
-        const int64_t r0_end = std::min(row_end, r0 + n_chunk);
-        for (int64_t b1 = b0; b1 < b0_end; b1 += n_l1) {
-          const int64_t b1_end = std::min(b0_end, b1 + n_l1);
-          for (int64_t r = r0; r < r0_end;) {
-            const int kr = static_cast<int>(std::min<int64_t>(mr, r0_end - r));
-            const uint8_t* wr = w + static_cast<size_t>(r) * row_stride;
-            for (int64_t b = b1; b < b1_end;) {
-              const int kb = static_cast<int>(std::min<int64_t>(mbk, b1_end - b));
-              for (int i = 0; i < kb; ++i) xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
-              ts.mk[kr][kb](wr, row_stride, xs, n_cols, o);
-              for (int i = 0; i < kr; ++i)
-                for (int j = 0; j < kb; ++j) y[(b + j) * n_rows + r + i] = o[i * kb + j];
-              b += kb;
-            }
-            r += kr;
-          }
-        }
-      }
-    }
-    return;
-  }
+  // One blocking for both kernel kinds: micro-kernels take mk_r rows x mk_b inputs per
+  // call, tiles one row x up to max_b inputs (then kr == 1 and o[j] is input j's value).
+  const int64_t mr = ts.mk_r > 0 ? ts.mk_r : 1;
+  const uint8_t* xs[std::max(max_tile, max_mk_inputs)];
+  float o[max_mk_rows * max_mk_inputs];
   for (int64_t b0 = 0; b0 < n_x; b0 += n_l2) {
     const int64_t b0_end = std::min(n_x, b0 + n_l2);
     for (int64_t r0 = row_begin; r0 < row_end; r0 += n_chunk) {
       const int64_t r0_end = std::min(row_end, r0 + n_chunk);
       for (int64_t b1 = b0; b1 < b0_end; b1 += n_l1) {
         const int64_t b1_end = std::min(b0_end, b1 + n_l1);
-        for (int64_t r = r0; r < r0_end; ++r) {
+        for (int64_t r = r0; r < r0_end;) {
+          const int kr = static_cast<int>(std::min<int64_t>(mr, r0_end - r));
           const uint8_t* wr = w + static_cast<size_t>(r) * row_stride;
           for (int64_t b = b1; b < b1_end;) {
-            const int k = static_cast<int>(std::min<int64_t>(mb, b1_end - b));
-            for (int i = 0; i < k; ++i) xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
-            ts.fn[k](wr, xs, n_cols, out);
-            for (int i = 0; i < k; ++i) y[(b + i) * n_rows + r] = out[i];
-            b += k;
+            const int kb = static_cast<int>(std::min<int64_t>(mb, b1_end - b));
+            for (int i = 0; i < kb; ++i) xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
+            if (ts.mk_r > 0) ts.mk[kr][kb](wr, row_stride, xs, n_cols, o);
+            else ts.fn[kb](wr, xs, n_cols, o);
+            for (int i = 0; i < kr; ++i)
+              for (int j = 0; j < kb; ++j) y[(b + j) * n_rows + r + i] = o[i * kb + j];
+            b += kb;
           }
+          r += kr;
         }
       }
     }
