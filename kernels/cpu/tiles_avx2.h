@@ -100,7 +100,10 @@ void mk_float_avx2(const uint8_t* w, size_t stride, const uint8_t* const* xb, in
         __m256 wv[R];
         for (int r = 0; r < R; ++r) wv[r] = L::v(wr[r], j);
         for (int b = 0; b < B; ++b) {
-          const __m256 xv = _mm256_loadu_ps(x[b] + j);
+          __m256 xv = _mm256_loadu_ps(x[b] + j);
+          // NOTE: keep xv in a register: GCC otherwise folds the load into each of the R
+          // FMAs, and the extra loads, not the FMAs, then bound the loop.
+          asm("" : "+x"(xv));
           for (int r = 0; r < R; ++r) acc[r][b] = _mm256_fmadd_ps(wv[r], xv, acc[r][b]);
         }
       }
