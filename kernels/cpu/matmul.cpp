@@ -30,23 +30,22 @@ using tile_fn = void (*)(const uint8_t* w, const uint8_t* const* x, int64_t n_co
 
 // ============================================================================
 // Scalar dot products (the reference path, and the fallback without AVX2)
-// Float formats: 4 accumulators x 8 lanes, element j -> acc[(j/8)%4][j%8] over
-// whole 32-element chunks, lanes reduced pairwise, then the scalar tail added.
+// Float formats: one accumulator of 8 lanes, element j -> lane j % 8 over whole 8-element
+// chunks, lanes reduced as hsum8's tree ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), then the
+// scalar tail added. One chain per (row, input) is what lets the batched micro-kernel keep
+// a single register per output (see mk_float_avx2).
 
 inline float load_w(const float* w, int64_t j) { return w[j]; }
 inline float load_w(const uint16_t* w, int64_t j, bool bf16) { return bf16 ? bf16_to_fp32(w[j]) : fp16_to_fp32(w[j]); }
 
 template <class Get>
 float dot_float_scalar(Get get, const float* x, int64_t n) {
-  float acc[4][8] = {};
+  float acc[8] = {};
   int64_t j = 0;
-  for (; j + 32 <= n; j += 32)
-    for (int k = 0; k < 4; ++k)
-      for (int l = 0; l < 8; ++l) acc[k][l] += get(j + 8 * k + l) * x[j + 8 * k + l];
-  float s[8];
-  for (int l = 0; l < 8; ++l) s[l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += get(j + l) * x[j + l];
   float t[4];
-  for (int l = 0; l < 4; ++l) t[l] = s[l] + s[l + 4];
+  for (int l = 0; l < 4; ++l) t[l] = acc[l] + acc[l + 4];
   float r = (t[0] + t[2]) + (t[1] + t[3]);
   float tail = 0;
   for (; j < n; ++j) tail += get(j) * x[j];

@@ -115,22 +115,15 @@ void rows_q4_k_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t 
   for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]) + hsum4(acc_m[r]);
 }
 
-// Float formats (F32/F16/BF16): per row the 4 FMA chains x 8 lanes of tile_float_avx2<L, 1>;
-// the R rows share each input load. R <= 3 keeps 4R accumulators in registers; R = 4 runs
-// as two 2-row calls.
+// Float formats (F32/F16/BF16): per row the one 8-lane FMA chain of tile_float_avx2<L, 1>;
+// the R rows share each input load (R independent chains hide the FMA latency).
 template <class L, int R>
 void rows_float_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t n, float* out) {
-  if constexpr (R == 4) {
-    rows_float_avx2<L, 2>(w, stride, xp, n, out);
-    rows_float_avx2<L, 2>(w + 2 * stride, stride, xp, n, out + 2);
-    return;
-  }
   const float* x = reinterpret_cast<const float*>(xp);
   const uint8_t* wr[R];
   for (int r = 0; r < R; ++r) wr[r] = w + static_cast<size_t>(r) * stride;
-  __m256 acc[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int k = 0; k < 4; ++k) acc[r][k] = _mm256_setzero_ps();
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
     prefetch_group(w, R * stride, R * j * L::size, R * 32 * L::size);
@@ -138,14 +131,17 @@ void rows_float_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t
     for (int k = 0; k < 4; ++k) {
       const __m256 xv = _mm256_loadu_ps(x + j + 8 * k);
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) acc[r][k] = _mm256_fmadd_ps(L::v(wr[r], j + 8 * k), xv, acc[r][k]);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(L::v(wr[r], j + 8 * k), xv, acc[r]);
     }
   }
+  for (; j + 8 <= n; j += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + j);
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(L::v(wr[r], j), xv, acc[r]);
+  }
   for (int r = 0; r < R; ++r) {
-    const __m256 s = _mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3]));
     float tail = 0;
     for (int64_t jj = j; jj < n; ++jj) tail += L::s(wr[r], jj) * x[jj];
-    out[r] = hsum8(s) + tail;
+    out[r] = hsum8(acc[r]) + tail;
   }
 }
 

@@ -14,28 +14,27 @@
 
 namespace agentq::kernels::avx2 {
 
-// Float formats: 4 FMA chains x 8 lanes per (row, input); B inputs share each weight load.
+// Float formats: one FMA chain of 8 lanes per (row, input) (element j -> lane j % 8), hsum8,
+// plus the scalar tail; B inputs share each weight load.
 template <class L, int B>
 void tile_float_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float* out) {
   const float* x[B];
   for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const float*>(xb[b]);
-  __m256 acc[B][4];
-  for (int b = 0; b < B; ++b)
-    for (int k = 0; k < 4; ++k) acc[b][k] = _mm256_setzero_ps();
+  __m256 acc[B];
+  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
   int64_t j = 0;
-  for (; j + 32 <= n; j += 32) {
-    prefetch(w + j * L::size + prefetch_bytes);
-    if (L::size == 4) prefetch(w + j * L::size + prefetch_bytes + 64);
-    for (int k = 0; k < 4; ++k) {
-      const __m256 wv = L::v(w, j + 8 * k);
-      for (int b = 0; b < B; ++b) acc[b][k] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[b] + j + 8 * k), acc[b][k]);
+  for (; j + 8 <= n; j += 8) {
+    if (j % 32 == 0) {
+      prefetch(w + j * L::size + prefetch_bytes);
+      if (L::size == 4) prefetch(w + j * L::size + prefetch_bytes + 64);
     }
+    const __m256 wv = L::v(w, j);
+    for (int b = 0; b < B; ++b) acc[b] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[b] + j), acc[b]);
   }
   for (int b = 0; b < B; ++b) {
-    const __m256 s = _mm256_add_ps(_mm256_add_ps(acc[b][0], acc[b][1]), _mm256_add_ps(acc[b][2], acc[b][3]));
     float tail = 0;
     for (int64_t jj = j; jj < n; ++jj) tail += L::s(w, jj) * x[b][jj];
-    out[b] = hsum8(s) + tail;
+    out[b] = hsum8(acc[b]) + tail;
   }
 }
 
@@ -72,56 +71,40 @@ void tile_q8_0_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
   for (int b = 0; b < B; ++b) out[b] = hsum8(_mm256_add_ps(acc[b][0], acc[b][1]));
 }
 
-// Float formats, micro-kernel: R rows x B inputs. Per (row, input) pair exactly
-// tile_float_avx2<L, 1>'s operations: four independent FMA chains (chain k takes the
-// 8-lane chunks 32j + 8k), combined as (c0 + c1) + (c2 + c3), hsum8, plus the scalar tail.
-// The chains run one after another over blocks of kcols columns (their state parked in
-// memory between blocks), so only R x B accumulators are live: each weight vector is
-// loaded (and converted) once for the B inputs and each input vector once for the R rows.
+// Float formats, micro-kernel: R rows x B inputs, one accumulator register per (row, input)
+// over the whole row: per pair exactly tile_float_avx2<L, 1>'s operations (one FMA chain,
+// hsum8, the scalar tail). Each weight vector is loaded (and converted) once for the B
+// inputs and each input vector once for the R rows.
 template <class L, int R, int B>
 void mk_float_avx2(const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n, float* out) {
-  constexpr int64_t kcols = 512;
   const uint8_t* wr[R];
   for (int r = 0; r < R; ++r) wr[r] = w + static_cast<size_t>(r) * stride;
   const float* x[B];
   for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const float*>(xb[b]);
-  __m256 chain[4][R][B];
-  for (int k = 0; k < 4; ++k)
-    for (int r = 0; r < R; ++r)
-      for (int b = 0; b < B; ++b) chain[k][r][b] = _mm256_setzero_ps();
-  const int64_t n32 = n / 32 * 32;
-  for (int64_t j0 = 0; j0 < n32; j0 += kcols) {
-    const int64_t j1 = std::min(n32, j0 + kcols);
-    for (int k = 0; k < 4; ++k) {
-      __m256 acc[R][B];
-      for (int r = 0; r < R; ++r)
-        for (int b = 0; b < B; ++b) acc[r][b] = chain[k][r][b];
-      for (int64_t j = j0 + 8 * k; j < j1; j += 32) {
-        __m256 wv[R];
-        // NOTE: keep wv and xv in registers (R x B accumulators + R + 1 <= 16): GCC otherwise
-        // folds their loads into each FMA that uses them, and the loads, not the FMAs, then
-        // bound the loop (F16 prefill 1.46x).
-        for (int r = 0; r < R; ++r) {
-          wv[r] = L::v(wr[r], j);
-          asm("" : "+x"(wv[r]));
-        }
-        for (int b = 0; b < B; ++b) {
-          __m256 xv = _mm256_loadu_ps(x[b] + j);
-          asm("" : "+x"(xv));
-          for (int r = 0; r < R; ++r) acc[r][b] = _mm256_fmadd_ps(wv[r], xv, acc[r][b]);
-        }
-      }
-      for (int r = 0; r < R; ++r)
-        for (int b = 0; b < B; ++b) chain[k][r][b] = acc[r][b];
+  __m256 acc[R][B];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < B; ++b) acc[r][b] = _mm256_setzero_ps();
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t j = 0; j < n8; j += 8) {
+    // NOTE: keep wv and xv in registers (R x B accumulators + R + 1 <= 16): GCC otherwise
+    // folds their loads into each FMA that uses them, and the loads, not the FMAs, then
+    // bound the loop (F16 prefill 1.46x).
+    __m256 wv[R];
+    for (int r = 0; r < R; ++r) {
+      wv[r] = L::v(wr[r], j);
+      asm("" : "+x"(wv[r]));
+    }
+    for (int b = 0; b < B; ++b) {
+      __m256 xv = _mm256_loadu_ps(x[b] + j);
+      asm("" : "+x"(xv));
+      for (int r = 0; r < R; ++r) acc[r][b] = _mm256_fmadd_ps(wv[r], xv, acc[r][b]);
     }
   }
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < B; ++b) {
-      const __m256 s =
-          _mm256_add_ps(_mm256_add_ps(chain[0][r][b], chain[1][r][b]), _mm256_add_ps(chain[2][r][b], chain[3][r][b]));
       float tail = 0;
-      for (int64_t jj = n32; jj < n; ++jj) tail += L::s(wr[r], jj) * x[b][jj];
-      out[r * B + b] = hsum8(s) + tail;
+      for (int64_t jj = n8; jj < n; ++jj) tail += L::s(wr[r], jj) * x[b][jj];
+      out[r * B + b] = hsum8(acc[r][b]) + tail;
     }
 }
 
