@@ -35,13 +35,6 @@ using tile_fn = void (*)(const uint8_t* w, const uint8_t* const* x, int64_t n_co
 // scalar tail added. One chain per (row, input) is what lets the batched micro-kernel keep
 // a single register per output (see mk_float_avx2).
 
-inline float load_w(const float* w, int64_t j) {
-  return w[j];
-}
-inline float load_w(const uint16_t* w, int64_t j, bool bf16) {
-  return bf16 ? bf16_to_fp32(w[j]) : fp16_to_fp32(w[j]);
-}
-
 template <class Get>
 float dot_float_scalar(Get get, const float* x, int64_t n) {
   float acc[8] = {};
@@ -148,18 +141,12 @@ using dot_fn = float (*)(const uint8_t* w, const uint8_t* x, int64_t n);
 
 dot_fn scalar_dot(weight_type t) {
   switch (t) {
-    case weight_type::f32:
-      return dot_f32_scalar;
-    case weight_type::f16:
-      return dot_f16_scalar;
-    case weight_type::bf16:
-      return dot_bf16_scalar;
-    case weight_type::q8_0:
-      return dot_q8_0_scalar;
-    case weight_type::q4_k:
-      return dot_q4_k_scalar;
-    case weight_type::q6_k:
-      return dot_q6_k_scalar;
+    case weight_type::f32: return dot_f32_scalar;
+    case weight_type::f16: return dot_f16_scalar;
+    case weight_type::bf16: return dot_bf16_scalar;
+    case weight_type::q8_0: return dot_q8_0_scalar;
+    case weight_type::q4_k: return dot_q4_k_scalar;
+    case weight_type::q6_k: return dot_q6_k_scalar;
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return nullptr;
@@ -187,9 +174,9 @@ using mk_fn = void (*)(const uint8_t* w, size_t row_stride, const uint8_t* const
 constexpr int max_mk_rows = 3, max_mk_inputs = 4;
 
 struct tile_set {
-  int max_b;                   // widest tile
-  tile_fn fn[max_tile + 1];    // fn[b] handles b inputs, 1 <= b <= max_b
-  rows_fn rows[max_rows + 1];  // rows[k] handles k rows of one input; all null: use fn[1]
+  int max_b;                       // widest tile
+  tile_fn fn[max_tile + 1];        // fn[b] handles b inputs, 1 <= b <= max_b
+  rows_fn rows[max_rows + 1];      // rows[k] handles k rows of one input; all null: use fn[1]
   // mk[r][b]: r rows x b inputs (1 <= r <= mk_r, 1 <= b <= mk_b); mk_r == 0: tiles only
   int mk_r = 0, mk_b = 0;
   mk_fn mk[max_mk_rows + 1][max_mk_inputs + 1] = {};
@@ -208,25 +195,17 @@ constexpr tile_set make_set(int max_b) {
 template <dot_fn D>
 struct scalar_tiles {
   template <int B>
-  struct t {
-    static constexpr tile_fn f = tile_scalar<D, B>;
-  };
+  struct t { static constexpr tile_fn f = tile_scalar<D, B>; };
 };
 
 [[maybe_unused]] tile_set scalar_set(weight_type t) {
   switch (t) {
-    case weight_type::f32:
-      return make_set<scalar_tiles<dot_f32_scalar>::t>(4);
-    case weight_type::f16:
-      return make_set<scalar_tiles<dot_f16_scalar>::t>(4);
-    case weight_type::bf16:
-      return make_set<scalar_tiles<dot_bf16_scalar>::t>(4);
-    case weight_type::q8_0:
-      return make_set<scalar_tiles<dot_q8_0_scalar>::t>(4);
-    case weight_type::q4_k:
-      return make_set<scalar_tiles<dot_q4_k_scalar>::t>(4);
-    case weight_type::q6_k:
-      return make_set<scalar_tiles<dot_q6_k_scalar>::t>(4);
+    case weight_type::f32: return make_set<scalar_tiles<dot_f32_scalar>::t>(4);
+    case weight_type::f16: return make_set<scalar_tiles<dot_f16_scalar>::t>(4);
+    case weight_type::bf16: return make_set<scalar_tiles<dot_bf16_scalar>::t>(4);
+    case weight_type::q8_0: return make_set<scalar_tiles<dot_q8_0_scalar>::t>(4);
+    case weight_type::q4_k: return make_set<scalar_tiles<dot_q4_k_scalar>::t>(4);
+    case weight_type::q6_k: return make_set<scalar_tiles<dot_q6_k_scalar>::t>(4);
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return {};
@@ -236,37 +215,16 @@ struct scalar_tiles {
 template <class L>
 struct float_tiles {
   template <int B>
-  struct t {
-    static constexpr tile_fn f = tile_float_avx2<L, B>;
-  };  // B = 4 unused (max_b 3)
+  struct t { static constexpr tile_fn f = tile_float_avx2<L, B>; };  // B = 4 unused (max_b 3)
 };
-template <int B>
-struct q8_0_tiles {
-  static constexpr tile_fn f = tile_q8_0_avx2<B>;
-};
-template <int B>
-struct q4_k_tiles {
-  static constexpr tile_fn f = tile_q4_k_avx2<B>;
-};
-template <int B>
-struct q6_k_tiles {
-  static constexpr tile_fn f = tile_q6_k_avx2<B>;
-};
-template <int R>
-struct q8_0_rows {
-  static constexpr rows_fn f = rows_q8_0_avx2<R>;
-};
-template <int R, int B>
-struct q8_0_mk {
-  static constexpr mk_fn f = mk_q8_0_avx2<R, B>;
-};
+template <int B> struct q8_0_tiles { static constexpr tile_fn f = tile_q8_0_avx2<B>; };
+template <int B> struct q4_k_tiles { static constexpr tile_fn f = tile_q4_k_avx2<B>; };
+template <int B> struct q6_k_tiles { static constexpr tile_fn f = tile_q6_k_avx2<B>; };
+template <int R> struct q8_0_rows { static constexpr rows_fn f = rows_q8_0_avx2<R>; };
+template <int R, int B> struct q8_0_mk { static constexpr mk_fn f = mk_q8_0_avx2<R, B>; };
 
-template <class L>
-struct float_mks {
-  template <int R, int B>
-  struct t {
-    static constexpr mk_fn f = mk_float_avx2<L, R, B>;
-  };
+template <class L> struct float_mks {
+  template <int R, int B> struct t { static constexpr mk_fn f = mk_float_avx2<L, R, B>; };
 };
 
 // Adds micro-kernels MK<r, b> for r <= MR, b <= 4 to a tile set.
@@ -282,38 +240,22 @@ tile_set with_mk(tile_set ts) {
   ts.mk_b = 4;
   return ts;
 }
-template <int R>
-struct q4_k_rows {
-  static constexpr rows_fn f = rows_q4_k_avx2<R>;
-};
-template <int R>
-struct q6_k_rows {
-  static constexpr rows_fn f = rows_q6_k_avx2<R>;
-};
-template <class L>
-struct float_rows {
-  template <int R>
-  struct t {
-    static constexpr rows_fn f = rows_float_avx2<L, R>;
-  };
+template <int R> struct q4_k_rows { static constexpr rows_fn f = rows_q4_k_avx2<R>; };
+template <int R> struct q6_k_rows { static constexpr rows_fn f = rows_q6_k_avx2<R>; };
+template <class L> struct float_rows {
+  template <int R> struct t { static constexpr rows_fn f = rows_float_avx2<L, R>; };
 };
 #endif
 
 tile_set fast_set(weight_type t) {
 #if AGENTQ_KERNELS_AVX2
   switch (t) {
-    case weight_type::f32:
-      return with_mk<float_mks<load_f32>::t, 3>(make_set<float_tiles<load_f32>::t, float_rows<load_f32>::t>(3));
-    case weight_type::f16:
-      return with_mk<float_mks<load_f16>::t, 3>(make_set<float_tiles<load_f16>::t, float_rows<load_f16>::t>(3));
-    case weight_type::bf16:
-      return with_mk<float_mks<load_bf16>::t, 3>(make_set<float_tiles<load_bf16>::t, float_rows<load_bf16>::t>(3));
-    case weight_type::q8_0:
-      return with_mk<q8_0_mk, 2>(make_set<q8_0_tiles, q8_0_rows>(4));
-    case weight_type::q4_k:
-      return make_set<q4_k_tiles, q4_k_rows>(4);
-    case weight_type::q6_k:
-      return make_set<q6_k_tiles, q6_k_rows>(4);
+    case weight_type::f32: return with_mk<float_mks<load_f32>::t, 3>(make_set<float_tiles<load_f32>::t, float_rows<load_f32>::t>(3));
+    case weight_type::f16: return with_mk<float_mks<load_f16>::t, 3>(make_set<float_tiles<load_f16>::t, float_rows<load_f16>::t>(3));
+    case weight_type::bf16: return with_mk<float_mks<load_bf16>::t, 3>(make_set<float_tiles<load_bf16>::t, float_rows<load_bf16>::t>(3));
+    case weight_type::q8_0: return with_mk<q8_0_mk, 2>(make_set<q8_0_tiles, q8_0_rows>(4));
+    case weight_type::q4_k: return make_set<q4_k_tiles, q4_k_rows>(4);
+    case weight_type::q6_k: return make_set<q6_k_tiles, q6_k_rows>(4);
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return {};
@@ -325,13 +267,9 @@ tile_set fast_set(weight_type t) {
 // Bytes of one prepared activation vector of n_cols for weight type t.
 size_t activation_row_bytes(weight_type t, int64_t n_cols) {
   switch (t) {
-    case weight_type::q8_0:
-      return static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x);
-    case weight_type::q4_k:
-    case weight_type::q6_k:
-      return static_cast<size_t>(n_cols / qk_k) * sizeof(block_q8_k);
-    default:
-      return static_cast<size_t>(n_cols) * sizeof(float);
+    case weight_type::q8_0: return static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x);
+    case weight_type::q4_k: case weight_type::q6_k: return static_cast<size_t>(n_cols / qk_k) * sizeof(block_q8_k);
+    default: return static_cast<size_t>(n_cols) * sizeof(float);
   }
 }
 
@@ -353,11 +291,8 @@ void run_tiles(const tile_set& ts, const uint8_t* w, size_t row_stride, int64_t 
   // NOTE: a whole number of micro-kernel row groups per chunk (63 rows, not 64, for 3-row
   // kernels), so only a range's last group runs in a narrower kernel.
   const int64_t n_chunk =
-      n_x <= mb
-          ? row_end - row_begin
-          : std::max<int64_t>(
-                mr, std::clamp<int64_t>(static_cast<int64_t>((128u << 10) / std::max<size_t>(row_stride, 1)), 1, 64) /
-                        mr * mr);
+      n_x <= mb ? row_end - row_begin
+                : std::max<int64_t>(mr, std::clamp<int64_t>(static_cast<int64_t>((128u << 10) / std::max<size_t>(row_stride, 1)), 1, 64) / mr * mr);
   if (n_x == 1 && ts.rows[1]) {
     // Decode: the whole row range against the one input, max_rows rows per call.
     for (int64_t r = row_begin; r < row_end;) {
@@ -383,10 +318,8 @@ void run_tiles(const tile_set& ts, const uint8_t* w, size_t row_stride, int64_t 
           for (int64_t b = b1; b < b1_end;) {
             const int kb = static_cast<int>(std::min<int64_t>(mb, b1_end - b));
             for (int i = 0; i < kb; ++i) xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
-            if (ts.mk_r > 0)
-              ts.mk[kr][kb](wr, row_stride, xs, n_cols, o);
-            else
-              ts.fn[kb](wr, xs, n_cols, o);
+            if (ts.mk_r > 0) ts.mk[kr][kb](wr, row_stride, xs, n_cols, o);
+            else ts.fn[kb](wr, xs, n_cols, o);
             for (int i = 0; i < kr; ++i)
               for (int j = 0; j < kb; ++j) y[(b + j) * n_rows + r + i] = o[i * kb + j];
             b += kb;
@@ -423,16 +356,11 @@ void quantize_activations(weight_type t, const float* x, int64_t n_cols, int64_t
     const float* xb = x + b * n_cols;
     uint8_t* d = dst + static_cast<size_t>(b) * stride;
     switch (t) {
-      case weight_type::q8_0:
-        detail::quantize_act_q8_0(xb, reinterpret_cast<block_q8_0x*>(d), n_cols);
-        break;
-      case weight_type::q4_k:
-      case weight_type::q6_k:
+      case weight_type::q8_0: detail::quantize_act_q8_0(xb, reinterpret_cast<block_q8_0x*>(d), n_cols); break;
+      case weight_type::q4_k: case weight_type::q6_k:
         detail::quantize_act_q8_k(xb, reinterpret_cast<block_q8_k*>(d), n_cols);
         break;
-      default:
-        std::memcpy(d, xb, stride);
-        break;
+      default: std::memcpy(d, xb, stride); break;
     }
   }
 }
