@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "kv/kv_store.h"
 
@@ -55,6 +57,26 @@ inline void for_rows(const attention_args& a, int32_t n, F&& fn) {
   }
 }
 
+// Where a query's K/V rows come from: the paged cache (decode: one query per call), or a
+// packed copy of one head's rows (see attend: many queries of one head share it).
+struct paged_rows {
+  const attention_args& a;
+  template <bool V, class F>
+  void each(int32_t n, F&& fn) const {
+    for_rows<V>(a, n, fn);
+  }
+};
+struct packed_rows {
+  const float* k;
+  const float* v;
+  int32_t stride;
+  template <bool V, class F>
+  void each(int32_t n, F&& fn) const {
+    const float* base = V ? v : k;
+    for (int32_t t = 0; t < n; ++t) fn(t, base + size_t(t) * stride);
+  }
+};
+
 void attend_one_scalar(const attention_args& a, const float* q, int32_t pos, float* out, float* scores) {
   const int32_t hd = a.head_dim;
   float mx = -INFINITY;
@@ -87,6 +109,25 @@ inline float hsum8(__m256 s) {
   return _mm_cvtss_f32(t);
 }
 
+// hsum8 of 8 vectors at once: out[i] = hsum8(v[i]), bit for bit (the same pairwise sums
+// (l0+l4)+(l2+l6) and (l1+l5)+(l3+l7), then their sum, arranged across lanes; float
+// addition is commutative, so only which values are added matters, not their order).
+inline __m256 hsum8x8(const __m256 v[8]) {
+  __m256 t[4];  // t[k] = [lo(v[2k]) + hi(v[2k]) | lo(v[2k+1]) + hi(v[2k+1])]
+  for (int k = 0; k < 4; ++k)
+    t[k] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x20),
+                         _mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x31));
+  // u0 = [v0: t0+t2, t1+t3, v2: t0+t2, t1+t3 | v1, v3 likewise]; u1 the same for v4..v7.
+  const __m256 u0 = _mm256_add_ps(_mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 u1 = _mm256_add_ps(_mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  // [s0, s2, s4, s6 | s1, s3, s5, s7], then into key order.
+  const __m256 s = _mm256_add_ps(_mm256_shuffle_ps(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 // exp(x) for x <= 0 (softmax after max subtraction), ~2 ulp: x = n ln2 + r, |r| <= ln2/2,
 // exp(r) by a degree-6 polynomial (Cephes expf coefficients), times 2^n. Below -87 -> 0.
 inline __m256 exp_neg(__m256 x) {
@@ -109,8 +150,8 @@ inline __m256 exp_neg(__m256 x) {
 }
 
 // NV = head_dim / 8 vectors (0: any multiple of 8, read from memory).
-template <int NV>
-void attend_one_avx2(const attention_args& a, const float* q, int32_t pos, float* out, float* scores) {
+template <int NV, class Rows>
+void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, int32_t pos, float* out, float* scores) {
   const int32_t nv = NV > 0 ? NV : a.head_dim / 8;
   constexpr int held = NV > 0 && NV <= 8 ? NV : 1;
   __m256 qv[held];
@@ -122,16 +163,36 @@ void attend_one_avx2(const attention_args& a, const float* q, int32_t pos, float
     else
       return _mm256_loadu_ps(q + 8 * c);
   };
-  // Scores: one FMA chain over the head dim, then the hsum8 tree.
+  // Scores: one FMA chain over the head dim per key, then the hsum8 tree, 8 keys at a time
+  // (score8: the 8 trees as one vector reduction, same additions) and any rest one by one.
   __m256 vmx = _mm256_set1_ps(-INFINITY);
   const int32_t n = pos + 1;
-  for_rows<false>(a, n, [&](int32_t t, const float* kt) {
+  const __m256 scale = _mm256_set1_ps(a.scale);
+  const float* kp[8];
+  int cnt = 0;
+  rows.template each<false>(n, [&](int32_t t, const float* kt) {
+    kp[cnt++] = kt;
+    if (cnt < 8) return;
+    cnt = 0;
+    __m256 acc[8];
+    for (int i = 0; i < 8; ++i) acc[i] = _mm256_mul_ps(qc(0), _mm256_loadu_ps(kp[i]));
+    for (int c = 1; c < nv; ++c)
+      for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(qc(c), _mm256_loadu_ps(kp[i] + 8 * c), acc[i]);
+    const __m256 s = _mm256_mul_ps(hsum8x8(acc), scale);
+    _mm256_storeu_ps(scores + t - 7, s);
+    vmx = _mm256_max_ps(vmx, s);  // max is exact: any order gives the same value
+  });
+  for (int i = 0; i < cnt; ++i) {
+    const float* kt = kp[i];
     __m256 acc = _mm256_mul_ps(qc(0), _mm256_loadu_ps(kt));
     for (int c = 1; c < nv; ++c) acc = _mm256_fmadd_ps(qc(c), _mm256_loadu_ps(kt + 8 * c), acc);
-    const float s = hsum8(acc) * a.scale;
-    scores[t] = s;
-    vmx = _mm256_max_ps(vmx, _mm256_set1_ps(s));  // max is exact: any order gives the same value
-  });
+    const float sc = hsum8(acc) * a.scale;
+    scores[n - cnt + i] = sc;
+    vmx = _mm256_max_ps(vmx, _mm256_set1_ps(sc));
+  }
+  vmx = _mm256_max_ps(vmx, _mm256_permute2f128_ps(vmx, vmx, 1));
+  vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(1, 0, 3, 2)));
+  vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(2, 3, 0, 1)));
   const __m256 mx = vmx;
   // Probabilities and their sum (4 double lanes by t mod 8 halves, fixed tree; tail scalar).
   __m256d sum4 = _mm256_setzero_pd();
@@ -157,20 +218,56 @@ void attend_one_avx2(const attention_args& a, const float* q, int32_t pos, float
   }
   const __m256 inv = _mm256_set1_ps(float(1.0 / sum));
   // out = sum_t p_t V_t, 8 vectors (64 dims) of accumulators at a time, t in order.
+  // NOTE: rows are taken 8 at a time and accumulated in add_rows' own registers; updated
+  // from the per-row callback, the accumulators were stored to the stack on every row.
   for (int c0 = 0; c0 < nv; c0 += 8) {
     const int w = std::min(8, nv - c0);
     __m256 acc[8];
     for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
-    for_rows<true>(a, n, [&](int32_t u, const float* vrow) {
-      const float* vt = vrow + 8 * c0;
-      const __m256 p = _mm256_mul_ps(_mm256_broadcast_ss(scores + u), inv);
-      if (w == 8 && (NV == 8 || NV == 16)) {
-        for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * c), acc[c]);
-      } else {
-        for (int c = 0; c < w; ++c) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * c), acc[c]);
+    const float* vp[8];
+    int cnt = 0;
+    int32_t u0 = 0;
+    auto add_rows = [&](int m) {
+      __m256 r[8];
+      for (int c = 0; c < 8; ++c) r[c] = acc[c];
+      for (int i = 0; i < m; ++i) {
+        const float* vt = vp[i] + 8 * c0;
+        const __m256 p = _mm256_mul_ps(_mm256_broadcast_ss(scores + u0 + i), inv);
+        if (w == 8 && (NV == 8 || NV == 16)) {
+          for (int c = 0; c < 8; ++c) r[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * c), r[c]);
+        } else {
+          for (int c = 0; c < w; ++c) r[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * c), r[c]);
+        }
+      }
+      for (int c = 0; c < 8; ++c) acc[c] = r[c];
+    };
+    rows.template each<true>(n, [&](int32_t u, const float* vrow) {
+      if (cnt == 0) u0 = u;
+      vp[cnt++] = vrow;
+      if (cnt == 8) {
+        add_rows(8);
+        cnt = 0;
       }
     });
+    if (cnt > 0) add_rows(cnt);
     for (int c = 0; c < w; ++c) _mm256_storeu_ps(out + 8 * (c0 + c), acc[c]);
+  }
+}
+#endif
+
+#if AGENTQ_ATTENTION_AVX2
+template <class Rows>
+void attend_avx2(const attention_args& a, const Rows& rows, const float* q, int64_t q_stride, int32_t pos0,
+                 int32_t n_q, float* out, int64_t out_stride, float* scores) {
+  for (int32_t j = 0; j < n_q; ++j) {
+    const float* qj = q + j * q_stride;
+    float* oj = out + j * out_stride;
+    if (a.head_dim == 64)
+      attend_one_avx2<8>(a, rows, qj, pos0 + j, oj, scores);
+    else if (a.head_dim == 128)
+      attend_one_avx2<16>(a, rows, qj, pos0 + j, oj, scores);
+    else
+      attend_one_avx2<0>(a, rows, qj, pos0 + j, oj, scores);
   }
 }
 #endif
@@ -179,25 +276,29 @@ void attend_one_avx2(const attention_args& a, const float* q, int32_t pos, float
 
 void attend(const attention_args& a, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q, float* out,
             int64_t out_stride, float* scores) {
-  for (int32_t j = 0; j < n_q; ++j) {
-    const float* qj = q + j * q_stride;
-    float* oj = out + j * out_stride;
 #if AGENTQ_ATTENTION_AVX2
-    if (a.head_dim == 64) {
-      attend_one_avx2<8>(a, qj, pos0 + j, oj, scores);
-      continue;
+  if (a.head_dim % 8 == 0) {
+    // NOTE: many queries of one head (prefill) first copy the head's K and V rows into one
+    // packed buffer each. In the cache a head's row is head_dim floats of every
+    // n_head_kv * head_dim-float token row; read in place, every query streamed those rows
+    // from L3 (a stride of a few KiB maps onto few L2 sets), which made attention ~12-20% of
+    // prefill. The copy is exact, so results are the same bits either way.
+    if (n_q >= 4) {
+      const int32_t n = pos0 + n_q, hd = a.head_dim;
+      thread_local std::vector<float> packed;
+      if (packed.size() < size_t(n) * 2 * hd) packed.resize(size_t(n) * 2 * hd);
+      float* pk = packed.data();
+      float* pv = pk + size_t(n) * hd;
+      for_rows<false>(a, n, [&](int32_t t, const float* row) { std::memcpy(pk + size_t(t) * hd, row, size_t(hd) * 4); });
+      for_rows<true>(a, n, [&](int32_t t, const float* row) { std::memcpy(pv + size_t(t) * hd, row, size_t(hd) * 4); });
+      attend_avx2(a, packed_rows{pk, pv, hd}, q, q_stride, pos0, n_q, out, out_stride, scores);
+    } else {
+      attend_avx2(a, paged_rows{a}, q, q_stride, pos0, n_q, out, out_stride, scores);
     }
-    if (a.head_dim == 128) {
-      attend_one_avx2<16>(a, qj, pos0 + j, oj, scores);
-      continue;
-    }
-    if (a.head_dim % 8 == 0) {
-      attend_one_avx2<0>(a, qj, pos0 + j, oj, scores);
-      continue;
-    }
-#endif
-    attend_one_scalar(a, qj, pos0 + j, oj, scores);
+    return;
   }
+#endif
+  for (int32_t j = 0; j < n_q; ++j) attend_one_scalar(a, q + j * q_stride, pos0 + j, out + j * out_stride, scores);
 }
 
 }  // namespace agentq

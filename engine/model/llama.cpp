@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "gguf/reader.h"
@@ -50,6 +51,7 @@ class llama_model final : public model {
   // Scratch, grown on demand. NOTE: forward() is not reentrant (one engine thread calls it).
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, out_rows_;
   std::vector<int32_t> tok_seq_, tok_pos_;
+  std::vector<std::pair<int32_t, int32_t>> runs_;  // attention runs: (first token, count)
 };
 
 // --- loading ----------------------------------------------------------------
@@ -273,6 +275,15 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
       dequantize_row(tok_embd_.type, tok_embd_.row(id), x + size_t(i) * n_embd, n_embd);
     }
   }
+  // Attention runs: up to k_run consecutive tokens of one sequence (positions consecutive).
+  constexpr int32_t k_run = 32;
+  runs_.clear();
+  for (int32_t i = 0; i < n_x; ++i) {
+    if (!runs_.empty() && tok_seq_[size_t(runs_.back().first)] == tok_seq_[size_t(i)] && runs_.back().second < k_run)
+      ++runs_.back().second;
+    else
+      runs_.push_back({i, 1});
+  }
 
   // Per token, in parallel over tokens: x += add (if given); xb = norm(x) * w (if given).
   auto add_norm = [&](const float* add, const float* w) {
@@ -324,29 +335,34 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
         },
         rows_per_chunk);
 
-    // Causal attention per (token, head) over positions 0..pos, in position order (attention.h).
-    // NOTE: one item never splits its positions across threads (no batch-dependent split-K).
-    // ~16K multiply-adds per chunk at least (positions * head_dim * 2 per item).
-    const int64_t items_per_chunk = std::max<int64_t>(1, 8192 / (int64_t(tok_pos_[size_t(n_x - 1)] + 1) * hd));
+    // Causal attention per (run, head): a run is up to k_run consecutive tokens of one sequence
+    // (a prefill chunk; a lone token in batched decode), whose queries for one head share one
+    // packed copy of that head's K/V (attention.cpp). Each query is still computed on its own
+    // over positions 0..pos in position order (attention.h), so results are batch-invariant.
+    // NOTE: one query never splits its positions across threads (no batch-dependent split-K).
+    const int64_t n_runs = int64_t(runs_.size());
+    const int64_t items_per_chunk =
+        std::max<int64_t>(1, 8192 * n_runs / (int64_t(tok_pos_[size_t(n_x - 1)] + 1) * hd * n_x));
     pool_.parallel_for(
-        int64_t(n_x) * n_head,
+        n_runs * n_head,
         [&](int64_t b, int64_t e) {
           thread_local std::vector<float> scores;
           for (int64_t item = b; item < e; ++item) {
-            const int32_t i = int32_t(item / n_head), h = int32_t(item % n_head);
-            const int32_t pos = tok_pos_[size_t(i)];
-            if (scores.size() < size_t(pos + 1)) scores.resize(size_t(pos + 1));
+            const auto [i0, n_run] = runs_[size_t(item / n_head)];
+            const int32_t h = int32_t(item % n_head);
+            const int32_t pos0 = tok_pos_[size_t(i0)];
+            if (scores.size() < size_t(pos0 + n_run)) scores.resize(size_t(pos0 + n_run));
             attention_args a;
             a.kv = &kv;
             a.layer = il;
-            a.block_table = seqs[size_t(tok_seq_[size_t(i)])].block_table;
+            a.block_table = seqs[size_t(tok_seq_[size_t(i0)])].block_table;
             a.block_size = bs;
             a.row_floats = n_kvd;
             a.kv_offset = (h / group) * hd;
             a.head_dim = hd;
             a.scale = att_scale;
-            attend(a, q + size_t(i) * n_q + size_t(h) * hd, 0, pos, 1, att + size_t(i) * n_q + size_t(h) * hd, 0,
-                   scores.data());
+            attend(a, q + size_t(i0) * n_q + size_t(h) * hd, n_q, pos0, n_run, att + size_t(i0) * n_q + size_t(h) * hd,
+                   n_q, scores.data());
           }
         },
         items_per_chunk);
