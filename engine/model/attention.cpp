@@ -151,7 +151,8 @@ inline __m256 exp_neg(__m256 x) {
 
 // NV = head_dim / 8 vectors (0: any multiple of 8, read from memory).
 template <int NV, class Rows>
-void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, int32_t pos, float* out, float* scores) {
+void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, int32_t pos, float* out,
+                     float* scores) {
   const int32_t nv = NV > 0 ? NV : a.head_dim / 8;
   constexpr int held = NV > 0 && NV <= 8 ? NV : 1;
   __m256 qv[held];
@@ -257,8 +258,8 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
 
 #if AGENTQ_ATTENTION_AVX2
 template <class Rows>
-void attend_avx2(const attention_args& a, const Rows& rows, const float* q, int64_t q_stride, int32_t pos0,
-                 int32_t n_q, float* out, int64_t out_stride, float* scores) {
+void attend_avx2(const attention_args& a, const Rows& rows, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q,
+                 float* out, int64_t out_stride, float* scores) {
   for (int32_t j = 0; j < n_q; ++j) {
     const float* qj = q + j * q_stride;
     float* oj = out + j * out_stride;
@@ -289,7 +290,8 @@ void attend(const attention_args& a, const float* q, int64_t q_stride, int32_t p
       if (packed.size() < size_t(n) * 2 * hd) packed.resize(size_t(n) * 2 * hd);
       float* pk = packed.data();
       float* pv = pk + size_t(n) * hd;
-      for_rows<false>(a, n, [&](int32_t t, const float* row) { std::memcpy(pk + size_t(t) * hd, row, size_t(hd) * 4); });
+      for_rows<false>(a, n,
+                      [&](int32_t t, const float* row) { std::memcpy(pk + size_t(t) * hd, row, size_t(hd) * 4); });
       for_rows<true>(a, n, [&](int32_t t, const float* row) { std::memcpy(pv + size_t(t) * hd, row, size_t(hd) * 4); });
       attend_avx2(a, packed_rows{pk, pv, hd}, q, q_stride, pos0, n_q, out, out_stride, scores);
     } else {
