@@ -226,6 +226,7 @@ template <int B> struct q4_k_tiles { static constexpr tile_fn f = tile_q4_k_avx2
 template <int B> struct q6_k_tiles { static constexpr tile_fn f = tile_q6_k_avx2<B>; };
 template <int R> struct q8_0_rows { static constexpr rows_fn f = rows_q8_0_avx2<R>; };
 template <int R, int B> struct q8_0_mk { static constexpr mk_fn f = mk_q8_0_avx2<R, B>; };
+template <int R, int B> struct q4_k_mk { static constexpr mk_fn f = mk_q4_k_avx2<R, B>; };
 
 template <class L> struct float_mks {
   template <int R, int B> struct t { static constexpr mk_fn f = mk_float_avx2<L, R, B>; };
@@ -258,7 +259,7 @@ tile_set fast_set(weight_type t) {
     case weight_type::f16: return with_mk<float_mks<load_f16>::t, 3>(make_set<float_tiles<load_f16>::t, float_rows<load_f16>::t>(3));
     case weight_type::bf16: return with_mk<float_mks<load_bf16>::t, 3>(make_set<float_tiles<load_bf16>::t, float_rows<load_bf16>::t>(3));
     case weight_type::q8_0: return with_mk<q8_0_mk, 2>(make_set<q8_0_tiles, q8_0_rows>(4));
-    case weight_type::q4_k: return make_set<q4_k_tiles, q4_k_rows>(4);
+    case weight_type::q4_k: return with_mk<q4_k_mk, 2>(make_set<q4_k_tiles, q4_k_rows>(4));
     case weight_type::q6_k: return make_set<q6_k_tiles, q6_k_rows>(4);
   }
   AGENTQ_KCHECK(!"unknown weight type");
