@@ -236,6 +236,108 @@ void tile_q4_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
   for (int b = 0; b < B; ++b) out[b] = hsum8(acc[b]) + hsum4(acc_m[b]);
 }
 
+// Q4_K micro-kernel: R consecutive weight rows (stride bytes apart) x B inputs,
+// out[r * B + b] = dot(W[r], x[b]). Per (row, input) pair the float operations are exactly
+// tile_q4_k_avx2<1>'s (and rows_q4_k_avx2's): per super-block one FMA of (d_w * d_x) on the
+// converted int32 lanes into acc and one FMA of (-dmin_w * d_x) on the mins' int32 lanes into
+// acc_m, then hsum8(acc) + hsum4(acc_m). The int32 lanes are exact, so they may be summed in
+// any order: lane k of sumi[r][b] is still the decode kernel's lane k (the scaled products of
+// elements 4k..4k+3 of every sub-block). The integer work runs sub-block by sub-block with
+// R x B sumi in registers, so each input's 32 quants are loaded once for the R rows and each
+// row's unpacked quants and scales serve the B inputs; the float accumulators live in memory
+// and are touched once per super-block.
+template <int R, int B>
+void mk_q4_k_avx2(const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n, float* out) {
+  const block_q4_k* wr[R];
+  for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const block_q4_k*>(w + static_cast<size_t>(r) * stride);
+  const block_q8_k* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  // The mins' 4-lane accumulators of inputs 2p and 2p + 1 share one vector (lanes 0-3 and
+  // 4-7): acc_m2[r][p]; an odd last input has acc_m1[r].
+  constexpr int P = B / 2;
+  __m256 acc[R][B];
+  __m256 acc_m2[R][P > 0 ? P : 1];
+  __m128 acc_m1[R];
+  for (int r = 0; r < R; ++r) {
+    for (int b = 0; b < B; ++b) acc[r][b] = _mm256_setzero_ps();
+    for (int p = 0; p < P; ++p) acc_m2[r][p] = _mm256_setzero_ps();
+    acc_m1[r] = _mm_setzero_ps();
+  }
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    __m256i scales[R];
+    __m128i mins[R];
+    float dw[R], dminw[R];
+    for (int r = 0; r < R; ++r) {
+      prefetch(reinterpret_cast<const uint8_t*>(wr[r] + i) + R * stride);
+      prefetch(reinterpret_cast<const uint8_t*>(wr[r] + i) + R * stride + 64);
+      prefetch(reinterpret_cast<const uint8_t*>(wr[r] + i) + R * stride + 128);
+      q4_k_scales_mins(wr[r][i], &scales[r], &mins[r]);
+      dw[r] = h2f(wr[r][i].d);
+      dminw[r] = -h2f(wr[r][i].dmin);
+    }
+    // Mins, two inputs per vector op. The decode kernel's 4 lanes for one input are
+    // madd(mins, hadd(bsums[0..7], bsums[8..15])) = [j0, j1 (from bsums 0..7), j2, j3 (8..15)].
+    // hadd256(bsums of 2p, bsums of 2p+1) holds the same pair sums as [lo(2p), lo(2p+1) |
+    // hi(2p), hi(2p+1)], so madd with mins as [m0..3, m0..3 | m4..7, m4..7] gives
+    // [2p: j0 j1, 2p+1: j0 j1 | 2p: j2 j3, 2p+1: j2 j3]; a 64-bit permute puts each input's
+    // 4 lanes together, and the FMA per lane is the decode kernel's (its scale is the same
+    // float product dmin_w * d_x).
+    for (int p = 0; p < P; ++p) {
+      const block_q8_k& y0 = x[2 * p][i];
+      const block_q8_k& y1 = x[2 * p + 1][i];
+      const __m256i h = _mm256_hadd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y0.bsums)),
+                                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y1.bsums)));
+      const __m256 dx = _mm256_set_m128(_mm_set1_ps(y1.d), _mm_set1_ps(y0.d));
+      for (int r = 0; r < R; ++r) {
+        const __m256i mins2 = _mm256_permute4x64_epi64(_mm256_castsi128_si256(mins[r]), 0x50);
+        const __m256i prod = _mm256_permute4x64_epi64(_mm256_madd_epi16(mins2, h), 0xD8);
+        acc_m2[r][p] =
+            _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dminw[r]), dx), _mm256_cvtepi32_ps(prod), acc_m2[r][p]);
+      }
+    }
+    if constexpr (B % 2 == 1) {
+      const block_q8_k& y = x[B - 1][i];
+      const __m256i q8sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+      const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+      for (int r = 0; r < R; ++r)
+        acc_m1[r] = _mm_fmadd_ps(_mm_set1_ps(dminw[r] * y.d), _mm_cvtepi32_ps(_mm_madd_epi16(mins[r], q8s)), acc_m1[r]);
+    }
+    __m256i sumi[R][B];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < B; ++b) sumi[r][b] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int sb = 0; sb < qk_k / 32; ++sb) {
+      // Sub-blocks 2j and 2j + 1 share one 32-byte load of quants (low and high nibbles).
+      __m256i q4[R], sc[R];
+      for (int r = 0; r < R; ++r) {
+        const __m256i q4bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[r][i].qs + 32 * (sb / 2)));
+        q4[r] = _mm256_and_si256(sb % 2 ? _mm256_srli_epi16(q4bits, 4) : q4bits, m4);
+        sc[r] = _mm256_shuffle_epi8(scales[r], _mm256_set1_epi16(static_cast<short>((2 * sb) | ((2 * sb + 1) << 8))));
+      }
+      for (int b = 0; b < B; ++b) {
+        const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b][i].qs + 32 * sb));
+        for (int r = 0; r < R; ++r) {
+          sumi[r][b] = _mm256_add_epi32(sumi[r][b], _mm256_madd_epi16(sc[r], _mm256_maddubs_epi16(q4[r], q8)));
+          // NOTE: keeps the running sums in registers: left alone, GCC reassociates the exact
+          // integer adds into "store every product, sum them afterwards" (1.5x slower).
+          asm("" : "+x"(sumi[r][b]));
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < B; ++b)
+        acc[r][b] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * x[b][i].d), _mm256_cvtepi32_ps(sumi[r][b]), acc[r][b]);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < B; ++b) {
+      const __m128 acc_m = b == B - 1 && B % 2 == 1 ? acc_m1[r]
+                           : b % 2 == 0             ? _mm256_castps256_ps128(acc_m2[r][b / 2])
+                                                    : _mm256_extractf128_ps(acc_m2[r][b / 2], 1);
+      out[r * B + b] = hsum8(acc[r][b]) + hsum4(acc_m);
+    }
+}
+
 // Q6_K: as llama.cpp's ggml_vec_dot_q6_K_q8_K (AVX2): unsigned 6-bit quants times
 // q8 minus 32*q8, scaled per 16 elements, exact int32 lanes per super-block.
 template <int B>
