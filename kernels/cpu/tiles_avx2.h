@@ -373,5 +373,57 @@ void tile_q6_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float
   for (int b = 0; b < B; ++b) out[b] = hsum8(acc[b]);
 }
 
+// Q6_K micro-kernel: R rows x B inputs (prefill), per (row, input) exactly
+// tile_q6_k_avx2<1>'s operations: the super-block's exact int32 lanes, then one FMA with
+// d_w * d_x and hsum8 at the end. One 32-element sub-block at a time, so a row's unpacked
+// quants and scales (2 registers) serve all B inputs while the B running sums stay in
+// registers (tile_q6_k_avx2<4> holds a whole 128-element half per row instead).
+template <int R, int B>
+void mk_q6_k_avx2(const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n, float* out) {
+  const block_q6_k* wr[R];
+  for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const block_q6_k*>(w + static_cast<size_t>(r) * stride);
+  const block_q8_k* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
+  const __m256i m32s = _mm256_set1_epi8(32);
+  __m256 acc[R][B];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < B; ++b) acc[r][b] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    __m128i scales[R];
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < 4; ++c) prefetch(reinterpret_cast<const uint8_t*>(wr[r] + i) + R * stride + 64 * c);
+      scales[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr[r][i].scales));
+    }
+    __m256i sumi[R][B];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < B; ++b) sumi[r][b] = _mm256_setzero_si256();
+    for (int j = 0; j < qk_k / 128; ++j) {
+      __m256i q6[R][4];
+      for (int r = 0; r < R; ++r) q6_k_unpack(wr[r][i], j, q6[r]);
+      for (int k = 0; k < 4; ++k) {
+        __m256i sc[R];
+        for (int r = 0; r < R; ++r) sc[r] = q6_k_scale(scales[r], 4 * j + k);
+        for (int b = 0; b < B; ++b) {
+          const __m256i q8v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b][i].qs + 128 * j + 32 * k));
+          const __m256i q8m = _mm256_maddubs_epi16(m32s, q8v);
+          for (int r = 0; r < R; ++r) {
+            const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q6[r][k], q8v), q8m);
+            sumi[r][b] = _mm256_add_epi32(sumi[r][b], _mm256_madd_epi16(sc[r], p16));
+            // NOTE: keeps the running sums in registers (as mk_q4_k_avx2).
+            asm("" : "+x"(sumi[r][b]));
+          }
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float dw = h2f(wr[r][i].d);
+      for (int b = 0; b < B; ++b)
+        acc[r][b] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[b][i].d), _mm256_cvtepi32_ps(sumi[r][b]), acc[r][b]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < B; ++b) out[r * B + b] = hsum8(acc[r][b]);
+}
+
 }  // namespace agentq::kernels::avx2
 #endif
