@@ -1,6 +1,7 @@
-// Matrix products W[n_rows][n_cols] x X[n_x][n_cols]^T for every weight format:
-// one fixed-order dot routine per format (AVX2/FMA/F16C or scalar), applied to
-// tiles of 1 row x B inputs so a weight row is read from memory once per input block.
+// Matrix products W[n_rows][n_cols] x X[n_x][n_cols]^T for every weight format: one
+// fixed-order dot per format, run by AVX2/FMA/F16C rows kernels (one input) and
+// register-blocked micro-kernels (R rows x B inputs), or by scalar tiles of 1 row x B
+// inputs without AVX2; blocked so a weight row is read from memory once per input block.
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -24,9 +25,8 @@ using detail::block_q8_k;
 
 namespace {
 
-// A tile kernel: one weight row against B activation vectors; out[b] = dot(w, x[b]).
-// NOTE: every instantiation performs, for each b, exactly the operations of B == 1,
-// in the same order — that is what makes the result independent of the batch.
+// A scalar tile (the path without AVX2): one weight row against B activation vectors;
+// out[b] = dot(w, x[b]), for each b exactly the operations of B == 1.
 using tile_fn = void (*)(const uint8_t* w, const uint8_t* const* x, int64_t n_cols, float* out);
 
 // ============================================================================
@@ -159,7 +159,7 @@ void tile_scalar(const uint8_t* w, const uint8_t* const* x, int64_t n, float* ou
 }
 
 #if AGENTQ_KERNELS_AVX2
-using namespace avx2;  // tile_*_avx2 (tiles_avx2.h), rows_*_avx2 (rows_avx2.h)
+using namespace avx2;  // mk_*_avx2 (tiles_avx2.h), rows_*_avx2 (rows_avx2.h)
 #endif
 
 constexpr int max_tile = 4;
@@ -170,14 +170,15 @@ constexpr int max_rows = 4;
 using rows_fn = void (*)(const uint8_t* w, size_t row_stride, const uint8_t* x, int64_t n_cols, float* out);
 
 // A register-blocked micro-kernel: R consecutive rows (row_stride apart) x B inputs,
-// out[r * B + b] = dot(W[r], x[b]), per pair bit-identical to tile_fn with B == 1.
+// out[r * B + b] = dot(W[r], x[b]), per pair bit-identical to the rows kernel (n_x == 1).
 using mk_fn = void (*)(const uint8_t* w, size_t row_stride, const uint8_t* const* x, int64_t n_cols, float* out);
 constexpr int max_mk_rows = 3, max_mk_inputs = 8;
 
 struct tile_set {
-  int max_b;                       // widest tile
-  tile_fn fn[max_tile + 1];        // fn[b] handles b inputs, 1 <= b <= max_b
-  rows_fn rows[max_rows + 1];      // rows[k] handles k rows of one input; all null: use fn[1]
+  // Scalar sets: tiles only. AVX2 sets: rows kernels for one input, micro-kernels otherwise.
+  int max_b = 0;                   // widest tile
+  tile_fn fn[max_tile + 1] = {};   // fn[b] handles b inputs, 1 <= b <= max_b
+  rows_fn rows[max_rows + 1] = {}; // rows[k] handles k rows of one input; all null: use fn[1]
   // mk[r][b]: r rows x b inputs (1 <= r <= mk_r, 1 <= b <= mk_b); mk_r == 0: tiles only
   int mk_r = 0, mk_b = 0;
   mk_fn mk[max_mk_rows + 1][max_mk_inputs + 1] = {};
@@ -188,9 +189,9 @@ constexpr tile_set make_set(int max_b) {
   return {max_b, {nullptr, T<1>::f, T<2>::f, T<3>::f, T<4>::f}, {}};
 }
 
-template <template <int> class T, template <int> class R>
-constexpr tile_set make_set(int max_b) {
-  return {max_b, {nullptr, T<1>::f, T<2>::f, T<3>::f, T<4>::f}, {nullptr, R<1>::f, R<2>::f, R<3>::f, R<4>::f}};
+template <template <int> class R>
+constexpr tile_set rows_set() {
+  return {0, {}, {nullptr, R<1>::f, R<2>::f, R<3>::f, R<4>::f}};
 }
 
 template <dot_fn D>
@@ -213,14 +214,6 @@ struct scalar_tiles {
 }
 
 #if AGENTQ_KERNELS_AVX2
-template <class L>
-struct float_tiles {
-  template <int B>
-  struct t { static constexpr tile_fn f = tile_float_avx2<L, B>; };  // B = 4 unused (max_b 3)
-};
-template <int B> struct q8_0_tiles { static constexpr tile_fn f = tile_q8_0_avx2<B>; };
-template <int B> struct q4_k_tiles { static constexpr tile_fn f = tile_q4_k_avx2<B>; };
-template <int B> struct q6_k_tiles { static constexpr tile_fn f = tile_q6_k_avx2<B>; };
 template <int R> struct q8_0_rows { static constexpr rows_fn f = rows_q8_0_avx2<R>; };
 template <int R, int B> struct q8_0_mk { static constexpr mk_fn f = mk_q8_0_avx2<R, B>; };
 template <int R, int B> struct q4_k_mk { static constexpr mk_fn f = mk_q4_k_avx2<R, B>; };
@@ -255,19 +248,19 @@ template <class L> struct float_rows {
 tile_set fast_set(weight_type t) {
 #if AGENTQ_KERNELS_AVX2
   switch (t) {
-    case weight_type::f32: return with_mk<float_mks<load_f32>::t, 3>(make_set<float_tiles<load_f32>::t, float_rows<load_f32>::t>(3));
-    case weight_type::f16: return with_mk<float_mks<load_f16>::t, 3>(make_set<float_tiles<load_f16>::t, float_rows<load_f16>::t>(3));
-    case weight_type::bf16: return with_mk<float_mks<load_bf16>::t, 3>(make_set<float_tiles<load_bf16>::t, float_rows<load_bf16>::t>(3));
-    case weight_type::q8_0: return with_mk<q8_0_mk, 2>(make_set<q8_0_tiles, q8_0_rows>(4));
+    case weight_type::f32: return with_mk<float_mks<load_f32>::t, 3>(rows_set<float_rows<load_f32>::t>());
+    case weight_type::f16: return with_mk<float_mks<load_f16>::t, 3>(rows_set<float_rows<load_f16>::t>());
+    case weight_type::bf16: return with_mk<float_mks<load_bf16>::t, 3>(rows_set<float_rows<load_bf16>::t>());
+    case weight_type::q8_0: return with_mk<q8_0_mk, 2>(rows_set<q8_0_rows>());
     // NOTE: Q4_K as 1 row x 8 inputs: nearly every instruction is a vector op (unpacking the
     // row's quants and scales, the per-pair float work), so the kernel is bound by the 4 vector
     // pipes and the best shape is the one with the fewest ops per MAC; 1x8 beat 2x4 (which
     // shares the input loads, but loads are not the limit), 1x4, 2x6 and 3x4 in a
     // kernel-only timing on this Zen 3 host, 1.1-1.2x over 2x4.
-    case weight_type::q4_k: return with_mk<q4_k_mk, 1, 8>(make_set<q4_k_tiles, q4_k_rows>(4));
+    case weight_type::q4_k: return with_mk<q4_k_mk, 1, 8>(rows_set<q4_k_rows>());
     // Q6_K (the rest of a Q4_K_M file) likewise as 1 row x 6 inputs: 1.15-1.2x over the 1x4
     // tile in prefill (2048x2048, 1 thread); 8 inputs spill.
-    case weight_type::q6_k: return with_mk<q6_k_mk, 1, 6>(make_set<q6_k_tiles, q6_k_rows>(4));
+    case weight_type::q6_k: return with_mk<q6_k_mk, 1, 6>(rows_set<q6_k_rows>());
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return {};

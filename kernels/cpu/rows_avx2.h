@@ -14,9 +14,10 @@ namespace agentq::kernels::avx2 {
 
 // ============================================================================
 // Matrix-vector (decode) kernels: R consecutive weight rows against one input.
-// NOTE: per row these perform exactly the float operations of tile<1> of the same
-// format (integer parts are exact, so only their lane layout matters), so a row's
-// value is bit-identical whichever path computes it. Interleaving R rows shares the
+// NOTE: these define each format's float operation order per (row, input); the batched
+// micro-kernels (tiles_avx2.h) perform exactly the same operations (integer parts are
+// exact, so only their lane layout matters), so a row's value is bit-identical whichever
+// path computes it. Interleaving R rows shares the
 // input's loads and per-block work and amortizes the per-row call overhead.
 // Decode rows are short (768 columns = 3 Q4_K super-blocks in a 110M model), so that
 // overhead was a large share of the matvec.
@@ -31,6 +32,8 @@ inline void prefetch_group(const uint8_t* w, size_t group_bytes, int64_t done, i
   for (int64_t c = 0; c < len; c += 64) prefetch(w + group_bytes + done + c);
 }
 
+// Q8_0: sign trick + maddubs -> 8 exact int32 lanes per block, then one FMA with
+// (d_w * d_x) into one of two chains (even/odd block); hsum8 of their sum.
 template <int R>
 void rows_q8_0_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t n, float* out) {
   auto x = reinterpret_cast<const block_q8_0x*>(xp);
@@ -62,6 +65,8 @@ void rows_q8_0_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t 
   for (int r = 0; r < R; ++r) out[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
 }
 
+// Q4_K: as llama.cpp's ggml_vec_dot_q4_K_q8_K (AVX2). Per super-block the quants and the
+// mins reduce to exact int32 lanes; one FMA each into acc (8 lanes) / acc_m (4 lanes).
 template <int R>
 void rows_q4_k_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t n, float* out) {
   auto x = reinterpret_cast<const block_q8_k*>(xp);
@@ -89,7 +94,7 @@ void rows_q4_k_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t 
       __m128i mins;
       __m256i scales;
       q4_k_scales_mins(b, &scales, &mins);
-      // [d * y.d, dmin * y.d]; fnmadd with dmin * y.d == fma with (-dmin) * y.d, as tile<1>.
+      // [d * y.d, dmin * y.d]; fnmadd with dmin * y.d == fma with (-dmin) * y.d, as the micro-kernel.
       uint32_t d_dmin;
       std::memcpy(&d_dmin, &b.d, 4);
       const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d_dmin))), yd);
@@ -115,8 +120,8 @@ void rows_q4_k_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t 
   for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]) + hsum4(acc_m[r]);
 }
 
-// Float formats (F32/F16/BF16): per row the one 8-lane FMA chain of tile_float_avx2<L, 1>;
-// the R rows share each input load (R independent chains hide the FMA latency).
+// Float formats (F32/F16/BF16): per row one 8-lane FMA chain (element j -> lane j % 8),
+// hsum8, plus the scalar tail; the R rows share each input load (R independent chains hide the FMA latency).
 template <class L, int R>
 void rows_float_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t n, float* out) {
   const float* x = reinterpret_cast<const float*>(xp);
@@ -145,7 +150,8 @@ void rows_float_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t
   }
 }
 
-// Q6_K: per row the super-block sums of tile_q6_k_avx2<1> (exact int32 lanes, then one FMA).
+// Q6_K: as llama.cpp's ggml_vec_dot_q6_K_q8_K (AVX2): per row and super-block exact int32
+// lanes (6-bit quants times q8 minus 32 * q8, scaled per 16 elements), then one FMA.
 template <int R>
 void rows_q6_k_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t n, float* out) {
   auto x = reinterpret_cast<const block_q8_k*>(xp);

@@ -1,4 +1,4 @@
-// Private to kernels/cpu: the AVX2/FMA/F16C building blocks the tile (batched) and
+// Private to kernels/cpu: the AVX2/FMA/F16C building blocks the micro-kernels (batched) and
 // rows (decode) kernels share: horizontal sums, fp16 loads, prefetch, Q4_K scale unpack.
 #pragma once
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -28,9 +28,6 @@ inline float hsum4(__m128 t) {
 }
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-// NOTE: explicit prefetch a fixed distance ahead of the weight stream; the hardware
-// prefetcher alone leaves single-thread matvec well short of the read bandwidth.
-constexpr int prefetch_bytes = 4096;  // ~ bandwidth x DRAM latency, with headroom
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
 struct load_f32 {
@@ -73,9 +70,6 @@ inline void q4_k_scales_mins(const block_q4_k& b, __m256i* scales, __m128i* mins
   *mins = _mm256_extracti128_si256(mins_and_scales, 1);
   *scales = _mm256_permute2x128_si256(mins_and_scales, mins_and_scales, 0x00);
 }
-
-// Q4_K: as llama.cpp's ggml_vec_dot_q4_K_q8_K (AVX2). Per super-block the quants
-// and the mins reduce to exact int32 lanes; one FMA each into acc / acc_m.
 
 // Q6_K: the 4 x 32 unsigned 6-bit quants of 128-element half j of super-block b (low 4 bits
 // from ql, high 2 from qh), as ggml's AVX2 q6_K dot product unpacks them.

@@ -1,5 +1,7 @@
-// Private to kernels/cpu: AVX2 tile kernels, one weight row against B activation
-// vectors (prefill and batched decode). See matmul.cpp for the batch-invariance rule.
+// Private to kernels/cpu: AVX2 micro-kernels, R weight rows against B activation vectors
+// (prefill and batched decode). Per (row, input) each performs exactly the float operations
+// of the decode rows kernel of its format (rows_avx2.h), so batched and solo results are
+// bit-identical; see matmul.cpp for the batch-invariance rule.
 #pragma once
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -14,65 +16,8 @@
 
 namespace agentq::kernels::avx2 {
 
-// Float formats: one FMA chain of 8 lanes per (row, input) (element j -> lane j % 8), hsum8,
-// plus the scalar tail; B inputs share each weight load.
-template <class L, int B>
-void tile_float_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float* out) {
-  const float* x[B];
-  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const float*>(xb[b]);
-  __m256 acc[B];
-  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    if (j % 32 == 0) {
-      prefetch(w + j * L::size + prefetch_bytes);
-      if (L::size == 4) prefetch(w + j * L::size + prefetch_bytes + 64);
-    }
-    const __m256 wv = L::v(w, j);
-    for (int b = 0; b < B; ++b) acc[b] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[b] + j), acc[b]);
-  }
-  for (int b = 0; b < B; ++b) {
-    float tail = 0;
-    for (int64_t jj = j; jj < n; ++jj) tail += L::s(w, jj) * x[b][jj];
-    out[b] = hsum8(acc[b]) + tail;
-  }
-}
-
-// Q8_0: sign trick + maddubs -> 8 int32 lanes per block (exact), then FMA into
-// one of two chains (even/odd block).
-template <int B>
-void tile_q8_0_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float* out) {
-  auto wb = reinterpret_cast<const block_q8_0*>(w);
-  const block_q8_0x* x[B];
-  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_0x*>(xb[b]);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[B][2];
-  for (int b = 0; b < B; ++b) acc[b][0] = acc[b][1] = _mm256_setzero_ps();
-  const int64_t nb = n / qk8_0;
-  auto step = [&](int64_t i, int k) {
-    prefetch(reinterpret_cast<const uint8_t*>(wb + i) + prefetch_bytes);
-    const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[i].qs));
-    const __m256i aw = _mm256_sign_epi8(qw, qw);
-    const float dw = h2f(wb[i].d);
-    for (int b = 0; b < B; ++b) {
-      const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b][i].qs));
-      const __m256i sx = _mm256_sign_epi8(qx, qw);
-      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
-      const __m256 d = _mm256_set1_ps(dw * x[b][i].d);
-      acc[b][k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot), acc[b][k]);
-    }
-  };
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    step(i, 0);
-    step(i + 1, 1);
-  }
-  if (i < nb) step(i, 0);
-  for (int b = 0; b < B; ++b) out[b] = hsum8(_mm256_add_ps(acc[b][0], acc[b][1]));
-}
-
 // Float formats, micro-kernel: R rows x B inputs, one accumulator register per (row, input)
-// over the whole row: per pair exactly tile_float_avx2<L, 1>'s operations (one FMA chain,
+// over the whole row: per pair exactly rows_float_avx2's operations (one FMA chain,
 // hsum8, the scalar tail). Each weight vector is loaded (and converted) once for the B
 // inputs and each input vector once for the R rows.
 template <class L, int R, int B>
@@ -110,7 +55,7 @@ void mk_float_avx2(const uint8_t* w, size_t stride, const uint8_t* const* xb, in
 
 // Q8_0 micro-kernel: R consecutive weight rows (stride bytes apart) x B inputs,
 // out[r * B + b] = dot(W[r], x[b]). Per (row, input) pair the float operations are
-// exactly tile_q8_0_avx2<1>'s: block i's 8 exact int32 lanes, converted, FMA'd with
+// exactly rows_q8_0_avx2's: block i's 8 exact int32 lanes, converted, FMA'd with
 // (d_w * d_x) into chain i % 2, the two chains added, then hsum8. The two chains are
 // independent, so they run as two passes (even blocks, then odd blocks), which halves
 // the live accumulators and lets R rows x B inputs share the loads: each input's quants
@@ -161,84 +106,9 @@ void mk_q8_0_avx2(const uint8_t* w, size_t stride, const uint8_t* const* xb, int
   }
 }
 
-template <int B>
-void tile_q4_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float* out) {
-  auto wb = reinterpret_cast<const block_q4_k*>(w);
-  const block_q8_k* x[B];
-  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
-  const __m256i m4 = _mm256_set1_epi8(0xF);
-  __m256 acc[B];
-  __m128 acc_m[B];
-  for (int b = 0; b < B; ++b) {
-    acc[b] = _mm256_setzero_ps();
-    acc_m[b] = _mm_setzero_ps();
-  }
-  for (int64_t i = 0; i < n / qk_k; ++i) {
-    prefetch(reinterpret_cast<const uint8_t*>(wb + i) + prefetch_bytes);
-    prefetch(reinterpret_cast<const uint8_t*>(wb + i) + prefetch_bytes + 64);
-    prefetch(reinterpret_cast<const uint8_t*>(wb + i) + prefetch_bytes + 128);
-    const float dw = h2f(wb[i].d);
-    const float dminw = -h2f(wb[i].dmin);
-    __m128i mins;
-    __m256i scales;
-    q4_k_scales_mins(wb[i], &scales, &mins);
-    if constexpr (B == 1) {
-      // Decode: fused, everything in registers.
-      const block_q8_k& y = x[0][i];
-      const __m256i q8sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
-      const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
-      const __m128i prod = _mm_madd_epi16(mins, q8s);
-      acc_m[0] = _mm_fmadd_ps(_mm_set1_ps(dminw * y.d), _mm_cvtepi32_ps(prod), acc_m[0]);
-      __m256i sumi = _mm256_setzero_si256();
-      for (int j = 0; j < qk_k / 64; ++j) {
-        const __m256i scale_l =
-            _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((4 * j) | ((4 * j + 1) << 8))));
-        const __m256i scale_h =
-            _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((4 * j + 2) | ((4 * j + 3) << 8))));
-        const __m256i q4bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[i].qs + 32 * j));
-        const __m256i q4l = _mm256_and_si256(q4bits, m4);
-        const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
-        const __m256i q8l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j));
-        const __m256i q8h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j + 32));
-        const __m256i p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
-        const __m256i p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
-      }
-      acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(sumi), acc[0]);
-    } else {
-      // Weight side once per super-block, shared by the B inputs:
-      // q4v[2j], q4v[2j+1]: the 4-bit quants of sub-blocks 2j, 2j+1; scv: their scales as int16.
-      __m256i q4v[8], scv[8];
-      for (int j = 0; j < qk_k / 64; ++j) {
-        const __m256i q4bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[i].qs + 32 * j));
-        q4v[2 * j] = _mm256_and_si256(q4bits, m4);
-        q4v[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
-        for (int h = 0; h < 2; ++h) {
-          const int sb = 2 * j + h;
-          scv[sb] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((2 * sb) | ((2 * sb + 1) << 8))));
-        }
-      }
-      for (int b = 0; b < B; ++b) {
-        const block_q8_k& y = x[b][i];
-        const __m256i q8sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
-        const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
-        const __m128i prod = _mm_madd_epi16(mins, q8s);
-        acc_m[b] = _mm_fmadd_ps(_mm_set1_ps(dminw * y.d), _mm_cvtepi32_ps(prod), acc_m[b]);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int sb = 0; sb < qk_k / 32; ++sb) {
-          const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * sb));
-          sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scv[sb], _mm256_maddubs_epi16(q4v[sb], q8)));
-        }
-        acc[b] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(sumi), acc[b]);
-      }
-    }
-  }
-  for (int b = 0; b < B; ++b) out[b] = hsum8(acc[b]) + hsum4(acc_m[b]);
-}
-
 // Q4_K micro-kernel: R consecutive weight rows (stride bytes apart) x B inputs,
 // out[r * B + b] = dot(W[r], x[b]). Per (row, input) pair the float operations are exactly
-// tile_q4_k_avx2<1>'s (and rows_q4_k_avx2's): per super-block one FMA of (d_w * d_x) on the
+// rows_q4_k_avx2's: per super-block one FMA of (d_w * d_x) on the
 // converted int32 lanes into acc and one FMA of (-dmin_w * d_x) on the mins' int32 lanes into
 // acc_m, then hsum8(acc) + hsum4(acc_m). The int32 lanes are exact, so they may be summed in
 // any order: lane k of sumi[r][b] is still the decode kernel's lane k (the scaled products of
@@ -338,46 +208,11 @@ void mk_q4_k_avx2(const uint8_t* w, size_t stride, const uint8_t* const* xb, int
     }
 }
 
-// Q6_K: as llama.cpp's ggml_vec_dot_q6_K_q8_K (AVX2): unsigned 6-bit quants times
-// q8 minus 32*q8, scaled per 16 elements, exact int32 lanes per super-block.
-template <int B>
-void tile_q6_k_avx2(const uint8_t* w, const uint8_t* const* xb, int64_t n, float* out) {
-  auto wb = reinterpret_cast<const block_q6_k*>(w);
-  const block_q8_k* x[B];
-  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
-  const __m256i m32s = _mm256_set1_epi8(32);
-  __m256 acc[B];
-  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / qk_k; ++i) {
-    for (int c = 0; c < 4; ++c) prefetch(reinterpret_cast<const uint8_t*>(wb + i) + prefetch_bytes + 64 * c);
-    const float dw = h2f(wb[i].d);
-    const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[i].scales));
-    __m256i sumi[B];
-    for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
-    for (int j = 0; j < qk_k / 128; ++j) {
-      __m256i sc[4], q6[4];
-      for (int k = 0; k < 4; ++k) sc[k] = q6_k_scale(scales, 4 * j + k);
-      q6_k_unpack(wb[i], j, q6);
-      for (int b = 0; b < B; ++b) {
-        const int8_t* q8 = x[b][i].qs + 128 * j;
-        for (int k = 0; k < 4; ++k) {
-          const __m256i q8v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * k));
-          const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q6[k], q8v), _mm256_maddubs_epi16(m32s, q8v));
-          sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(sc[k], p16));
-        }
-      }
-    }
-    for (int b = 0; b < B; ++b)
-      acc[b] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[b][i].d), _mm256_cvtepi32_ps(sumi[b]), acc[b]);
-  }
-  for (int b = 0; b < B; ++b) out[b] = hsum8(acc[b]);
-}
-
 // Q6_K micro-kernel: R rows x B inputs (prefill), per (row, input) exactly
-// tile_q6_k_avx2<1>'s operations: the super-block's exact int32 lanes, then one FMA with
+// rows_q6_k_avx2's operations: the super-block's exact int32 lanes, then one FMA with
 // d_w * d_x and hsum8 at the end. One 32-element sub-block at a time, so a row's unpacked
 // quants and scales (2 registers) serve all B inputs while the B running sums stay in
-// registers (tile_q6_k_avx2<4> holds a whole 128-element half per row instead).
+// registers.
 template <int R, int B>
 void mk_q6_k_avx2(const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n, float* out) {
   const block_q6_k* wr[R];
