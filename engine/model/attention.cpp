@@ -165,7 +165,7 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
       return _mm256_loadu_ps(q + 8 * c);
   };
   // Scores: one FMA chain over the head dim per key, then the hsum8 tree, 8 keys at a time
-  // (score8: the 8 trees as one vector reduction, same additions) and any rest one by one.
+  // (hsum8x8: the 8 trees as one vector reduction, same additions) and any rest one by one.
   __m256 vmx = _mm256_set1_ps(-INFINITY);
   const int32_t n = pos + 1;
   const __m256 scale = _mm256_set1_ps(a.scale);
