@@ -53,6 +53,9 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
     return set_err("block_size, max_step_tokens and max_running must be positive");
   device_spec spec;
   if (!parse_device(config.device, &spec, &err)) return set_err(err);
+  kv_dtype kv_type = kv_dtype::f32;
+  if (!config.kv_type.empty() && !parse_kv_dtype(config.kv_type, &kv_type))
+    return set_err("unknown kv_type '" + config.kv_type + "' (expected f16 or f32)");
   std::shared_ptr<const gguf::file> file = gguf::file::open(config.model_path, &err);
   if (!file) return set_err("cannot load model '" + config.model_path + "': " + err);
   std::unique_ptr<engine_impl> e(new engine_impl());
@@ -61,6 +64,7 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
   // NOTE: never falls back to the CPU: a job that asked for the GPU should not silently run 50x slower.
   e->backend_ = forward_backend::create(config.device, file, config.n_threads, &err);
   if (!e->backend_) return set_err("cannot load model '" + config.model_path + "': " + err);
+  if (!config.kv_type.empty() && !e->backend_->set_kv_type(kv_type, &err)) return set_err(err);
   e->tok_ = tokenizer::load(*file, &err);
   if (!e->tok_) return set_err("cannot load the tokenizer of '" + config.model_path + "': " + err);
 

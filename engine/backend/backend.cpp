@@ -41,6 +41,11 @@ class cpu_backend final : public forward_backend {
   explicit cpu_backend(std::unique_ptr<model> m) : model_(std::move(m)) {}
   const model_hparams& hparams() const override { return model_->hparams(); }
   std::string device() const override { return "cpu"; }
+  kv_dtype kv_type() const override { return kv_type_; }
+  bool set_kv_type(kv_dtype t, std::string*) override {
+    kv_type_ = t;
+    return true;
+  }
   bool alloc_kv(int32_t block_size, int32_t n_blocks, std::string*) override {
     kv_ = std::make_unique<kv_store>(kv_layout_for(block_size), n_blocks);
     return true;
@@ -53,6 +58,7 @@ class cpu_backend final : public forward_backend {
  private:
   std::unique_ptr<model> model_;
   std::unique_ptr<kv_store> kv_;
+  kv_dtype kv_type_ = kv_dtype::f16;
 };
 
 }  // namespace

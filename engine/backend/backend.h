@@ -36,7 +36,16 @@ class forward_backend {
   virtual std::string device() const = 0;
   kv_layout kv_layout_for(int32_t block_size) const {
     const auto& h = hparams();
-    return {h.n_layer, h.n_head_kv, h.head_dim, block_size};
+    return {h.n_layer, h.n_head_kv, h.head_dim, block_size, kv_type()};
+  }
+  // The element type of the K/V blocks: the CPU stores F16 unless set_kv_type(f32); the CUDA
+  // backend stores F32 only. Set before alloc_kv; false + *error for a type the device lacks.
+  virtual kv_dtype kv_type() const { return kv_dtype::f32; }
+  virtual bool set_kv_type(kv_dtype t, std::string* error) {
+    if (t == kv_type()) return true;
+    *error = "device '" + device() + "' stores K/V as " + kv_dtype_name(kv_type()) + " only (asked for " +
+             kv_dtype_name(t) + ")";
+    return false;
   }
 
   // Allocate the KV blocks (once, before kv() and forward()); false + *error when they do not fit.

@@ -60,7 +60,7 @@ class cuda_backend final : public forward_backend, public kv_memory {
     // forward() reports it.
     if (enter()) cu::kv_copy_block_rows(fwd_->kv(), src, dst, int64_t(n_rows) * layout_.row(), fwd_->stream());
   }
-  bool read_blocks(std::span<const int32_t> blocks, float* out) override {
+  bool read_blocks(std::span<const int32_t> blocks, void* out) override {
     if (!enter() || !stage(blocks.size())) return false;
     // The copy stream must see every K/V write queued on the compute stream so far.
     if (!cu::event_record(compute_done_, fwd_->stream()) || !cu::stream_wait_event(cu::kv_copy_stream(), compute_done_))
@@ -72,7 +72,7 @@ class cuda_backend final : public forward_backend, public kv_memory {
     std::memcpy(out, staging_.data(), blocks.size() * block_bytes());
     return true;
   }
-  bool write_blocks(std::span<const int32_t> blocks, const float* in) override {
+  bool write_blocks(std::span<const int32_t> blocks, const void* in) override {
     if (!enter() || !stage(blocks.size())) return false;
     std::memcpy(staging_.data(), in, blocks.size() * block_bytes());
     // NOTE: the blocks were just allocated, but copy-on-write copies into them may still be queued.
@@ -87,7 +87,8 @@ class cuda_backend final : public forward_backend, public kv_memory {
   }
 
  private:
-  size_t block_bytes() const { return size_t(2) * size_t(layout_.n_layer) * size_t(layout_.block_floats()) * 4; }
+  // NOTE: the device blocks are F32 (kv_type() below), so the layout's bytes are 4-byte elements.
+  size_t block_bytes() const { return size_t(layout_.block_bytes()); }
 
   // Every entry point: this thread's current device, no sticky error, and the compute stream
   // ordered after a restore still in flight.
@@ -120,7 +121,7 @@ class cuda_backend final : public forward_backend, public kv_memory {
   void* compute_done_ = nullptr;  // cudaEvent_t on the compute stream
   void* copy_done_ = nullptr;     // cudaEvent_t on the copy stream: the latest spill/restore
   bool copy_pending_ = false;     // a restore may still be in flight
-  cu::pinned_buffer staging_;     // [n][n_layer][K, V][block_floats]
+  cu::pinned_buffer staging_;     // [n][n_layer][K, V][block_elems] floats
   std::vector<int32_t> slots_;    // 0, 1, 2, ... (staging slots)
 };
 

@@ -30,12 +30,13 @@ int usage(FILE* f) {
                "usage: agentq-engine generate --model PATH (--prompt TEXT | --prompt-ids 1,2,3) [-n N]\n"
                "         [--temp T] [--top-k K] [--top-p P] [--min-p M] [--repeat-penalty R]\n"
                "         [--repeat-last-n N] [--seed S] [--threads N] [--ignore-eos] [--json]\n"
-               "         [--json-schema FILE] [--device cpu|cuda|cuda:N]\n"
+               "         [--json-schema FILE] [--device cpu|cuda|cuda:N] [--kv-type f16|f32]\n"
                "  -n N             tokens to generate at most (default 128)\n"
                "  --temp T         0 = greedy (default 0)\n"
                "  --prompt-ids     token ids, comma-separated, used as given (no BOS added)\n"
                "  --json-schema    constrain the output to one JSON value matching this JSON Schema\n"
                "  --device D       where the model runs: cpu (default), cuda, cuda:N (no fallback)\n"
+               "  --kv-type T      element type of the stored K/V: f16 (cpu default) or f32 (cuda's only)\n"
                "  --json           print {prompt_ids, output_ids, text, prompt_tokens_per_s, decode_tokens_per_s}\n");
   return f == stdout ? 0 : 2;
 }
@@ -86,6 +87,7 @@ int device_failed(const forward_backend& b) {
 int cmd_generate(int argc, char** argv) {
   const char *model_path = nullptr, *prompt = nullptr, *prompt_ids_arg = nullptr, *schema_path = nullptr;
   std::string device = "cpu";
+  const char* kv_type = nullptr;
   int32_t n_predict = 128, n_threads = 0;
   bool json = false, ignore_eos = false;
   sampling_params sp;
@@ -106,6 +108,7 @@ int cmd_generate(int argc, char** argv) {
     else if (arg("--threads") || arg("-t")) n_threads = std::atoi(argv[++i]);
     else if (arg("--json-schema")) schema_path = argv[++i];
     else if (arg("--device")) device = argv[++i];
+    else if (arg("--kv-type")) kv_type = argv[++i];
     else if (!std::strcmp(argv[i], "--json")) json = true;
     else if (!std::strcmp(argv[i], "--ignore-eos")) ignore_eos = true;
     else {
@@ -114,6 +117,11 @@ int cmd_generate(int argc, char** argv) {
     }
   }
   if (!model_path || (!prompt && !prompt_ids_arg) || n_predict < 0) return usage(stderr);
+  kv_dtype kv_dt = kv_dtype::f16;
+  if (kv_type && !parse_kv_dtype(kv_type, &kv_dt)) {
+    std::fprintf(stderr, "generate: --kv-type must be f16 or f32 (got '%s')\n", kv_type);
+    return 2;
+  }
 
   std::string err;
   std::shared_ptr<const gguf::file> file = gguf::file::open(model_path, &err);
@@ -122,6 +130,7 @@ int cmd_generate(int argc, char** argv) {
   if (!tok) { std::fprintf(stderr, "generate: %s: %s\n", model_path, err.c_str()); return 1; }
   auto mdl = forward_backend::create(device, file, n_threads, &err);
   if (!mdl) { std::fprintf(stderr, "generate: %s: %s\n", model_path, err.c_str()); return 1; }
+  if (kv_type && !mdl->set_kv_type(kv_dt, &err)) { std::fprintf(stderr, "generate: %s\n", err.c_str()); return 2; }
   const model_hparams& hp = mdl->hparams();
 
   // --json-schema: constrain the output to one JSON value of the schema (grammar/).

@@ -1,37 +1,57 @@
-// Host KV blocks: copy-on-write and the spill tier's block copies (plain memcpy).
+// Host KV blocks: copy-on-write and the spill tier's block copies (plain memcpy of the
+// stored elements, whatever their type).
 #include "kv/kv_store.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace agentq {
 
+const char* kv_dtype_name(kv_dtype t) { return t == kv_dtype::f16 ? "f16" : "f32"; }
+
+bool parse_kv_dtype(const std::string& text, kv_dtype* out) {
+  if (text == "f32") *out = kv_dtype::f32;
+  else if (text == "f16") *out = kv_dtype::f16;
+  else return false;
+  return true;
+}
+
+void kv_store::wrong_type(size_t elem_bytes) const {
+  std::fprintf(stderr, "%s:%d: kv_store: %zu-byte element access to a %s store\n", __FILE__, __LINE__, elem_bytes,
+               kv_dtype_name(layout_.dtype));
+  std::abort();
+}
+
 void kv_store::copy_rows(int32_t src, int32_t dst, int32_t n_rows) {
-  const size_t bytes = size_t(n_rows) * size_t(layout_.row()) * sizeof(float);
+  const size_t bytes = size_t(n_rows) * size_t(layout_.row()) * size_t(layout_.elem_bytes());
   for (int32_t l = 0; l < layout_.n_layer; ++l) {
-    std::memcpy(k(l, dst), k(l, src), bytes);
-    std::memcpy(v(l, dst), v(l, src), bytes);
+    std::memcpy(k_.data() + offset(l, dst), k_.data() + offset(l, src), bytes);
+    std::memcpy(v_.data() + offset(l, dst), v_.data() + offset(l, src), bytes);
   }
 }
 
-bool kv_store::read_blocks(std::span<const int32_t> blocks, float* out) {
-  const size_t n = size_t(layout_.block_floats());
+bool kv_store::read_blocks(std::span<const int32_t> blocks, void* out) {
+  const size_t n = size_t(layout_.block_elem_bytes());
+  auto* o = static_cast<uint8_t*>(out);
   for (int32_t b : blocks) {
     for (int32_t l = 0; l < layout_.n_layer; ++l) {
-      std::memcpy(out, k(l, b), n * sizeof(float));
-      std::memcpy(out + n, v(l, b), n * sizeof(float));
-      out += 2 * n;
+      std::memcpy(o, k_.data() + offset(l, b), n);
+      std::memcpy(o + n, v_.data() + offset(l, b), n);
+      o += 2 * n;
     }
   }
   return true;
 }
 
-bool kv_store::write_blocks(std::span<const int32_t> blocks, const float* in) {
-  const size_t n = size_t(layout_.block_floats());
+bool kv_store::write_blocks(std::span<const int32_t> blocks, const void* in) {
+  const size_t n = size_t(layout_.block_elem_bytes());
+  const auto* p = static_cast<const uint8_t*>(in);
   for (int32_t b : blocks) {
     for (int32_t l = 0; l < layout_.n_layer; ++l) {
-      std::memcpy(k(l, b), in, n * sizeof(float));
-      std::memcpy(v(l, b), in + n, n * sizeof(float));
-      in += 2 * n;
+      std::memcpy(k_.data() + offset(l, b), p, n);
+      std::memcpy(v_.data() + offset(l, b), p + n, n);
+      p += 2 * n;
     }
   }
   return true;

@@ -7,18 +7,31 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 namespace agentq {
+
+// Element type of the stored K/V. The CPU model stores F16 by default (half the bytes each
+// decode step reads, twice the tokens a KV budget holds; as llama.cpp's default cache), F32
+// on request; the CUDA backend stores F32. Values are rounded to F16 once, when written.
+enum class kv_dtype : uint8_t { f32 = 0, f16 = 1 };  // NOTE: the spill header stores the value
+const char* kv_dtype_name(kv_dtype t);
+// "f32" / "f16" -> *out; false for anything else.
+bool parse_kv_dtype(const std::string& text, kv_dtype* out);
 
 struct kv_layout {
   int32_t n_layer = 0;
   int32_t n_head_kv = 0;
   int32_t head_dim = 0;
   int32_t block_size = 16;   // tokens per block
-  int32_t row() const { return n_head_kv * head_dim; }                       // floats per token per layer
-  int64_t block_floats() const { return int64_t(block_size) * row(); }       // floats per block per layer, K or V
-  int64_t block_bytes() const { return 2 * int64_t(n_layer) * block_floats() * int64_t(sizeof(float)); }
+  kv_dtype dtype = kv_dtype::f32;
+  int32_t row() const { return n_head_kv * head_dim; }                       // elements per token per layer
+  int64_t block_elems() const { return int64_t(block_size) * row(); }        // elements per block per layer, K or V
+  int32_t elem_bytes() const { return dtype == kv_dtype::f16 ? 2 : 4; }
+  int64_t block_elem_bytes() const { return block_elems() * elem_bytes(); }  // bytes per block per layer, K or V
+  int64_t block_bytes() const { return 2 * int64_t(n_layer) * block_elem_bytes(); }
 };
 
 class kv_store;
@@ -32,42 +45,62 @@ class kv_memory {
   virtual kv_store* host() { return nullptr; }
   // Copy-on-write: the first n_rows token rows of K and V, every layer, from block src to dst.
   virtual void copy_rows(int32_t src, int32_t dst, int32_t n_rows) = 0;
-  // blocks[i] -> out + i * 2 * n_layer * block_floats, laid out [n_layer][K, V][block_floats]
-  // (the spill file's order). Complete on return; false on a device error.
-  virtual bool read_blocks(std::span<const int32_t> blocks, float* out) = 0;
+  // blocks[i] -> out + i * layout().block_bytes(), laid out [n_layer][K, V][block_elems] in the
+  // layout's element type (the spill file's order). Complete on return; false on a device error.
+  virtual bool read_blocks(std::span<const int32_t> blocks, void* out) = 0;
   // in -> blocks[i], same layout. May finish asynchronously, but before any later forward pass
   // or copy touches those blocks; `in` may be reused on return. false on a device error.
-  virtual bool write_blocks(std::span<const int32_t> blocks, const float* in) = 0;
+  virtual bool write_blocks(std::span<const int32_t> blocks, const void* in) = 0;
 };
 
 class kv_store final : public kv_memory {
  public:
   kv_store(kv_layout layout, int32_t n_blocks)
       : layout_(layout), n_blocks_(n_blocks),
-        k_(size_t(layout.n_layer) * n_blocks * layout.block_floats()),
-        v_(size_t(layout.n_layer) * n_blocks * layout.block_floats()) {}
+        k_(size_t(layout.n_layer) * n_blocks * layout.block_elem_bytes()),
+        v_(size_t(layout.n_layer) * n_blocks * layout.block_elem_bytes()) {}
 
   const kv_layout& layout() const override { return layout_; }
   int32_t n_blocks() const override { return n_blocks_; }
   kv_store* host() override { return this; }
   void copy_rows(int32_t src, int32_t dst, int32_t n_rows) override;
-  bool read_blocks(std::span<const int32_t> blocks, float* out) override;
-  bool write_blocks(std::span<const int32_t> blocks, const float* in) override;
+  bool read_blocks(std::span<const int32_t> blocks, void* out) override;
+  bool write_blocks(std::span<const int32_t> blocks, const void* in) override;
 
-  // K/V of one block in one layer: float[block_size][n_head_kv * head_dim]
-  float* k(int32_t layer, int32_t block_idx) { return k_.data() + offset(layer, block_idx); }
-  float* v(int32_t layer, int32_t block_idx) { return v_.data() + offset(layer, block_idx); }
-  const float* k(int32_t layer, int32_t block_idx) const { return k_.data() + offset(layer, block_idx); }
-  const float* v(int32_t layer, int32_t block_idx) const { return v_.data() + offset(layer, block_idx); }
+  // K/V of one block in one layer: T[block_size][n_head_kv * head_dim], T the layout's element
+  // type (float for f32, uint16_t IEEE half bits for f16; checked).
+  template <class T = float>
+  T* k(int32_t layer, int32_t block_idx) {
+    return typed<T>(k_.data() + offset(layer, block_idx));
+  }
+  template <class T = float>
+  T* v(int32_t layer, int32_t block_idx) {
+    return typed<T>(v_.data() + offset(layer, block_idx));
+  }
+  template <class T = float>
+  const T* k(int32_t layer, int32_t block_idx) const {
+    return typed<T>(const_cast<uint8_t*>(k_.data()) + offset(layer, block_idx));
+  }
+  template <class T = float>
+  const T* v(int32_t layer, int32_t block_idx) const {
+    return typed<T>(const_cast<uint8_t*>(v_.data()) + offset(layer, block_idx));
+  }
 
  private:
   size_t offset(int32_t layer, int32_t block_idx) const {
-    return (size_t(layer) * n_blocks_ + size_t(block_idx)) * size_t(layout_.block_floats());
+    return (size_t(layer) * n_blocks_ + size_t(block_idx)) * size_t(layout_.block_elem_bytes());
   }
+  template <class T>
+  T* typed(uint8_t* p) const {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, uint16_t>);
+    if (sizeof(T) != size_t(layout_.elem_bytes())) wrong_type(sizeof(T));
+    return reinterpret_cast<T*>(p);
+  }
+  [[noreturn]] void wrong_type(size_t elem_bytes) const;
   kv_layout layout_;
   int32_t n_blocks_;
-  std::vector<float> k_;  // [n_layer][n_blocks][block_size][n_head_kv*head_dim]
-  std::vector<float> v_;  // same
+  std::vector<uint8_t> k_;  // [n_layer][n_blocks][block_size][n_head_kv*head_dim] elements
+  std::vector<uint8_t> v_;  // same
 };
 
 }  // namespace agentq

@@ -19,7 +19,7 @@ constexpr char magic[8] = {'A', 'Q', 'K', 'V', 'S', 'P', 'L', '1'};
 struct header {
   char magic[8];
   uint32_t version;
-  uint32_t pad;
+  uint32_t dtype;  // kv_dtype; NOTE: was padding (always 0 = f32) in files written before F16 K/V
   uint64_t digest_hash;
   int32_t n_layer, n_head_kv, head_dim, block_size;
   int32_t n_tokens;
@@ -50,7 +50,7 @@ bool parse_header(const std::vector<uint8_t>& buf, uint64_t digest_hash, const k
   std::memcpy(h, buf.data(), sizeof(header));
   if (std::memcmp(h->magic, magic, 8) != 0 || h->version != 1 || h->digest_hash != digest_hash) return false;
   if (h->n_layer != lay.n_layer || h->n_head_kv != lay.n_head_kv || h->head_dim != lay.head_dim ||
-      h->block_size != lay.block_size)
+      h->block_size != lay.block_size || h->dtype != uint32_t(lay.dtype))
     return false;
   if (h->n_tokens <= 0 || h->n_blocks != (h->n_tokens + lay.block_size - 1) / lay.block_size) return false;
   const size_t tok_bytes = size_t(h->n_tokens) * sizeof(token_id);
@@ -123,6 +123,7 @@ bool spill_store::write(const block_pool& pool, int32_t seq_idx, std::span<const
   h.n_head_kv = layout_.n_head_kv;
   h.head_dim = layout_.head_dim;
   h.block_size = layout_.block_size;
+  h.dtype = uint32_t(layout_.dtype);
   h.n_tokens = s.n_tokens;
   h.n_blocks = pool.blocks_for_tokens(s.n_tokens);
   uint64_t phash = prefix_cache::root_hash;
@@ -141,18 +142,18 @@ bool spill_store::write(const block_pool& pool, int32_t seq_idx, std::span<const
   put(&h, sizeof h);
   sum = checksum64(tokens.data(), tokens.size_bytes(), sum);
   put(tokens.data(), tokens.size_bytes());
-  const size_t blk_bytes = size_t(layout_.block_floats()) * sizeof(float);
+  const size_t blk_bytes = size_t(layout_.block_elem_bytes());
   // NOTE: blocks are read through the pool's memory (host or device) in chunks, so a long
   // sequence never needs a second full copy in host memory.
   constexpr int32_t k_chunk_blocks = 32;
-  std::vector<float> chunk;
+  std::vector<uint8_t> chunk;
   bool read_ok = true;
   for (int32_t b0 = 0; b0 < h.n_blocks && read_ok; b0 += k_chunk_blocks) {
     const int32_t n = std::min(k_chunk_blocks, h.n_blocks - b0);
-    chunk.resize(size_t(n) * size_t(layout_.n_layer) * 2 * size_t(layout_.block_floats()));
+    chunk.resize(size_t(n) * size_t(layout_.block_bytes()));
     read_ok = pool.memory().read_blocks(std::span<const int32_t>(s.blocks.data() + b0, size_t(n)), chunk.data());
-    const auto* p = reinterpret_cast<const uint8_t*>(chunk.data());
-    for (size_t off = 0; read_ok && off < chunk.size() * sizeof(float); off += blk_bytes) {  // K, V of each layer
+    const uint8_t* p = chunk.data();
+    for (size_t off = 0; read_ok && off < chunk.size(); off += blk_bytes) {  // K, V of each layer
       sum = checksum64(p + off, blk_bytes, sum);
       put(p + off, blk_bytes);
     }
@@ -194,7 +195,7 @@ bool spill_store::restore(int32_t entry_idx, int32_t n_tokens, block_pool& pool,
   std::vector<uint8_t> buf;
   header h;
   std::vector<token_id> toks;
-  const size_t blk_bytes = size_t(layout_.block_floats()) * sizeof(float);
+  const size_t blk_bytes = size_t(layout_.block_elem_bytes());
   bool ok = read_all(e.path, &buf) && parse_header(buf, digest_hash_, layout_, &h, &toks);
   const size_t payload_off = sizeof(header) + toks.size() * sizeof(token_id);
   const size_t payload = size_t(h.n_blocks) * size_t(layout_.n_layer) * 2 * blk_bytes;
@@ -221,12 +222,10 @@ bool spill_store::restore(int32_t entry_idx, int32_t n_tokens, block_pool& pool,
     entries_.push_back(e);  // still valid on disk
     return false;
   }
-  // The payload is [block][layer][K, V][block_floats], the order write_blocks takes.
-  // NOTE: the float view is 4-byte aligned: header and tokens are multiples of 4 bytes.
+  // The payload is [block][layer][K, V][block_elems], the order write_blocks takes.
   const auto& s = pool.seq(seq_idx);
-  const auto* payload_f = reinterpret_cast<const float*>(buf.data() + payload_off);
   if (!pool.memory().write_blocks(std::span<const int32_t>(s.blocks.data(), size_t(pool.blocks_for_tokens(n_tokens))),
-                                  payload_f)) {
+                                  buf.data() + payload_off)) {
     pool.truncate(seq_idx, 0);
     entries_.push_back(e);  // the device failed, not the file
     return false;

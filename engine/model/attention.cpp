@@ -1,17 +1,20 @@
-// Causal attention over paged K/V: AVX2/FMA for head dims that are a multiple of 8
-// (q held in registers, one FMA chain per score, V accumulated in registers, a
-// polynomial exp), a scalar loop otherwise. Each query is computed on its own in a
-// fixed order (see attention.h), so batching and threading never change a result.
+// Causal attention over paged K/V (F32 or F16 elements, see kv_dtype): AVX2/FMA for head
+// dims that are a multiple of 8 (q held in registers, one FMA chain per score, V accumulated
+// in registers, a polynomial exp), a scalar loop otherwise. Each query is computed on its
+// own in a fixed order (see attention.h), so batching and threading never change a result.
 #include "model/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
+
+#include "agentq/kernels.h"
 
 #include "kv/kv_store.h"
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define AGENTQ_ATTENTION_AVX2 1
 #endif
@@ -20,38 +23,44 @@ namespace agentq {
 
 namespace {
 
-const float* k_row(const attention_args& a, int32_t t) {
-  return a.kv->k(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.row_floats + a.kv_offset;
+// K/V elements: float (f32 cache) or uint16_t (IEEE half bits, f16 cache).
+inline float to_f32(float x) { return x; }
+inline float to_f32(uint16_t h) { return kernels::fp16_to_fp32(h); }
+
+template <class T>
+const T* k_row(const attention_args& a, int32_t t) {
+  return a.kv->k<T>(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.row_elems + a.kv_offset;
 }
-const float* v_row(const attention_args& a, int32_t t) {
-  return a.kv->v(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.row_floats + a.kv_offset;
+template <class T>
+const T* v_row(const attention_args& a, int32_t t) {
+  return a.kv->v<T>(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.row_elems + a.kv_offset;
 }
 
 // fn(t, row) for t in [0, n) in order, row = K (or V) of position t; one block lookup per
 // block instead of a division per position. Rows `ahead` positions further are prefetched:
 // in batched decode the K/V rows come from memory (the weight stream evicts them between
 // steps), and rows 4 * head_dim * n_kv bytes apart defeat the hardware prefetcher.
-template <bool V, class F>
+template <bool V, class T, class F>
 inline void for_rows(const attention_args& a, int32_t n, F&& fn) {
   constexpr int32_t ahead = 8;
-  const int32_t bs = a.block_size, row_bytes = a.head_dim * int32_t(sizeof(float));
+  const int32_t bs = a.block_size, row_bytes = a.head_dim * int32_t(sizeof(T));
   auto block = [&](int32_t bi) {
-    return (V ? a.kv->v(a.layer, a.block_table[bi]) : a.kv->k(a.layer, a.block_table[bi])) + a.kv_offset;
+    return (V ? a.kv->v<T>(a.layer, a.block_table[bi]) : a.kv->k<T>(a.layer, a.block_table[bi])) + a.kv_offset;
   };
-  const float* base = block(0);
+  const T* base = block(0);
   for (int32_t t0 = 0, bi = 0; t0 < n; t0 += bs, ++bi) {
     const int32_t te = std::min(n, t0 + bs);
-    const float* next = te < n ? block(bi + 1) : nullptr;
+    const T* next = te < n ? block(bi + 1) : nullptr;
     for (int32_t t = t0; t < te; ++t) {
       const int32_t u = t + ahead - t0;  // the prefetched position, relative to this block
-      const float* pf = u < bs
-                            ? (t + ahead < n ? base + size_t(u) * a.row_floats : nullptr)
-                            : (next && t + ahead < n && u - bs < bs ? next + size_t(u - bs) * a.row_floats : nullptr);
+      const T* pf = u < bs
+                            ? (t + ahead < n ? base + size_t(u) * a.row_elems : nullptr)
+                            : (next && t + ahead < n && u - bs < bs ? next + size_t(u - bs) * a.row_elems : nullptr);
 #if defined(__SSE__)
       if (pf)
         for (int32_t c = 0; c < row_bytes; c += 64) __builtin_prefetch(reinterpret_cast<const char*>(pf) + c);
 #endif
-      fn(t, base + size_t(t - t0) * a.row_floats);
+      fn(t, base + size_t(t - t0) * a.row_elems);
     }
     base = next;
   }
@@ -59,14 +68,17 @@ inline void for_rows(const attention_args& a, int32_t n, F&& fn) {
 
 // Where a query's K/V rows come from: the paged cache (decode: one query per call), or a
 // packed copy of one head's rows (see attend: many queries of one head share it).
+template <class T>
 struct paged_rows {
+  using elem = T;
   const attention_args& a;
   template <bool V, class F>
   void each(int32_t n, F&& fn) const {
-    for_rows<V>(a, n, fn);
+    for_rows<V, T>(a, n, fn);
   }
 };
 struct packed_rows {
+  using elem = float;
   const float* k;
   const float* v;
   int32_t stride;
@@ -77,13 +89,14 @@ struct packed_rows {
   }
 };
 
+template <class T>
 void attend_one_scalar(const attention_args& a, const float* q, int32_t pos, float* out, float* scores) {
   const int32_t hd = a.head_dim;
   float mx = -INFINITY;
   for (int32_t t = 0; t <= pos; ++t) {
-    const float* kt = k_row(a, t);
+    const T* kt = k_row<T>(a, t);
     float s = 0;
-    for (int32_t d = 0; d < hd; ++d) s += q[d] * kt[d];
+    for (int32_t d = 0; d < hd; ++d) s += q[d] * to_f32(kt[d]);
     scores[t] = s * a.scale;
     mx = std::max(mx, scores[t]);
   }
@@ -95,13 +108,18 @@ void attend_one_scalar(const attention_args& a, const float* q, int32_t pos, flo
   const float inv = float(1.0 / sum);
   std::fill(out, out + hd, 0.0f);
   for (int32_t t = 0; t <= pos; ++t) {
-    const float* vt = v_row(a, t);
+    const T* vt = v_row<T>(a, t);
     const float p = scores[t] * inv;
-    for (int32_t d = 0; d < hd; ++d) out[d] += p * vt[d];
+    for (int32_t d = 0; d < hd; ++d) out[d] += p * to_f32(vt[d]);
   }
 }
 
 #if AGENTQ_ATTENTION_AVX2
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 inline float hsum8(__m256 s) {
   __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
   t = _mm_add_ps(t, _mm_movehl_ps(t, t));
@@ -153,6 +171,7 @@ inline __m256 exp_neg(__m256 x) {
 template <int NV, class Rows>
 void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, int32_t pos, float* out,
                      float* scores) {
+  using T = typename Rows::elem;
   const int32_t nv = NV > 0 ? NV : a.head_dim / 8;
   constexpr int held = NV > 0 && NV <= 8 ? NV : 1;
   __m256 qv[held];
@@ -169,24 +188,24 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
   __m256 vmx = _mm256_set1_ps(-INFINITY);
   const int32_t n = pos + 1;
   const __m256 scale = _mm256_set1_ps(a.scale);
-  const float* kp[8];
+  const T* kp[8];
   int cnt = 0;
-  rows.template each<false>(n, [&](int32_t t, const float* kt) {
+  rows.template each<false>(n, [&](int32_t t, const T* kt) {
     kp[cnt++] = kt;
     if (cnt < 8) return;
     cnt = 0;
     __m256 acc[8];
-    for (int i = 0; i < 8; ++i) acc[i] = _mm256_mul_ps(qc(0), _mm256_loadu_ps(kp[i]));
+    for (int i = 0; i < 8; ++i) acc[i] = _mm256_mul_ps(qc(0), load8(kp[i]));
     for (int c = 1; c < nv; ++c)
-      for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(qc(c), _mm256_loadu_ps(kp[i] + 8 * c), acc[i]);
+      for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(qc(c), load8(kp[i] + 8 * c), acc[i]);
     const __m256 s = _mm256_mul_ps(hsum8x8(acc), scale);
     _mm256_storeu_ps(scores + t - 7, s);
     vmx = _mm256_max_ps(vmx, s);  // max is exact: any order gives the same value
   });
   for (int i = 0; i < cnt; ++i) {
-    const float* kt = kp[i];
-    __m256 acc = _mm256_mul_ps(qc(0), _mm256_loadu_ps(kt));
-    for (int c = 1; c < nv; ++c) acc = _mm256_fmadd_ps(qc(c), _mm256_loadu_ps(kt + 8 * c), acc);
+    const T* kt = kp[i];
+    __m256 acc = _mm256_mul_ps(qc(0), load8(kt));
+    for (int c = 1; c < nv; ++c) acc = _mm256_fmadd_ps(qc(c), load8(kt + 8 * c), acc);
     const float sc = hsum8(acc) * a.scale;
     scores[n - cnt + i] = sc;
     vmx = _mm256_max_ps(vmx, _mm256_set1_ps(sc));
@@ -225,24 +244,24 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
     const int w = std::min(8, nv - c0);
     __m256 acc[8];
     for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
-    const float* vp[8];
+    const T* vp[8];
     int cnt = 0;
     int32_t u0 = 0;
     auto add_rows = [&](int m) {
       __m256 r[8];
       for (int c = 0; c < 8; ++c) r[c] = acc[c];
       for (int i = 0; i < m; ++i) {
-        const float* vt = vp[i] + 8 * c0;
+        const T* vt = vp[i] + 8 * c0;
         const __m256 p = _mm256_mul_ps(_mm256_broadcast_ss(scores + u0 + i), inv);
         if (w == 8 && (NV == 8 || NV == 16)) {
-          for (int c = 0; c < 8; ++c) r[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * c), r[c]);
+          for (int c = 0; c < 8; ++c) r[c] = _mm256_fmadd_ps(p, load8(vt + 8 * c), r[c]);
         } else {
-          for (int c = 0; c < w; ++c) r[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * c), r[c]);
+          for (int c = 0; c < w; ++c) r[c] = _mm256_fmadd_ps(p, load8(vt + 8 * c), r[c]);
         }
       }
       for (int c = 0; c < 8; ++c) acc[c] = r[c];
     };
-    rows.template each<true>(n, [&](int32_t u, const float* vrow) {
+    rows.template each<true>(n, [&](int32_t u, const T* vrow) {
       if (cnt == 0) u0 = u;
       vp[cnt++] = vrow;
       if (cnt == 8) {
@@ -273,34 +292,51 @@ void attend_avx2(const attention_args& a, const Rows& rows, const float* q, int6
 }
 #endif
 
-}  // namespace
-
-void attend(const attention_args& a, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q, float* out,
-            int64_t out_stride, float* scores) {
+// One head's queries over K/V elements of type T (float or uint16_t F16).
+template <class T>
+void attend_typed(const attention_args& a, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q, float* out,
+                  int64_t out_stride, float* scores) {
 #if AGENTQ_ATTENTION_AVX2
   if (a.head_dim % 8 == 0) {
     // NOTE: many queries of one head (prefill) first copy the head's K and V rows into one
-    // packed buffer each. In the cache a head's row is head_dim floats of every
-    // n_head_kv * head_dim-float token row; read in place, every query streamed those rows
+    // packed F32 buffer each. In the cache a head's row is head_dim elements of every
+    // n_head_kv * head_dim-element token row; read in place, every query streamed those rows
     // from L3 (a stride of a few KiB maps onto few L2 sets), which made attention ~12-20% of
-    // prefill. The copy is exact, so results are the same bits either way.
+    // prefill. The copy (and an F16 cache's conversion) is exact, so results are the same
+    // bits either way.
     if (n_q >= 4) {
       const int32_t n = pos0 + n_q, hd = a.head_dim;
       thread_local std::vector<float> packed;
       if (packed.size() < size_t(n) * 2 * hd) packed.resize(size_t(n) * 2 * hd);
       float* pk = packed.data();
       float* pv = pk + size_t(n) * hd;
-      for_rows<false>(a, n,
-                      [&](int32_t t, const float* row) { std::memcpy(pk + size_t(t) * hd, row, size_t(hd) * 4); });
-      for_rows<true>(a, n, [&](int32_t t, const float* row) { std::memcpy(pv + size_t(t) * hd, row, size_t(hd) * 4); });
+      auto unpack = [hd](const T* row, float* dst) {
+        if constexpr (std::is_same_v<T, float>)
+          std::memcpy(dst, row, size_t(hd) * 4);
+        else
+          kernels::dequantize_row(kernels::weight_type::f16, row, dst, hd);
+      };
+      for_rows<false, T>(a, n, [&](int32_t t, const T* row) { unpack(row, pk + size_t(t) * hd); });
+      for_rows<true, T>(a, n, [&](int32_t t, const T* row) { unpack(row, pv + size_t(t) * hd); });
       attend_avx2(a, packed_rows{pk, pv, hd}, q, q_stride, pos0, n_q, out, out_stride, scores);
     } else {
-      attend_avx2(a, paged_rows{a}, q, q_stride, pos0, n_q, out, out_stride, scores);
+      attend_avx2(a, paged_rows<T>{a}, q, q_stride, pos0, n_q, out, out_stride, scores);
     }
     return;
   }
 #endif
-  for (int32_t j = 0; j < n_q; ++j) attend_one_scalar(a, q + j * q_stride, pos0 + j, out + j * out_stride, scores);
+  for (int32_t j = 0; j < n_q; ++j)
+    attend_one_scalar<T>(a, q + j * q_stride, pos0 + j, out + j * out_stride, scores);
+}
+
+}  // namespace
+
+void attend(const attention_args& a, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q, float* out,
+            int64_t out_stride, float* scores) {
+  if (a.kv->layout().dtype == kv_dtype::f16)
+    attend_typed<uint16_t>(a, q, q_stride, pos0, n_q, out, out_stride, scores);
+  else
+    attend_typed<float>(a, q, q_stride, pos0, n_q, out, out_stride, scores);
 }
 
 }  // namespace agentq

@@ -2,7 +2,10 @@
 // prefill) and tg128 (128 single-token decode steps) — beside the measured read
 // bandwidth (host memory, or HBM with --device cuda), so decode is reported as a
 // fraction of its memory roofline.
-//   agentq-bench_engine [--device cpu|cuda|cuda:N] [--threads N] [--pp 512] [--tg 128] [--reps R] MODEL.gguf...
+//   agentq-bench_engine [--device cpu|cuda|cuda:N] [--threads N] [--pp 512] [--tg 128] [--reps R]
+//                       [--kv-type f16|f32] [--depth D] MODEL.gguf...
+// --depth D: the tg steps decode after D tokens of context (positions D..D+tg-1; default 0, as
+// llama-bench's tg), so they also read D+ tokens of K/V each: the agent case of a long prefix.
 // Ends with one JSON line: {"threads":N,"device":D,"results":[{model,type,pp512_tokens_per_s,...}]}.
 #include <algorithm>
 #include <chrono>
@@ -38,8 +41,9 @@ double now_s() {
 }
 
 struct result {
-  std::string model, type;
+  std::string model, type, kv_type;
   double pp_tps = 0, tg_tps = 0, bandwidth_gbps = 0, bytes_per_token = 0, roofline_fraction = 0;
+  double kv_bytes_per_token = 0;  // K/V one tg step reads, averaged over the steps (not in the roofline)
   // The same by CPU clock (tokens per CPU-second per thread): robust on a shared, oversubscribed host.
   double pp_tps_cpu = 0, tg_tps_cpu = 0, bandwidth_cpu_gbps = 0, roofline_fraction_cpu = 0;
 };
@@ -100,6 +104,7 @@ double device_read_bandwidth_gbps() {
 
 const char* k_usage =
     "usage: agentq-bench_engine [--device cpu|cuda|cuda:N] [--threads N] [--pp 512] [--tg 128] [--reps R] "
+    "[--kv-type f16|f32] [--depth D] "
     "MODEL.gguf...\n";
 
 }  // namespace
@@ -108,6 +113,8 @@ int main(int argc, char** argv) {
   int32_t n_threads = int32_t(std::max(1u, std::thread::hardware_concurrency()));
   int32_t n_pp = 512, n_tg = 128, reps = 2;
   std::string device = "cpu";
+  std::string kv_type;  // empty: the device's default
+  int32_t depth = 0;
   std::vector<std::string> paths;
   for (int i = 1; i < argc; ++i) {
     auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
@@ -121,13 +128,17 @@ int main(int argc, char** argv) {
       reps = std::max(1, std::atoi(argv[++i]));
     else if (arg("--device"))
       device = argv[++i];
+    else if (arg("--kv-type"))
+      kv_type = argv[++i];
+    else if (arg("--depth"))
+      depth = std::atoi(argv[++i]);
     else if (argv[i][0] == '-') {
       std::fprintf(stderr, "%s", k_usage);
       return 2;
     } else
       paths.push_back(argv[i]);
   }
-  if (paths.empty() || n_pp <= 0 || n_tg <= 0) {
+  if (paths.empty() || n_pp <= 0 || n_tg <= 0 || depth < 0) {
     std::fprintf(stderr, "%s", k_usage);
     return 2;
   }
@@ -148,14 +159,23 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_engine: %s: %s\n", path.c_str(), err.c_str());
       return 1;
     }
+    if (!kv_type.empty()) {
+      kv_dtype t;
+      if (!parse_kv_dtype(kv_type, &t) || !mdl->set_kv_type(t, &err)) {
+        std::fprintf(stderr, "bench_engine: --kv-type %s: %s\n", kv_type.c_str(),
+                     err.empty() ? "expected f16 or f32" : err.c_str());
+        return 2;
+      }
+    }
     const model_hparams& hp = mdl->hparams();
     result r;
     r.model = std::filesystem::path(path).stem().string();
     r.type = main_type(*file);
+    r.kv_type = kv_dtype_name(mdl->kv_type());
     r.bytes_per_token = decode_bytes(*file);
 
     constexpr int32_t k_block_size = 16;
-    const int32_t n_ctx = std::max(n_pp, n_tg);
+    const int32_t n_ctx = std::max(n_pp, depth + n_tg);
     const int32_t n_blocks = (n_ctx + k_block_size - 1) / k_block_size;
     if (!mdl->alloc_kv(k_block_size, n_blocks, &err)) {
       std::fprintf(stderr, "bench_engine: %s\n", err.c_str());
@@ -179,6 +199,15 @@ int main(int argc, char** argv) {
       batch_seq s{table.data(), 0, tokens.data(), std::min(n_pp, 16), false};
       forward(s);
     }
+    // --depth: the context the tg steps follow, written once (untimed) in 512-token chunks.
+    for (int32_t p0 = 0; p0 < depth; p0 += 512) {
+      batch_seq s{table.data(), p0, tokens.data() + p0, std::min(512, depth - p0), false};
+      forward(s);
+    }
+    {
+      const kv_layout L = mdl->kv_layout_for(k_block_size);
+      r.kv_bytes_per_token = 2.0 * L.n_layer * L.row() * L.elem_bytes() * (depth + (n_tg + 1) / 2.0);
+    }
     const size_t bw_bytes =
         size_t(std::min(2.0 * 1024 * 1024 * 1024, std::max(256.0 * 1024 * 1024, r.bytes_per_token)));
     double best_pp = 1e30, best_tg = 1e30, best_pp_cpu = 1e30, best_tg_cpu = 1e30;
@@ -195,7 +224,7 @@ int main(int argc, char** argv) {
       t0 = now_s();
       c0 = process_cpu_s();
       for (int32_t p = 0; p < n_tg; ++p) {
-        batch_seq d{table.data(), p, tokens.data() + p, 1, false};
+        batch_seq d{table.data(), depth + p, tokens.data() + depth + p, 1, false};
         forward(d);
       }
       const double tg_s = now_s() - t0, tg_cpu_s = process_cpu_s() - c0;
@@ -229,28 +258,29 @@ int main(int argc, char** argv) {
     }
     std::fprintf(
         stderr,
-        "%-16s %-5s pp%d %9.1f tok/s | tg%d %8.2f tok/s | %.1f MB/token, read bw %.1f GB/s -> roofline %.1f tok/s, "
-        "decode at %.0f%% (median of per-repetition ratios)\n",
-        r.model.c_str(), r.type.c_str(), n_pp, r.pp_tps, n_tg, r.tg_tps, r.bytes_per_token / 1e6, r.bandwidth_gbps,
-        roofline_tps, 100.0 * r.roofline_fraction);
+        "%-16s %-5s kv %s pp%d %9.1f tok/s | tg%d %8.2f tok/s | %.1f MB/token, read bw %.1f GB/s -> roofline %.1f "
+        "tok/s, decode at %.0f%% (median of per-repetition ratios); K/V %.1f MB/token at depth %d\n",
+        r.model.c_str(), r.type.c_str(), r.kv_type.c_str(), n_pp, r.pp_tps, n_tg, r.tg_tps, r.bytes_per_token / 1e6,
+        r.bandwidth_gbps, roofline_tps, 100.0 * r.roofline_fraction, r.kv_bytes_per_token / 1e6, depth);
     if (on_cpu)
       std::fprintf(stderr,
-                   "%-16s %-5s   by CPU clock: pp %9.1f tok/s | tg %8.2f tok/s | read bw %.1f GB/s, decode at %.0f%%\n",
+                   "%-16s %-5s          by CPU clock: pp %9.1f tok/s | tg %8.2f tok/s | read bw %.1f GB/s, decode at %.0f%%\n",
                    "", "", r.pp_tps_cpu, r.tg_tps_cpu, r.bandwidth_cpu_gbps, 100.0 * r.roofline_fraction_cpu);
     results.push_back(r);
   }
 
-  std::printf("{\"threads\":%d,\"device\":\"%s\",\"pp\":%d,\"tg\":%d,\"results\":[", n_threads, device.c_str(), n_pp,
-              n_tg);
+  std::printf("{\"threads\":%d,\"device\":\"%s\",\"pp\":%d,\"tg\":%d,\"depth\":%d,\"results\":[", n_threads,
+              device.c_str(), n_pp, n_tg, depth);
   for (size_t i = 0; i < results.size(); ++i) {
     const result& r = results[i];
     std::printf(
-        "%s{\"model\":\"%s\",\"type\":\"%s\",\"pp512_tokens_per_s\":%.2f,\"tg128_tokens_per_s\":%.3f,"
-        "\"bandwidth_gb_per_s\":%.2f,\"weight_bytes_per_token\":%.0f,\"roofline_fraction\":%.4f,"
+        "%s{\"model\":\"%s\",\"type\":\"%s\",\"kv_type\":\"%s\",\"pp512_tokens_per_s\":%.2f,\"tg128_tokens_per_s\":%.3f,"
+        "\"bandwidth_gb_per_s\":%.2f,\"weight_bytes_per_token\":%.0f,\"kv_bytes_per_token\":%.0f,"
+        "\"roofline_fraction\":%.4f,"
         "\"cpu_clock\":{\"pp512_tokens_per_s\":%.2f,\"tg128_tokens_per_s\":%.3f,\"bandwidth_gb_per_s\":%.2f,"
         "\"roofline_fraction\":%.4f}}",
-        i ? "," : "", r.model.c_str(), r.type.c_str(), r.pp_tps, r.tg_tps, r.bandwidth_gbps, r.bytes_per_token,
-        r.roofline_fraction, r.pp_tps_cpu, r.tg_tps_cpu, r.bandwidth_cpu_gbps, r.roofline_fraction_cpu);
+        i ? "," : "", r.model.c_str(), r.type.c_str(), r.kv_type.c_str(), r.pp_tps, r.tg_tps, r.bandwidth_gbps,
+        r.bytes_per_token, r.kv_bytes_per_token, r.roofline_fraction, r.pp_tps_cpu, r.tg_tps_cpu, r.bandwidth_cpu_gbps, r.roofline_fraction_cpu);
   }
   std::printf("]}\n");
   return 0;

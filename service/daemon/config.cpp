@@ -28,8 +28,9 @@ const char* usage() {
   --config FILE                JSON file with any of: role, listen, data_dir, redis, models,
                                allow_addresses, admin_key, http_threads, max_connections, max_body_bytes,
                                rate_limit, rate_burst, webhook_schedule_ms, webhook_timeout_ms, max_jobs,
-                               kv_budget_mb, chat_family, log_level, log_format, metrics_token
+                               kv_budget_mb, kv_type, chat_family, log_level, log_format, metrics_token
   --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
+  --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
   --engine-threads N           CPU threads per engine (default 0 = one per core)
   --webhook-schedule MS,MS,..  retry delays after each failed delivery (default 5s,5m,30m,2h,5h,10h,10h)
   --webhook-timeout-ms MS  --log-level trace|debug|info|warn|error  --port-file FILE
@@ -85,6 +86,10 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "webhook-timeout-ms") c.webhook_timeout_ms = std::stoll(v);
   else if (name == "max-jobs") c.max_jobs = std::stoi(v);
   else if (name == "kv-budget-mb") c.kv_budget_mb = std::stoll(v);
+  else if (name == "kv-type") {
+    if (v != "f16" && v != "f32") throw std::invalid_argument("--kv-type must be f16 or f32");
+    c.kv_type = v;
+  }
   else if (name == "engine-threads") c.engine_threads = std::stoi(v);
   else if (name == "device") c.device = v;
   else if (name == "chat-family") c.chat_family = v;   // checked when the engines load

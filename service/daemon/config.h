@@ -27,6 +27,7 @@ struct config {
   int64_t webhook_timeout_ms = 10000;
   int32_t max_jobs = 64;                          // worker: jobs held at once
   int64_t kv_budget_mb = 256;
+  std::string kv_type;                            // f16 | f32; empty = the device's default (cpu f16, cuda f32)
   int32_t engine_threads = 0;                     // CPU threads per engine (0 = one per core)
   std::string device = "cpu";                     // where the engines run: cpu | cuda | cuda:N (no fallback)
   std::string chat_family;                        // prompt format for every model; empty = from its template

@@ -152,6 +152,7 @@ int run(const daemon::config& c) {
     engine_config ec;
     ec.model_path = path;
     ec.kv_budget_bytes = uint64_t(c.kv_budget_mb) << 20;
+    ec.kv_type = c.kv_type;
     ec.n_threads = c.engine_threads;
     ec.device = c.device;
     ec.chat_family = c.chat_family;

@@ -41,7 +41,7 @@ TEST_CASE("cuda_forward matches the CPU model on the tiny model") {
   const int32_t bs = 16, n_blocks = 64;
   auto gpu = cuda_forward::create(file, bs, n_blocks, &err);
   REQUIRE_MESSAGE(gpu, err);
-  kv_store kv(cpu->kv_layout_for(bs), n_blocks);
+  kv_store kv(cpu->kv_layout_for(bs, kv_dtype::f32), n_blocks);  // the CUDA blocks are F32
   const int32_t n_vocab = cpu->hparams().n_vocab;
 
   // Two sequences with disjoint blocks; seq 1 prefills in two chunks (the second mid-context).

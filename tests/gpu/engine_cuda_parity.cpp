@@ -53,13 +53,20 @@ std::unique_ptr<engine_impl> load(const engine_config& c) {
   return test::load_as<engine_impl>(c);
 }
 
+// The CPU engine with F32 K/V, as the CUDA backend stores them: same numerics to compare.
+engine_config cpu_f32() {
+  engine_config c = tiny_config("cpu");
+  c.kv_type = "f32";
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("cuda engine: greedy tokens equal the CPU engine's on every golden prompt, alone and batched") {
   find_shared_or_skip();
   const auto g = test::load_golden();
   REQUIRE(g.size() == 6);
-  auto cpu = load(tiny_config("cpu"));
+  auto cpu = load(cpu_f32());
   auto gpu = load(tiny_config("cuda"));
   MESSAGE("device: " << gpu->model().device);
   CHECK(gpu->model().device.rfind("cuda:0", 0) == 0);
@@ -82,7 +89,7 @@ TEST_CASE("cuda engine: greedy tokens equal the CPU engine's on every golden pro
 TEST_CASE("cuda engine: a second turn computes only its new tokens; a divergent resume copies on write") {
   find_shared_or_skip();
   const auto g = test::load_golden();
-  auto cpu = load(tiny_config("cpu"));
+  auto cpu = load(cpu_f32());
   auto gpu = load(tiny_config("cuda"));
   auto [t1, t2, prompt2, n_appended] = test::run_two_turns(*gpu, g[0].prompt_ids);
   CHECK(t1.usage.n_tokens_computed == int32_t(g[0].prompt_ids.size()));
@@ -109,7 +116,7 @@ TEST_CASE("cuda engine: spill to disk and restore through the copy stream contin
   test::temp_dir dir;
   auto cfg = tiny_config("cuda");
   cfg.spill_dir = dir.path().string();
-  auto cpu = load(tiny_config("cpu"));
+  auto cpu = load(cpu_f32());
   std::vector<token_id> p1 = g[4].prompt_ids;
   for (int i = 0; i < 80; ++i) p1.push_back(token_id(300 + (i * 11) % 200));
   for (int restart = 0; restart < 2; ++restart) {  // 1: the restore runs in a fresh engine (index from the files)

@@ -29,6 +29,9 @@ struct engine_config {
   std::string device = "cpu";
   int32_t n_threads = 0;             // 0 = one per hardware core (CPU device)
   uint64_t kv_budget_bytes = 256ull << 20;  // bytes of KV blocks in the pool
+  // Element type of the stored K/V: "f16" (half the bytes: twice the tokens per budget, less to
+  // read per decode step), "f32", or empty for the device's default (cpu: f16; cuda: f32, its only one).
+  std::string kv_type;
   int32_t block_size = 16;           // tokens per KV block
   int32_t max_step_tokens = 512;     // token budget per scheduler step (decode + prefill chunks)
   int32_t max_running = 64;          // sequences in one step at most

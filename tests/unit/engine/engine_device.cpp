@@ -71,6 +71,32 @@ TEST_CASE("device cuda without CUDA (build or GPU) fails load with a clear messa
   }
 }
 
+TEST_CASE("kv_type: f16 on the CPU by default (half the bytes per block), f32 on request, anything else refused") {
+  std::string err;
+  auto dflt = engine::load(tiny_config("cpu"), &err);
+  REQUIRE_MESSAGE(dflt, err);
+  auto* d = dynamic_cast<engine_impl*>(dflt.get());
+  REQUIRE(d);
+  CHECK(d->pool().layout().dtype == kv_dtype::f16);
+  engine_config c = tiny_config("cpu");
+  c.kv_type = "f32";
+  auto f32 = engine::load(c, &err);
+  REQUIRE_MESSAGE(f32, err);
+  auto* f = dynamic_cast<engine_impl*>(f32.get());
+  REQUIRE(f);
+  CHECK(f->pool().layout().dtype == kv_dtype::f32);
+  CHECK(f->pool().layout().block_bytes() == 2 * d->pool().layout().block_bytes());
+  // The same budget holds twice the blocks (tokens) in F16.
+  CHECK(d->pool().n_blocks_total() >= 2 * f->pool().n_blocks_total());
+  for (const char* bad : {"f8", "F16", "", "q8_0"}) {
+    if (!*bad) continue;  // empty = the device's default
+    CAPTURE(bad);
+    c.kv_type = bad;
+    CHECK_FALSE(engine::load(c, &err));
+    CHECK(err == std::string("unknown kv_type '") + bad + "' (expected f16 or f32)");
+  }
+}
+
 TEST_CASE("device cpu: the default, healthy, and bit-identical to model::forward") {
   std::string err;
   CHECK(engine_config{}.device == "cpu");
@@ -108,23 +134,23 @@ TEST_CASE("kv_store block copies: read_blocks / write_blocks round trip in the s
   kv_store kv(L, 6);
   for (int32_t l = 0; l < L.n_layer; ++l)
     for (int32_t b = 0; b < 6; ++b)
-      for (int64_t i = 0; i < L.block_floats(); ++i) {
+      for (int64_t i = 0; i < L.block_elems(); ++i) {
         kv.k(l, b)[i] = float(1000 * l + 100 * b + i);
         kv.v(l, b)[i] = -float(1000 * l + 100 * b + i);
       }
   const std::vector<int32_t> src = {4, 1};
-  std::vector<float> buf(src.size() * 2 * size_t(L.n_layer) * size_t(L.block_floats()));
+  std::vector<float> buf(src.size() * 2 * size_t(L.n_layer) * size_t(L.block_elems()));
   REQUIRE(kv.read_blocks(src, buf.data()));
-  // [block][layer][K, V][block_floats]
+  // [block][layer][K, V][block_elems]
   CHECK(buf[0] == kv.k(0, 4)[0]);
-  CHECK(buf[size_t(L.block_floats())] == kv.v(0, 4)[0]);
-  CHECK(buf[2 * size_t(L.block_floats())] == kv.k(1, 4)[0]);
-  CHECK(buf[4 * size_t(L.block_floats()) + 3] == kv.k(0, 1)[3]);
+  CHECK(buf[size_t(L.block_elems())] == kv.v(0, 4)[0]);
+  CHECK(buf[2 * size_t(L.block_elems())] == kv.k(1, 4)[0]);
+  CHECK(buf[4 * size_t(L.block_elems()) + 3] == kv.k(0, 1)[3]);
   const std::vector<int32_t> dst = {0, 5};
   REQUIRE(kv.write_blocks(dst, buf.data()));
   for (int32_t l = 0; l < L.n_layer; ++l) {
-    CHECK(std::memcmp(kv.k(l, 0), kv.k(l, 4), size_t(L.block_floats()) * 4) == 0);
-    CHECK(std::memcmp(kv.v(l, 5), kv.v(l, 1), size_t(L.block_floats()) * 4) == 0);
+    CHECK(std::memcmp(kv.k(l, 0), kv.k(l, 4), size_t(L.block_elems()) * 4) == 0);
+    CHECK(std::memcmp(kv.v(l, 5), kv.v(l, 1), size_t(L.block_elems()) * 4) == 0);
   }
   kv.copy_rows(2, 3, 1);  // one token row of every layer
   CHECK(kv.k(1, 3)[L.row() - 1] == kv.k(1, 2)[L.row() - 1]);
