@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
+
+#include "agentq/kernels.h"
 
 namespace agentq {
 
@@ -16,6 +19,12 @@ bool parse_kv_dtype(const std::string& text, kv_dtype* out) {
   else return false;
   return true;
 }
+
+kv_store::huge_bytes::huge_bytes(size_t n) : p_(static_cast<uint8_t*>(kernels::alloc_huge(n))), n_(n) {
+  if (n > 0 && !p_) throw std::bad_alloc();
+}
+
+kv_store::huge_bytes::~huge_bytes() { kernels::free_huge(p_, n_); }
 
 void kv_store::wrong_type(size_t elem_bytes) const {
   std::fprintf(stderr, "%s:%d: kv_store: %zu-byte element access to a %s store\n", __FILE__, __LINE__, elem_bytes,

@@ -59,6 +59,8 @@ class kv_store final : public kv_memory {
       : layout_(layout), n_blocks_(n_blocks),
         k_(size_t(layout.n_layer) * n_blocks * layout.block_elem_bytes()),
         v_(size_t(layout.n_layer) * n_blocks * layout.block_elem_bytes()) {}
+  kv_store(const kv_store&) = delete;
+  kv_store& operator=(const kv_store&) = delete;
 
   const kv_layout& layout() const override { return layout_; }
   int32_t n_blocks() const override { return n_blocks_; }
@@ -79,11 +81,11 @@ class kv_store final : public kv_memory {
   }
   template <class T = float>
   const T* k(int32_t layer, int32_t block_idx) const {
-    return typed<T>(const_cast<uint8_t*>(k_.data()) + offset(layer, block_idx));
+    return typed<T>(k_.data() + offset(layer, block_idx));
   }
   template <class T = float>
   const T* v(int32_t layer, int32_t block_idx) const {
-    return typed<T>(const_cast<uint8_t*>(v_.data()) + offset(layer, block_idx));
+    return typed<T>(v_.data() + offset(layer, block_idx));
   }
 
  private:
@@ -97,10 +99,28 @@ class kv_store final : public kv_memory {
     return reinterpret_cast<T*>(p);
   }
   [[noreturn]] void wrong_type(size_t elem_bytes) const;
+
+  // Zeroed memory on 2 MiB transparent huge pages where the host allows them.
+  // NOTE: decode attention walks one head's rows, a few hundred bytes every few KiB, through
+  // the whole context: on 4 KiB pages nearly every other row was a new TLB entry. Pages are
+  // also zeroed on first touch instead of all at engine start.
+  class huge_bytes {
+   public:
+    explicit huge_bytes(size_t n);
+    ~huge_bytes();
+    huge_bytes(const huge_bytes&) = delete;
+    huge_bytes& operator=(const huge_bytes&) = delete;
+    uint8_t* data() const { return p_; }
+
+   private:
+    uint8_t* p_;
+    size_t n_;
+  };
+
   kv_layout layout_;
   int32_t n_blocks_;
-  std::vector<uint8_t> k_;  // [n_layer][n_blocks][block_size][n_head_kv*head_dim] elements
-  std::vector<uint8_t> v_;  // same
+  huge_bytes k_;  // [n_layer][n_blocks][block_size][n_head_kv*head_dim] elements
+  huge_bytes v_;  // same
 };
 
 }  // namespace agentq
