@@ -42,6 +42,7 @@ class cpu_backend final : public forward_backend {
   const model_hparams& hparams() const override { return model_->hparams(); }
   std::string device() const override { return "cpu"; }
   kv_dtype kv_type() const override { return kv_type_; }
+  kv_layout kv_layout_for(int32_t block_size) const override { return model_->kv_layout_for(block_size, kv_type_); }
   bool set_kv_type(kv_dtype t, std::string*) override {
     kv_type_ = t;
     return true;

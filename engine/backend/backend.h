@@ -34,7 +34,8 @@ class forward_backend {
   virtual const model_hparams& hparams() const = 0;
   // "cpu", or "cuda:0 (NVIDIA H200)".
   virtual std::string device() const = 0;
-  kv_layout kv_layout_for(int32_t block_size) const {
+  // The K/V blocks alloc_kv(block_size, ...) makes (default: token-major, kv_type() elements).
+  virtual kv_layout kv_layout_for(int32_t block_size) const {
     const auto& h = hparams();
     return {h.n_layer, h.n_head_kv, h.head_dim, block_size, kv_type()};
   }

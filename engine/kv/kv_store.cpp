@@ -33,10 +33,16 @@ void kv_store::wrong_type(size_t elem_bytes) const {
 }
 
 void kv_store::copy_rows(int32_t src, int32_t dst, int32_t n_rows) {
-  const size_t bytes = size_t(n_rows) * size_t(layout_.row()) * size_t(layout_.elem_bytes());
+  // Token-major: the first n_rows rows are one range; head-major: one range per head.
+  const int32_t n_runs = layout_.head_major ? layout_.n_head_kv : 1;
+  const size_t eb = size_t(layout_.elem_bytes());
+  const size_t bytes = size_t(n_rows) * size_t(layout_.token_stride()) * eb;
   for (int32_t l = 0; l < layout_.n_layer; ++l) {
-    std::memcpy(k_.data() + offset(l, dst), k_.data() + offset(l, src), bytes);
-    std::memcpy(v_.data() + offset(l, dst), v_.data() + offset(l, src), bytes);
+    for (int32_t h = 0; h < n_runs; ++h) {
+      const size_t o = size_t(layout_.elem_offset(0, h)) * eb;
+      std::memcpy(k_.data() + offset(l, dst) + o, k_.data() + offset(l, src) + o, bytes);
+      std::memcpy(v_.data() + offset(l, dst) + o, v_.data() + offset(l, src) + o, bytes);
+    }
   }
 }
 

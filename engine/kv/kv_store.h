@@ -27,7 +27,18 @@ struct kv_layout {
   int32_t head_dim = 0;
   int32_t block_size = 16;   // tokens per block
   kv_dtype dtype = kv_dtype::f32;
+  // Order of a block's K (or V) elements in one layer: token-major [block_size][n_head_kv][head_dim]
+  // (CUDA), or head-major [n_head_kv][block_size][head_dim] (the CPU model). Head-major keeps
+  // one head's rows contiguous: decode attention, which walks one head through the whole
+  // context, reads 2 KiB runs (F16, 16 tokens x 64 dims) instead of 128 bytes every 1.5 KiB.
+  bool head_major = false;
   int32_t row() const { return n_head_kv * head_dim; }                       // elements per token per layer
+  // Elements from a block's start to token t's values of kv head h, and from one token's
+  // values of a head to the next token's.
+  int64_t elem_offset(int32_t t, int32_t h) const {
+    return head_major ? (int64_t(h) * block_size + t) * head_dim : int64_t(t) * row() + int64_t(h) * head_dim;
+  }
+  int32_t token_stride() const { return head_major ? head_dim : row(); }
   int64_t block_elems() const { return int64_t(block_size) * row(); }        // elements per block per layer, K or V
   int32_t elem_bytes() const { return dtype == kv_dtype::f16 ? 2 : 4; }
   int64_t block_elem_bytes() const { return block_elems() * elem_bytes(); }  // bytes per block per layer, K or V
@@ -43,7 +54,7 @@ class kv_memory {
   virtual int32_t n_blocks() const = 0;
   // The host store when the blocks live in host memory (the CPU model reads it), else nullptr.
   virtual kv_store* host() { return nullptr; }
-  // Copy-on-write: the first n_rows token rows of K and V, every layer, from block src to dst.
+  // Copy-on-write: the first n_rows tokens' K and V, every layer and head, from block src to dst.
   virtual void copy_rows(int32_t src, int32_t dst, int32_t n_rows) = 0;
   // blocks[i] -> out + i * layout().block_bytes(), laid out [n_layer][K, V][block_elems] in the
   // layout's element type (the spill file's order). Complete on return; false on a device error.
@@ -69,8 +80,9 @@ class kv_store final : public kv_memory {
   bool read_blocks(std::span<const int32_t> blocks, void* out) override;
   bool write_blocks(std::span<const int32_t> blocks, const void* in) override;
 
-  // K/V of one block in one layer: T[block_size][n_head_kv * head_dim], T the layout's element
-  // type (float for f32, uint16_t IEEE half bits for f16; checked).
+  // K/V of one block in one layer: block_elems() elements in the layout's order (see
+  // kv_layout::elem_offset) of its element type T (float for f32, uint16_t IEEE half bits for
+  // f16; checked).
   template <class T = float>
   T* k(int32_t layer, int32_t block_idx) {
     return typed<T>(k_.data() + offset(layer, block_idx));
@@ -119,7 +131,7 @@ class kv_store final : public kv_memory {
 
   kv_layout layout_;
   int32_t n_blocks_;
-  huge_bytes k_;  // [n_layer][n_blocks][block_size][n_head_kv*head_dim] elements
+  huge_bytes k_;  // [n_layer][n_blocks][block_elems] elements
   huge_bytes v_;  // same
 };
 

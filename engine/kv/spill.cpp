@@ -19,12 +19,16 @@ constexpr char magic[8] = {'A', 'Q', 'K', 'V', 'S', 'P', 'L', '1'};
 struct header {
   char magic[8];
   uint32_t version;
-  uint32_t dtype;  // kv_dtype; NOTE: was padding (always 0 = f32) in files written before F16 K/V
+  // kv_dtype | head_major << 8. NOTE: was padding (always 0: f32, token-major) in files written
+  // before these existed, which is what such a file holds.
+  uint32_t format;
   uint64_t digest_hash;
   int32_t n_layer, n_head_kv, head_dim, block_size;
   int32_t n_tokens;
   int32_t n_blocks;
 };
+
+uint32_t format_of(const kv_layout& l) { return uint32_t(l.dtype) | (l.head_major ? 1u << 8 : 0u); }
 
 std::string hex16(uint64_t v) {
   char buf[17];
@@ -50,7 +54,7 @@ bool parse_header(const std::vector<uint8_t>& buf, uint64_t digest_hash, const k
   std::memcpy(h, buf.data(), sizeof(header));
   if (std::memcmp(h->magic, magic, 8) != 0 || h->version != 1 || h->digest_hash != digest_hash) return false;
   if (h->n_layer != lay.n_layer || h->n_head_kv != lay.n_head_kv || h->head_dim != lay.head_dim ||
-      h->block_size != lay.block_size || h->dtype != uint32_t(lay.dtype))
+      h->block_size != lay.block_size || h->format != format_of(lay))
     return false;
   if (h->n_tokens <= 0 || h->n_blocks != (h->n_tokens + lay.block_size - 1) / lay.block_size) return false;
   const size_t tok_bytes = size_t(h->n_tokens) * sizeof(token_id);
@@ -123,7 +127,7 @@ bool spill_store::write(const block_pool& pool, int32_t seq_idx, std::span<const
   h.n_head_kv = layout_.n_head_kv;
   h.head_dim = layout_.head_dim;
   h.block_size = layout_.block_size;
-  h.dtype = uint32_t(layout_.dtype);
+  h.format = format_of(layout_);
   h.n_tokens = s.n_tokens;
   h.n_blocks = pool.blocks_for_tokens(s.n_tokens);
   uint64_t phash = prefix_cache::root_hash;

@@ -29,11 +29,11 @@ inline float to_f32(uint16_t h) { return kernels::fp16_to_fp32(h); }
 
 template <class T>
 const T* k_row(const attention_args& a, int32_t t) {
-  return a.kv->k<T>(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.row_elems + a.kv_offset;
+  return a.kv->k<T>(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.token_stride + a.head_offset;
 }
 template <class T>
 const T* v_row(const attention_args& a, int32_t t) {
-  return a.kv->v<T>(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.row_elems + a.kv_offset;
+  return a.kv->v<T>(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.token_stride + a.head_offset;
 }
 
 // fn(t, row) for t in [0, n) in order, row = K (or V) of position t; one block lookup per
@@ -45,7 +45,7 @@ inline void for_rows(const attention_args& a, int32_t n, F&& fn) {
   constexpr int32_t ahead = 8;
   const int32_t bs = a.block_size, row_bytes = a.head_dim * int32_t(sizeof(T));
   auto block = [&](int32_t bi) {
-    return (V ? a.kv->v<T>(a.layer, a.block_table[bi]) : a.kv->k<T>(a.layer, a.block_table[bi])) + a.kv_offset;
+    return (V ? a.kv->v<T>(a.layer, a.block_table[bi]) : a.kv->k<T>(a.layer, a.block_table[bi])) + a.head_offset;
   };
   const T* base = block(0);
   for (int32_t t0 = 0, bi = 0; t0 < n; t0 += bs, ++bi) {
@@ -54,13 +54,13 @@ inline void for_rows(const attention_args& a, int32_t n, F&& fn) {
     for (int32_t t = t0; t < te; ++t) {
       const int32_t u = t + ahead - t0;  // the prefetched position, relative to this block
       const T* pf = u < bs
-                            ? (t + ahead < n ? base + size_t(u) * a.row_elems : nullptr)
-                            : (next && t + ahead < n && u - bs < bs ? next + size_t(u - bs) * a.row_elems : nullptr);
+                            ? (t + ahead < n ? base + size_t(u) * a.token_stride : nullptr)
+                            : (next && t + ahead < n && u - bs < bs ? next + size_t(u - bs) * a.token_stride : nullptr);
 #if defined(__SSE__)
       if (pf)
         for (int32_t c = 0; c < row_bytes; c += 64) __builtin_prefetch(reinterpret_cast<const char*>(pf) + c);
 #endif
-      fn(t, base + size_t(t - t0) * a.row_elems);
+      fn(t, base + size_t(t - t0) * a.token_stride);
     }
     base = next;
   }

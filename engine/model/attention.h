@@ -15,8 +15,9 @@ struct attention_args {
   int32_t layer = 0;
   const int32_t* block_table = nullptr;  // the sequence's blocks
   int32_t block_size = 0;                // tokens per block
-  int32_t row_elems = 0;                 // elements per K/V token row (n_head_kv * head_dim)
-  int32_t kv_offset = 0;                 // elements into a row: kv head * head_dim
+  int32_t token_stride = 0;              // elements from a token's head values to the next token's
+  int32_t head_offset = 0;               // elements from a block's start to this head's token 0
+                                         // (kv_layout::token_stride / elem_offset(0, kv head))
   int32_t head_dim = 0;
   float scale = 1.0f;  // 1/sqrt(head_dim)
 };

@@ -236,7 +236,8 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
   const int32_t n_embd = hp_.n_embd, hd = hp_.head_dim, n_head = hp_.n_head, n_kv = hp_.n_head_kv;
   const int32_t n_q = n_head * hd, n_kvd = n_kv * hd, n_ff = hp_.n_ff, n_vocab = hp_.n_vocab;
   const int32_t bs = kv.layout().block_size;
-  const bool kv_f16 = kv.layout().dtype == kv_dtype::f16;
+  const kv_layout& kvl = kv.layout();
+  const bool kv_f16 = kvl.dtype == kv_dtype::f16;
 
   // Flatten the batch: row i of every activation matrix is token i of the concatenated seqs.
   int32_t n_x = 0, n_out = 0;
@@ -331,12 +332,16 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
             rope(qi, n_head, pos);
             rope(ki, n_kv, pos);
             const int32_t block = seqs[size_t(tok_seq_[size_t(i)])].block_table[pos / bs];
-            if (kv_f16) {  // rounded to F16 once, here; every later read sees the same values
-              kernels::quantize_row(kernels::weight_type::f16, ki, kv.k<uint16_t>(il, block) + size_t(pos % bs) * n_kvd, n_kvd);
-              kernels::quantize_row(kernels::weight_type::f16, vi, kv.v<uint16_t>(il, block) + size_t(pos % bs) * n_kvd, n_kvd);
-            } else {
-              std::memcpy(kv.k(il, block) + size_t(pos % bs) * n_kvd, ki, size_t(n_kvd) * 4);
-              std::memcpy(kv.v(il, block) + size_t(pos % bs) * n_kvd, vi, size_t(n_kvd) * 4);
+            // One head's values at a time (head-major blocks: kv_layout).
+            for (int32_t h = 0; h < n_kv; ++h) {
+              const size_t o = size_t(kvl.elem_offset(pos % bs, h));
+              if (kv_f16) {  // rounded to F16 once, here; every later read sees the same values
+                kernels::quantize_row(kernels::weight_type::f16, ki + size_t(h) * hd, kv.k<uint16_t>(il, block) + o, hd);
+                kernels::quantize_row(kernels::weight_type::f16, vi + size_t(h) * hd, kv.v<uint16_t>(il, block) + o, hd);
+              } else {
+                std::memcpy(kv.k(il, block) + o, ki + size_t(h) * hd, size_t(hd) * 4);
+                std::memcpy(kv.v(il, block) + o, vi + size_t(h) * hd, size_t(hd) * 4);
+              }
             }
           }
         },
@@ -364,8 +369,8 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
             a.layer = il;
             a.block_table = seqs[size_t(tok_seq_[size_t(i0)])].block_table;
             a.block_size = bs;
-            a.row_elems = n_kvd;
-            a.kv_offset = (h / group) * hd;
+            a.token_stride = kvl.token_stride();
+            a.head_offset = int32_t(kvl.elem_offset(0, h / group));
             a.head_dim = hd;
             a.scale = att_scale;
             attend(a, q + size_t(i0) * n_q + size_t(h) * hd, n_q, pos0, n_run, att + size_t(i0) * n_q + size_t(h) * hd,

@@ -40,10 +40,10 @@ class model {
   virtual ~model() = default;
 
   virtual const model_hparams& hparams() const = 0;
-  // K/V blocks for this model: F16 elements unless asked otherwise (see kv_dtype).
+  // K/V blocks for this model: head-major, F16 elements unless asked otherwise (see kv_layout).
   kv_layout kv_layout_for(int32_t block_size, kv_dtype dtype = kv_dtype::f16) const {
     const auto& h = hparams();
-    return {h.n_layer, h.n_head_kv, h.head_dim, block_size, dtype};
+    return {h.n_layer, h.n_head_kv, h.head_dim, block_size, dtype, /*head_major=*/true};
   }
   // Writes the new tokens' K/V into kv through each block table and returns logits:
   // for each seq in order, n_tokens rows if all_logits else 1 row, each [n_vocab].

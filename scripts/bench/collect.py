@@ -159,8 +159,10 @@ def main():
             header = f.readline().rstrip("\n").split("\t")
             for line in f:
                 row = dict(zip(header, line.rstrip("\n").split("\t")))
-                for k in ("reps_done", "reps_planned", "limit_s", "est_s"):
+                for k in ("reps_done", "reps_planned", "est_s"):
                     row[k] = int(row.get(k) or 0)
+                limit = float(row.get("limit_s") or 0)  # tenths below 1 s (run.sh)
+                row["limit_s"] = int(limit) if limit.is_integer() else limit
                 row["wall_s"] = float(row.get("wall_s") or 0)
                 sections.append(row)
 

@@ -167,7 +167,9 @@ k=0
 for entry in "${plan[@]}"; do
   IFS='|' read -r name n est cmd <<<"$entry"
   k=$((k + 1))
-  limit=$(awk -v e="$est" -v s="$tscale" 'BEGIN { l = int((e * 3 + 60) * s); printf "%d", l < 1 ? 1 : l }')
+  # NOTE: whole seconds, or tenths below 1 s (floor 0.1 s): a tiny --timeout-scale must be able
+  # to cut short even a section that takes under a second (the smoke residency run does).
+  limit=$(awk -v e="$est" -v s="$tscale" 'BEGIN { l = (e * 3 + 60) * s; if (l >= 1) printf "%d", int(l); else printf "%.1f", l < 0.1 ? 0.1 : l }')
   [ "$name" = models ] || echo "$name|$n|$cmd" >>"$out/commands.txt"
   echo "== [$k/${#plan[@]}] $name: $n x $cmd" >&2
   echo "   ~$(fmt_s "$est") per repetition on an idle box, limit $(fmt_s "$limit"); $(fmt_s "$(since "$t_start")") elapsed" >&2

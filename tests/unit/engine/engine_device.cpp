@@ -156,3 +156,30 @@ TEST_CASE("kv_store block copies: read_blocks / write_blocks round trip in the s
   CHECK(kv.k(1, 3)[L.row() - 1] == kv.k(1, 2)[L.row() - 1]);
   CHECK(kv.k(1, 3)[L.row()] != kv.k(1, 2)[L.row()]);
 }
+
+TEST_CASE("kv_store, head-major F16 blocks: copy_rows copies the first tokens of every head, nothing else") {
+  kv_layout L{2, 3, 8, 4, kv_dtype::f16, true};
+  CHECK(L.token_stride() == 8);
+  CHECK(L.elem_offset(1, 2) == (2 * 4 + 1) * 8);
+  CHECK(L.block_bytes() == 2 * 2 * 4 * 3 * 8 * 2);
+  kv_store kv(L, 3);
+  for (int32_t l = 0; l < L.n_layer; ++l)
+    for (int32_t b = 0; b < 3; ++b)
+      for (int64_t i = 0; i < L.block_elems(); ++i) {
+        kv.k<uint16_t>(l, b)[i] = uint16_t(1000 * l + 100 * b + i);
+        kv.v<uint16_t>(l, b)[i] = uint16_t(30000 + 1000 * l + 100 * b + i);
+      }
+  kv.copy_rows(0, 2, 3);  // tokens 0..2 of block 0 into block 2
+  for (int32_t l = 0; l < L.n_layer; ++l)
+    for (int32_t h = 0; h < L.n_head_kv; ++h)
+      for (int32_t t = 0; t < L.block_size; ++t)
+        for (int32_t d = 0; d < L.head_dim; ++d) {
+          CAPTURE(l);
+          CAPTURE(h);
+          CAPTURE(t);
+          const int64_t o = L.elem_offset(t, h) + d;
+          const int32_t from = t < 3 ? 0 : 2;
+          CHECK(kv.k<uint16_t>(l, 2)[o] == uint16_t(1000 * l + 100 * from + o));
+          CHECK(kv.v<uint16_t>(l, 2)[o] == uint16_t(30000 + 1000 * l + 100 * from + o));
+        }
+}
