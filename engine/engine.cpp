@@ -97,6 +97,8 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
     return set_err("device '" + config.device + "': " + err);
   // The pool's blocks are the backend's (host or device) memory: copy-on-write and spill go through it.
   e->pool_ = std::make_unique<block_pool>(e->backend_->kv());
+  d.kv_type = kv_dtype_name(layout.dtype);
+  d.kv_capacity_tokens = int64_t(e->pool_->n_blocks_total()) * layout.block_size;
   e->cache_ = std::make_unique<prefix_cache>(*e->pool_);
   if (!config.spill_dir.empty()) e->spill_ = std::make_unique<spill_store>(config.spill_dir, d.digest, layout);
   residency_config rc;

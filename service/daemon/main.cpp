@@ -163,8 +163,9 @@ int run(const daemon::config& c) {
       spdlog::critical("{}", err);
       return 1;
     }
-    spdlog::info("model '{}' loaded ({}, n_ctx {}, on {})", e->model().name, e->model().arch, e->model().n_ctx,
-                 e->model().device);
+    spdlog::info("model '{}' loaded ({}, n_ctx {}, on {}; KV {}: {} tokens in {} MiB)", e->model().name,
+                 e->model().arch, e->model().n_ctx, e->model().device, e->model().kv_type,
+                 e->model().kv_capacity_tokens, c.kv_budget_mb);
     catalog.add(std::move(e));
   }
 

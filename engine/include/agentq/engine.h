@@ -50,6 +50,8 @@ struct model_desc {
   std::string chat_family;           // detected or configured prompt format
   std::string digest;                // identifies weights (spill keys)
   std::string device;                // "cpu", "cuda:0 (NVIDIA H200)"
+  std::string kv_type;               // element type of the stored K/V: "f16", "f32"
+  int64_t kv_capacity_tokens = 0;    // tokens the KV blocks hold in all (every job together)
   int32_t n_vocab = 0;
   int32_t n_ctx = 0;                 // trained context length (tokens)
   int32_t n_embd = 0;

@@ -78,6 +78,8 @@ TEST_CASE("kv_type: f16 on the CPU by default (half the bytes per block), f32 on
   auto* d = dynamic_cast<engine_impl*>(dflt.get());
   REQUIRE(d);
   CHECK(d->pool().layout().dtype == kv_dtype::f16);
+  CHECK(dflt->model().kv_type == "f16");
+  CHECK(dflt->model().kv_capacity_tokens == int64_t(d->pool().n_blocks_total()) * d->pool().layout().block_size);
   engine_config c = tiny_config("cpu");
   c.kv_type = "f32";
   auto f32 = engine::load(c, &err);
@@ -85,6 +87,7 @@ TEST_CASE("kv_type: f16 on the CPU by default (half the bytes per block), f32 on
   auto* f = dynamic_cast<engine_impl*>(f32.get());
   REQUIRE(f);
   CHECK(f->pool().layout().dtype == kv_dtype::f32);
+  CHECK(f32->model().kv_type == "f32");
   CHECK(f->pool().layout().block_bytes() == 2 * d->pool().layout().block_bytes());
   // The same budget holds twice the blocks (tokens) in F16.
   CHECK(d->pool().n_blocks_total() >= 2 * f->pool().n_blocks_total());
