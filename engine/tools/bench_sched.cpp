@@ -3,7 +3,7 @@
 //   agentq-bench_sched scaling --model F [--concurrency 1,4,16,64] [--gen N] [--prompt N] [--threads N]
 //     decode scaling: aggregate generated tokens/s with N concurrent sequences ("scaling"), and the
 //     same by CPU clock ("scaling_cpu_clock": tokens per CPU-second x threads)
-//   every mode: [--device cpu|cuda|cuda:N] [--kv-mib M]
+//   every mode: [--device cpu|cuda|cuda:N] [--kv-mib M] [--kv-type f16|f32]
 //   agentq-bench_sched agent --model F [--jobs 16] [--turns 8] [--system 256] [--tool 64] [--gen 16]
 //                          [--reuse 1|0] [--threads N] [--park-wait S] [--spill-dir DIR]
 //     multi-turn agent workload: every job shares a long system prompt; each turn appends the
@@ -38,6 +38,7 @@ struct args {
   double kv_mib = 256;
   double park_wait = 1.0;  // seconds announced to park(): 1 = a short tool call (pinned)
   std::string spill_dir;   // empty = no disk tier
+  std::string kv_type;     // empty = the device's default
 };
 
 [[noreturn]] void usage() {
@@ -71,6 +72,7 @@ args parse(int argc, char** argv) {
     else if (k == "--park-wait") a.park_wait = std::stod(v);
     else if (k == "--spill-dir") a.spill_dir = v;
     else if (k == "--device") a.device = v;
+    else if (k == "--kv-type") a.kv_type = v;
     else usage();
   }
   if (a.model.empty() || (a.mode != "scaling" && a.mode != "agent")) usage();
@@ -87,6 +89,7 @@ std::unique_ptr<engine> open(const args& a, bool reuse, int32_t max_running, int
   c.max_running = max_running;
   c.prefix_reuse = reuse;
   c.spill_dir = a.spill_dir;
+  c.kv_type = a.kv_type;
   std::string err;
   auto e = engine::load(c, &err);
   if (!e) {
