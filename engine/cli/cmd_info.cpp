@@ -52,6 +52,12 @@ int cmd_info(int argc, char** argv) {
   std::printf("feed-forward:  %d\n", hp.n_ff);
   std::printf("heads:         %d (kv %d, head dim %d)\n", hp.n_head, hp.n_head_kv, hp.head_dim);
   std::printf("context:       %d\n", hp.n_ctx);
+  {
+    // K and V of every layer per token of context, as the CPU stores them (F16) and as F32.
+    const double f16 = double(mdl->kv_layout_for(16).block_bytes()) / 16;
+    std::printf("kv cache:      %.1f KiB per token (f16, the cpu default; f32 %.1f KiB); %.0f MiB for the full context\n",
+                f16 / 1024, 2 * f16 / 1024, f16 * hp.n_ctx / (1 << 20));
+  }
   std::printf("rope:          %s, base %g, %d dims, scale %g\n", hp.rope_neox ? "neox" : "normal", hp.rope_base, hp.n_rot,
               hp.rope_scale);
   std::printf("rms eps:       %g\n", hp.rms_eps);

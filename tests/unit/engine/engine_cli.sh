@@ -33,6 +33,16 @@ out2=$("$bin" generate --model "$model" --prompt-ids "$want_prompt" -n 16 --json
 grep -q "tokens/s" "$tmp/err" || fail "no tokens/s on stderr"
 [ -s "$tmp/text" ] || fail "no text on stdout"
 
+# --kv-type f32 (the F32 cache) gives the same greedy ids; anything but f16/f32 is refused (exit 2).
+out3=$("$bin" generate --model "$model" --prompt-ids "$want_prompt" -n 16 --json --kv-type f32)
+[ "$(sed -E 's/.*"output_ids":\[([0-9,]*)\].*/\1/' <<<"$out3")" = "$want_out" ] || fail "--kv-type f32 output differs"
+set +e
+"$bin" generate --model "$model" --prompt "$prompt" -n 4 --kv-type f8 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+set -e
+[ $rc -eq 2 ] || fail "--kv-type f8: exit $rc, want 2"
+grep -q "kv-type must be f16 or f32" "$tmp/err" || fail "--kv-type f8: no message ($(cat "$tmp/err"))"
+
 # A fixed seed gives the same sample twice.
 a=$("$bin" generate --model "$model" --prompt "$prompt" -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 42 --json)
 b=$("$bin" generate --model "$model" --prompt "$prompt" -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 42 --json)
@@ -44,6 +54,8 @@ b=$("$bin" generate --model "$model" --prompt "$prompt" -n 24 --temp 0.9 --top-k
 grep -q "architecture:  llama" "$tmp/info" || fail "info: no architecture"
 grep -q "F32" "$tmp/info" || fail "info: no weight types"
 grep -q "512 tokens" "$tmp/info" || fail "info: no vocab size"
+# 5 layers x (K, V) x 4 kv heads x 8 dims x 2 bytes = 640 bytes per token
+grep -q "kv cache:      0.6 KiB per token (f16" "$tmp/info" || fail "info: no kv cache size ($(grep kv "$tmp/info"))"
 head -c 4000 "$model" >"$tmp/corrupt.gguf"
 set +e
 "$bin" info --model "$tmp/corrupt.gguf" >"$tmp/out" 2>"$tmp/err"
