@@ -82,6 +82,10 @@ class kv_store final : public kv_memory {
   // K/V of one block in one layer: block_elems() elements in the layout's order (see
   // kv_layout::elem_offset) of its element type T (float for f32, uint16_t IEEE half bits for
   // f16; checked).
+  // The same as raw bytes, for code that handles either element type (kernels::quantize_row
+  // with weight_type f32 or f16 writes either).
+  uint8_t* k_bytes(int32_t layer, int32_t block_idx) { return k_.data() + offset(layer, block_idx); }
+  uint8_t* v_bytes(int32_t layer, int32_t block_idx) { return v_.data() + offset(layer, block_idx); }
   template <class T = float>
   T* k(int32_t layer, int32_t block_idx) {
     return typed<T>(k_.data() + offset(layer, block_idx));

@@ -310,12 +310,8 @@ void attend_typed(const attention_args& a, const float* q, int64_t q_stride, int
       if (packed.size() < size_t(n) * 2 * hd) packed.resize(size_t(n) * 2 * hd);
       float* pk = packed.data();
       float* pv = pk + size_t(n) * hd;
-      auto unpack = [hd](const T* row, float* dst) {
-        if constexpr (std::is_same_v<T, float>)
-          std::memcpy(dst, row, size_t(hd) * 4);
-        else
-          kernels::dequantize_row(kernels::weight_type::f16, row, dst, hd);
-      };
+      constexpr auto wt = std::is_same_v<T, float> ? kernels::weight_type::f32 : kernels::weight_type::f16;
+      auto unpack = [hd](const T* row, float* dst) { kernels::dequantize_row(wt, row, dst, hd); };
       for_rows<false, T>(a, n, [&](int32_t t, const T* row) { unpack(row, pk + size_t(t) * hd); });
       for_rows<true, T>(a, n, [&](int32_t t, const T* row) { unpack(row, pv + size_t(t) * hd); });
       attend_avx2(a, packed_rows{pk, pv, hd}, q, q_stride, pos0, n_q, out, out_stride, scores);

@@ -235,9 +235,11 @@ void llama_model::rope(float* vec, int32_t n_heads, int32_t pos) const {
 int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, float* logits) {
   const int32_t n_embd = hp_.n_embd, hd = hp_.head_dim, n_head = hp_.n_head, n_kv = hp_.n_head_kv;
   const int32_t n_q = n_head * hd, n_kvd = n_kv * hd, n_ff = hp_.n_ff, n_vocab = hp_.n_vocab;
-  const int32_t bs = kv.layout().block_size;
   const kv_layout& kvl = kv.layout();
-  const bool kv_f16 = kvl.dtype == kv_dtype::f16;
+  const int32_t bs = kvl.block_size;
+  // K/V rows are stored through quantize_row: a copy for F32, rounding to F16 for F16.
+  const auto kv_wt = kvl.dtype == kv_dtype::f16 ? kernels::weight_type::f16 : kernels::weight_type::f32;
+  const size_t kv_eb = size_t(kvl.elem_bytes());
 
   // Flatten the batch: row i of every activation matrix is token i of the concatenated seqs.
   int32_t n_x = 0, n_out = 0;
@@ -332,16 +334,12 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
             rope(qi, n_head, pos);
             rope(ki, n_kv, pos);
             const int32_t block = seqs[size_t(tok_seq_[size_t(i)])].block_table[pos / bs];
-            // One head's values at a time (head-major blocks: kv_layout).
+            // One head's values at a time (head-major blocks: kv_layout), rounded to F16 (if
+            // so stored) once, here; every later read sees the same values.
             for (int32_t h = 0; h < n_kv; ++h) {
-              const size_t o = size_t(kvl.elem_offset(pos % bs, h));
-              if (kv_f16) {  // rounded to F16 once, here; every later read sees the same values
-                kernels::quantize_row(kernels::weight_type::f16, ki + size_t(h) * hd, kv.k<uint16_t>(il, block) + o, hd);
-                kernels::quantize_row(kernels::weight_type::f16, vi + size_t(h) * hd, kv.v<uint16_t>(il, block) + o, hd);
-              } else {
-                std::memcpy(kv.k(il, block) + o, ki + size_t(h) * hd, size_t(hd) * 4);
-                std::memcpy(kv.v(il, block) + o, vi + size_t(h) * hd, size_t(hd) * 4);
-              }
+              const size_t o = size_t(kvl.elem_offset(pos % bs, h)) * kv_eb;
+              kernels::quantize_row(kv_wt, ki + size_t(h) * hd, kv.k_bytes(il, block) + o, hd);
+              kernels::quantize_row(kv_wt, vi + size_t(h) * hd, kv.v_bytes(il, block) + o, hd);
             }
           }
         },
