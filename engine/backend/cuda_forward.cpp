@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "gguf/reader.h"
 #include "model/weights.h"
@@ -36,6 +39,9 @@ std::unique_ptr<cuda_forward> cuda_forward::create(std::shared_ptr<const gguf::f
   m->file_ = std::move(file);
   m->hp_ = cpu->hparams();
   m->block_size_ = block_size;
+  // AGENTQ_CUDA_GRAPHS=0 launches every kernel of a decode step directly (A/B measurements).
+  const char* graphs = std::getenv("AGENTQ_CUDA_GRAPHS");
+  m->graphs_enabled_ = !(graphs && std::strcmp(graphs, "0") == 0);
   const auto& hp = m->hp_;
   if (hp.head_dim > cu::attention_max_head_dim) {
     *error = "head dimension " + std::to_string(hp.head_dim) + " exceeds the CUDA attention limit of 256";
@@ -105,7 +111,20 @@ bool cuda_forward::upload_matrix(const std::string& name, int64_t n_in, int64_t 
     *error = "missing tensor " + name;
     return false;
   }
-  w->type = static_cast<cu::weight_type>(static_cast<int32_t>(t->type));  // same ggml ids
+  switch (static_cast<cu::weight_type>(static_cast<int32_t>(t->type))) {  // same ggml ids
+    case cu::weight_type::f32:
+    case cu::weight_type::f16:
+    case cu::weight_type::bf16:
+    case cu::weight_type::q8_0:
+    case cu::weight_type::q4_k:
+    case cu::weight_type::q6_k:
+      break;
+    default:
+      *error = name + ": weight type " + std::to_string(int32_t(t->type)) +
+               " is not supported by the CUDA backend (f32, f16, bf16, q8_0, q4_k, q6_k)";
+      return false;
+  }
+  w->type = static_cast<cu::weight_type>(static_cast<int32_t>(t->type));
   w->n_in = n_in;
   w->n_out = n_out;
   const size_t bytes = cu::row_bytes(w->type, n_in) * size_t(n_out);
@@ -139,14 +158,28 @@ float* cuda_forward::scratch(cu::device_buffer& b, size_t floats) {
   return b.as<float>();
 }
 
+bool cuda_forward::uses_matvec(const dev_weight& w, int32_t n_x) {
+  return n_x <= kGemmMinRows || w.type == cu::weight_type::f32;
+}
+
 void cuda_forward::linear(const dev_weight& w, const float* x, int32_t n_x, float* y) {
-  if (n_x <= kGemmMinRows || w.type == cu::weight_type::f32) {
+  if (uses_matvec(w, n_x)) {
     cu::matvec(w.type, w.data.data(), w.n_out, w.n_in, x, n_x, y, stream_);
     return;
   }
   const size_t need = cu::gemm_scratch_bytes(w.type, w.n_out, w.n_in, n_x);
   if (gemm_ws_.bytes() < need) gemm_ws_ = cu::device_buffer(need);
   cu::gemm(cublas_, w.type, w.data.data(), w.n_out, w.n_in, x, n_x, y, gemm_ws_.data(), stream_);
+}
+
+void cuda_forward::residual_linear(const dev_weight& w, const float* a, int32_t n_x, float* x, float* tmp) {
+  if (uses_matvec(w, n_x)) {  // x += W a in the matvec's epilogue: the same bits as the separate add
+    const cu::matvec_segment seg{w.data.data(), x, w.n_out};
+    cu::matvec_multi(w.type, &seg, 1, w.n_in, a, n_x, true, stream_);
+    return;
+  }
+  linear(w, a, n_x, tmp);
+  cu::add(x, tmp, int64_t(n_x) * w.n_out, stream_);
 }
 
 int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
@@ -159,7 +192,16 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
   std::vector<int32_t> ids, pos, tok_seq, seq_lens, q_start{0}, n_past, out_rows;
   int32_t max_blocks = 1, max_q = 0, max_len = 0;
   bool all_decode = true;
-  for (const auto& s : seqs) max_blocks = std::max(max_blocks, (s.n_past + s.n_tokens + bs - 1) / bs);
+  for (const auto& s : seqs) {
+    max_blocks = std::max(max_blocks, (s.n_past + s.n_tokens + bs - 1) / bs);
+    all_decode = all_decode && s.n_tokens == 1;
+  }
+  // A small decode batch runs as one CUDA graph (launch overhead dominates it otherwise). Its
+  // kernels' arguments must repeat step after step, so the block-table width and the
+  // attention length are rounded up to kGraphBlocks blocks: the graph is re-captured (and
+  // updated in place) only when that bucket, the batch size or a buffer changes.
+  const bool graphed = graphs_enabled_ && all_decode && n_seqs <= kGemmMinRows;
+  if (graphed) max_blocks = (max_blocks + kGraphBlocks - 1) / kGraphBlocks * kGraphBlocks;
   std::vector<int32_t> tables(size_t(n_seqs) * size_t(max_blocks), 0);
   for (int32_t si = 0; si < n_seqs; ++si) {
     const batch_seq& s = seqs[size_t(si)];
@@ -178,8 +220,8 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
     n_past.push_back(s.n_past);
     max_q = std::max(max_q, s.n_tokens);
     max_len = std::max(max_len, s.n_past + s.n_tokens);
-    all_decode = all_decode && s.n_tokens == 1;
   }
+  if (graphed) max_len = max_blocks * bs;  // attention partitions past a sequence's length exit at once
   const int32_t n_x = int32_t(ids.size()), n_out = int32_t(out_rows.size());
   if (n_x == 0) return 0;
   // One pinned staging buffer and one async copy for every index array of the batch.
@@ -231,45 +273,84 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
   const float* freqs = rope_freqs_.ok() ? rope_freqs_.as<float>() : nullptr;
   const float att_scale = 1.0f / std::sqrt(float(hd));
 
-  cu::embedding(tok_embd_.type, tok_embd_.data.data(), d_ids, n_x, n_embd, x, stream_);
-  for (int32_t il = 0; il < hp_.n_layer; ++il) {
-    const dev_layer& L = layers_[size_t(il)];
-    float* k_cache = kv_.k_layer(il);
-    float* v_cache = kv_.v_layer(il);
+  // Every launch of the step, in order (captured into graph_ when graphed).
+  auto launch_step = [&] {
+    cu::embedding(tok_embd_.type, tok_embd_.data.data(), d_ids, n_x, n_embd, x, stream_);
+    for (int32_t il = 0; il < hp_.n_layer; ++il) {
+      const dev_layer& L = layers_[size_t(il)];
+      float* k_cache = kv_.k_layer(il);
+      float* v_cache = kv_.v_layer(il);
 
-    cu::rms_norm(x, L.attn_norm.as<float>(), xb, n_x, n_embd, hp_.rms_eps, stream_);
-    linear(L.wq, xb, n_x, q);
-    linear(L.wk, xb, n_x, k);
-    linear(L.wv, xb, n_x, v);
-    if (L.bq.ok()) {
-      cu::add_rows(q, L.bq.as<float>(), n_x, n_q, stream_);
-      cu::add_rows(k, L.bk.as<float>(), n_x, n_kvd, stream_);
-      cu::add_rows(v, L.bv.as<float>(), n_x, n_kvd, stream_);
-    }
-    cu::rope(q, d_pos, n_x, n_head, hd, hp_.n_rot, hp_.rope_base, hp_.rope_scale, hp_.rope_neox, freqs, stream_);
-    cu::rope(k, d_pos, n_x, n_kv, hd, hp_.n_rot, hp_.rope_base, hp_.rope_scale, hp_.rope_neox, freqs, stream_);
-    cu::kv_write(k, v, d_pos, dev + at.tok_seq, d_tables, max_blocks, n_x, n_kvd, bs, k_cache, v_cache,
-                 stream_);
-    if (all_decode) {
-      cu::attention_decode(q, k_cache, v_cache, d_tables, max_blocks, dev + at.seq_lens, n_seqs, max_len,
-                           n_head, n_kv, hd, bs, att_scale, ws, att, stream_);
-    } else {
-      cu::attention_prefill(q, k_cache, v_cache, d_tables, max_blocks, dev + at.q_start, dev + at.n_past,
-                            n_seqs, max_q, n_head, n_kv, hd, bs, att_scale, att, stream_);
-    }
-    linear(L.wo, att, n_x, xb);
-    cu::add(x, xb, int64_t(n_x) * n_embd, stream_);
+      cu::rms_norm(x, L.attn_norm.as<float>(), xb, n_x, n_embd, hp_.rms_eps, stream_);
+      if (uses_matvec(L.wq, n_x) && L.wq.type == L.wk.type && L.wq.type == L.wv.type) {  // one launch for Q, K, V
+        const cu::matvec_segment qkv[3] = {{L.wq.data.data(), q, n_q}, {L.wk.data.data(), k, n_kvd},
+                                           {L.wv.data.data(), v, n_kvd}};
+        cu::matvec_multi(L.wq.type, qkv, 3, n_embd, xb, n_x, false, stream_);
+      } else {
+        linear(L.wq, xb, n_x, q);
+        linear(L.wk, xb, n_x, k);
+        linear(L.wv, xb, n_x, v);
+      }
+      if (L.bq.ok()) cu::add_rows(q, L.bq.as<float>(), n_x, n_q, stream_);
+      if (L.bk.ok()) cu::add_rows(k, L.bk.as<float>(), n_x, n_kvd, stream_);
+      if (L.bv.ok()) cu::add_rows(v, L.bv.as<float>(), n_x, n_kvd, stream_);
+      cu::rope_kv_write(q, k, v, d_pos, dev + at.tok_seq, d_tables, max_blocks, n_x, n_head, n_kv, hd, hp_.n_rot,
+                        hp_.rope_base, hp_.rope_scale, hp_.rope_neox, freqs, bs, k_cache, v_cache, stream_);
+      if (all_decode) {
+        cu::attention_decode(q, k_cache, v_cache, d_tables, max_blocks, dev + at.seq_lens, n_seqs, max_len,
+                             n_head, n_kv, hd, bs, att_scale, ws, att, stream_);
+      } else {
+        cu::attention_prefill(q, k_cache, v_cache, d_tables, max_blocks, dev + at.q_start, dev + at.n_past,
+                              n_seqs, max_q, n_head, n_kv, hd, bs, att_scale, att, stream_);
+      }
+      residual_linear(L.wo, att, n_x, x, xb);
 
-    cu::rms_norm(x, L.ffn_norm.as<float>(), xb, n_x, n_embd, hp_.rms_eps, stream_);
-    linear(L.w_gate, xb, n_x, hb);
-    linear(L.w_up, xb, n_x, hb2);
-    cu::swiglu(hb, hb2, hb, int64_t(n_x) * n_ff, stream_);
-    linear(L.w_down, hb, n_x, xb);
-    cu::add(x, xb, int64_t(n_x) * n_embd, stream_);
+      cu::rms_norm(x, L.ffn_norm.as<float>(), xb, n_x, n_embd, hp_.rms_eps, stream_);
+      if (uses_matvec(L.w_gate, n_x) && L.w_gate.type == L.w_up.type) {  // one launch for gate, up and SwiGLU
+        cu::matvec_swiglu(L.w_gate.type, L.w_gate.data.data(), L.w_up.data.data(), n_ff, n_embd, xb, n_x, hb,
+                          stream_);
+      } else {
+        linear(L.w_gate, xb, n_x, hb);
+        linear(L.w_up, xb, n_x, hb2);
+        cu::swiglu(hb, hb2, hb, int64_t(n_x) * n_ff, stream_);
+      }
+      residual_linear(L.w_down, hb, n_x, x, xb);
+    }
+    cu::gather_rows(x, dev + at.out_rows, n_out, n_embd, rows, stream_);
+    cu::rms_norm(rows, output_norm_.as<float>(), rows, n_out, n_embd, hp_.rms_eps, stream_);
+    linear(output_, rows, n_out, dlogits);
+  };
+  if (graphed) {
+    // What the captured launches depend on besides the device-side indices.
+    const std::vector<uintptr_t> key = {
+        uintptr_t(n_x),      uintptr_t(n_seqs),   uintptr_t(max_blocks), uintptr_t(n_out),
+        uintptr_t(dev),      uintptr_t(x),        uintptr_t(xb),         uintptr_t(q),
+        uintptr_t(k),        uintptr_t(v),        uintptr_t(att),        uintptr_t(hb),
+        uintptr_t(hb2),      uintptr_t(rows),     uintptr_t(dlogits),    uintptr_t(ws),
+        uintptr_t(kv_.k_layer(0)), uintptr_t(kv_.v_layer(0))};
+    if (key != graph_key_ || !graph_.ready()) {
+      graph_key_.clear();
+      bool captured = graph_.begin_capture(stream_);
+      if (captured) {
+        launch_step();
+        captured = graph_.end_capture();
+      }
+      if (!captured) {
+        // NOTE: a capture that fails (an op that cannot be captured) is not a device failure:
+        // this engine launches directly from now on.
+        std::fprintf(stderr, "agentq: CUDA graph capture failed; decode launches kernels directly\n");
+        graphs_enabled_ = false;
+        if (cu::cuda_failed()) return -1;
+        launch_step();
+      } else {
+        graph_key_ = key;
+        ++graph_captures_;
+      }
+    }
+    if (!graph_key_.empty() && !graph_.replay(stream_)) return -1;
+  } else {
+    launch_step();
   }
-  cu::gather_rows(x, dev + at.out_rows, n_out, n_embd, rows, stream_);
-  cu::rms_norm(rows, output_norm_.as<float>(), rows, n_out, n_embd, hp_.rms_eps, stream_);
-  linear(output_, rows, n_out, dlogits);
   if (!cu::memcpy_d2h_async(logits, dlogits, size_t(n_out) * n_vocab * 4, stream_) ||
       !cu::stream_synchronize(stream_) || cu::cuda_failed())
     return -1;

@@ -6,6 +6,7 @@
 
 #if AGENTQ_HAVE_CUDA
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,6 +45,12 @@ class cuda_forward {
   int32_t forward(std::span<const batch_seq> seqs, float* logits);
 
   static constexpr int32_t kGemmMinRows = 16;
+  // Block-table width bucket of a graphed decode step (kGraphBlocks * block_size tokens: one
+  // attention partition at the default block size, so short contexts keep the one-kernel path).
+  static constexpr int32_t kGraphBlocks = 16;
+
+  // Decode steps captured into a CUDA graph so far (0 with AGENTQ_CUDA_GRAPHS=0).
+  int64_t graph_captures() const { return graph_captures_; }
 
  private:
   struct dev_weight {
@@ -60,7 +67,10 @@ class cuda_forward {
   bool upload_matrix(const std::string& name, int64_t n_in, int64_t n_out, dev_weight* w, std::string* error);
   bool upload_vector(const std::string& name, int64_t n, kernels::cuda::device_buffer* out, bool optional,
                      std::string* error);
+  static bool uses_matvec(const dev_weight& w, int32_t n_x);  // else cuBLAS GEMM
   void linear(const dev_weight& w, const float* x, int32_t n_x, float* y);
+  // x += W a (tmp: scratch for the GEMM path's product).
+  void residual_linear(const dev_weight& w, const float* a, int32_t n_x, float* x, float* tmp);
   float* scratch(kernels::cuda::device_buffer& b, size_t floats);
 
   std::shared_ptr<const gguf::file> file_;
@@ -77,6 +87,12 @@ class cuda_forward {
   kernels::cuda::device_buffer x_, xb_, q_, k_, v_, att_, hb_, hb2_, rows_, logits_, attn_ws_, gemm_ws_;
   kernels::cuda::pinned_buffer staging_;  // host side of the per-batch index arrays
   kernels::cuda::device_buffer index_;    // ids, positions, block tables... (one upload per batch)
+
+  // The graphed decode step: its executable graph and what its launches were captured with.
+  bool graphs_enabled_ = true;
+  kernels::cuda::graph graph_;
+  std::vector<uintptr_t> graph_key_;
+  int64_t graph_captures_ = 0;
 };
 
 }  // namespace agentq

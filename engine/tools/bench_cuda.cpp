@@ -154,6 +154,68 @@ int main(int argc, char** argv) {
   json += "]";
   cu::cublas_destroy(blas);
 
+  // 2b. Batch-1 f16 matvec variants (rows per warp x loads in flight; the same bits) on an
+  // 8B layer's shapes: Q/K/V fused (6144x4096), wo (4096x4096), gate/up + SwiGLU (2 x
+  // 14336x4096) and down (4096x14336). "layer us" sums them: the variant decode should use.
+  {
+    struct sh16 { const char* name; int64_t n_out, n_in; bool glu; };
+    const sh16 shapes16[] = {{"qkv 6144x4096", 6144, 4096, false}, {"wo 4096x4096", 4096, 4096, false},
+                             {"gate+up 14336x4096", 14336, 4096, true}, {"down 4096x14336", 4096, 14336, false}};
+    const int variants[][2] = {{1, 2}, {1, 4}, {1, 8}, {2, 2}, {2, 4}, {2, 8}, {4, 2}, {4, 4}};
+    std::printf("\nf16 batch-1 matvec variants (us per call; GB/s in brackets)\n%-6s", "RxU");
+    for (const sh16& h : shapes16) std::printf(" | %20s", h.name);
+    std::printf(" | %9s\n", "layer us");
+    struct bufs { std::vector<cu::device_buffer> w; int n_copies; size_t bytes; };
+    std::vector<bufs> mats;
+    for (const sh16& h : shapes16) {
+      bufs b;
+      b.bytes = cu::row_bytes(weight_type::f16, h.n_in) * size_t(h.n_out) * (h.glu ? 2 : 1);
+      b.n_copies = int(std::max<size_t>(1, (4 * l2 + b.bytes - 1) / b.bytes));
+      const auto host = bench_weights(weight_type::f16, h.n_out * (h.glu ? 2 : 1), h.n_in, rng);
+      for (int c = 0; c < b.n_copies; ++c) {
+        b.w.emplace_back(b.bytes);
+        if (!b.w.back().ok() || !b.w.back().upload(host.data(), b.bytes)) return 1;
+      }
+      mats.push_back(std::move(b));
+    }
+    cu::device_buffer x(size_t(14336) * 4), y(size_t(2 * 14336) * 4);
+    x.zero();
+    json += ",\"matvec16_variants\":[";
+    double best_us = 1e30;
+    int best[2] = {0, 0};
+    for (size_t vi = 0; vi < sizeof(variants) / sizeof(variants[0]); ++vi) {
+      const int r = variants[vi][0], u = variants[vi][1];
+      if (!cu::set_matvec16_variant(r, u)) continue;
+      std::printf("%dx%-4d", r, u);
+      double layer = 0;
+      std::string js = std::string(vi ? "," : "") + "{\"rows\":" + std::to_string(r) + ",\"loads\":" + std::to_string(u);
+      for (size_t si = 0; si < mats.size(); ++si) {
+        const sh16& h = shapes16[si];
+        bufs& b = mats[si];
+        const size_t half = b.bytes / 2;
+        const double us = t.us_per_call(iters, [&](int i) {
+          const auto* w = static_cast<const uint8_t*>(b.w[size_t(i % b.n_copies)].data());
+          if (h.glu)
+            cu::matvec_swiglu(weight_type::f16, w, w + half, h.n_out, h.n_in, x.as<float>(), 1, y.as<float>(), nullptr);
+          else
+            cu::matvec(weight_type::f16, w, h.n_out, h.n_in, x.as<float>(), 1, y.as<float>(), nullptr);
+        });
+        layer += us;
+        std::printf(" | %10.1f (%5.0f GB/s)", us, double(b.bytes) / us / 1e3);
+        js += ",\"us_" + std::to_string(si) + "\":" + std::to_string(us);
+      }
+      std::printf(" | %9.1f\n", layer);
+      json += js + ",\"layer_us\":" + std::to_string(layer) + "}";
+      if (layer < best_us) best_us = layer, best[0] = r, best[1] = u;
+    }
+    json += "]";
+    double layer_bytes = 0;
+    for (const bufs& b : mats) layer_bytes += double(b.bytes);
+    std::printf("best: %dx%d, %.1f us per layer = %.0f GB/s (%.0f%% of the probe)\n", best[0], best[1], best_us,
+                layer_bytes / best_us / 1e3, 100.0 * layer_bytes / best_us / 1e3 / bw);
+    json += ",\"matvec16_best\":\"" + std::to_string(best[0]) + "x" + std::to_string(best[1]) + "\"";
+  }
+
   // 3. Paged decode attention: 32 sequences x 4096 tokens, 32 heads / 8 KV heads, head_dim 128, fp32 KV.
   {
     const int32_t n_seqs = 32, len = 4096, n_head = 32, n_head_kv = 8, head_dim = 128, bs = 16;

@@ -1,6 +1,7 @@
 // Paged attention for decode: one query token per sequence, K/V read through the
 // block table. Split-K over fixed attention_partition-token partitions (grid z),
-// then a second kernel combines each head's partials in partition order.
+// then a second kernel combines each head's partials in partition order. A warp keeps
+// kGroup tokens' K/V rows in flight.
 #include "common.cuh"
 
 namespace agentq::kernels::cuda {
@@ -8,6 +9,7 @@ namespace agentq::kernels::cuda {
 namespace {
 
 constexpr int kWarps = 4;
+constexpr int kGroup = 4;  // tokens per warp in flight
 constexpr int kMaxDimPerLane = attention_max_head_dim / 32;
 
 // workspace record per (seq, head, partition): acc[head_dim], m, l
@@ -21,11 +23,15 @@ __global__ void __launch_bounds__(kWarps * 32)
                              const float* __restrict__ v_cache, const int32_t* __restrict__ block_tables,
                              int32_t max_blocks, const int32_t* __restrict__ seq_lens, int32_t n_head,
                              int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale, int32_t max_parts,
-                             float* __restrict__ ws) {
+                             float* __restrict__ ws, float* __restrict__ out) {
   const int32_t h = blockIdx.x, s = blockIdx.y, part = blockIdx.z;
   const int32_t len = seq_lens[s];
   const int32_t p0 = part * attention_partition;
-  if (p0 >= len) return;
+  if (p0 >= len) {
+    if (out)  // one partition and an empty sequence: what the reduce writes (acc 0 * inv_l 0)
+      for (int32_t d = threadIdx.x; d < head_dim; d += blockDim.x) out[(int64_t(s) * n_head + h) * head_dim + d] = 0.0f;
+    return;
+  }
   const int32_t p1 = min(len, p0 + attention_partition);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int32_t row = n_head_kv * head_dim;
@@ -40,23 +46,45 @@ __global__ void __launch_bounds__(kWarps * 32)
     acc[j] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  for (int32_t p = p0 + warp; p < p1; p += kWarps) {
-    const int64_t base = (int64_t(table[p / block_size]) * block_size + p % block_size) * row + kv_off;
-    const float* k = k_cache + base;
-    const float* v = v_cache + base;
-    float dot = 0.0f;
+  // NOTE: a warp takes its next kGroup tokens (kWarps apart) at once: their K and V rows are
+  // loaded and their dot products reduced together (kGroup x the loads in flight: one token
+  // at a time was latency-bound), then the online-softmax updates run token by token in the
+  // same order as before, so the bits do not depend on the grouping.
+  for (int32_t pg = p0 + warp; pg < p1; pg += kWarps * kGroup) {
+    float kv_k[kGroup][kMaxDimPerLane], kv_v[kGroup][kMaxDimPerLane], dot[kGroup];
 #pragma unroll
-    for (int j = 0; j < kMaxDimPerLane; ++j)
-      if (lane + 32 * j < head_dim) dot = fmaf(qr[j], k[lane + 32 * j], dot);
-    dot = detail::warp_sum(dot) * scale;
-    const float new_m = fmaxf(m, dot);
-    const float corr = m == -INFINITY ? 0.0f : expf(m - new_m);
-    const float e = expf(dot - new_m);
-    l = fmaf(l, corr, e);
+    for (int g = 0; g < kGroup; ++g) {
+      const int32_t p = min(pg + g * kWarps, p1 - 1);  // past the end: a valid row, not used
+      const int64_t base = (int64_t(table[p / block_size]) * block_size + p % block_size) * row + kv_off;
 #pragma unroll
-    for (int j = 0; j < kMaxDimPerLane; ++j)
-      if (lane + 32 * j < head_dim) acc[j] = fmaf(acc[j], corr, e * v[lane + 32 * j]);
-    m = new_m;
+      for (int j = 0; j < kMaxDimPerLane; ++j) {
+        const bool in = lane + 32 * j < head_dim;
+        kv_k[g][j] = in ? k_cache[base + lane + 32 * j] : 0.0f;
+        kv_v[g][j] = in ? v_cache[base + lane + 32 * j] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      float d = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kMaxDimPerLane; ++j)
+        if (lane + 32 * j < head_dim) d = fmaf(qr[j], kv_k[g][j], d);
+      dot[g] = d;
+    }
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) dot[g] = detail::warp_sum(dot[g]) * scale;
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      if (pg + g * kWarps >= p1) break;
+      const float new_m = fmaxf(m, dot[g]);
+      const float corr = m == -INFINITY ? 0.0f : expf(m - new_m);
+      const float e = expf(dot[g] - new_m);
+      l = fmaf(l, corr, e);
+#pragma unroll
+      for (int j = 0; j < kMaxDimPerLane; ++j)
+        if (lane + 32 * j < head_dim) acc[j] = fmaf(acc[j], corr, e * kv_v[g][j]);
+      m = new_m;
+    }
   }
 
   // Combine the warps in warp order.
@@ -72,6 +100,24 @@ __global__ void __launch_bounds__(kWarps * 32)
   __syncthreads();
   float big_m = -INFINITY;
   for (int w = 0; w < kWarps; ++w) big_m = fmaxf(big_m, sm_m[w]);
+  if (out) {
+    // One partition (max_parts == 1): normalise here instead of in attention_decode_reduce,
+    // with its arithmetic for a single record (weights expf(0) = 1 applied as fmaf(x, 1, 0)),
+    // so the bits are the two-kernel path's.
+    float big_l = 0.0f;
+    for (int w = 0; w < kWarps; ++w)
+      if (sm_m[w] != -INFINITY) big_l = fmaf(sm_l[w], expf(sm_m[w] - big_m), big_l);
+    big_l = fmaf(big_l, 1.0f, 0.0f);
+    const float inv_l = big_l > 0.0f ? 1.0f / big_l : 0.0f;
+    float* o_row = out + (int64_t(s) * n_head + h) * head_dim;
+    for (int32_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
+      float o = 0.0f;
+      for (int w = 0; w < kWarps; ++w)
+        if (sm_m[w] != -INFINITY) o = fmaf(sm_acc[w][d], expf(sm_m[w] - big_m), o);
+      o_row[d] = fmaf(o, 1.0f, 0.0f) * inv_l;
+    }
+    return;
+  }
   float* rec = ws + part_offset(s, h, part, n_head, max_parts, head_dim);
   for (int32_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float o = 0.0f;
@@ -128,8 +174,9 @@ void attention_decode(const float* q, const float* k_cache, const float* v_cache
   const cudaStream_t st = detail::as_stream(s);
   attention_decode_partial<<<dim3(n_head, n_seqs, max_parts), kWarps * 32, 0, st>>>(
       q, k_cache, v_cache, block_tables, max_blocks, seq_lens, n_head, n_head_kv, head_dim, block_size, scale,
-      max_parts, workspace);
+      max_parts, workspace, max_parts == 1 ? out : nullptr);
   AGENTQ_CUDA_CHECK_LAUNCH();
+  if (max_parts == 1) return;  // the partial kernel wrote the output
   attention_decode_reduce<<<dim3(n_head, n_seqs), 128, 0, st>>>(workspace, seq_lens, n_head, head_dim, max_parts,
                                                                  out);
   AGENTQ_CUDA_CHECK_LAUNCH();

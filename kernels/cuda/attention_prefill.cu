@@ -119,11 +119,12 @@ void attention_prefill(const float* q, const float* k_cache, const float* v_cach
   if (n_seqs <= 0 || max_q <= 0) return;
   AGENTQ_CUDA_REQUIRE(head_dim > 0 && head_dim <= attention_max_head_dim && n_head % n_head_kv == 0);
   const size_t smem = prefill_smem_bytes(head_dim);
-  // Opt in to large dynamic shared memory (head_dim > 128) once, for the largest head_dim:
-  // a host call, so a graph capture of a later step never meets it.
-  static const bool large_smem_ok = AGENTQ_CUDA_CHECK(cudaFuncSetAttribute(
-      attention_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(prefill_smem_bytes(attention_max_head_dim))));
-  if (smem > 48 * 1024 && !large_smem_ok) return;
+  // Opt in to large dynamic shared memory (head_dim > 128) on the current device, each call
+  // that needs it (the attribute is per device; prefill is never inside a captured graph).
+  if (smem > 48 * 1024 && !AGENTQ_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel,
+                                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                                  int(smem))))
+    return;
   const dim3 grid(detail::ceil_div(max_q, kTileQ), unsigned(n_head), unsigned(n_seqs));
   attention_prefill_kernel<<<grid, kWarps * 32, smem, detail::as_stream(s)>>>(
       q, k_cache, v_cache, block_tables, max_blocks, q_start, n_past, n_head, n_head_kv, head_dim, block_size, scale,

@@ -21,7 +21,10 @@ bool cublas_ok(cublasStatus_t st, const char* expr, const char* file, int line) 
 }
 #define AGENTQ_CUBLAS_CHECK(expr) cublas_ok((expr), #expr, __FILE__, __LINE__)
 
-int64_t tile_rows(int64_t n_out, int64_t n_in) { return std::max<int64_t>(1, std::min(n_out, kTileElems / n_in)); }
+// NOTE: at most 65535 rows: the dequantising kernel's grid y is one row each.
+int64_t tile_rows(int64_t n_out, int64_t n_in) {
+  return std::max<int64_t>(1, std::min({n_out, kTileElems / n_in, int64_t(65535)}));
+}
 
 __global__ void dequantize_f16_kernel(weight_type type, const uint8_t* __restrict__ w, size_t rb, int64_t row0,
                                       int64_t n_in, __half* __restrict__ dst) {

@@ -2,6 +2,9 @@
 // weight row, four rows per block, fp32 accumulation. Weights stream once per
 // chunk of up to 8 vectors; 128-bit loads where the block layout is 16-byte aligned
 // (f32, f16, bf16, Q4_K); Q8_0 (34 B) and Q6_K (210 B) blocks are only 2-byte aligned.
+#include <cstdio>
+#include <cstdlib>
+
 #include "common.cuh"
 
 namespace agentq::kernels::cuda {
@@ -16,6 +19,32 @@ __device__ __forceinline__ void load_x8(const float* x, float* v) {  // 8 floats
   const float4 b = *reinterpret_cast<const float4*>(x + 4);
   v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
   v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
+// acc[j] += dot(8 16-bit weights in raw, xs[j][i..i+8)), in element order.
+template <weight_type T, int NX>
+__device__ __forceinline__ void dot16x8(uint4 raw, const float* const* xs, int64_t i, float* acc) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+  float wv[8];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (T == weight_type::f16) {
+      wv[2 * k] = detail::f16_bits_to_float(uint16_t(words[k]));
+      wv[2 * k + 1] = detail::f16_bits_to_float(uint16_t(words[k] >> 16));
+    } else {
+      wv[2 * k] = __uint_as_float(words[k] << 16);
+      wv[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < NX; ++j) {
+    float xv[8];
+    load_x8(xs[j] + i, xv);
+    float s = acc[j];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) s = fmaf(wv[k], xv[k], s);
+    acc[j] = s;
+  }
 }
 
 // Each lane adds its share of dot(row, x[j]) to acc[j], j < NX. xs[j] points at vector j.
@@ -38,31 +67,19 @@ __device__ __forceinline__ void row_dot(const uint8_t* __restrict__ w, int64_t n
       }
     }
   } else if constexpr (T == weight_type::f16 || T == weight_type::bf16) {
-#pragma unroll 2
-    for (int64_t i = int64_t(lane) * 8; i < n_in; i += 256) {
-      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w + 2 * i));
-      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-      float wv[8];
+    // NOTE: kLoads 16-byte loads are issued before any arithmetic (2 KiB in flight per warp:
+    // one launch of a 4096-row matrix is otherwise latency-bound); the tail goes one load at
+    // a time. Each lane still adds its chunks in increasing order, for any NX.
+    constexpr int kLoads = 4;
+    int64_t i = int64_t(lane) * 8;
+    for (; i + (kLoads - 1) * 256 < n_in; i += kLoads * 256) {
+      uint4 raw[kLoads];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        if constexpr (T == weight_type::f16) {
-          wv[2 * k] = detail::f16_bits_to_float(uint16_t(words[k]));
-          wv[2 * k + 1] = detail::f16_bits_to_float(uint16_t(words[k] >> 16));
-        } else {
-          wv[2 * k] = __uint_as_float(words[k] << 16);
-          wv[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
-        }
-      }
+      for (int u = 0; u < kLoads; ++u) raw[u] = __ldg(reinterpret_cast<const uint4*>(w + 2 * (i + u * 256)));
 #pragma unroll
-      for (int j = 0; j < NX; ++j) {
-        float xv[8];
-        load_x8(xs[j] + i, xv);
-        float s = acc[j];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) s = fmaf(wv[k], xv[k], s);
-        acc[j] = s;
-      }
+      for (int u = 0; u < kLoads; ++u) dot16x8<T, NX>(raw[u], xs, i + u * 256, acc);
     }
+    for (; i < n_in; i += 256) dot16x8<T, NX>(__ldg(reinterpret_cast<const uint4*>(w + 2 * i)), xs, i, acc);
   } else if constexpr (T == weight_type::q8_0) {
     // 4 lanes per block (8 quants each), 8 blocks per warp step.
     const int64_t n_blocks = n_in / 32;
@@ -183,41 +200,320 @@ __device__ __forceinline__ void row_dot(const uint8_t* __restrict__ w, int64_t n
   }
 }
 
-template <weight_type T, int NX>
-__global__ void __launch_bounds__(kRowsPerBlock * 32)
-    matvec_kernel(const uint8_t* __restrict__ w, size_t rb, int64_t n_out, int64_t n_in,
-                  const float* __restrict__ x, int32_t n_x, float* __restrict__ y) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-  if (row >= n_out) return;
+// Up to three weight matrices of one type and row length, stacked: block rows run over all
+// of them, each warp finds its matrix (segment) and writes that matrix's output.
+struct segments {
+  const uint8_t* w[3];
+  float* y[3];
+  int64_t end[3];  // cumulative row counts; end[2] = all rows
+};
+
+// The vectors xs[0..NX) of chunk blockIdx.y; extra lanes of a short last chunk redo its last vector.
+template <int NX>
+__device__ __forceinline__ int32_t chunk_vectors(const float* x, int32_t n_x, int64_t n_in, const float** xs) {
   const int32_t x0 = int32_t(blockIdx.y) * NX;
   const int32_t nx = min(NX, n_x - x0);
-  const float* xs[NX];
 #pragma unroll
-  for (int j = 0; j < NX; ++j) xs[j] = x + int64_t(x0 + min(j, nx - 1)) * n_in;  // clamp: extra lanes redo the last
+  for (int j = 0; j < NX; ++j) xs[j] = x + int64_t(x0 + min(j, nx - 1)) * n_in;
+  return nx;
+}
+
+// ACC: y += W x (the residual add fused into wo / ffn_down), bitwise the same as a
+// separate add of the product.
+template <weight_type T, int NX, bool ACC>
+__global__ void __launch_bounds__(kRowsPerBlock * 32)
+    matvec_kernel(segments sg, size_t rb, int64_t n_in, const float* __restrict__ x, int32_t n_x) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  if (row >= sg.end[2]) return;
+  const int seg = row < sg.end[0] ? 0 : row < sg.end[1] ? 1 : 2;
+  const int64_t first = seg == 0 ? 0 : seg == 1 ? sg.end[0] : sg.end[1];
+  const int64_t local = row - first, n_rows = (seg == 0 ? sg.end[0] : seg == 1 ? sg.end[1] : sg.end[2]) - first;
+  const uint8_t* w = seg == 0 ? sg.w[0] : seg == 1 ? sg.w[1] : sg.w[2];
+  float* y = seg == 0 ? sg.y[0] : seg == 1 ? sg.y[1] : sg.y[2];
+  const float* xs[NX];
+  const int32_t nx = chunk_vectors<NX>(x, n_x, n_in, xs);
   float acc[NX];
 #pragma unroll
   for (int j = 0; j < NX; ++j) acc[j] = 0.0f;
-  row_dot<T, NX>(w + size_t(row) * rb, n_in, xs, lane, acc);
+  row_dot<T, NX>(w + size_t(local) * rb, n_in, xs, lane, acc);
 #pragma unroll
   for (int j = 0; j < NX; ++j) acc[j] = detail::warp_sum(acc[j]);
   if (lane == 0) {
+    const int64_t x0 = int64_t(blockIdx.y) * NX;
+#pragma unroll
+    for (int j = 0; j < NX; ++j) {
+      if (j < nx) {
+        float* out = y + (x0 + j) * n_rows + local;
+        *out = ACC ? *out + acc[j] : acc[j];
+      }
+    }
+  }
+}
+
+// y[j][r] = silu(dot(gate row r, x[j])) * dot(up row r, x[j]): one warp reads both rows.
+// Same dot products and formula as matvec + swiglu, so the same bits.
+template <weight_type T, int NX>
+__global__ void __launch_bounds__(kRowsPerBlock * 32)
+    matvec_swiglu_kernel(const uint8_t* __restrict__ gate, const uint8_t* __restrict__ up, size_t rb,
+                         int64_t n_out, int64_t n_in, const float* __restrict__ x, int32_t n_x,
+                         float* __restrict__ y) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  if (row >= n_out) return;
+  const float* xs[NX];
+  const int32_t nx = chunk_vectors<NX>(x, n_x, n_in, xs);
+  float g[NX], u[NX];
+#pragma unroll
+  for (int j = 0; j < NX; ++j) g[j] = u[j] = 0.0f;
+  row_dot<T, NX>(gate + size_t(row) * rb, n_in, xs, lane, g);
+  row_dot<T, NX>(up + size_t(row) * rb, n_in, xs, lane, u);
+#pragma unroll
+  for (int j = 0; j < NX; ++j) {
+    g[j] = detail::warp_sum(g[j]);
+    u[j] = detail::warp_sum(u[j]);
+  }
+  if (lane == 0) {
+    const int64_t x0 = int64_t(blockIdx.y) * NX;
 #pragma unroll
     for (int j = 0; j < NX; ++j)
-      if (j < nx) y[int64_t(x0 + j) * n_out + row] = acc[j];
+      if (j < nx) y[(x0 + j) * n_out + row] = g[j] / (1.0f + expf(-g[j])) * u[j];
+  }
+}
+
+// ---- Batch-1 decode over 16-bit weights: the bandwidth-bound case (an 8B F16 model's whole
+// step is these). A warp computes R rows at once, issuing U 16-byte loads per row before any
+// arithmetic, and loads each chunk of x once for its R rows. Each row still adds its chunks in
+// increasing order with the same fmaf chain as dot16x8, so results are bitwise those of the
+// generic kernel (and of any R, U): the variant is a speed choice only.
+
+template <weight_type T>
+__device__ __forceinline__ void unpack16x8(uint4 raw, float* wv) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (T == weight_type::f16) {
+      wv[2 * k] = detail::f16_bits_to_float(uint16_t(words[k]));
+      wv[2 * k + 1] = detail::f16_bits_to_float(uint16_t(words[k] >> 16));
+    } else {
+      wv[2 * k] = __uint_as_float(words[k] << 16);
+      wv[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
+    }
+  }
+}
+
+template <weight_type T, int R, int U>
+__device__ __forceinline__ void rows_dot16(const uint8_t* const* w, int64_t n_in, const float* __restrict__ x,
+                                           int lane, float* acc) {
+  int64_t i = int64_t(lane) * 8;
+  for (; i + (U - 1) * 256 < n_in; i += U * 256) {
+    uint4 raw[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) raw[u][r] = __ldg(reinterpret_cast<const uint4*>(w[r] + 2 * (i + u * 256)));
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float xv[8];
+      load_x8(x + i + u * 256, xv);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float wv[8];
+        unpack16x8<T>(raw[u][r], wv);
+        float s = acc[r];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s = fmaf(wv[k], xv[k], s);
+        acc[r] = s;
+      }
+    }
+  }
+  for (; i < n_in; i += 256) {
+    float xv[8];
+    load_x8(x + i, xv);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float wv[8];
+      unpack16x8<T>(__ldg(reinterpret_cast<const uint4*>(w[r] + 2 * i)), wv);
+      float s = acc[r];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) s = fmaf(wv[k], xv[k], s);
+      acc[r] = s;
+    }
+  }
+}
+
+template <weight_type T, int R, int U, bool ACC>
+__global__ void __launch_bounds__(kRowsPerBlock * 32)
+    matvec16_kernel(segments sg, size_t rb, int64_t n_in, const float* __restrict__ x) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row0 = (int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32) * R;
+  if (row0 >= sg.end[2]) return;
+  const uint8_t* w[R];
+  float* out[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = min(row0 + r, sg.end[2] - 1);  // past the end: recompute the last row, unwritten
+    const int seg = row < sg.end[0] ? 0 : row < sg.end[1] ? 1 : 2;
+    const int64_t first = seg == 0 ? 0 : seg == 1 ? sg.end[0] : sg.end[1];
+    w[r] = (seg == 0 ? sg.w[0] : seg == 1 ? sg.w[1] : sg.w[2]) + size_t(row - first) * rb;
+    out[r] = (seg == 0 ? sg.y[0] : seg == 1 ? sg.y[1] : sg.y[2]) + (row - first);
+  }
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  rows_dot16<T, R, U>(w, n_in, x, lane, acc);
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = detail::warp_sum(acc[r]);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (row0 + r < sg.end[2]) *out[r] = ACC ? *out[r] + acc[r] : acc[r];
+  }
+}
+
+// P row pairs (gate row, up row) per warp.
+template <weight_type T, int P, int U>
+__global__ void __launch_bounds__(kRowsPerBlock * 32)
+    matvec16_swiglu_kernel(const uint8_t* __restrict__ gate, const uint8_t* __restrict__ up, size_t rb,
+                           int64_t n_out, int64_t n_in, const float* __restrict__ x, float* __restrict__ y) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row0 = (int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32) * P;
+  if (row0 >= n_out) return;
+  const uint8_t* w[2 * P];
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int64_t row = min(row0 + p, n_out - 1);
+    w[2 * p] = gate + size_t(row) * rb;
+    w[2 * p + 1] = up + size_t(row) * rb;
+  }
+  float acc[2 * P];
+#pragma unroll
+  for (int r = 0; r < 2 * P; ++r) acc[r] = 0.0f;
+  rows_dot16<T, 2 * P, U>(w, n_in, x, lane, acc);
+#pragma unroll
+  for (int r = 0; r < 2 * P; ++r) acc[r] = detail::warp_sum(acc[r]);
+  if (lane == 0) {
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (row0 + p < n_out) y[row0 + p] = acc[2 * p] / (1.0f + expf(-acc[2 * p])) * acc[2 * p + 1];
+  }
+}
+
+// The (R, U) variant batch-1 16-bit decode uses: set_matvec16_variant(), else
+// AGENTQ_MATVEC16="RxU" (benchmarks), else the default measured best on an H200.
+struct variant16 {  // 1x8 measured best on an H200 (8B F16 decode 207 tok/s; 1x4 203, 2x4 197, 4x4 172)
+  int rows = 1, loads = 8;
+};
+variant16& current_variant16() {
+  static variant16 v = [] {
+    variant16 d;
+    if (const char* e = std::getenv("AGENTQ_MATVEC16")) {
+      int r = 0, u = 0;
+      if (std::sscanf(e, "%dx%d", &r, &u) == 2 && matvec16_variant_ok(r, u)) d = {r, u};
+    }
+    return d;
+  }();
+  return v;
+}
+
+template <weight_type T, bool ACC>
+void launch_matvec16(const segments& sg, size_t rb, int64_t n_in, const float* x, cudaStream_t s) {
+  const variant16 v = current_variant16();
+  const dim3 grid(detail::ceil_div(sg.end[2], int64_t(kRowsPerBlock) * v.rows));
+#define AGENTQ_MV16(R, U)                                                                          \
+  if (v.rows == R && v.loads == U) {                                                               \
+    matvec16_kernel<T, R, U, ACC><<<grid, kRowsPerBlock * 32, 0, s>>>(sg, rb, n_in, x);            \
+    return;                                                                                        \
+  }
+  AGENTQ_MV16(1, 2) AGENTQ_MV16(1, 4) AGENTQ_MV16(1, 8) AGENTQ_MV16(2, 2) AGENTQ_MV16(2, 4) AGENTQ_MV16(2, 8)
+  AGENTQ_MV16(4, 2) AGENTQ_MV16(4, 4)
+#undef AGENTQ_MV16
+}
+
+template <weight_type T>
+void launch_swiglu16(const uint8_t* gate, const uint8_t* up, size_t rb, int64_t n_out, int64_t n_in, const float* x,
+                     float* y, cudaStream_t s) {
+  const variant16 v = current_variant16();
+  const int pairs = v.rows >= 4 ? 2 : 1;  // 2 or 4 rows per warp
+  const dim3 grid(detail::ceil_div(n_out, int64_t(kRowsPerBlock) * pairs));
+#define AGENTQ_SW16(P, U)                                                                          \
+  if (pairs == P && v.loads == U) {                                                                \
+    matvec16_swiglu_kernel<T, P, U><<<grid, kRowsPerBlock * 32, 0, s>>>(gate, up, rb, n_out, n_in, x, y); \
+    return;                                                                                        \
+  }
+  AGENTQ_SW16(1, 2) AGENTQ_SW16(1, 4) AGENTQ_SW16(1, 8) AGENTQ_SW16(2, 2) AGENTQ_SW16(2, 4)
+  matvec16_swiglu_kernel<T, 1, 4><<<grid, kRowsPerBlock * 32, 0, s>>>(gate, up, rb, n_out, n_in, x, y);  // not reached
+#undef AGENTQ_SW16
+}
+
+dim3 grid_for(int64_t n_rows, int32_t n_x) {
+  return dim3(detail::ceil_div(n_rows, kRowsPerBlock), n_x == 1 ? 1u : detail::ceil_div(n_x, kChunk));
+}
+
+template <weight_type T, bool ACC>
+void launch_matvec(const segments& sg, int64_t n_in, const float* x, int32_t n_x, cudaStream_t s) {
+  const size_t rb = row_bytes(T, n_in);
+  if constexpr (T == weight_type::f16 || T == weight_type::bf16) {
+    if (n_x == 1) return launch_matvec16<T, ACC>(sg, rb, n_in, x, s);
+  }
+  if (n_x == 1)
+    matvec_kernel<T, 1, ACC><<<grid_for(sg.end[2], 1), kRowsPerBlock * 32, 0, s>>>(sg, rb, n_in, x, n_x);
+  else
+    matvec_kernel<T, kChunk, ACC><<<grid_for(sg.end[2], n_x), kRowsPerBlock * 32, 0, s>>>(sg, rb, n_in, x, n_x);
+}
+
+template <weight_type T>
+void launch_swiglu(const void* gate, const void* up, int64_t n_out, int64_t n_in, const float* x, int32_t n_x,
+                   float* y, cudaStream_t s) {
+  const auto* g = static_cast<const uint8_t*>(gate);
+  const auto* u = static_cast<const uint8_t*>(up);
+  const size_t rb = row_bytes(T, n_in);
+  if constexpr (T == weight_type::f16 || T == weight_type::bf16) {
+    if (n_x == 1) return launch_swiglu16<T>(g, u, rb, n_out, n_in, x, y, s);
+  }
+  if (n_x == 1)
+    matvec_swiglu_kernel<T, 1><<<grid_for(n_out, 1), kRowsPerBlock * 32, 0, s>>>(g, u, rb, n_out, n_in, x, n_x, y);
+  else
+    matvec_swiglu_kernel<T, kChunk><<<grid_for(n_out, n_x), kRowsPerBlock * 32, 0, s>>>(g, u, rb, n_out, n_in, x,
+                                                                                         n_x, y);
+}
+
+// n_in must be a multiple of this: whole blocks, and whole 16-byte loads for the float types.
+int64_t row_multiple(weight_type t) {
+  switch (t) {
+    case weight_type::f32: return 4;
+    case weight_type::f16:
+    case weight_type::bf16: return 8;
+    case weight_type::q8_0: return 32;
+    default: return 256;
   }
 }
 
 template <weight_type T>
-void launch_matvec(const void* w, int64_t n_out, int64_t n_in, const float* x, int32_t n_x, float* y, cudaStream_t s) {
-  const auto* wb = static_cast<const uint8_t*>(w);
-  const size_t rb = row_bytes(T, n_in);
-  if (n_x == 1) {
-    matvec_kernel<T, 1><<<dim3(detail::ceil_div(n_out, kRowsPerBlock), 1), kRowsPerBlock * 32, 0, s>>>(
-        wb, rb, n_out, n_in, x, n_x, y);
-  } else {
-    matvec_kernel<T, kChunk><<<dim3(detail::ceil_div(n_out, kRowsPerBlock), detail::ceil_div(n_x, kChunk)),
-                               kRowsPerBlock * 32, 0, s>>>(wb, rb, n_out, n_in, x, n_x, y);
+struct matvec_op {
+  static void run(const segments& sg, int64_t n_in, const float* x, int32_t n_x, bool acc, cudaStream_t s) {
+    if (acc) launch_matvec<T, true>(sg, n_in, x, n_x, s);
+    else launch_matvec<T, false>(sg, n_in, x, n_x, s);
+  }
+};
+template <weight_type T>
+struct swiglu_op {
+  static void run(const void* gate, const void* up, int64_t n_out, int64_t n_in, const float* x, int32_t n_x,
+                  float* y, cudaStream_t s) {
+    launch_swiglu<T>(gate, up, n_out, n_in, x, n_x, y, s);
+  }
+};
+
+// Op<type>::run(args...) with the weight type as a template argument.
+template <template <weight_type> class Op, class... A>
+void dispatch(weight_type type, A&&... a) {
+  switch (type) {
+    case weight_type::f32: Op<weight_type::f32>::run(a...); break;
+    case weight_type::f16: Op<weight_type::f16>::run(a...); break;
+    case weight_type::bf16: Op<weight_type::bf16>::run(a...); break;
+    case weight_type::q8_0: Op<weight_type::q8_0>::run(a...); break;
+    case weight_type::q4_k: Op<weight_type::q4_k>::run(a...); break;
+    case weight_type::q6_k: Op<weight_type::q6_k>::run(a...); break;
   }
 }
 
@@ -225,16 +521,46 @@ void launch_matvec(const void* w, int64_t n_out, int64_t n_in, const float* x, i
 
 void matvec(weight_type type, const void* w, int64_t n_out, int64_t n_in, const float* x, int32_t n_x, float* y,
             stream_t s) {
-  if (n_out <= 0 || n_x <= 0) return;
-  const cudaStream_t st = detail::as_stream(s);
-  switch (type) {
-    case weight_type::f32: launch_matvec<weight_type::f32>(w, n_out, n_in, x, n_x, y, st); break;
-    case weight_type::f16: launch_matvec<weight_type::f16>(w, n_out, n_in, x, n_x, y, st); break;
-    case weight_type::bf16: launch_matvec<weight_type::bf16>(w, n_out, n_in, x, n_x, y, st); break;
-    case weight_type::q8_0: launch_matvec<weight_type::q8_0>(w, n_out, n_in, x, n_x, y, st); break;
-    case weight_type::q4_k: launch_matvec<weight_type::q4_k>(w, n_out, n_in, x, n_x, y, st); break;
-    case weight_type::q6_k: launch_matvec<weight_type::q6_k>(w, n_out, n_in, x, n_x, y, st); break;
+  const matvec_segment seg{w, y, n_out};
+  matvec_multi(type, &seg, 1, n_in, x, n_x, false, s);
+}
+
+void matvec_multi(weight_type type, const matvec_segment* segs, int32_t n_segs, int64_t n_in, const float* x,
+                  int32_t n_x, bool accumulate, stream_t s) {
+  AGENTQ_CUDA_REQUIRE(n_segs >= 1 && n_segs <= 3);
+  AGENTQ_CUDA_REQUIRE(n_in % row_multiple(type) == 0);
+  segments sg{};
+  int64_t rows = 0;
+  for (int i = 0; i < 3; ++i) {
+    const matvec_segment& g = segs[i < n_segs ? i : n_segs - 1];
+    if (i < n_segs) rows += g.n_out;
+    sg.w[i] = static_cast<const uint8_t*>(g.w);
+    sg.y[i] = g.y;
+    sg.end[i] = rows;
   }
+  if (rows <= 0 || n_x <= 0) return;
+  const cudaStream_t st = detail::as_stream(s);
+  dispatch<matvec_op>(type, sg, n_in, x, n_x, accumulate, st);
+  AGENTQ_CUDA_CHECK_LAUNCH();
+}
+
+bool matvec16_variant_ok(int rows, int loads) {
+  return (rows == 1 && (loads == 2 || loads == 4 || loads == 8)) || (rows == 2 && (loads == 2 || loads == 4 || loads == 8)) ||
+         (rows == 4 && (loads == 2 || loads == 4));
+}
+
+bool set_matvec16_variant(int rows, int loads) {
+  if (!matvec16_variant_ok(rows, loads)) return false;
+  current_variant16() = {rows, loads};
+  return true;
+}
+
+void matvec_swiglu(weight_type type, const void* gate, const void* up, int64_t n_out, int64_t n_in, const float* x,
+                   int32_t n_x, float* y, stream_t s) {
+  if (n_out <= 0 || n_x <= 0) return;
+  AGENTQ_CUDA_REQUIRE(n_in % row_multiple(type) == 0);
+  const cudaStream_t st = detail::as_stream(s);
+  dispatch<swiglu_op>(type, gate, up, n_out, n_in, x, n_x, y, st);
   AGENTQ_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,11 +1,15 @@
-// RMSNorm: one block per row, a fixed-order block reduction of the squares.
+// RMSNorm: one block of kThreads per row, a fixed-order block reduction of the squares.
+// NOTE: 1024 threads, not 256: a decode step normalises single 4096-wide rows, where the
+// block's serial share of the row (its latency) is what costs.
 #include "common.cuh"
 
 namespace agentq::kernels::cuda {
 
 namespace {
 
-__global__ void __launch_bounds__(256) rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w,
+constexpr int kThreads = 1024;
+
+__global__ void __launch_bounds__(kThreads) rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                                        float* y, int32_t n, float eps) {
   __shared__ float scratch[32];
   const float* xr = x + int64_t(blockIdx.x) * n;  // [n]
@@ -21,7 +25,7 @@ __global__ void __launch_bounds__(256) rms_norm_kernel(const float* __restrict__
 
 void rms_norm(const float* x, const float* w, float* y, int32_t n_rows, int32_t n, float eps, stream_t s) {
   if (n_rows <= 0) return;
-  rms_norm_kernel<<<n_rows, 256, 0, detail::as_stream(s)>>>(x, w, y, n, eps);
+  rms_norm_kernel<<<n_rows, kThreads, 0, detail::as_stream(s)>>>(x, w, y, n, eps);
   AGENTQ_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,5 @@
-// Rotary position embedding in place, one thread per rotated pair. The angle is
-// computed in double so large positions match the reference to float precision.
-#include "common.cuh"
+// Rotary position embedding in place, one thread per rotated pair (rope.cuh).
+#include "rope.cuh"
 
 namespace agentq::kernels::cuda {
 
@@ -15,17 +14,8 @@ __global__ void rope_kernel(float* x, const int32_t* __restrict__ pos, int32_t n
   const int32_t i = int32_t(idx % half);
   const int64_t th = idx / half;  // token * n_head + head
   const int32_t t = int32_t(th / n_head);
-  float* v = x + th * head_dim;
-  double theta = double(pos[t]) * double(scale) * pow(double(base), -2.0 * i / n_rot);
-  if (freq_factors) theta /= double(freq_factors[i]);
-  double sd, cd;
-  sincos(theta, &sd, &cd);
-  const float c = float(cd), s = float(sd);
-  const int32_t i0 = neox ? i : 2 * i;
-  const int32_t i1 = neox ? i + half : 2 * i + 1;
-  const float a = v[i0], b = v[i1];
-  v[i0] = a * c - b * s;
-  v[i1] = a * s + b * c;
+  int32_t i0, i1;
+  detail::rope_pair(x + th * head_dim, i, pos[t], n_rot, base, scale, neox, freq_factors, &i0, &i1);
 }
 
 }  // namespace

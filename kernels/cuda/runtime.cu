@@ -72,6 +72,7 @@ device_buffer::device_buffer(size_t bytes) {
   if (AGENTQ_CUDA_CHECK(cudaMalloc(&ptr_, bytes))) {
     bytes_ = bytes;
   } else {
+    (void)cudaGetLastError();  // out of memory is not sticky: keep it out of the next launch check
     ptr_ = nullptr;
   }
 }
@@ -169,7 +170,10 @@ bool event_record(void* e, stream_t s) {
 bool event_synchronize(void* e) { return AGENTQ_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e))); }
 bool event_query(void* e) {
   const cudaError_t r = cudaEventQuery(static_cast<cudaEvent_t>(e));
-  if (r == cudaErrorNotReady) return false;
+  if (r == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // "not ready" is an answer, not an error for the next launch check
+    return false;
+  }
   return AGENTQ_CUDA_CHECK(r);
 }
 bool stream_wait_event(stream_t s, void* e) {

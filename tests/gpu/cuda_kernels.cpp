@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "agentq/kernels_cuda.h"
@@ -168,6 +169,52 @@ TEST_CASE("matvec: every type, several shapes and batch sizes; batch-invariant")
   }
 }
 
+TEST_CASE("fused matvecs (Q/K/V segments, residual accumulate, gate/up SwiGLU) equal matvec + the separate op, bitwise") {
+  require_device();
+  std::mt19937 rng(15);
+  for (weight_type t : all_types) {
+    const int64_t n_in = 512, n_q = 96, n_kv = 35;
+    for (int32_t n_x : {1, 3, 9}) {
+      const auto wq = test::random_weights(t, n_q, n_in, rng), wk = test::random_weights(t, n_kv, n_in, rng),
+                 wv = test::random_weights(t, n_kv, n_in, rng);
+      const auto x = test::random_floats(size_t(n_x * n_in), rng);
+      auto dq = to_device(wq), dk = to_device(wk), dv = to_device(wv), dx = to_device(x);
+      // Separate launches.
+      cu::device_buffer yq(size_t(n_x * n_q) * 4), yk(size_t(n_x * n_kv) * 4), yv(size_t(n_x * n_kv) * 4);
+      cu::matvec(t, dq.data(), n_q, n_in, dx.as<float>(), n_x, yq.as<float>(), nullptr);
+      cu::matvec(t, dk.data(), n_kv, n_in, dx.as<float>(), n_x, yk.as<float>(), nullptr);
+      cu::matvec(t, dv.data(), n_kv, n_in, dx.as<float>(), n_x, yv.as<float>(), nullptr);
+      // One launch over three segments.
+      cu::device_buffer fq(size_t(n_x * n_q) * 4), fk(size_t(n_x * n_kv) * 4), fv(size_t(n_x * n_kv) * 4);
+      const cu::matvec_segment segs[3] = {{dq.data(), fq.as<float>(), n_q}, {dk.data(), fk.as<float>(), n_kv},
+                                          {dv.data(), fv.as<float>(), n_kv}};
+      cu::matvec_multi(t, segs, 3, n_in, dx.as<float>(), n_x, false, nullptr);
+      for (auto [a, b, n] : {std::tuple{&yq, &fq, n_q}, std::tuple{&yk, &fk, n_kv}, std::tuple{&yv, &fv, n_kv}}) {
+        const auto sep = from_device<float>(*a, size_t(n_x * n));
+        const auto fused = from_device<float>(*b, size_t(n_x * n));
+        CHECK_MESSAGE(std::memcmp(sep.data(), fused.data(), sep.size() * 4) == 0, "segments, type ", int(t), " n_x ", n_x);
+      }
+      // Residual: y += W x equals add(y, W x).
+      const auto base = test::random_floats(size_t(n_x * n_q), rng);
+      auto acc = to_device(base), sum = to_device(base);
+      const cu::matvec_segment one{dq.data(), acc.as<float>(), n_q};
+      cu::matvec_multi(t, &one, 1, n_in, dx.as<float>(), n_x, true, nullptr);
+      cu::add(sum.as<float>(), yq.as<float>(), n_x * n_q, nullptr);
+      const auto got_acc = from_device<float>(acc, base.size()), got_sum = from_device<float>(sum, base.size());
+      CHECK_MESSAGE(std::memcmp(got_acc.data(), got_sum.data(), base.size() * 4) == 0, "accumulate, type ", int(t));
+      // SwiGLU: silu(gate x) * (up x), gate = wq, up = a second matrix of the same shape.
+      const auto wu = test::random_weights(t, n_q, n_in, rng);
+      auto du = to_device(wu);
+      cu::device_buffer yu(size_t(n_x * n_q) * 4), sw(size_t(n_x * n_q) * 4), fsw(size_t(n_x * n_q) * 4);
+      cu::matvec(t, du.data(), n_q, n_in, dx.as<float>(), n_x, yu.as<float>(), nullptr);
+      cu::swiglu(yq.as<float>(), yu.as<float>(), sw.as<float>(), n_x * n_q, nullptr);
+      cu::matvec_swiglu(t, dq.data(), du.data(), n_q, n_in, dx.as<float>(), n_x, fsw.as<float>(), nullptr);
+      const auto a = from_device<float>(sw, size_t(n_x * n_q)), b = from_device<float>(fsw, size_t(n_x * n_q));
+      CHECK_MESSAGE(std::memcmp(a.data(), b.data(), a.size() * 4) == 0, "swiglu, type ", int(t), " n_x ", n_x);
+    }
+  }
+}
+
 TEST_CASE("gemm via cuBLAS matches the reference matvec") {
   require_device();
   std::mt19937 rng(13);
@@ -214,6 +261,30 @@ TEST_CASE("paged attention: kv_write, split-K decode (batch-invariant), causal p
     CHECK(from_device<float>(dk, f.k.size()) == f.k);
     CHECK(from_device<float>(dv, f.v.size()) == f.v);
 
+    // rope_kv_write = rope(q), rope(k), kv_write, bitwise (partial rotation: n_rot < head_dim).
+    for (bool neox : {false, true}) {
+      const int32_t n_rot = head_dim >= 64 ? head_dim / 2 : head_dim;
+      const auto q0 = test::random_floats(size_t(n_seqs * n_head * head_dim), rng);
+      auto qa = to_device(q0), qb = to_device(q0), ka = to_device(k_new), kb = to_device(k_new);
+      auto ca_k = to_device(f.k), ca_v = to_device(f.v), cb_k = to_device(f.k), cb_v = to_device(f.v);
+      cu::rope(qa.as<float>(), dpos.as<int32_t>(), n_seqs, n_head, head_dim, n_rot, 10000.0f, 1.0f, neox, nullptr,
+               nullptr);
+      cu::rope(ka.as<float>(), dpos.as<int32_t>(), n_seqs, n_head_kv, head_dim, n_rot, 10000.0f, 1.0f, neox, nullptr,
+               nullptr);
+      cu::kv_write(ka.as<float>(), dvn.as<float>(), dpos.as<int32_t>(), dts.as<int32_t>(), dtab.as<int32_t>(),
+                   f.max_blocks, n_seqs, row, block_size, ca_k.as<float>(), ca_v.as<float>(), nullptr);
+      cu::rope_kv_write(qb.as<float>(), kb.as<float>(), dvn.as<float>(), dpos.as<int32_t>(), dts.as<int32_t>(),
+                        dtab.as<int32_t>(), f.max_blocks, n_seqs, n_head, n_head_kv, head_dim, n_rot, 10000.0f, 1.0f,
+                        neox, nullptr, block_size, cb_k.as<float>(), cb_v.as<float>(), nullptr);
+      auto same = [&](const cu::device_buffer& a, const cu::device_buffer& b, size_t n) {
+        const auto x = from_device<float>(a, n), y = from_device<float>(b, n);
+        return std::memcmp(x.data(), y.data(), n * 4) == 0;
+      };
+      CHECK_MESSAGE(same(qa, qb, q0.size()), "rope_kv_write q, head_dim ", head_dim, " neox ", neox);
+      CHECK_MESSAGE(same(ca_k, cb_k, f.k.size()), "rope_kv_write k cache, head_dim ", head_dim, " neox ", neox);
+      CHECK_MESSAGE(same(ca_v, cb_v, f.v.size()), "rope_kv_write v cache, head_dim ", head_dim);
+    }
+
     const auto q = test::random_floats(size_t(n_seqs * n_head * head_dim), rng);
     std::vector<float> expect(q.size());
     ref::attention_decode(q.data(), f.k.data(), f.v.data(), f.block_tables.data(), f.max_blocks, lens.data(), n_seqs,
@@ -235,6 +306,17 @@ TEST_CASE("paged attention: kv_write, split-K decode (batch-invariant), causal p
                          scale, ws.as<float>(), dout1.as<float>(), nullptr);
     const auto one = from_device<float>(dout1, per);
     CHECK(std::memcmp(one.data(), got.data() + 2 * per, per * 4) == 0);
+    // Sequences 0 and 3 alone fit one partition: the kernel normalises in place (no reduce
+    // launch) and must still give the batched, reduced bits.
+    for (int32_t si : {0, 3}) {
+      cu::attention_decode(dq.as<float>() + si * per, dk.as<float>(), dv.as<float>(),
+                           dtab.as<int32_t>() + si * f.max_blocks, f.max_blocks, dlens.as<int32_t>() + si, 1,
+                           lens[size_t(si)], n_head, n_head_kv, head_dim, block_size, scale, ws.as<float>(),
+                           dout1.as<float>(), nullptr);
+      const auto solo = from_device<float>(dout1, per);
+      CHECK_MESSAGE(std::memcmp(solo.data(), got.data() + si * per, per * 4) == 0, "one partition, seq ", si,
+                    " head_dim ", head_dim);
+    }
 
     // Prefill: seq 1 continues after 650 cached tokens with 50 new ones, seq 2 is a fresh 1500-token prompt,
     // seq 3 has 37 tokens and nothing cached.

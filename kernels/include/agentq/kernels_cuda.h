@@ -196,6 +196,13 @@ void rms_norm(const float* x, const float* w, float* y, int32_t n_rows, int32_t 
 void rope(float* x, const int32_t* pos, int32_t n_tokens, int32_t n_head, int32_t head_dim, int32_t n_rot,
           float base, float scale, bool neox, const float* freq_factors, stream_t s);
 
+// rope(q), rope(k) and kv_write in one launch (decode's per-layer form; the same bits).
+//   q: [n_tokens][n_head][head_dim]  k, v: [n_tokens][n_head_kv * head_dim] (q, k roped in place)
+void rope_kv_write(float* q, float* k, const float* v, const int32_t* pos, const int32_t* tok_seq,
+                   const int32_t* block_tables, int32_t max_blocks, int32_t n_tokens, int32_t n_head,
+                   int32_t n_head_kv, int32_t head_dim, int32_t n_rot, float base, float scale, bool neox,
+                   const float* freq_factors, int32_t block_size, float* k_cache, float* v_cache, stream_t s);
+
 // x[i] += y[i], i < n.
 void add(float* x, const float* y, int64_t n, stream_t s);
 // x[r][i] += b[i].  x: [n_rows][n]  b: [n]  (biases)
@@ -214,7 +221,8 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, stream_t 
 // NOTE: contexts are split in fixed partitions of attention_partition tokens whatever
 // the batch, and partials are combined in partition order, so a sequence's output
 // does not depend on its batch-mates (batch invariance) and runs are bitwise repeatable.
-constexpr int32_t attention_partition = 512;
+// 256: a batch-1 step at 4096 tokens of context spreads over 16 partitions x heads blocks.
+constexpr int32_t attention_partition = 256;
 constexpr int32_t attention_max_head_dim = 256;
 size_t attention_decode_workspace_floats(int32_t n_seqs, int32_t n_head, int32_t head_dim, int32_t max_seq_len);
 void attention_decode(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_tables,
@@ -238,6 +246,25 @@ void attention_prefill(const float* q, const float* k_cache, const float* v_cach
 // NOTE: each dot product runs in the same fixed order for any n_x (batch invariance).
 void matvec(weight_type type, const void* w, int64_t n_out, int64_t n_in, const float* x, int32_t n_x, float* y,
             stream_t s);
+// Decode's fused forms of matvec (fewer launches per layer; the same dot products, so the
+// same bits as matvec followed by the separate op):
+//   matvec_multi: up to three matrices of one type and n_in (Q, K and V) in one launch, each
+//     writing its own y [n_x][n_out]; accumulate: y += W x (the residual add).
+//   matvec_swiglu: y[i][o] = silu(dot(gate row o, x[i])) * dot(up row o, x[i]), as swiglu().
+struct matvec_segment {
+  const void* w;
+  float* y;
+  int64_t n_out;
+};
+void matvec_multi(weight_type type, const matvec_segment* segs, int32_t n_segs, int64_t n_in, const float* x,
+                  int32_t n_x, bool accumulate, stream_t s);
+void matvec_swiglu(weight_type type, const void* gate, const void* up, int64_t n_out, int64_t n_in, const float* x,
+                   int32_t n_x, float* y, stream_t s);
+// Batch-1 decode over f16/bf16 weights runs a variant: rows per warp (1, 2, 4) x 16-byte
+// loads per row in flight (2, 4, 8; at most 16 in all). Every variant gives the same bits;
+// this picks the speed (benchmarks sweep it; AGENTQ_MATVEC16="RxU" sets it at start-up).
+bool matvec16_variant_ok(int rows, int loads);
+bool set_matvec16_variant(int rows, int loads);  // false for an unsupported pair
 
 // Dequantise rows [row0, row0+n_rows) of w to fp16: dst [n_rows][n_in].
 void dequantize_f16(weight_type type, const void* w, int64_t row0, int64_t n_rows, int64_t n_in, void* dst_f16,
