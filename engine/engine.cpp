@@ -297,8 +297,12 @@ bool engine_impl::step() {
     }
   }
   const size_t n_vocab = size_t(desc_.n_vocab);
-  logits_.resize(plan.items.size() * n_vocab);
-  if (backend_->forward(batch, logits_.data()) < 0) {
+  float* logits = backend_->logits_buffer(plan.items.size() * n_vocab);
+  if (!logits) {
+    logits_.resize(plan.items.size() * n_vocab);
+    logits = logits_.data();
+  }
+  if (backend_->forward(batch, logits) < 0) {
     const std::string why = backend_->failure();
     if (!why.empty()) {
       fail_device(why);
@@ -315,7 +319,7 @@ bool engine_impl::step() {
   for (size_t i = 0; i < plan.items.size(); ++i) {
     const auto& it = plan.items[i];
     if (!it.sample) continue;
-    sampled[i] = sample(*active_.at(it.id), logits_.data() + i * n_vocab);
+    sampled[i] = sample(*active_.at(it.id), logits + i * n_vocab);
   }
   sched_->update(plan, sampled);
   for (size_t i = 0; i < plan.items.size(); ++i) {

@@ -10,6 +10,7 @@
 #   scripts/device-check.sh   (env: BUILD=build-device CUDA_ARCH=90a JOBS=$(nproc) BUDGET_S=280
 #                              MODELS="8b:f16 8b:q4_k 1b:f16 1b:q4_k" MODEL_DIR=$BUILD/models
 #                              BUILD_TIMEOUT_S=240 CMAKE_ARGS="extra configure flags"
+#                              SCALING_110M=0 (skip the 110M 1/4/16/64 scaling run)
 #                              VARIANTS="1x4 2x4" (the first model's decode per f16 matvec variant)
 #                              PREBUILT=dir of binaries built elsewhere for this arch, used when
 #                                they start here (saves the build's minutes of device time)
@@ -207,6 +208,18 @@ else
   done
   echo "(b1: bench_engine tg128 on one sequence; c=N: bench_sched aggregate generated tok/s, N sequences)"
   echo "targets: 8b:f16 b1 >= 75% of HBM roofline; c=128 >= 20x b1"
+
+  # The batching figure of the KV/batching issue on the GPU: a 110M-class model at 1/4/16/64
+  # sequences (its target: aggregate tok/s at 16 >= 8x one sequence).
+  if [ "${SCALING_110M:-1}" = 1 ] && in_budget; then
+    f="$model_dir/synth-110m-f16.gguf"
+    [ -f "$f" ] || "$bin/agentq-mkgguf" --out "$f" --shape 110m --type f16 --vocab "$vocab" --threads "$jobs" >/dev/null 2>&1
+    echo "===== bench_sched scaling 110m:f16" >>"$bench_log"
+    j=$(timeout 60 "$bin/agentq-bench_sched" scaling --device cuda --model "$f" --concurrency 1,4,16,64 --gen 64 \
+        --prompt 16 --kv-mib 2048 2>>"$bench_log" | tee -a "$bench_log" | tail -1)
+    echo "$j" | awk -v a="$(echo "$j" | scaling 1)" -v b="$(echo "$j" | scaling 4)" -v c="$(echo "$j" | scaling 16)" \
+      -v d="$(echo "$j" | scaling 64)" 'BEGIN { printf "110m:f16 scaling: 1 %.0f, 4 %.0f, 16 %.0f, 64 %.0f tok/s; 16/1 = %.1fx (target 8x)\n", a, b, c, d, (a > 0 ? c / a : 0) }'
+  fi
 
   # Multi-turn residency: jobs share a system prompt; each turn appends a tool result.
   rf="$model_dir/synth-1b-f16.gguf"

@@ -56,6 +56,13 @@ class forward_backend {
   // As model::forward, with K/V in kv(): logits is host memory, [rows][n_vocab]. Returns the
   // rows written; -1 when the device failed (failure() says why when the failure is sticky).
   virtual int32_t forward(std::span<const batch_seq> seqs, float* logits) = 0;
+  // Host memory for forward()'s logits that the device writes fastest (the CUDA backend: pinned,
+  // so a 128-sequence step's tens of MB are not staged through a driver bounce buffer); valid
+  // until the next call. nullptr: the caller uses its own memory.
+  virtual float* logits_buffer(size_t floats) {
+    (void)floats;
+    return nullptr;
+  }
 
   // "" while the device is usable; after a sticky device error (kernels::cuda::cuda_failed())
   // the reason, and every later call fails.

@@ -50,6 +50,14 @@ class cuda_backend final : public forward_backend, public kv_memory {
     if (!enter()) return -1;
     return fwd_->forward(seqs, logits);
   }
+  float* logits_buffer(size_t floats) override {
+    if (host_logits_.bytes() < floats * 4) {
+      cu::set_device(ordinal_);
+      host_logits_ = cu::pinned_buffer();  // NOTE: free first: the new one may need its memory
+      host_logits_ = cu::pinned_buffer(floats * 4 + floats * 4 / 4);  // 25% headroom for a growing batch
+    }
+    return host_logits_.ok() ? host_logits_.as<float>() : nullptr;
+  }
   std::string failure() const override { return cu::cuda_failed() ? cu::cuda_failed_reason() : ""; }
 
   // --- kv_memory
@@ -118,6 +126,7 @@ class cuda_backend final : public forward_backend, public kv_memory {
   std::string name_;
   kv_layout layout_;
   int32_t n_blocks_ = 0;
+  cu::pinned_buffer host_logits_;  // logits_buffer()
   void* compute_done_ = nullptr;  // cudaEvent_t on the compute stream
   void* copy_done_ = nullptr;     // cudaEvent_t on the copy stream: the latest spill/restore
   bool copy_pending_ = false;     // a restore may still be in flight

@@ -117,6 +117,7 @@ pinned_buffer::pinned_buffer(size_t bytes) {
   if (AGENTQ_CUDA_CHECK(cudaHostAlloc(&ptr_, bytes, cudaHostAllocDefault))) {
     bytes_ = bytes;
   } else {
+    (void)cudaGetLastError();  // not sticky: keep it out of the next launch check
     ptr_ = nullptr;
   }
 }
