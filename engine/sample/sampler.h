@@ -45,7 +45,12 @@ class sampler {
   rng rng_;
   std::deque<token_id> recent_;          // last penalty_last_n accepted tokens
   std::vector<int32_t> counts_;          // scratch: occurrences per id in recent_
-  std::vector<std::pair<float, token_id>> cand_;  // scratch: candidates
+  struct candidate {
+    float logit;  // tempered
+    float e;      // exp(logit - max logit)
+    token_id id;
+  };
+  std::vector<candidate> cand_;  // scratch: candidates
 };
 
 }  // namespace agentq
