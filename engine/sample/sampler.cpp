@@ -18,9 +18,6 @@ uint64_t splitmix64(uint64_t& x) {
   return z ^ (z >> 31);
 }
 inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-inline bool allowed(std::span<const uint32_t> bits, token_id id) {
-  return bits.empty() || (size_t(id) / 32 < bits.size() && ((bits[size_t(id) / 32] >> (id % 32)) & 1u));
-}
 
 // The largest logit's id, lowest id on ties; NaNs never win unless logits[0] is NaN, which
 // then stays (the scalar scan's rule). Two vectorised passes: the max, then its first index.
@@ -135,17 +132,9 @@ token_id sampler::sample(float* logits, int32_t n_vocab, std::span<const uint32_
     }
   }
 
-  // Mask, greedy.
-  token_id best = -1;
-  if (p.temperature <= 0.0f)
-    return allow_bits.empty() ? argmax_unmasked(logits, n_vocab) : argmax_masked(logits, n_vocab, allow_bits);
-  for (token_id id = 0; id < n_vocab; ++id) {
-    if (!allowed(allow_bits, id)) {
-      logits[id] = -INFINITY;
-      continue;
-    }
-    if (best < 0 || logits[id] > logits[best]) best = id;  // ties: lowest id
-  }
+  // Mask, greedy (the answer too when no allowed logit is finite).
+  const token_id best =
+      allow_bits.empty() ? argmax_unmasked(logits, n_vocab) : argmax_masked(logits, n_vocab, allow_bits);
   if (best < 0 || p.temperature <= 0.0f) return best;
 
   // Candidates, tempered, in the order the chain walks them: descending logit, ties by id.

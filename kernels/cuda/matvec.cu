@@ -21,11 +21,10 @@ __device__ __forceinline__ void load_x8(const float* x, float* v) {  // 8 floats
   v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
 }
 
-// acc[j] += dot(8 16-bit weights in raw, xs[j][i..i+8)), in element order.
-template <weight_type T, int NX>
-__device__ __forceinline__ void dot16x8(uint4 raw, const float* const* xs, int64_t i, float* acc) {
+// The 8 16-bit weights (f16 or bf16) of a 16-byte load, as floats.
+template <weight_type T>
+__device__ __forceinline__ void unpack16x8(uint4 raw, float* wv) {
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-  float wv[8];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     if constexpr (T == weight_type::f16) {
@@ -36,6 +35,13 @@ __device__ __forceinline__ void dot16x8(uint4 raw, const float* const* xs, int64
       wv[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
     }
   }
+}
+
+// acc[j] += dot(8 16-bit weights in raw, xs[j][i..i+8)), in element order.
+template <weight_type T, int NX>
+__device__ __forceinline__ void dot16x8(uint4 raw, const float* const* xs, int64_t i, float* acc) {
+  float wv[8];
+  unpack16x8<T>(raw, wv);
 #pragma unroll
   for (int j = 0; j < NX; ++j) {
     float xv[8];
@@ -286,21 +292,6 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 // arithmetic, and loads each chunk of x once for its R rows. Each row still adds its chunks in
 // increasing order with the same fmaf chain as dot16x8, so results are bitwise those of the
 // generic kernel (and of any R, U): the variant is a speed choice only.
-
-template <weight_type T>
-__device__ __forceinline__ void unpack16x8(uint4 raw, float* wv) {
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    if constexpr (T == weight_type::f16) {
-      wv[2 * k] = detail::f16_bits_to_float(uint16_t(words[k]));
-      wv[2 * k + 1] = detail::f16_bits_to_float(uint16_t(words[k] >> 16));
-    } else {
-      wv[2 * k] = __uint_as_float(words[k] << 16);
-      wv[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
-    }
-  }
-}
 
 template <weight_type T, int R, int U>
 __device__ __forceinline__ void rows_dot16(const uint8_t* const* w, int64_t n_in, const float* __restrict__ x,
