@@ -74,7 +74,7 @@ void block_pool::attach(int32_t seq_idx, std::span<const int32_t> blocks, int32_
   AGENTQ_KV_ASSERT(n_tokens <= int32_t(blocks.size()) * block_size());
   for (int32_t b : blocks) {
     AGENTQ_KV_ASSERT(refs_[size_t(b)] > 0);
-    ++refs_[size_t(b)];
+    add_ref(b);
     s.blocks.push_back(b);
   }
   s.n_tokens = n_tokens;
@@ -87,8 +87,13 @@ int32_t block_pool::fork(int32_t src_seq_idx) {
   auto& dst = seqs_[size_t(idx)];
   dst.blocks = src.blocks;
   dst.n_tokens = src.n_tokens;
-  for (int32_t b : dst.blocks) ++refs_[size_t(b)];
+  for (int32_t b : dst.blocks) add_ref(b);
   return idx;
+}
+
+void block_pool::add_ref(int32_t block_idx) {
+  if (cache_held_[size_t(block_idx)] && refs_[size_t(block_idx)] == 1) --n_cache_only_;
+  ++refs_[size_t(block_idx)];
 }
 
 int32_t block_pool::pop_free() {
@@ -107,7 +112,8 @@ int32_t block_pool::allocate_raw() { return pop_free(); }
 void block_pool::unref(int32_t block_idx) {
   auto& r = refs_[size_t(block_idx)];
   AGENTQ_KV_ASSERT(r > 0);
-  if (--r == 0) {
+  if (--r == 1 && cache_held_[size_t(block_idx)]) ++n_cache_only_;
+  if (r == 0) {
     AGENTQ_KV_ASSERT(!cache_held_[size_t(block_idx)]);
     free_.push_back(block_idx);
   }
@@ -116,11 +122,12 @@ void block_pool::unref(int32_t block_idx) {
 void block_pool::cache_hold(int32_t block_idx) {
   AGENTQ_KV_ASSERT(!cache_held_[size_t(block_idx)] && refs_[size_t(block_idx)] > 0);
   cache_held_[size_t(block_idx)] = 1;
-  ++refs_[size_t(block_idx)];
+  ++refs_[size_t(block_idx)];  // >= 2: the block is in use besides the cache
 }
 
 void block_pool::cache_drop(int32_t block_idx) {
   AGENTQ_KV_ASSERT(cache_held_[size_t(block_idx)]);
+  if (refs_[size_t(block_idx)] == 1) --n_cache_only_;
   cache_held_[size_t(block_idx)] = 0;
   unref(block_idx);
 }
@@ -215,10 +222,13 @@ void block_pool::sanity() const {
     AGENTQ_KV_ASSERT(!in_free[size_t(b)]);  // no duplicates
     in_free[size_t(b)] = 1;
   }
+  int32_t cache_only = 0;
   for (int32_t b = 0; b < n; ++b) {
     AGENTQ_KV_ASSERT(refs_[size_t(b)] == count[size_t(b)]);
     AGENTQ_KV_ASSERT((refs_[size_t(b)] == 0) == bool(in_free[size_t(b)]));
+    cache_only += cache_held_[size_t(b)] && refs_[size_t(b)] == 1 ? 1 : 0;
   }
+  AGENTQ_KV_ASSERT(cache_only == n_cache_only_);
   for (int32_t slot : free_seq_slots_) AGENTQ_KV_ASSERT(!seqs_[size_t(slot)].live);
 }
 

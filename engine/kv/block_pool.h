@@ -78,6 +78,9 @@ class block_pool {
   void cache_hold(int32_t block_idx);
   void cache_drop(int32_t block_idx);
   bool cache_held(int32_t block_idx) const { return cache_held_[size_t(block_idx)]; }
+  // Blocks only the cache holds (held, refcount 1: evictable), kept as counts change: the
+  // engine's stats read it every step, and a scan of the cache was O(cached blocks).
+  int32_t n_cache_only() const { return n_cache_only_; }
 
   // A fresh block with refcount 1 owned by the caller (not in any table); -1 when full.
   int32_t allocate_raw();  // -1 when full
@@ -93,6 +96,7 @@ class block_pool {
 
  private:
   int32_t pop_free();  // -1 when empty after asking the evictor
+  void add_ref(int32_t block_idx);  // ++refcount of a block in use (keeps n_cache_only_)
 
   std::unique_ptr<kv_store> owned_;  // the host store of block_pool(layout, n_blocks)
   kv_memory* mem_;
@@ -103,6 +107,7 @@ class block_pool {
   std::vector<int32_t> free_seq_slots_;
   std::function<bool()> evictor_;
   int64_t n_cow_copies_ = 0;
+  int32_t n_cache_only_ = 0;
 };
 
 }  // namespace agentq

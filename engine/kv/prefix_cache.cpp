@@ -102,9 +102,7 @@ void prefix_cache::evict_all_unused() {
 }
 
 int32_t prefix_cache::n_unreferenced() const {
-  int32_t n = 0;
-  for (const auto& [h, e] : entries_) n += pool_.refcount(e.block_idx) == 1 ? 1 : 0;
-  return n;
+  return pool_.n_cache_only();  // every cached block is held by the pool's cache hold (sanity())
 }
 
 void prefix_cache::sanity() const {
