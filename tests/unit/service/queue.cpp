@@ -97,8 +97,10 @@ TEST_CASE("priorities: high before normal before low") {
 }
 
 TEST_CASE("stalled entries are reclaimed with XAUTOCLAIM; touch keeps them") {
+  // NOTE: margins of 400 ms either side of the idle limit: with 150 ms, a loaded 2-core CI
+  // host once took longer than that between the read and the first reclaim.
   queue::queue_options o;
-  o.reclaim_idle_ms = 150;
+  o.reclaim_idle_ms = 1000;
   fixture f(o);
   f.q->ensure_groups("w1");
   f.q->ensure_groups("w2");
@@ -107,12 +109,12 @@ TEST_CASE("stalled entries are reclaimed with XAUTOCLAIM; touch keeps them") {
   auto held = f.read_all("w1");
   REQUIRE(held.size() == 2);
   CHECK(f.q->reclaim("w2", 10).empty());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
   std::vector<delivery> keep;
   for (auto& d : held)
     if (d.job_id == a) keep.push_back(d);
   CHECK(f.q->touch("w1", keep));  // w1 is still working on a
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
   auto r = f.q->reclaim("w2", 10);
   REQUIRE(r.size() == 1);
   CHECK(r[0].job_id == b);
