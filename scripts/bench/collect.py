@@ -87,6 +87,10 @@ def ratios_of(name, run):
         r["submit/s vs GET /healthz/s"] = (t["submit_per_s"], run["healthz_per_s"], "per s")
         lat = run["latency"]
         r[f"submit p99 vs p50 latency at {lat['rate_per_s']:g} req/s"] = (lat["p99_ms"], lat["p50_ms"], "ms")
+    elif name == "sampler":
+        for m in run["results"]:
+            r[f"{m['vocab']} vocab, {m['mode']}: per token vs a full sort of the row"] = (
+                m["us_per_token"], m["full_sort_us"], "us")
     elif name == "batching":
         s = run["scaling"]
         if s.get("1"):

@@ -29,6 +29,10 @@ ABOUT = {
                   "exact; computed tokens/turn counts continuation turns."),
     "grammar": ("Constrained decoding", "grammar mask cost per decode step on the 32k llama-spm vocabulary "
                 "(microseconds)."),
+    "sampler": ("Host sampling", "the host's cost per token of picking it from one sequence's row of logits "
+                "(greedy, temperature, top-p, top-k; a grammar mask that allows everything) at 32k and 128k "
+                "vocabularies, vs a full sort of the row (what temperature sampling did before it sorted only the "
+                "prefix it walks). A decode step pays it once per sequence (microseconds)."),
     "queue": ("Job queue end to end", "one all-in-one `agentqd` (embedded redis-server, temp data dir, "
               "loopback, rate limit off) and `scripts/bench/loadgen.py`: trivial jobs (1 output token on "
               "stories260K; they end `incomplete` = truncated at max_tokens_per_turn, which is their success) "

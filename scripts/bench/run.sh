@@ -58,7 +58,7 @@ nice_cmd=(nice -n "${AGENTQ_BENCH_NICE:-10}")
 tiny="$shared/models/stories260K.gguf"
 
 tools=(agentq-bench_kernels agentq-bench_sched agentq-bench_engine agentq-mkgguf)
-[ "$mode" = smoke ] || tools+=(agentq-bench_grammar)
+[ "$mode" = smoke ] || tools+=(agentq-bench_grammar agentq-bench_sampler)
 for t in "${tools[@]}"; do
   [ -x "$bin/$t" ] || { echo "run.sh: missing $bin/$t (cmake --build $build --target $t)" >&2; exit 1; }
 done
@@ -91,6 +91,7 @@ case "$mode" in
     plan+=("batching|$r|12|env AGENTQ_BENCH_MODEL=$cache/llama-110m-q8_0.gguf scripts/bench/batching.sh --quick")
     plan+=("residency|$r|6|scripts/bench/residency.sh --quick")
     plan+=("grammar|$r|5|scripts/bench/grammar.sh --quick")
+    plan+=("sampler|$r|8|scripts/bench/sampler.sh --quick")
     plan+=("engine|$r|25|scripts/bench/engine.sh --quick")  # 110M F16/Q8_0/Q4_K
     if [ -x "$bin/agentqd" ]; then plan+=("queue|$r|25|scripts/bench/queue.sh --quick"); else queue_skip="no $bin/agentqd"; fi
     # Optional: agentq vs a llama-bench the user built (llamacpp.sh never fetches or builds llama.cpp).
@@ -103,6 +104,7 @@ case "$mode" in
     plan+=("batching|$r|20|env AGENTQ_BENCH_MODEL=$cache/llama-110m-q8_0.gguf scripts/bench/batching.sh")
     plan+=("residency|$r|80|scripts/bench/residency.sh")
     plan+=("grammar|$r|5|scripts/bench/grammar.sh")
+    plan+=("sampler|$r|10|scripts/bench/sampler.sh")
     plan+=("engine|$r|35|scripts/bench/engine.sh --shapes 110m --reps 2")
     # NOTE: 1B: one pp512 + tg128 per run (no best-of inside), repetitions across runs give the spread.
     plan+=("engine_1b|$r|150|scripts/bench/engine.sh --shapes 1b --reps 1")

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 BUILD=${BUILD_DIR:-build-bench}
 args=()
 for a in "$@"; do
-  if [ "$a" = --quick ]; then args+=(--iters 50); else args+=("$a"); fi
+  if [ "$a" = --quick ]; then args+=(--iters 20); else args+=("$a"); fi
 done
 if [ ! -x "$BUILD/bin/agentq-bench_sampler" ]; then
   if [ ! -f "$BUILD/build.ninja" ]; then
