@@ -111,19 +111,8 @@ bool cuda_forward::upload_matrix(const std::string& name, int64_t n_in, int64_t 
     *error = "missing tensor " + name;
     return false;
   }
-  switch (static_cast<cu::weight_type>(static_cast<int32_t>(t->type))) {  // same ggml ids
-    case cu::weight_type::f32:
-    case cu::weight_type::f16:
-    case cu::weight_type::bf16:
-    case cu::weight_type::q8_0:
-    case cu::weight_type::q4_k:
-    case cu::weight_type::q6_k:
-      break;
-    default:
-      *error = name + ": weight type " + std::to_string(int32_t(t->type)) +
-               " is not supported by the CUDA backend (f32, f16, bf16, q8_0, q4_k, q6_k)";
-      return false;
-  }
+  // NOTE: same ggml ids. create() ran model::load first, which refuses a type outside the six
+  // both backends support (gguf::is_supported), naming it.
   w->type = static_cast<cu::weight_type>(static_cast<int32_t>(t->type));
   w->n_in = n_in;
   w->n_out = n_out;

@@ -214,6 +214,22 @@ struct segments {
   int64_t end[3];  // cumulative row counts; end[2] = all rows
 };
 
+// Row `row` of the stack: its matrix's weights (that row), its output column (y + local row) and
+// that matrix's row count (the output's row stride).
+struct segment_row {
+  const uint8_t* w;
+  float* y;
+  int64_t n_rows;
+};
+__device__ __forceinline__ segment_row locate(const segments& sg, int64_t row, size_t rb) {
+  const int seg = row < sg.end[0] ? 0 : row < sg.end[1] ? 1 : 2;
+  const int64_t first = seg == 0 ? 0 : seg == 1 ? sg.end[0] : sg.end[1];
+  const int64_t local = row - first;
+  return {(seg == 0 ? sg.w[0] : seg == 1 ? sg.w[1] : sg.w[2]) + size_t(local) * rb,
+          (seg == 0 ? sg.y[0] : seg == 1 ? sg.y[1] : sg.y[2]) + local,
+          (seg == 0 ? sg.end[0] : seg == 1 ? sg.end[1] : sg.end[2]) - first};
+}
+
 // The vectors xs[0..NX) of chunk blockIdx.y; extra lanes of a short last chunk redo its last vector.
 template <int NX>
 __device__ __forceinline__ int32_t chunk_vectors(const float* x, int32_t n_x, int64_t n_in, const float** xs) {
@@ -232,17 +248,13 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   const int lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (row >= sg.end[2]) return;
-  const int seg = row < sg.end[0] ? 0 : row < sg.end[1] ? 1 : 2;
-  const int64_t first = seg == 0 ? 0 : seg == 1 ? sg.end[0] : sg.end[1];
-  const int64_t local = row - first, n_rows = (seg == 0 ? sg.end[0] : seg == 1 ? sg.end[1] : sg.end[2]) - first;
-  const uint8_t* w = seg == 0 ? sg.w[0] : seg == 1 ? sg.w[1] : sg.w[2];
-  float* y = seg == 0 ? sg.y[0] : seg == 1 ? sg.y[1] : sg.y[2];
+  const segment_row sr = locate(sg, row, rb);
   const float* xs[NX];
   const int32_t nx = chunk_vectors<NX>(x, n_x, n_in, xs);
   float acc[NX];
 #pragma unroll
   for (int j = 0; j < NX; ++j) acc[j] = 0.0f;
-  row_dot<T, NX>(w + size_t(local) * rb, n_in, xs, lane, acc);
+  row_dot<T, NX>(sr.w, n_in, xs, lane, acc);
 #pragma unroll
   for (int j = 0; j < NX; ++j) acc[j] = detail::warp_sum(acc[j]);
   if (lane == 0) {
@@ -250,7 +262,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 #pragma unroll
     for (int j = 0; j < NX; ++j) {
       if (j < nx) {
-        float* out = y + (x0 + j) * n_rows + local;
+        float* out = sr.y + (x0 + j) * sr.n_rows;
         *out = ACC ? *out + acc[j] : acc[j];
       }
     }
@@ -343,11 +355,10 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   float* out[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const int64_t row = min(row0 + r, sg.end[2] - 1);  // past the end: recompute the last row, unwritten
-    const int seg = row < sg.end[0] ? 0 : row < sg.end[1] ? 1 : 2;
-    const int64_t first = seg == 0 ? 0 : seg == 1 ? sg.end[0] : sg.end[1];
-    w[r] = (seg == 0 ? sg.w[0] : seg == 1 ? sg.w[1] : sg.w[2]) + size_t(row - first) * rb;
-    out[r] = (seg == 0 ? sg.y[0] : seg == 1 ? sg.y[1] : sg.y[2]) + (row - first);
+    // past the end: recompute the last row, unwritten
+    const segment_row sr = locate(sg, min(row0 + r, sg.end[2] - 1), rb);
+    w[r] = sr.w;
+    out[r] = sr.y;
   }
   float acc[R];
 #pragma unroll
@@ -390,6 +401,10 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   }
 }
 
+// Every (rows per warp, loads per row) variant built: matvec16_variant_ok, and the launchers'
+// dispatch, read this one list.
+#define AGENTQ_MATVEC16_VARIANTS(X) X(1, 2) X(1, 4) X(1, 8) X(2, 2) X(2, 4) X(2, 8) X(4, 2) X(4, 4)
+
 // The (R, U) variant batch-1 16-bit decode uses: set_matvec16_variant(), else
 // AGENTQ_MATVEC16="RxU" (benchmarks), else the default measured best on an H200.
 struct variant16 {  // 1x8 measured best on an H200 (8B F16 decode 207 tok/s; 1x4 203, 2x4 197, 4x4 172)
@@ -416,8 +431,7 @@ void launch_matvec16(const segments& sg, size_t rb, int64_t n_in, const float* x
     matvec16_kernel<T, R, U, ACC><<<grid, kRowsPerBlock * 32, 0, s>>>(sg, rb, n_in, x);            \
     return;                                                                                        \
   }
-  AGENTQ_MV16(1, 2) AGENTQ_MV16(1, 4) AGENTQ_MV16(1, 8) AGENTQ_MV16(2, 2) AGENTQ_MV16(2, 4) AGENTQ_MV16(2, 8)
-  AGENTQ_MV16(4, 2) AGENTQ_MV16(4, 4)
+  AGENTQ_MATVEC16_VARIANTS(AGENTQ_MV16)
 #undef AGENTQ_MV16
 }
 
@@ -427,13 +441,13 @@ void launch_swiglu16(const uint8_t* gate, const uint8_t* up, size_t rb, int64_t 
   const variant16 v = current_variant16();
   const int pairs = v.rows >= 4 ? 2 : 1;  // 2 or 4 rows per warp
   const dim3 grid(detail::ceil_div(n_out, int64_t(kRowsPerBlock) * pairs));
-#define AGENTQ_SW16(P, U)                                                                          \
-  if (pairs == P && v.loads == U) {                                                                \
-    matvec16_swiglu_kernel<T, P, U><<<grid, kRowsPerBlock * 32, 0, s>>>(gate, up, rb, n_out, n_in, x, y); \
+// R rows per warp are R / 2 pairs (gate, up), at least one.
+#define AGENTQ_SW16(R, U)                                                                          \
+  if (v.rows == R && v.loads == U) {                                                               \
+    matvec16_swiglu_kernel<T, (R >= 4 ? 2 : 1), U><<<grid, kRowsPerBlock * 32, 0, s>>>(gate, up, rb, n_out, n_in, x, y); \
     return;                                                                                        \
   }
-  AGENTQ_SW16(1, 2) AGENTQ_SW16(1, 4) AGENTQ_SW16(1, 8) AGENTQ_SW16(2, 2) AGENTQ_SW16(2, 4)
-  matvec16_swiglu_kernel<T, 1, 4><<<grid, kRowsPerBlock * 32, 0, s>>>(gate, up, rb, n_out, n_in, x, y);  // not reached
+  AGENTQ_MATVEC16_VARIANTS(AGENTQ_SW16)
 #undef AGENTQ_SW16
 }
 
@@ -536,8 +550,11 @@ void matvec_multi(weight_type type, const matvec_segment* segs, int32_t n_segs, 
 }
 
 bool matvec16_variant_ok(int rows, int loads) {
-  return (rows == 1 && (loads == 2 || loads == 4 || loads == 8)) || (rows == 2 && (loads == 2 || loads == 4 || loads == 8)) ||
-         (rows == 4 && (loads == 2 || loads == 4));
+#define AGENTQ_OK16(R, U) \
+  if (rows == R && loads == U) return true;
+  AGENTQ_MATVEC16_VARIANTS(AGENTQ_OK16)
+#undef AGENTQ_OK16
+  return false;
 }
 
 bool set_matvec16_variant(int rows, int loads) {
