@@ -33,7 +33,7 @@ std::unique_ptr<cuda_forward> cuda_forward::create(std::shared_ptr<const gguf::f
     return nullptr;
   }
   // The CPU model validates metadata and shapes; its weights are views into the mapping.
-  auto cpu = model::load(file, 1, error);
+  auto cpu = model::load(file, 1, error, model::weights::validate);
   if (!cpu) return nullptr;
   std::unique_ptr<cuda_forward> m(new cuda_forward());
   m->file_ = std::move(file);

@@ -38,7 +38,7 @@ int cmd_info(int argc, char** argv) {
   std::string err;
   std::shared_ptr<const gguf::file> file = gguf::file::open(model_path, &err);
   if (!file) { std::fprintf(stderr, "info: cannot load %s: %s\n", model_path, err.c_str()); return 1; }
-  auto mdl = model::load(file, 1, &err);
+  auto mdl = model::load(file, 1, &err, model::weights::validate);
   if (!mdl) { std::fprintf(stderr, "info: cannot load %s: %s\n", model_path, err.c_str()); return 1; }
   auto tok = tokenizer::load(*file, &err);
   if (!tok) { std::fprintf(stderr, "info: cannot load the tokenizer of %s: %s\n", model_path, err.c_str()); return 1; }

@@ -3,6 +3,7 @@
 // SwiGLU; K/V live in the paged kv_store, reached through each sequence's block table.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -28,7 +29,8 @@ struct layer_weights {
 
 class llama_model final : public model {
  public:
-  static std::unique_ptr<model> create(std::shared_ptr<const gguf::file> file, int32_t n_threads, std::string* error);
+  static std::unique_ptr<model> create(std::shared_ptr<const gguf::file> file, int32_t n_threads, model::weights mode,
+                                       std::string* error);
 
   const model_hparams& hparams() const override { return hp_; }
   int32_t forward(std::span<const batch_seq> seqs, kv_store& kv, float* logits) override;
@@ -141,10 +143,11 @@ bool llama_model::load_weights(std::string* error) {
     }
     w->info = t;
     w->type = t->type;
+    w->layout = store_.layout(*t);
     w->data = store_.relocate(t->data);
     w->n_in = n_in;
     w->n_out = d1;
-    w->row_bytes = row_size(t->type, n_in);
+    w->row_bytes = kernels::row_bytes(w->layout, n_in);
     return true;
   };
   auto get_vec = [&](const std::string& name, int64_t n, std::vector<float>* out, bool optional = false) {
@@ -197,11 +200,22 @@ bool llama_model::load_weights(std::string* error) {
 }
 
 std::unique_ptr<model> llama_model::create(std::shared_ptr<const gguf::file> file, int32_t n_threads,
-                                           std::string* error) {
+                                           model::weights mode, std::string* error) {
   std::unique_ptr<llama_model> m(new llama_model(n_threads));
   m->file_ = std::move(file);
   if (!m->load_hparams(error)) return nullptr;
-  m->store_.load(*m->file_);
+  if (mode == model::weights::compute) {
+    // Matrices in the layout the CPU kernels run fastest on; the token embedding (whose rows
+    // are looked up one by one, and which a tied output shares) keeps the file's.
+    // AGENTQ_REPACK=0 keeps every file layout (A/B measurements).
+    const char* repack = std::getenv("AGENTQ_REPACK");
+    const bool allow = !(repack && std::strcmp(repack, "0") == 0);
+    m->store_.load(*m->file_, [allow](const gguf::tensor_info& t) {
+      const auto type = kernels::weight_type(uint32_t(t.type));
+      if (!allow || t.name == "token_embd.weight" || t.dims.size() != 2) return type;
+      return kernels::preferred_layout(type, t.dims[1], t.dims[0]);
+    });
+  }
   if (!m->load_weights(error)) return nullptr;
   return m;
 }
@@ -413,12 +427,13 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
 
 }  // namespace
 
-std::unique_ptr<model> model::load(std::shared_ptr<const gguf::file> file, int32_t n_threads, std::string* error) {
+std::unique_ptr<model> model::load(std::shared_ptr<const gguf::file> file, int32_t n_threads, std::string* error,
+                                   weights mode) {
   if (!file) {
     *error = "no model file";
     return nullptr;
   }
-  return llama_model::create(std::move(file), n_threads, error);
+  return llama_model::create(std::move(file), n_threads, mode, error);
 }
 
 }  // namespace agentq

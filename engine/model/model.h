@@ -34,9 +34,14 @@ struct model_hparams {
 
 class model {
  public:
+  // compute: weights copied onto huge pages and repacked for the CPU kernels (weight_store).
+  // validate: views into the mapping, for callers that only need the checks and hparams
+  // (the CUDA backend uploads from the file itself; `agentq-engine info`).
+  enum class weights { compute, validate };
   // Load weights from an opened GGUF (kept alive by the model); nullptr + *error on failure,
   // e.g. an unsupported weight type named in the message.
-  static std::unique_ptr<model> load(std::shared_ptr<const gguf::file> file, int32_t n_threads, std::string* error);
+  static std::unique_ptr<model> load(std::shared_ptr<const gguf::file> file, int32_t n_threads, std::string* error,
+                                     weights mode = weights::compute);
   virtual ~model() = default;
 
   virtual const model_hparams& hparams() const = 0;

@@ -16,38 +16,66 @@
 namespace agentq {
 
 weight_store::~weight_store() {
-  kernels::free_huge(copy_, bytes());
+  kernels::free_huge(mem_, bytes_);
 }
 
-void weight_store::load(const gguf::file& f) {
-  if (copy_ || f.tensors().empty()) return;
+void weight_store::load(const gguf::file& f, const layout_fn& layout) {
+  if (mem_ || f.tensors().empty()) return;
   const char* mode = std::getenv("AGENTQ_WEIGHTS");
-  if ((mode && std::strcmp(mode, "mmap") == 0) || !kernels::huge_pages_enabled()) return;
-  const uint8_t* b = f.tensors().front().data;
-  const uint8_t* e = b;
+  if (mode && std::strcmp(mode, "mmap") == 0) return;
+  struct plan { const gguf::tensor_info* t; kernels::weight_type to; size_t n; };
+  std::vector<plan> plans;
+  size_t file_bytes = 0;
   for (const auto& t : f.tensors()) {
-    b = std::min(b, t.data);
-    e = std::max(e, t.data + t.n_bytes);
+    file_bytes += t.n_bytes;
+    const auto from = kernels::weight_type(uint32_t(t.type));
+    const auto to = layout ? layout(t) : from;
+    const size_t n = to == from ? size_t(t.n_bytes) : kernels::matrix_bytes(to, t.dims.size() > 1 ? t.dims[1] : 1, t.dims[0]);
+    plans.push_back({&t, to, n});
   }
-  const size_t n = size_t(e - b);
-  if (n < (size_t(2) << 20)) return;  // less than one huge page: nothing to gain
-  auto* copy = static_cast<uint8_t*>(kernels::alloc_huge(n));
-  if (!copy) return;  // keep using the mapping
-  // Tensors keep their offsets from b (multiples of the file's alignment), so every copy is at
-  // least as aligned as in the file. Copied in chunks, each chunk's file pages then released.
-  constexpr size_t k_chunk = size_t(64) << 20;
+  // Copy everything when huge pages make it worth it; otherwise only what is repacked.
+  const bool copy_all = kernels::huge_pages_enabled() && file_bytes >= (size_t(2) << 20);
+  std::erase_if(plans, [&](const plan& p) { return !copy_all && p.to == kernels::weight_type(uint32_t(p.t->type)); });
+  if (plans.empty()) return;
+  std::sort(plans.begin(), plans.end(), [](const plan& a, const plan& b) { return a.t->data < b.t->data; });
+  constexpr size_t k_align = 64;  // >= every kernel's alignment need (files use 32)
+  size_t total = 0;
+  for (const auto& p : plans) total += (p.n + k_align - 1) / k_align * k_align;
+  auto* mem = static_cast<uint8_t*>(kernels::alloc_huge(total));
+  if (!mem) return;  // keep using the mapping, file layouts
   const size_t page = 4096;
-  for (size_t off = 0; off < n; off += k_chunk) {
-    const size_t len = std::min(k_chunk, n - off);
-    std::memcpy(copy + off, b + off, len);
+  size_t off = 0;
+  for (const auto& p : plans) {
+    const gguf::tensor_info& t = *p.t;
+    const auto from = kernels::weight_type(uint32_t(t.type));
+    if (p.to == from) std::memcpy(mem + off, t.data, t.n_bytes);
+    else kernels::repack(from, t.data, t.dims.size() > 1 ? t.dims[1] : 1, t.dims[0], p.to, mem + off);
     // Drop the copied file pages from this process (they stay in the page cache).
-    const auto lo = (reinterpret_cast<uintptr_t>(b + off) + page - 1) / page * page;
-    const auto hi = reinterpret_cast<uintptr_t>(b + off + len) / page * page;
+    const auto lo = (reinterpret_cast<uintptr_t>(t.data) + page - 1) / page * page;
+    const auto hi = reinterpret_cast<uintptr_t>(t.data + t.n_bytes) / page * page;
     if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    placed_.push_back({t.data, size_t(t.n_bytes), mem + off, p.to});
+    off += (p.n + k_align - 1) / k_align * k_align;
   }
-  begin_ = b;
-  end_ = e;
-  copy_ = copy;
+  mem_ = mem;
+  bytes_ = total;
+}
+
+const weight_store::placed* weight_store::find(const uint8_t* p) const {
+  auto it = std::upper_bound(placed_.begin(), placed_.end(), p, [](const uint8_t* v, const placed& e) { return v < e.src; });
+  if (it == placed_.begin()) return nullptr;
+  --it;
+  return p < it->src + it->n_src ? &*it : nullptr;
+}
+
+const uint8_t* weight_store::relocate(const uint8_t* p) const {
+  const placed* e = find(p);
+  return e ? e->dst + (p - e->src) : p;
+}
+
+kernels::weight_type weight_store::layout(const gguf::tensor_info& t) const {
+  const placed* e = find(t.data);
+  return e && e->src == t.data ? e->layout : kernels::weight_type(uint32_t(t.type));
 }
 
 size_t row_size(gguf::tensor_type t, int64_t n) {
@@ -85,12 +113,12 @@ void linear_many(thread_pool& pool, std::span<const weight* const> ws, const flo
   int64_t row_end[k_max];  // cumulative rows: weight j owns [row_end[j-1], row_end[j])
   int64_t n_rows = 0;
   for (size_t j = 0; j < n_w; ++j) {
-    const auto t = kernels::weight_type(uint32_t(ws[j]->type));
+    const auto t = ws[j]->layout;
     n_rows += ws[j]->n_out;
     row_end[j] = n_rows;
     size_t same = j;
     for (size_t i = 0; i < j; ++i)
-      if (ws[i]->type == ws[j]->type) {
+      if (ws[i]->layout == ws[j]->layout) {
         same = i;
         break;
       }
@@ -123,7 +151,7 @@ void linear_many(thread_pool& pool, std::span<const weight* const> ws, const flo
           const int64_t lo = std::max(b, first), hi = std::min(e, row_end[j]);
           if (lo < hi) {
             const weight& w = *ws[j];
-            kernels::matmul_prequantized(kernels::weight_type(uint32_t(w.type)), w.data, w.row_bytes, n_in, qx[j], n_x,
+            kernels::matmul_prequantized(w.layout, w.data, w.row_bytes, n_in, qx[j], n_x,
                                          ys[j], lo - first, hi - first, w.n_out);
           }
           first = row_end[j];

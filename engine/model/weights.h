@@ -6,9 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "agentq/kernels.h"
 #include "gguf/reader.h"
 
 namespace agentq {
@@ -17,41 +20,58 @@ class thread_pool;
 
 struct weight {
   const gguf::tensor_info* info = nullptr;
-  gguf::tensor_type type = gguf::tensor_type::f32;
-  const uint8_t* data = nullptr;  // [n_out][row_bytes] in the mapping
+  gguf::tensor_type type = gguf::tensor_type::f32;  // as in the file
+  // How data is laid out: the file's type, or a CPU layout it was repacked into at load
+  // (kernels::q4_k_x8), whose rows are interleaved: then only linear() may read it.
+  kernels::weight_type layout = kernels::weight_type::f32;
+  const uint8_t* data = nullptr;  // [n_out][row_bytes]
   int64_t n_in = 0;               // elements per row (ggml dims[0])
   int64_t n_out = 0;              // rows (dims[1]; 1 for vectors)
-  size_t row_bytes = 0;
+  size_t row_bytes = 0;           // of the layout (matmul's row stride)
 
   explicit operator bool() const { return data != nullptr; }
   const uint8_t* row(int64_t r) const { return data + size_t(r) * row_bytes; }
 };
 
 // The tensor data of a model file copied out of the mapping into anonymous memory on
-// 2 MiB pages (kernels::alloc_huge). NOTE: decode streams every weight once per token; from
-// the file's 4 KiB pages that ran ~15% slower per token (110M Q8_0, CPU clock, same run).
-// The copy is skipped (relocate() stays the identity) when AGENTQ_WEIGHTS=mmap, when THP is
-// off, for data under 2 MiB, or when the memory cannot be had. Copied file pages are
-// dropped from the process as it goes, so peak RSS stays about one copy.
+// 2 MiB pages (kernels::alloc_huge), matrices repacked on the way into the layout the CPU
+// kernels run fastest on (layout_fn; Q4_K -> q4_k_x8: see kernels::preferred_layout).
+// NOTE: decode streams every weight once per token; from the file's 4 KiB pages that ran
+// ~15% slower per token (110M Q8_0, CPU clock, same run). Only repacked tensors are copied
+// (the rest stay mapped) when THP is off, for data under 2 MiB, or when one allocation of
+// the whole cannot be had; with AGENTQ_WEIGHTS=mmap nothing is copied or repacked. Copied
+// file pages are dropped from the process tensor by tensor, so peak RSS stays about one copy.
 class weight_store {
  public:
+  // The layout tensor t is to be stored in; its file type keeps the bytes as they are.
+  using layout_fn = std::function<kernels::weight_type(const gguf::tensor_info& t)>;
+
   weight_store() = default;
   ~weight_store();
   weight_store(const weight_store&) = delete;
   weight_store& operator=(const weight_store&) = delete;
 
-  // Copy the data of every tensor of f (once; f must outlive this store).
-  void load(const gguf::file& f);
-  // The copy of the byte at p (a pointer into f's tensor data); p itself when not copied.
-  const uint8_t* relocate(const uint8_t* p) const {
-    return copy_ && p >= begin_ && p < end_ ? copy_ + (p - begin_) : p;
-  }
-  size_t bytes() const { return copy_ ? size_t(end_ - begin_) : 0; }  // 0 when not copied
+  // Copy (and repack) the tensors of f (once; f must outlive this store). No layout_fn:
+  // every tensor keeps its file type.
+  void load(const gguf::file& f, const layout_fn& layout = {});
+  // Where the data at p (a pointer into f's tensor data) now lives; p itself when not copied.
+  // For a repacked tensor only its start (tensor_info::data) is meaningful.
+  const uint8_t* relocate(const uint8_t* p) const;
+  // The layout of relocate(t.data): the file's type unless t was repacked.
+  kernels::weight_type layout(const gguf::tensor_info& t) const;
+  size_t bytes() const { return bytes_; }  // 0 when nothing was copied
 
  private:
-  const uint8_t* begin_ = nullptr;  // tensor data range in the mapping
-  const uint8_t* end_ = nullptr;
-  uint8_t* copy_ = nullptr;
+  struct placed {
+    const uint8_t* src;  // the tensor in the mapping
+    size_t n_src;
+    uint8_t* dst;
+    kernels::weight_type layout;
+  };
+  const placed* find(const uint8_t* p) const;
+  std::vector<placed> placed_;  // ascending src
+  uint8_t* mem_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 // Bytes of one row of n elements of type t (n a multiple of the block size).

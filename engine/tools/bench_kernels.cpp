@@ -24,12 +24,13 @@ struct options {
   int n_trials = 8;      // best of
   bool cpu_clock = true;  // time by thread CPU clocks (robust on a shared host)
   std::vector<k::weight_type> types = {k::weight_type::f32, k::weight_type::f16, k::weight_type::bf16,
-                                       k::weight_type::q8_0, k::weight_type::q6_k, k::weight_type::q4_k};
+                                       k::weight_type::q8_0, k::weight_type::q6_k, k::weight_type::q4_k,
+                                       k::weight_type::q4_k_x8};
 };
 
 bool parse_type(const std::string& s, k::weight_type* t) {
   for (auto c : {k::weight_type::f32, k::weight_type::f16, k::weight_type::bf16, k::weight_type::q8_0,
-                 k::weight_type::q4_k, k::weight_type::q6_k})
+                 k::weight_type::q4_k, k::weight_type::q6_k, k::weight_type::q4_k_x8})
     if (s == k::name_of(c)) { *t = c; return true; }
   return false;
 }
@@ -58,10 +59,15 @@ void make_weights(weights& w, k::weight_type t, int64_t n_rows, int64_t n_cols, 
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.02f);
   std::vector<float> row(static_cast<size_t>(n_cols));
+  // q4_k_x8 (the engine's load-time layout of Q4_K): quantized as Q4_K, then repacked.
+  const k::weight_type file_t = t == k::weight_type::q4_k_x8 ? k::weight_type::q4_k : t;
+  std::vector<uint8_t> file(k::matrix_bytes(file_t, n_rows, n_cols));
+  const size_t file_row = k::row_bytes(file_t, n_cols);
   for (int64_t r = 0; r < n_rows; ++r) {
     for (auto& v : row) v = dist(rng);
-    k::quantize_row(t, row.data(), first + static_cast<size_t>(r) * w.row_bytes, n_cols);
+    k::quantize_row(file_t, row.data(), file.data() + static_cast<size_t>(r) * file_row, n_cols);
   }
+  k::repack(file_t, file.data(), n_rows, n_cols, t, first);
   w.copies.push_back(first);
   for (size_t c = 1; c < n_copies; ++c) {
     auto* p = alloc();

@@ -69,7 +69,10 @@ void thread_pool::run(int64_t n, int64_t min_chunk, range_fn fn, void* ctx) {
   }
   job_fn_.store(fn, std::memory_order_relaxed);
   job_ctx_.store(ctx, std::memory_order_relaxed);
-  job_chunk_.store(std::max<int64_t>(min_chunk, (n + 4 * n_threads_ - 1) / (4 * n_threads_)), std::memory_order_relaxed);
+  // NOTE: a whole number of min_chunk items per chunk, so chunk boundaries fall on multiples
+  // of min_chunk (linear_many's row ranges then start on whole 8-row groups of q4_k_x8).
+  const int64_t chunk = std::max<int64_t>(min_chunk, (n + 4 * n_threads_ - 1) / (4 * n_threads_));
+  job_chunk_.store((chunk + min_chunk - 1) / min_chunk * min_chunk, std::memory_order_relaxed);
   n_done_.store(0, std::memory_order_relaxed);
   uint64_t s;
   {

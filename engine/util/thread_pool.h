@@ -23,7 +23,8 @@ class thread_pool {
   int32_t n_threads() const { return n_threads_; }
 
   // Run fn(begin, end) over disjoint ranges covering [0, n) and return when all are done.
-  // Ranges are contiguous chunks of about n / (4 * n_threads) items (at least min_chunk).
+  // Ranges are contiguous chunks of about n / (4 * n_threads) items, a multiple of min_chunk
+  // (the last may be shorter).
   // NOTE: which thread runs which range varies; callers must make each item's result
   // independent of the split (true for per-row work), which keeps outputs deterministic.
   // Not reentrant: one parallel_for at a time, and fn must not call parallel_for.

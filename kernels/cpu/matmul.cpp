@@ -14,7 +14,9 @@
 
 #include "agentq/kernels.h"
 #include "cpu/check.h"
+#include "cpu/q4_k_x8_avx2.h"
 #include "cpu/quants_internal.h"
+#include "cpu/repack.h"
 #include "cpu/rows_avx2.h"
 #include "cpu/tiles_avx2.h"
 
@@ -148,6 +150,7 @@ dot_fn scalar_dot(weight_type t) {
     case weight_type::q8_0: return dot_q8_0_scalar;
     case weight_type::q4_k: return dot_q4_k_scalar;
     case weight_type::q6_k: return dot_q6_k_scalar;
+    case weight_type::q4_k_x8: break;  // rows interleaved by 8: run_x8 / matmul_reference
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return nullptr;
@@ -208,6 +211,7 @@ struct scalar_tiles {
     case weight_type::q8_0: return make_set<scalar_tiles<dot_q8_0_scalar>::t>(4);
     case weight_type::q4_k: return make_set<scalar_tiles<dot_q4_k_scalar>::t>(4);
     case weight_type::q6_k: return make_set<scalar_tiles<dot_q6_k_scalar>::t>(4);
+    case weight_type::q4_k_x8: break;
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return {};
@@ -261,6 +265,7 @@ tile_set fast_set(weight_type t) {
     // Q6_K (the rest of a Q4_K_M file) likewise as 1 row x 6 inputs: 1.15-1.2x over the 1x4
     // tile in prefill (2048x2048, 1 thread); 8 inputs spill.
     case weight_type::q6_k: return with_mk<q6_k_mk, 1, 6>(rows_set<q6_k_rows>());
+    case weight_type::q4_k_x8: break;
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return {};
@@ -273,7 +278,8 @@ tile_set fast_set(weight_type t) {
 size_t activation_row_bytes(weight_type t, int64_t n_cols) {
   switch (t) {
     case weight_type::q8_0: return static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x);
-    case weight_type::q4_k: case weight_type::q6_k: return static_cast<size_t>(n_cols / qk_k) * sizeof(block_q8_k);
+    case weight_type::q4_k: case weight_type::q6_k: case weight_type::q4_k_x8:
+      return static_cast<size_t>(n_cols / qk_k) * sizeof(block_q8_k);
     default: return static_cast<size_t>(n_cols) * sizeof(float);
   }
 }
@@ -336,6 +342,59 @@ void run_tiles(const tile_set& ts, const uint8_t* w, size_t row_stride, int64_t 
   }
 }
 
+// q4_k_x8: groups of 8 rows (row_stride bytes per row, so a group is 8 * row_stride bytes)
+// x up to 4 inputs per kernel call; a group the row range cuts is computed whole into a
+// buffer and only its rows in range are stored. Blocked like run_tiles: a chunk of groups
+// stays in L2 while blocks of inputs pass over it.
+using x8_fn = void (*)(const uint8_t* group, const uint8_t* const* x, int64_t n_cols, float* out, const uint8_t* next);
+void run_x8(const uint8_t* w, size_t row_stride, int64_t n_cols, const uint8_t* qx, size_t x_stride, int64_t n_x,
+            float* y, int64_t row_begin, int64_t row_end, int64_t n_rows) {
+#if AGENTQ_KERNELS_AVX2
+  constexpr int mb = 4;
+  static constexpr x8_fn fns[mb + 1] = {nullptr, mk_q4_k_x8_avx2<1>, mk_q4_k_x8_avx2<2>, mk_q4_k_x8_avx2<3>,
+                                        mk_q4_k_x8_avx2<4>};
+  const size_t group_bytes = 8 * row_stride;
+  const int64_t g_begin = row_begin / 8, g_end = (row_end + 7) / 8;
+  float o[8 * mb];
+  auto store = [&](int64_t g, int64_t b, int kb) {
+    const int64_t lo = std::max(row_begin, 8 * g), hi = std::min(row_end, 8 * g + 8);
+    for (int j = 0; j < kb; ++j)
+      for (int64_t r = lo; r < hi; ++r) y[(b + j) * n_rows + r] = o[8 * j + (r - 8 * g)];
+  };
+  if (n_x == 1) {
+    for (int64_t g = g_begin; g < g_end; ++g) {
+      const uint8_t* wg = w + static_cast<size_t>(g) * group_bytes;
+      fns[1](wg, &qx, n_cols, o, g + 1 < g_end ? wg + group_bytes : nullptr);
+      store(g, 0, 1);
+    }
+    return;
+  }
+  const int64_t n_l1 = std::max<int64_t>(mb, static_cast<int64_t>((20u << 10) / std::max<size_t>(x_stride, 1)) / mb * mb);
+  const int64_t n_chunk = std::max<int64_t>(1, static_cast<int64_t>((128u << 10) / std::max<size_t>(group_bytes, 1)));
+  const uint8_t* xs[mb];
+  for (int64_t g0 = g_begin; g0 < g_end; g0 += n_chunk) {
+    const int64_t g0_end = std::min(g_end, g0 + n_chunk);
+    for (int64_t b1 = 0; b1 < n_x; b1 += n_l1) {
+      const int64_t b1_end = std::min(n_x, b1 + n_l1);
+      for (int64_t g = g0; g < g0_end; ++g) {
+        const uint8_t* wg = w + static_cast<size_t>(g) * group_bytes;
+        for (int64_t b = b1; b < b1_end;) {
+          const int kb = static_cast<int>(std::min<int64_t>(mb, b1_end - b));
+          for (int i = 0; i < kb; ++i) xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
+          fns[kb](wg, xs, n_cols, o, nullptr);
+          store(g, b, kb);
+          b += kb;
+        }
+      }
+    }
+  }
+#else
+  (void)w, (void)row_stride, (void)n_cols, (void)qx, (void)x_stride, (void)n_x, (void)y, (void)row_begin,
+      (void)row_end, (void)n_rows;
+  AGENTQ_KCHECK(!"q4_k_x8 needs the AVX2 kernels (preferred_layout never picks it without them)");
+#endif
+}
+
 void check_args(weight_type t, int64_t n_cols, int64_t n_x, int64_t row_begin, int64_t row_end, int64_t n_rows) {
   AGENTQ_KCHECK(block_elems(t) > 0);
   AGENTQ_KCHECK(n_cols > 0 && n_cols % block_elems(t) == 0);
@@ -362,7 +421,7 @@ void quantize_activations(weight_type t, const float* x, int64_t n_cols, int64_t
     uint8_t* d = dst + static_cast<size_t>(b) * stride;
     switch (t) {
       case weight_type::q8_0: detail::quantize_act_q8_0(xb, reinterpret_cast<block_q8_0x*>(d), n_cols); break;
-      case weight_type::q4_k: case weight_type::q6_k:
+      case weight_type::q4_k: case weight_type::q6_k: case weight_type::q4_k_x8:
         detail::quantize_act_q8_k(xb, reinterpret_cast<block_q8_k*>(d), n_cols);
         break;
       default: std::memcpy(d, xb, stride); break;
@@ -373,6 +432,12 @@ void quantize_activations(weight_type t, const float* x, int64_t n_cols, int64_t
 void matmul_prequantized(weight_type t, const void* w, size_t row_stride_bytes, int64_t n_cols, const void* qx,
                          int64_t n_x, float* y, int64_t row_begin, int64_t row_end, int64_t n_rows) {
   check_args(t, n_cols, n_x, row_begin, row_end, n_rows);
+  if (t == weight_type::q4_k_x8) {
+    AGENTQ_KCHECK(n_rows % 8 == 0);
+    run_x8(static_cast<const uint8_t*>(w), row_stride_bytes, n_cols, static_cast<const uint8_t*>(qx),
+           activation_row_bytes(t, n_cols), n_x, y, row_begin, row_end, n_rows);
+    return;
+  }
   run_tiles(fast_set(t), static_cast<const uint8_t*>(w), row_stride_bytes, n_cols, static_cast<const uint8_t*>(qx),
             activation_row_bytes(t, n_cols), n_x, y, row_begin, row_end, n_rows);
 }
@@ -381,7 +446,7 @@ void matmul(weight_type t, const void* w, size_t row_stride_bytes, int64_t n_col
             float* y, int64_t row_begin, int64_t row_end, int64_t n_rows) {
   check_args(t, n_cols, n_x, row_begin, row_end, n_rows);
   const void* qx = x;
-  if (t == weight_type::q8_0 || t == weight_type::q4_k || t == weight_type::q6_k) {
+  if (t == weight_type::q8_0 || t == weight_type::q4_k || t == weight_type::q6_k || t == weight_type::q4_k_x8) {
     auto& buf = scratch();
     buf.resize(activation_bytes(t, n_cols, n_x));
     quantize_activations(t, x, n_cols, n_x, buf.data());
@@ -395,8 +460,17 @@ void matmul_reference(weight_type t, const void* w, size_t row_stride_bytes, int
   check_args(t, n_cols, n_x, row_begin, row_end, n_rows);
   std::vector<uint8_t> qx(activation_bytes(t, n_cols, n_x));
   quantize_activations(t, x, n_cols, n_x, qx.data());
-  const dot_fn dot = scalar_dot(t);
   const size_t x_stride = activation_row_bytes(t, n_cols);
+  if (t == weight_type::q4_k_x8) {
+    AGENTQ_KCHECK(n_rows % 8 == 0);
+    for (int64_t b = 0; b < n_x; ++b)
+      for (int64_t r = row_begin; r < row_end; ++r)
+        y[b * n_rows + r] = detail::dot_q4_k_x8_scalar(
+            static_cast<const uint8_t*>(w) + static_cast<size_t>(r / 8) * 8 * row_stride_bytes, static_cast<int>(r % 8),
+            qx.data() + static_cast<size_t>(b) * x_stride, n_cols);
+    return;
+  }
+  const dot_fn dot = scalar_dot(t);
   for (int64_t b = 0; b < n_x; ++b)
     for (int64_t r = row_begin; r < row_end; ++r)
       y[b * n_rows + r] = dot(static_cast<const uint8_t*>(w) + static_cast<size_t>(r) * row_stride_bytes,

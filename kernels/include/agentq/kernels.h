@@ -24,7 +24,9 @@ uint16_t fp32_to_bf16(float f);
 // ---------------------------------------------------------------------------
 // Weight formats (ggml type ids and block layouts, byte for byte)
 
-enum class weight_type : uint32_t { f32 = 0, f16 = 1, q8_0 = 8, q4_k = 12, q6_k = 14, bf16 = 30 };
+// q4_k_x8 is not a file format: it is Q4_K repacked at load for the CPU (see repack()),
+// with an id outside ggml's range.
+enum class weight_type : uint32_t { f32 = 0, f16 = 1, q8_0 = 8, q4_k = 12, q6_k = 14, bf16 = 30, q4_k_x8 = 0x100c };
 
 constexpr int64_t qk8_0 = 32;   // elements per Q8_0 block
 constexpr int64_t qk_k = 256;   // elements per K-quant super-block
@@ -51,9 +53,24 @@ struct block_q6_k {
 };
 static_assert(sizeof(block_q6_k) == 210);
 
+// Q4_K_x8: one super-block of 8 consecutive rows of a Q4_K matrix, interleaved so that one
+// 256-bit vector holds 8 elements of each of the 8 rows, and the scales are unpacked bytes.
+// NOTE: the decode kernel then yields the 8 rows' sums in the 8 lanes of one register:
+// no per-row scale unpacking, shuffles or horizontal sums (about half the vector ops of
+// the row-at-a-time Q4_K kernel, which was compute-bound below the memory roofline).
+struct block_q4_kx8 {
+  uint16_t d[8];         // fp16 super-scale of each row's sub-block scales
+  uint16_t dmin[8];      // fp16 super-scale of each row's sub-block mins
+  uint8_t scales[64];    // [pair p < 4][row r < 8][2]: 6-bit scales of sub-blocks 2p, 2p + 1
+  uint8_t mins[64];      // the mins, same order
+  uint8_t qs[qk_k * 4];  // [chunk k < 32][row r][j < 4]: q[8k + j] | q[8k + 4 + j] << 4
+};
+static_assert(sizeof(block_q4_kx8) == 1184);
+
 // Elements per block (1 for float types); 0 for an unknown id.
 int64_t block_elems(weight_type t);
-// Bytes per block; 0 for an unknown id.
+// Bytes per block; 0 for an unknown id. For q4_k_x8, one row's share of a block_q4_kx8
+// (1184 / 8 = 148), so row_bytes() is the average bytes per row of such a matrix.
 size_t block_bytes(weight_type t);
 // Bytes of one row of n elements; n must be a multiple of block_elems(t).
 size_t row_bytes(weight_type t, int64_t n);
@@ -91,6 +108,18 @@ void quantize_activations(weight_type t, const float* x, int64_t n_cols, int64_t
 void matmul_prequantized(weight_type t, const void* w, size_t row_stride_bytes, int64_t n_cols,
                          const void* qx, int64_t n_x, float* y, int64_t row_begin, int64_t row_end,
                          int64_t n_rows);
+
+// Weight layouts the CPU kernels prefer to a file's (weights are repacked once, at load).
+// The layout matmul runs fastest on for a [n_rows][n_cols] matrix of type t: q4_k_x8 for
+// Q4_K with n_rows a multiple of 8 where the AVX2 kernels are built; otherwise t itself.
+weight_type preferred_layout(weight_type t, int64_t n_rows, int64_t n_cols);
+// Bytes of a [n_rows][n_cols] matrix in layout t (rows packed, no padding).
+size_t matrix_bytes(weight_type t, int64_t n_rows, int64_t n_cols);
+// src: [n_rows][n_cols] of type `from`, rows packed -> dst (matrix_bytes(to, ...) bytes) in
+// layout `to` (from itself: a copy; q4_k -> q4_k_x8). Exact: no value changes.
+// A q4_k_x8 matrix has row stride row_bytes(q4_k_x8, n_cols) for matmul; its rows are not
+// individually addressable (dequantize_row refuses it).
+void repack(weight_type from, const void* src, int64_t n_rows, int64_t n_cols, weight_type to, void* dst);
 
 // The plain scalar path of the same math (activation quantization included); for tests.
 void matmul_reference(weight_type t, const void* w, size_t row_stride_bytes, int64_t n_cols,

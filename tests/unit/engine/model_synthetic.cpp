@@ -274,6 +274,37 @@ TEST_CASE("synthetic models: batch, chunking and thread count never change logit
   }
 }
 
+// The CPU model repacks Q4_K matrices with a multiple of 8 rows into q4_k_x8 at load (here
+// all but the 300-row output). Each matmul sums the same exact integers in another float
+// order (1e-5 relative: kernels_matmul), but a rounding flip in a later layer's 8-bit
+// activations moves logits by far more, so the check is against the naive dequantized
+// forward: the repacked model is as close to it as the file layout (AGENTQ_REPACK=0) is.
+TEST_CASE("Q4_K repacked at load is as accurate as the file layout") {
+  const std::string path = (std::filesystem::temp_directory_path() / "agentq-test-repack-q4_k.gguf").string();
+  auto w = write_model(path, "llama", gguf::tensor_type::q4_k);
+  const auto st = streams();
+  const auto want = reference(w, st[1], false);
+  auto repacked = run_batched(*load(path, 2), {st[1]}, 5)[0];
+  setenv("AGENTQ_REPACK", "0", 1);
+  auto file_layout = run_batched(*load(path, 2), {st[1]}, 5)[0];
+  unsetenv("AGENTQ_REPACK");
+  REQUIRE(repacked.size() == want.size());
+  REQUIRE(file_layout.size() == want.size());
+  double err_x8 = 0, err_file = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err_x8 = std::max(err_x8, double(std::fabs(repacked[i] - want[i])));
+    err_file = std::max(err_file, double(std::fabs(file_layout[i] - want[i])));
+    scale = std::max(scale, double(std::fabs(want[i])));
+  }
+  MESSAGE("largest logit error vs the dequantized reference: q4_k_x8 ", err_x8, ", file layout ", err_file,
+          " (largest logit ", scale, ")");
+  CHECK(err_x8 <= 1.5 * err_file + 1e-3 * scale);
+  if (kernels::preferred_layout(kernels::weight_type::q4_k, 8, 256) == kernels::weight_type::q4_k_x8)
+    CHECK_MESSAGE(std::memcmp(repacked.data(), file_layout.data(), repacked.size() * 4) != 0,
+                  "the repacked layout was not used");
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("qwen2 and llama logits match a naive reference forward") {
   const auto dir = std::filesystem::temp_directory_path();
   for (const char* arch : {"llama", "qwen2"}) {

@@ -1,0 +1,95 @@
+// Private to kernels/cpu: the AVX2 kernel of the repacked Q4_K layout (block_q4_kx8): one
+// group of 8 rows against B Q8_K inputs, the 8 rows' sums in the 8 lanes of one register.
+#pragma once
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "agentq/kernels.h"
+#include "cpu/quants_internal.h"
+#include "cpu/simd_avx2.h"
+
+namespace agentq::kernels::avx2 {
+
+// out[b * 8 + r] = dot(row r of the group, x[b]) for B inputs; per (row, input) exactly
+// detail::dot_q4_k_x8_scalar's float operations (its integer sums are exact whatever the
+// lane layout). `next` is prefetched at this group's pace (the following group; may be null).
+// Per 8-element chunk k: one 32-byte load holds 4 bytes of each row; its low nibbles are
+// elements 8k..8k+3, its high nibbles 8k+4..8k+7, against the input's 4 bytes broadcast,
+// so maddubs gives each row two int16 lanes. Four chunks (one 32-element sub-block, 16
+// elements per lane: |sum| <= 16 * 15 * 127 < 2^15) accumulate in int16, then one madd with
+// the row's scale widens to int32.
+template <int B>
+void mk_q4_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
+  auto w = reinterpret_cast<const block_q4_kx8*>(group);
+  const block_q8_k* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  // Within each row's [scale_2p, scale_2p+1] int16 pair: copy the first / the second to both.
+  const __m256i dup_a = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13,  //
+                                         0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
+  const __m256i dup_b = _mm256_add_epi8(dup_a, _mm256_set1_epi8(2));
+  __m256 acc[B];
+  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const block_q4_kx8& blk = w[i];
+    if (next) {
+      const uint8_t* p = next + i * int64_t(sizeof(block_q4_kx8));
+      for (int c = 0; c < int(sizeof(block_q4_kx8)); c += 64) prefetch(p + c);
+    }
+    __m256i sumi[B];
+    for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const __m256i sc = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const int s = 2 * p + h;  // sub-block
+        __m256i acc16[B];
+        for (int b = 0; b < B; ++b) acc16[b] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int kk = 0; kk < 4; ++kk) {
+          const int k = 4 * s + kk;
+          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * k));
+          const __m256i lo = _mm256_and_si256(q, m4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+          for (int b = 0; b < B; ++b) {
+            int32_t xl, xh;
+            std::memcpy(&xl, x[b][i].qs + 8 * k, 4);
+            std::memcpy(&xh, x[b][i].qs + 8 * k + 4, 4);
+            const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)),
+                                                 _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh)));
+            acc16[b] = _mm256_add_epi16(acc16[b], p16);
+          }
+        }
+        const __m256i scale = _mm256_shuffle_epi8(sc, h ? dup_b : dup_a);
+        for (int b = 0; b < B; ++b) sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(acc16[b], scale));
+      }
+    }
+    // Mins: per row sum over pairs p of [m_2p, m_2p+1] . [bsum_2p, bsum_2p+1] (sub-block sums).
+    __m256i mins[4];
+    for (int p = 0; p < 4; ++p)
+      mins[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.mins + 16 * p)));
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.dmin)));
+    for (int b = 0; b < B; ++b) {
+      const block_q8_k& y = x[b][i];
+      __m256i summ = _mm256_setzero_si256();
+      for (int p = 0; p < 4; ++p) {
+        const int16_t s0 = int16_t(y.bsums[4 * p] + y.bsums[4 * p + 1]);
+        const int16_t s1 = int16_t(y.bsums[4 * p + 2] + y.bsums[4 * p + 3]);
+        const int32_t pair = int32_t(uint16_t(s0)) | int32_t(uint32_t(uint16_t(s1)) << 16);
+        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(pair)));
+      }
+      const __m256 yd = _mm256_set1_ps(y.d);
+      acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(d, yd), _mm256_cvtepi32_ps(sumi[b]), acc[b]);
+      acc[b] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(summ), acc[b]);
+    }
+  }
+  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+}
+
+}  // namespace agentq::kernels::avx2
+#endif

@@ -1,0 +1,97 @@
+// Weight layouts for the CPU kernels: Q4_K repacked into 8-row interleaved super-blocks
+// (block_q4_kx8) at load, and the scalar dot product that defines that layout's math.
+#include "cpu/repack.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "cpu/check.h"
+
+namespace agentq::kernels {
+
+namespace {
+
+// Element e (< 256) of a Q4_K super-block: per 64 elements, the low nibbles hold the
+// first 32 and the high nibbles the next 32.
+uint8_t q4_k_quant(const block_q4_k& b, int e) {
+  const uint8_t byte = b.qs[32 * (e / 64) + e % 32];
+  return (e % 64) < 32 ? byte & 0xF : byte >> 4;
+}
+
+void repack_q4_k_x8(const block_q4_k* src, int64_t n_rows, int64_t nb, block_q4_kx8* dst) {
+  for (int64_t g = 0; g < n_rows / 8; ++g)
+    for (int64_t i = 0; i < nb; ++i) {
+      block_q4_kx8& o = dst[g * nb + i];
+      for (int r = 0; r < 8; ++r) {
+        const block_q4_k& b = src[(g * 8 + r) * nb + i];
+        o.d[r] = b.d;
+        o.dmin[r] = b.dmin;
+        for (int s = 0; s < 8; ++s) {
+          uint8_t sc, m;
+          detail::get_scale_min_k4(s, b.scales, &sc, &m);
+          o.scales[(s / 2) * 16 + r * 2 + s % 2] = sc;
+          o.mins[(s / 2) * 16 + r * 2 + s % 2] = m;
+        }
+        for (int k = 0; k < 32; ++k)
+          for (int j = 0; j < 4; ++j)
+            o.qs[k * 32 + r * 4 + j] = uint8_t(q4_k_quant(b, 8 * k + j) | (q4_k_quant(b, 8 * k + 4 + j) << 4));
+      }
+    }
+}
+
+}  // namespace
+
+namespace detail {
+
+float dot_q4_k_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t n) {
+  auto w = reinterpret_cast<const block_q4_kx8*>(group);
+  auto x = reinterpret_cast<const block_q8_k*>(xq);
+  float acc = 0;
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const block_q4_kx8& b = w[i];
+    int32_t sumi = 0, summ = 0;
+    for (int s = 0; s < 8; ++s) {
+      int32_t dot = 0;
+      for (int e = 32 * s; e < 32 * s + 32; ++e) {
+        const int k = e / 8, j = e % 8;
+        const uint8_t byte = b.qs[k * 32 + r * 4 + j % 4];
+        dot += (j < 4 ? byte & 0xF : byte >> 4) * x[i].qs[e];
+      }
+      const int at = (s / 2) * 16 + r * 2 + s % 2;
+      sumi += b.scales[at] * dot;
+      summ += b.mins[at] * (x[i].bsums[2 * s] + x[i].bsums[2 * s + 1]);
+    }
+    // NOTE: explicit fmas, as the AVX2 kernel's fmadd / fnmadd (one chain per row and input).
+    acc = std::fma(fp16_to_fp32(b.d[r]) * x[i].d, static_cast<float>(sumi), acc);
+    acc = std::fma(-(fp16_to_fp32(b.dmin[r]) * x[i].d), static_cast<float>(summ), acc);
+  }
+  return acc;
+}
+
+}  // namespace detail
+
+weight_type preferred_layout(weight_type t, int64_t n_rows, int64_t n_cols) {
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  if (t == weight_type::q4_k && n_rows > 0 && n_rows % 8 == 0 && n_cols % qk_k == 0) return weight_type::q4_k_x8;
+#else
+  (void)n_rows;
+  (void)n_cols;
+#endif
+  return t;
+}
+
+size_t matrix_bytes(weight_type t, int64_t n_rows, int64_t n_cols) {
+  return row_bytes(t, n_cols) * static_cast<size_t>(n_rows);
+}
+
+void repack(weight_type from, const void* src, int64_t n_rows, int64_t n_cols, weight_type to, void* dst) {
+  AGENTQ_KCHECK(n_rows >= 0 && block_elems(from) > 0 && n_cols % block_elems(from) == 0);
+  if (from == to) {
+    std::memcpy(dst, src, matrix_bytes(from, n_rows, n_cols));
+    return;
+  }
+  AGENTQ_KCHECK(from == weight_type::q4_k && to == weight_type::q4_k_x8 && n_rows % 8 == 0);
+  repack_q4_k_x8(static_cast<const block_q4_k*>(src), n_rows, n_cols / qk_k, static_cast<block_q4_kx8*>(dst));
+}
+
+}  // namespace agentq::kernels

@@ -1,0 +1,16 @@
+// Private to kernels/cpu: the scalar math of the repacked layouts (repack.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "agentq/kernels.h"
+#include "cpu/quants_internal.h"
+
+namespace agentq::kernels::detail {
+
+// Row r (< 8) of a group of 8 q4_k_x8 rows (n / 256 block_q4_kx8 at `group`) against one
+// Q8_K activation: per super-block the exact int32 sums of the scaled quants (sumi) and of
+// the mins (summ), then acc = fma(d_r * d_x, sumi, acc); acc = fma(-(dmin_r * d_x), summ, acc).
+float dot_q4_k_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
+
+}  // namespace agentq::kernels::detail
