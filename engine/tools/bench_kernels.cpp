@@ -25,12 +25,12 @@ struct options {
   bool cpu_clock = true;  // time by thread CPU clocks (robust on a shared host)
   std::vector<k::weight_type> types = {k::weight_type::f32, k::weight_type::f16, k::weight_type::bf16,
                                        k::weight_type::q8_0, k::weight_type::q6_k, k::weight_type::q4_k,
-                                       k::weight_type::q4_k_x8};
+                                       k::weight_type::q8_0_x8, k::weight_type::q4_k_x8};
 };
 
 bool parse_type(const std::string& s, k::weight_type* t) {
   for (auto c : {k::weight_type::f32, k::weight_type::f16, k::weight_type::bf16, k::weight_type::q8_0,
-                 k::weight_type::q4_k, k::weight_type::q6_k, k::weight_type::q4_k_x8})
+                 k::weight_type::q4_k, k::weight_type::q6_k, k::weight_type::q8_0_x8, k::weight_type::q4_k_x8})
     if (s == k::name_of(c)) { *t = c; return true; }
   return false;
 }
@@ -59,8 +59,10 @@ void make_weights(weights& w, k::weight_type t, int64_t n_rows, int64_t n_cols, 
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.02f);
   std::vector<float> row(static_cast<size_t>(n_cols));
-  // q4_k_x8 (the engine's load-time layout of Q4_K): quantized as Q4_K, then repacked.
-  const k::weight_type file_t = t == k::weight_type::q4_k_x8 ? k::weight_type::q4_k : t;
+  // _x8 (the engine's load-time layouts): quantized in the file type, then repacked.
+  const k::weight_type file_t = t == k::weight_type::q4_k_x8   ? k::weight_type::q4_k
+                                : t == k::weight_type::q8_0_x8 ? k::weight_type::q8_0
+                                                               : t;
   std::vector<uint8_t> file(k::matrix_bytes(file_t, n_rows, n_cols));
   const size_t file_row = k::row_bytes(file_t, n_cols);
   for (int64_t r = 0; r < n_rows; ++r) {

@@ -23,8 +23,9 @@ class thread_pool {
   int32_t n_threads() const { return n_threads_; }
 
   // Run fn(begin, end) over disjoint ranges covering [0, n) and return when all are done.
-  // Ranges are contiguous chunks of about n / (4 * n_threads) items, a multiple of min_chunk
-  // (the last may be shorter).
+  // Ranges are contiguous chunks claimed in order, shrinking from n / (2 * n_threads) items
+  // to n / (16 * n_threads) (guided), each a multiple of min_chunk items (the last may be
+  // shorter), so every range starts at a multiple of min_chunk.
   // NOTE: which thread runs which range varies; callers must make each item's result
   // independent of the split (true for per-row work), which keeps outputs deterministic.
   // Not reentrant: one parallel_for at a time, and fn must not call parallel_for.
@@ -51,7 +52,8 @@ class thread_pool {
   std::atomic<uint64_t> state_{0};
   std::atomic<range_fn> job_fn_{nullptr};
   std::atomic<void*> job_ctx_{nullptr};
-  std::atomic<int64_t> job_chunk_{1};
+  std::atomic<int64_t> job_chunk_{1};  // min_chunk: every range starts at a multiple of it
+  std::atomic<int64_t> job_floor_{1};  // the smallest guided chunk
   std::atomic<int64_t> n_done_{0};      // items of the current job finished
   std::atomic<bool> stop_{false};
 

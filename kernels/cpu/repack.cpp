@@ -1,5 +1,5 @@
-// Weight layouts for the CPU kernels: Q4_K repacked into 8-row interleaved super-blocks
-// (block_q4_kx8) at load, and the scalar dot product that defines that layout's math.
+// Weight layouts for the CPU kernels: Q8_0 and Q4_K repacked into 8-row interleaved blocks
+// (block_q8_0x8, block_q4_kx8) at load, and the scalar dot products that define their math.
 #include "cpu/repack.h"
 
 #include <cmath>
@@ -16,6 +16,18 @@ namespace {
 uint8_t q4_k_quant(const block_q4_k& b, int e) {
   const uint8_t byte = b.qs[32 * (e / 64) + e % 32];
   return (e % 64) < 32 ? byte & 0xF : byte >> 4;
+}
+
+void repack_q8_0_x8(const block_q8_0* src, int64_t n_rows, int64_t nb, block_q8_0x8* dst) {
+  for (int64_t g = 0; g < n_rows / 8; ++g)
+    for (int64_t i = 0; i < nb; ++i) {
+      block_q8_0x8& o = dst[g * nb + i];
+      for (int r = 0; r < 8; ++r) {
+        const block_q8_0& b = src[(g * 8 + r) * nb + i];
+        o.d[r] = b.d;
+        for (int k = 0; k < 8; ++k) std::memcpy(o.qs + k * 32 + r * 4, b.qs + 4 * k, 4);
+      }
+    }
 }
 
 void repack_q4_k_x8(const block_q4_k* src, int64_t n_rows, int64_t nb, block_q4_kx8* dst) {
@@ -42,6 +54,18 @@ void repack_q4_k_x8(const block_q4_k* src, int64_t n_rows, int64_t nb, block_q4_
 }  // namespace
 
 namespace detail {
+
+float dot_q8_0_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t n) {
+  auto w = reinterpret_cast<const block_q8_0x8*>(group);
+  auto x = reinterpret_cast<const block_q8_0x*>(xq);
+  float acc = 0;
+  for (int64_t i = 0; i < n / qk8_0; ++i) {
+    int32_t s = 0;
+    for (int e = 0; e < qk8_0; ++e) s += w[i].qs[(e / 4) * 32 + r * 4 + e % 4] * x[i].qs[e];
+    acc = std::fma(fp16_to_fp32(w[i].d[r]) * x[i].d, static_cast<float>(s), acc);  // the kernel's fmadd
+  }
+  return acc;
+}
 
 float dot_q4_k_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t n) {
   auto w = reinterpret_cast<const block_q4_kx8*>(group);
@@ -72,7 +96,9 @@ float dot_q4_k_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t
 
 weight_type preferred_layout(weight_type t, int64_t n_rows, int64_t n_cols) {
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-  if (t == weight_type::q4_k && n_rows > 0 && n_rows % 8 == 0 && n_cols % qk_k == 0) return weight_type::q4_k_x8;
+  const bool groups = n_rows > 0 && n_rows % 8 == 0;
+  if (t == weight_type::q8_0 && groups && n_cols % qk8_0 == 0) return weight_type::q8_0_x8;
+  if (t == weight_type::q4_k && groups && n_cols % qk_k == 0) return weight_type::q4_k_x8;
 #else
   (void)n_rows;
   (void)n_cols;
@@ -90,7 +116,12 @@ void repack(weight_type from, const void* src, int64_t n_rows, int64_t n_cols, w
     std::memcpy(dst, src, matrix_bytes(from, n_rows, n_cols));
     return;
   }
-  AGENTQ_KCHECK(from == weight_type::q4_k && to == weight_type::q4_k_x8 && n_rows % 8 == 0);
+  AGENTQ_KCHECK(n_rows % 8 == 0);
+  if (from == weight_type::q8_0 && to == weight_type::q8_0_x8) {
+    repack_q8_0_x8(static_cast<const block_q8_0*>(src), n_rows, n_cols / qk8_0, static_cast<block_q8_0x8*>(dst));
+    return;
+  }
+  AGENTQ_KCHECK(from == weight_type::q4_k && to == weight_type::q4_k_x8);
   repack_q4_k_x8(static_cast<const block_q4_k*>(src), n_rows, n_cols / qk_k, static_cast<block_q4_kx8*>(dst));
 }
 

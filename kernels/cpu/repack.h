@@ -8,6 +8,10 @@
 
 namespace agentq::kernels::detail {
 
+// Row r (< 8) of a group of 8 q8_0_x8 rows (n / 32 block_q8_0x8) against one Q8_0 activation:
+// per block the exact int32 sum s, then acc = fma(d_r * d_x, s, acc).
+float dot_q8_0_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
+
 // Row r (< 8) of a group of 8 q4_k_x8 rows (n / 256 block_q4_kx8 at `group`) against one
 // Q8_K activation: per super-block the exact int32 sums of the scaled quants (sumi) and of
 // the mins (summ), then acc = fma(d_r * d_x, sumi, acc); acc = fma(-(dmin_r * d_x), summ, acc).

@@ -24,9 +24,11 @@ uint16_t fp32_to_bf16(float f);
 // ---------------------------------------------------------------------------
 // Weight formats (ggml type ids and block layouts, byte for byte)
 
-// q4_k_x8 is not a file format: it is Q4_K repacked at load for the CPU (see repack()),
-// with an id outside ggml's range.
-enum class weight_type : uint32_t { f32 = 0, f16 = 1, q8_0 = 8, q4_k = 12, q6_k = 14, bf16 = 30, q4_k_x8 = 0x100c };
+// q8_0_x8 and q4_k_x8 are not file formats: they are Q8_0 and Q4_K repacked at load for the
+// CPU (see repack()), with ids outside ggml's range.
+enum class weight_type : uint32_t {
+  f32 = 0, f16 = 1, q8_0 = 8, q4_k = 12, q6_k = 14, bf16 = 30, q8_0_x8 = 0x1008, q4_k_x8 = 0x100c
+};
 
 constexpr int64_t qk8_0 = 32;   // elements per Q8_0 block
 constexpr int64_t qk_k = 256;   // elements per K-quant super-block
@@ -53,6 +55,14 @@ struct block_q6_k {
 };
 static_assert(sizeof(block_q6_k) == 210);
 
+// Q8_0_x8: one block of 8 consecutive rows of a Q8_0 matrix, interleaved as block_q4_kx8
+// (the same bytes as 8 block_q8_0): one 256-bit vector holds 4 elements of each row.
+struct block_q8_0x8 {
+  uint16_t d[8];         // fp16 scale of each row's block
+  int8_t qs[qk8_0 * 8];  // [chunk k < 8][row r][j < 4]: element 4k + j of row r
+};
+static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0));
+
 // Q4_K_x8: one super-block of 8 consecutive rows of a Q4_K matrix, interleaved so that one
 // 256-bit vector holds 8 elements of each of the 8 rows, and the scales are unpacked bytes.
 // NOTE: the decode kernel then yields the 8 rows' sums in the 8 lanes of one register:
@@ -69,8 +79,8 @@ static_assert(sizeof(block_q4_kx8) == 1184);
 
 // Elements per block (1 for float types); 0 for an unknown id.
 int64_t block_elems(weight_type t);
-// Bytes per block; 0 for an unknown id. For q4_k_x8, one row's share of a block_q4_kx8
-// (1184 / 8 = 148), so row_bytes() is the average bytes per row of such a matrix.
+// Bytes per block; 0 for an unknown id. For the _x8 layouts, one row's share of a block
+// (q4_k_x8: 1184 / 8 = 148), so row_bytes() is the average bytes per row of such a matrix.
 size_t block_bytes(weight_type t);
 // Bytes of one row of n elements; n must be a multiple of block_elems(t).
 size_t row_bytes(weight_type t, int64_t n);
@@ -110,15 +120,16 @@ void matmul_prequantized(weight_type t, const void* w, size_t row_stride_bytes, 
                          int64_t n_rows);
 
 // Weight layouts the CPU kernels prefer to a file's (weights are repacked once, at load).
-// The layout matmul runs fastest on for a [n_rows][n_cols] matrix of type t: q4_k_x8 for
-// Q4_K with n_rows a multiple of 8 where the AVX2 kernels are built; otherwise t itself.
+// The layout matmul runs fastest on for a [n_rows][n_cols] matrix of type t: q8_0_x8 /
+// q4_k_x8 for Q8_0 / Q4_K with n_rows a multiple of 8 where the AVX2 kernels are built;
+// otherwise t itself.
 weight_type preferred_layout(weight_type t, int64_t n_rows, int64_t n_cols);
 // Bytes of a [n_rows][n_cols] matrix in layout t (rows packed, no padding).
 size_t matrix_bytes(weight_type t, int64_t n_rows, int64_t n_cols);
 // src: [n_rows][n_cols] of type `from`, rows packed -> dst (matrix_bytes(to, ...) bytes) in
-// layout `to` (from itself: a copy; q4_k -> q4_k_x8). Exact: no value changes.
-// A q4_k_x8 matrix has row stride row_bytes(q4_k_x8, n_cols) for matmul; its rows are not
-// individually addressable (dequantize_row refuses it).
+// layout `to` (from itself: a copy; q8_0 -> q8_0_x8, q4_k -> q4_k_x8). Exact: no value
+// changes. An _x8 matrix has row stride row_bytes(layout, n_cols) for matmul; its rows are
+// not individually addressable (dequantize_row refuses them).
 void repack(weight_type from, const void* src, int64_t n_rows, int64_t n_cols, weight_type to, void* dst);
 
 // The plain scalar path of the same math (activation quantization included); for tests.

@@ -262,54 +262,63 @@ TEST_CASE("read bandwidth probe returns a plausible figure") {
   CHECK(gbps < 10000);
 }
 
-// Q4_K repacked into 8-row groups (q4_k_x8, the CPU's load-time layout): the AVX2 kernels
-// give exactly the bits of the layout's scalar definition for every batch width and row
-// range (partial groups included), and stay within float rounding of the file layout.
-TEST_CASE("q4_k_x8: repacked Q4_K against its scalar definition and the file layout") {
-  const bool fast = preferred_layout(weight_type::q4_k, 8, 256) == weight_type::q4_k_x8;
+// Q8_0 and Q4_K repacked into 8-row groups (q8_0_x8, q4_k_x8: the CPU's load-time layouts):
+// the AVX2 kernels give exactly the bits of the layout's scalar definition for every batch
+// width and row range (partial groups included), and stay within float rounding of the file
+// layout.
+TEST_CASE("_x8 layouts: repacked Q8_0 and Q4_K against their scalar definition and the file layout") {
   CHECK(preferred_layout(weight_type::q4_k, 12, 256) == weight_type::q4_k);
-  CHECK(preferred_layout(weight_type::q8_0, 16, 256) == weight_type::q8_0);
+  CHECK(preferred_layout(weight_type::q6_k, 16, 256) == weight_type::q6_k);
+  CHECK(preferred_layout(weight_type::f16, 16, 256) == weight_type::f16);
   CHECK(matrix_bytes(weight_type::q4_k_x8, 16, 512) == 16 * 2 * 148);
-  if (!fast) return;  // built without AVX2: the layout is never chosen
-  for (int64_t n_cols : {256, 768, 2816}) {
-    const int64_t n_rows = 24;
-    INFO("cols ", n_cols);
-    const size_t rb = row_bytes(weight_type::q4_k, n_cols);
-    std::vector<uint8_t> q4(rb * n_rows);
-    const auto w = normal_data(static_cast<size_t>(n_rows * n_cols), 41, 0.02f);
-    for (int64_t r = 0; r < n_rows; ++r) quantize_row(weight_type::q4_k, w.data() + r * n_cols, q4.data() + r * rb, n_cols);
-    std::vector<uint8_t> x8(matrix_bytes(weight_type::q4_k_x8, n_rows, n_cols));
-    repack(weight_type::q4_k, q4.data(), n_rows, n_cols, weight_type::q4_k_x8, x8.data());
-    const size_t stride8 = row_bytes(weight_type::q4_k_x8, n_cols);
-    // Activations with a wide range: the int16 sub-block sums run near their bound.
-    const auto x = normal_data(static_cast<size_t>(9 * n_cols), 42, 3.0f);
-    std::vector<float> ref(static_cast<size_t>(9 * n_rows)), file(ref.size());
-    matmul_reference(weight_type::q4_k_x8, x8.data(), stride8, n_cols, x.data(), 9, ref.data(), 0, n_rows, n_rows);
-    matmul_reference(weight_type::q4_k, q4.data(), rb, n_cols, x.data(), 9, file.data(), 0, n_rows, n_rows);
-    for (size_t i = 0; i < ref.size(); ++i) REQUIRE(std::fabs(ref[i] - file[i]) <= 1e-5f * (std::fabs(file[i]) + 1.0f));
-    for (int64_t n_x = 1; n_x <= 9; ++n_x)
-      for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 24}, {8, 16}, {3, 21}, {5, 6}, {16, 24}}) {
-        CAPTURE(n_x);
-        CAPTURE(b);
-        CAPTURE(e);
-        std::vector<float> y(static_cast<size_t>(n_x * n_rows), NAN);
-        matmul(weight_type::q4_k_x8, x8.data(), stride8, n_cols, x.data(), n_x, y.data(), b, e, n_rows);
-        for (int64_t i = 0; i < n_x; ++i)
-          for (int64_t r = 0; r < n_rows; ++r) {
-            const float got = y[i * n_rows + r];
-            if (r < b || r >= e) REQUIRE(std::isnan(got));
-            else REQUIRE(same_bits(got, ref[i * n_rows + r]));
-          }
-      }
-    // Many inputs (crosses the input blocking), pre-quantized.
-    std::vector<float> xb;
-    for (int rep = 0; rep < 10; ++rep) xb.insert(xb.end(), x.begin(), x.end());
-    std::vector<uint8_t> qx(activation_bytes(weight_type::q4_k_x8, n_cols, 90));
-    quantize_activations(weight_type::q4_k_x8, xb.data(), n_cols, 90, qx.data());
-    std::vector<float> yb(static_cast<size_t>(90 * n_rows));
-    matmul_prequantized(weight_type::q4_k_x8, x8.data(), stride8, n_cols, qx.data(), 90, yb.data(), 0, n_rows, n_rows);
-    for (int64_t i = 0; i < 90; ++i)
-      for (int64_t r = 0; r < n_rows; ++r) REQUIRE(same_bits(yb[i * n_rows + r], ref[(i % 9) * n_rows + r]));
+  CHECK(matrix_bytes(weight_type::q8_0_x8, 16, 512) == matrix_bytes(weight_type::q8_0, 16, 512));
+  struct kind { weight_type file, x8; std::vector<int64_t> cols; };
+  for (const kind& kd : {kind{weight_type::q8_0, weight_type::q8_0_x8, {32, 96, 768, 2816}},
+                         kind{weight_type::q4_k, weight_type::q4_k_x8, {256, 768, 2816}}}) {
+    if (preferred_layout(kd.file, 8, kd.cols[0]) != kd.x8) {
+      MESSAGE("built without AVX2: ", name_of(kd.x8), " is never chosen");
+      continue;
+    }
+    for (int64_t n_cols : kd.cols) {
+      const int64_t n_rows = 24;
+      INFO(name_of(kd.x8), " cols ", n_cols);
+      const size_t rb = row_bytes(kd.file, n_cols);
+      std::vector<uint8_t> file(rb * n_rows);
+      const auto w = normal_data(static_cast<size_t>(n_rows * n_cols), 41, 0.02f);
+      for (int64_t r = 0; r < n_rows; ++r) quantize_row(kd.file, w.data() + r * n_cols, file.data() + r * rb, n_cols);
+      std::vector<uint8_t> x8(matrix_bytes(kd.x8, n_rows, n_cols));
+      repack(kd.file, file.data(), n_rows, n_cols, kd.x8, x8.data());
+      const size_t stride8 = row_bytes(kd.x8, n_cols);
+      // Activations with a wide range: Q4_K's int16 sub-block sums run near their bound.
+      const auto x = normal_data(static_cast<size_t>(9 * n_cols), 42, 3.0f);
+      std::vector<float> ref(static_cast<size_t>(9 * n_rows)), want(ref.size());
+      matmul_reference(kd.x8, x8.data(), stride8, n_cols, x.data(), 9, ref.data(), 0, n_rows, n_rows);
+      matmul_reference(kd.file, file.data(), rb, n_cols, x.data(), 9, want.data(), 0, n_rows, n_rows);
+      for (size_t i = 0; i < ref.size(); ++i) REQUIRE(std::fabs(ref[i] - want[i]) <= 1e-5f * (std::fabs(want[i]) + 1.0f));
+      for (int64_t n_x = 1; n_x <= 9; ++n_x)
+        for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 24}, {8, 16}, {3, 21}, {5, 6}, {16, 24}}) {
+          CAPTURE(n_x);
+          CAPTURE(b);
+          CAPTURE(e);
+          std::vector<float> y(static_cast<size_t>(n_x * n_rows), NAN);
+          matmul(kd.x8, x8.data(), stride8, n_cols, x.data(), n_x, y.data(), b, e, n_rows);
+          for (int64_t i = 0; i < n_x; ++i)
+            for (int64_t r = 0; r < n_rows; ++r) {
+              const float got = y[i * n_rows + r];
+              if (r < b || r >= e) REQUIRE(std::isnan(got));
+              else REQUIRE(same_bits(got, ref[i * n_rows + r]));
+            }
+        }
+      // Many inputs (crosses the input blocking), pre-quantized.
+      std::vector<float> xb;
+      for (int rep = 0; rep < 10; ++rep) xb.insert(xb.end(), x.begin(), x.end());
+      std::vector<uint8_t> qx(activation_bytes(kd.x8, n_cols, 90));
+      quantize_activations(kd.x8, xb.data(), n_cols, 90, qx.data());
+      std::vector<float> yb(static_cast<size_t>(90 * n_rows));
+      matmul_prequantized(kd.x8, x8.data(), stride8, n_cols, qx.data(), 90, yb.data(), 0, n_rows, n_rows);
+      for (int64_t i = 0; i < 90; ++i)
+        for (int64_t r = 0; r < n_rows; ++r) REQUIRE(same_bits(yb[i * n_rows + r], ref[(i % 9) * n_rows + r]));
+    }
   }
   // Repacking to the same type copies.
   std::vector<uint8_t> a(row_bytes(weight_type::q8_0, 64) * 3, 7), c(a.size());

@@ -27,6 +27,8 @@ TEST_CASE("parallel_for covers every item exactly once") {
         REQUIRE(0 <= b);
         REQUIRE(b < e);
         REQUIRE(e <= n);
+        REQUIRE(b % min_chunk == 0);
+        REQUIRE((e % min_chunk == 0 || e == n));
         for (int64_t i = b; i < e; ++i) hits[size_t(i)].fetch_add(1);
       }, min_chunk);
       int bad = 0;

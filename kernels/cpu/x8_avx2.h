@@ -1,5 +1,6 @@
-// Private to kernels/cpu: the AVX2 kernel of the repacked Q4_K layout (block_q4_kx8): one
-// group of 8 rows against B Q8_K inputs, the 8 rows' sums in the 8 lanes of one register.
+// Private to kernels/cpu: the AVX2 kernels of the repacked layouts (block_q8_0x8,
+// block_q4_kx8): one group of 8 rows against B inputs, the 8 rows' sums in the 8 lanes of
+// one register. Each serves decode (B = 1) and the batched path alike.
 #pragma once
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -13,9 +14,49 @@
 
 namespace agentq::kernels::avx2 {
 
+inline void prefetch_block(const uint8_t* p, int bytes) {
+  for (int c = 0; c < bytes; c += 64) prefetch(p + c);
+}
+
+// out[b * 8 + r] = dot(row r of the group, x[b]) for B Q8_0 inputs; per (row, input) exactly
+// detail::dot_q8_0_x8_scalar's float operations. Per 4-element chunk k: one 32-byte load
+// holds 4 weights of each row, against the input's 4 bytes broadcast; the sign trick
+// (maddubs takes one unsigned operand) and one madd leave each row's exact int32 in its lane.
+template <int B>
+void mk_q8_0_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
+  auto w = reinterpret_cast<const block_q8_0x8*>(group);
+  const block_q8_0x* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_0x*>(xb[b]);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[B];
+  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / qk8_0; ++i) {
+    const block_q8_0x8& blk = w[i];
+    if (next) prefetch_block(next + i * int64_t(sizeof(block_q8_0x8)), int(sizeof(block_q8_0x8)));
+    __m256i sumi[B];
+    for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * k));
+      const __m256i aq = _mm256_sign_epi8(q, q);
+      for (int b = 0; b < B; ++b) {
+        int32_t xv;
+        std::memcpy(&xv, x[b][i].qs + 4 * k, 4);
+        const __m256i p16 = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(_mm256_set1_epi32(xv), q));
+        sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(p16, ones));
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    for (int b = 0; b < B; ++b)
+      acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[b][i].d)), _mm256_cvtepi32_ps(sumi[b]), acc[b]);
+  }
+  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+}
+
 // out[b * 8 + r] = dot(row r of the group, x[b]) for B inputs; per (row, input) exactly
 // detail::dot_q4_k_x8_scalar's float operations (its integer sums are exact whatever the
-// lane layout). `next` is prefetched at this group's pace (the following group; may be null).
+// lane layout). `next` (may be null) is prefetched at this group's pace: block i's bytes
+// from next + i * sizeof(block), i.e. a fixed distance ahead in the group's linear stream.
 // Per 8-element chunk k: one 32-byte load holds 4 bytes of each row; its low nibbles are
 // elements 8k..8k+3, its high nibbles 8k+4..8k+7, against the input's 4 bytes broadcast,
 // so maddubs gives each row two int16 lanes. Four chunks (one 32-element sub-block, 16
@@ -35,10 +76,7 @@ void mk_q4_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
   for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / qk_k; ++i) {
     const block_q4_kx8& blk = w[i];
-    if (next) {
-      const uint8_t* p = next + i * int64_t(sizeof(block_q4_kx8));
-      for (int c = 0; c < int(sizeof(block_q4_kx8)); c += 64) prefetch(p + c);
-    }
+    if (next) prefetch_block(next + i * int64_t(sizeof(block_q4_kx8)), int(sizeof(block_q4_kx8)));
     __m256i sumi[B];
     for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
 #pragma GCC unroll 4
