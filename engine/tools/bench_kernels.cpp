@@ -25,12 +25,13 @@ struct options {
   bool cpu_clock = true;  // time by thread CPU clocks (robust on a shared host)
   std::vector<k::weight_type> types = {k::weight_type::f32, k::weight_type::f16, k::weight_type::bf16,
                                        k::weight_type::q8_0, k::weight_type::q6_k, k::weight_type::q4_k,
-                                       k::weight_type::q8_0_x8, k::weight_type::q4_k_x8};
+                                       k::weight_type::q8_0_x8, k::weight_type::q4_k_x8, k::weight_type::q6_k_x8};
 };
 
 bool parse_type(const std::string& s, k::weight_type* t) {
   for (auto c : {k::weight_type::f32, k::weight_type::f16, k::weight_type::bf16, k::weight_type::q8_0,
-                 k::weight_type::q4_k, k::weight_type::q6_k, k::weight_type::q8_0_x8, k::weight_type::q4_k_x8})
+                 k::weight_type::q4_k, k::weight_type::q6_k, k::weight_type::q8_0_x8, k::weight_type::q4_k_x8,
+                 k::weight_type::q6_k_x8})
     if (s == k::name_of(c)) { *t = c; return true; }
   return false;
 }
@@ -62,6 +63,7 @@ void make_weights(weights& w, k::weight_type t, int64_t n_rows, int64_t n_cols, 
   // _x8 (the engine's load-time layouts): quantized in the file type, then repacked.
   const k::weight_type file_t = t == k::weight_type::q4_k_x8   ? k::weight_type::q4_k
                                 : t == k::weight_type::q8_0_x8 ? k::weight_type::q8_0
+                                : t == k::weight_type::q6_k_x8 ? k::weight_type::q6_k
                                                                : t;
   std::vector<uint8_t> file(k::matrix_bytes(file_t, n_rows, n_cols));
   const size_t file_row = k::row_bytes(file_t, n_cols);

@@ -44,7 +44,8 @@ uint32_t file_type_of(k::weight_type t) {
     case k::weight_type::q4_k: return 15;  // Q4_K_M
     case k::weight_type::q6_k: return 18;
     case k::weight_type::bf16: return 32;
-    case k::weight_type::q8_0_x8: case k::weight_type::q4_k_x8: break;  // load-time CPU layouts, not file types
+    case k::weight_type::q8_0_x8: case k::weight_type::q4_k_x8: case k::weight_type::q6_k_x8:
+      break;  // load-time CPU layouts, not file types
   }
   return 0;
 }

@@ -150,7 +150,7 @@ dot_fn scalar_dot(weight_type t) {
     case weight_type::q8_0: return dot_q8_0_scalar;
     case weight_type::q4_k: return dot_q4_k_scalar;
     case weight_type::q6_k: return dot_q6_k_scalar;
-    case weight_type::q8_0_x8: case weight_type::q4_k_x8: break;  // rows interleaved by 8: run_x8
+    case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8: break;  // run_x8
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return nullptr;
@@ -211,7 +211,7 @@ struct scalar_tiles {
     case weight_type::q8_0: return make_set<scalar_tiles<dot_q8_0_scalar>::t>(4);
     case weight_type::q4_k: return make_set<scalar_tiles<dot_q4_k_scalar>::t>(4);
     case weight_type::q6_k: return make_set<scalar_tiles<dot_q6_k_scalar>::t>(4);
-    case weight_type::q8_0_x8: case weight_type::q4_k_x8: break;
+    case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8: break;
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return {};
@@ -265,7 +265,7 @@ tile_set fast_set(weight_type t) {
     // Q6_K (the rest of a Q4_K_M file) likewise as 1 row x 6 inputs: 1.15-1.2x over the 1x4
     // tile in prefill (2048x2048, 1 thread); 8 inputs spill.
     case weight_type::q6_k: return with_mk<q6_k_mk, 1, 6>(rows_set<q6_k_rows>());
-    case weight_type::q8_0_x8: case weight_type::q4_k_x8: break;
+    case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8: break;
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return {};
@@ -278,7 +278,7 @@ tile_set fast_set(weight_type t) {
 size_t activation_row_bytes(weight_type t, int64_t n_cols) {
   switch (t) {
     case weight_type::q8_0: case weight_type::q8_0_x8: return static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x);
-    case weight_type::q4_k: case weight_type::q6_k: case weight_type::q4_k_x8:
+    case weight_type::q4_k: case weight_type::q6_k: case weight_type::q4_k_x8: case weight_type::q6_k_x8:
       return static_cast<size_t>(n_cols / qk_k) * sizeof(block_q8_k);
     default: return static_cast<size_t>(n_cols) * sizeof(float);
   }
@@ -342,7 +342,9 @@ void run_tiles(const tile_set& ts, const uint8_t* w, size_t row_stride, int64_t 
   }
 }
 
-bool is_x8(weight_type t) { return t == weight_type::q8_0_x8 || t == weight_type::q4_k_x8; }
+bool is_x8(weight_type t) {
+  return t == weight_type::q8_0_x8 || t == weight_type::q4_k_x8 || t == weight_type::q6_k_x8;
+}
 
 // _x8 layouts: groups of 8 rows (row_stride bytes per row, so a group is 8 * row_stride bytes)
 // x up to 4 inputs per kernel call; a group the row range cuts is computed whole into a
@@ -357,7 +359,9 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
                                          mk_q8_0_x8_avx2<4>};
   static constexpr x8_fn q4_k[mb + 1] = {nullptr, mk_q4_k_x8_avx2<1>, mk_q4_k_x8_avx2<2>, mk_q4_k_x8_avx2<3>,
                                          mk_q4_k_x8_avx2<4>};
-  const x8_fn* fns = t == weight_type::q8_0_x8 ? q8_0 : q4_k;
+  static constexpr x8_fn q6_k[mb + 1] = {nullptr, mk_q6_k_x8_avx2<1>, mk_q6_k_x8_avx2<2>, mk_q6_k_x8_avx2<3>,
+                                         mk_q6_k_x8_avx2<4>};
+  const x8_fn* fns = t == weight_type::q8_0_x8 ? q8_0 : t == weight_type::q4_k_x8 ? q4_k : q6_k;
   const size_t group_bytes = 8 * row_stride;
   const int64_t g_begin = row_begin / 8, g_end = (row_end + 7) / 8;
   float o[8 * mb];
@@ -430,7 +434,7 @@ void quantize_activations(weight_type t, const float* x, int64_t n_cols, int64_t
     uint8_t* d = dst + static_cast<size_t>(b) * stride;
     switch (t) {
       case weight_type::q8_0: case weight_type::q8_0_x8: detail::quantize_act_q8_0(xb, reinterpret_cast<block_q8_0x*>(d), n_cols); break;
-      case weight_type::q4_k: case weight_type::q6_k: case weight_type::q4_k_x8:
+      case weight_type::q4_k: case weight_type::q6_k: case weight_type::q4_k_x8: case weight_type::q6_k_x8:
         detail::quantize_act_q8_k(xb, reinterpret_cast<block_q8_k*>(d), n_cols);
         break;
       default: std::memcpy(d, xb, stride); break;
@@ -472,7 +476,9 @@ void matmul_reference(weight_type t, const void* w, size_t row_stride_bytes, int
   const size_t x_stride = activation_row_bytes(t, n_cols);
   if (is_x8(t)) {
     AGENTQ_KCHECK(n_rows % 8 == 0);
-    const auto dot8 = t == weight_type::q8_0_x8 ? detail::dot_q8_0_x8_scalar : detail::dot_q4_k_x8_scalar;
+    const auto dot8 = t == weight_type::q8_0_x8   ? detail::dot_q8_0_x8_scalar
+                      : t == weight_type::q4_k_x8 ? detail::dot_q4_k_x8_scalar
+                                                  : detail::dot_q6_k_x8_scalar;
     for (int64_t b = 0; b < n_x; ++b)
       for (int64_t r = row_begin; r < row_end; ++r)
         y[b * n_rows + r] = dot8(

@@ -19,7 +19,7 @@ int64_t block_elems(weight_type t) {
   switch (t) {
     case weight_type::f32: case weight_type::f16: case weight_type::bf16: return 1;
     case weight_type::q8_0: case weight_type::q8_0_x8: return qk8_0;
-    case weight_type::q4_k: case weight_type::q6_k: case weight_type::q4_k_x8: return qk_k;
+    case weight_type::q4_k: case weight_type::q6_k: case weight_type::q4_k_x8: case weight_type::q6_k_x8: return qk_k;
   }
   return 0;
 }
@@ -33,6 +33,7 @@ size_t block_bytes(weight_type t) {
     case weight_type::q6_k: return sizeof(block_q6_k);
     case weight_type::q8_0_x8: return sizeof(block_q8_0x8) / 8;
     case weight_type::q4_k_x8: return sizeof(block_q4_kx8) / 8;
+    case weight_type::q6_k_x8: return sizeof(block_q6_kx8) / 8;
   }
   return 0;
 }
@@ -56,6 +57,7 @@ const char* name_of(weight_type t) {
     case weight_type::q6_k: return "q6_k";
     case weight_type::q8_0_x8: return "q8_0_x8";
     case weight_type::q4_k_x8: return "q4_k_x8";
+    case weight_type::q6_k_x8: return "q6_k_x8";
   }
   return "unknown";
 }
@@ -389,7 +391,8 @@ void dequantize_row(weight_type t, const void* src, float* dst, int64_t n) {
     case weight_type::q8_0: dequantize_q8_0(static_cast<const block_q8_0*>(src), dst, n); return;
     case weight_type::q4_k: dequantize_q4_k(static_cast<const block_q4_k*>(src), dst, n); return;
     case weight_type::q6_k: dequantize_q6_k(static_cast<const block_q6_k*>(src), dst, n); return;
-    case weight_type::q8_0_x8: case weight_type::q4_k_x8: break;  // rows interleaved by 8: no single row
+    case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8:
+      break;  // rows interleaved by 8: no single row
   }
   AGENTQ_KCHECK(!"unknown weight type");
 }
@@ -420,7 +423,8 @@ void quantize_row(weight_type t, const float* src, void* dst, int64_t n) {
     case weight_type::q8_0: quantize_q8_0(src, static_cast<block_q8_0*>(dst), n); return;
     case weight_type::q4_k: quantize_q4_k(src, static_cast<block_q4_k*>(dst), n); return;
     case weight_type::q6_k: quantize_q6_k(src, static_cast<block_q6_k*>(dst), n); return;
-    case weight_type::q8_0_x8: case weight_type::q4_k_x8: break;  // layouts made by repack()
+    case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8:
+      break;  // layouts made by repack()
   }
   AGENTQ_KCHECK(!"unknown weight type");
 }

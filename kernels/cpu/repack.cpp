@@ -1,5 +1,6 @@
-// Weight layouts for the CPU kernels: Q8_0 and Q4_K repacked into 8-row interleaved blocks
-// (block_q8_0x8, block_q4_kx8) at load, and the scalar dot products that define their math.
+// Weight layouts for the CPU kernels: Q8_0, Q4_K and Q6_K repacked into 8-row interleaved
+// blocks (block_q8_0x8, block_q4_kx8, block_q6_kx8) at load, and the scalar dot products that
+// define their math.
 #include "cpu/repack.h"
 
 #include <cmath>
@@ -51,9 +52,64 @@ void repack_q4_k_x8(const block_q4_k* src, int64_t n_rows, int64_t nb, block_q4_
     }
 }
 
+// Element e (< 256) of a Q6_K super-block as the unsigned 6-bit quant (value + 32).
+uint8_t q6_k_quant(const block_q6_k& b, int e) {
+  const int half = e / 128, l = e % 128, quarter = l / 32, i = l % 32;
+  const uint8_t lo = b.ql[64 * half + i + 32 * (quarter % 2)];
+  const uint8_t low4 = quarter < 2 ? lo & 0xF : lo >> 4;
+  const uint8_t high2 = (b.qh[32 * half + i] >> (2 * quarter)) & 3;
+  return uint8_t(low4 | (high2 << 4));
+}
+
+void repack_q6_k_x8(const block_q6_k* src, int64_t n_rows, int64_t nb, block_q6_kx8* dst) {
+  for (int64_t g = 0; g < n_rows / 8; ++g)
+    for (int64_t i = 0; i < nb; ++i) {
+      block_q6_kx8& o = dst[g * nb + i];
+      for (int r = 0; r < 8; ++r) {
+        const block_q6_k& b = src[(g * 8 + r) * nb + i];
+        o.d[r] = b.d;
+        for (int s = 0; s < 16; ++s) o.scales[(s / 2) * 16 + r * 2 + s % 2] = b.scales[s];
+        for (int k = 0; k < 32; ++k)
+          for (int j = 0; j < 4; ++j)
+            o.ql[k * 32 + r * 4 + j] = uint8_t((q6_k_quant(b, 8 * k + j) & 0xF) | ((q6_k_quant(b, 8 * k + 4 + j) & 0xF) << 4));
+        for (int c = 0; c < 16; ++c)
+          for (int j = 0; j < 4; ++j) {
+            uint8_t h = 0;
+            for (int f = 0; f < 4; ++f) h = uint8_t(h | ((q6_k_quant(b, 16 * c + 4 * f + j) >> 4) << (2 * f)));
+            o.qh[c * 32 + r * 4 + j] = h;
+          }
+      }
+    }
+}
+
 }  // namespace
 
 namespace detail {
+
+float dot_q6_k_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t n) {
+  auto w = reinterpret_cast<const block_q6_kx8*>(group);
+  auto x = reinterpret_cast<const block_q8_k*>(xq);
+  float acc = 0;
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const block_q6_kx8& b = w[i];
+    int32_t sumi = 0, summ = 0;
+    for (int s = 0; s < 16; ++s) {
+      int32_t dot = 0;
+      for (int e = 16 * s; e < 16 * s + 16; ++e) {
+        const int k = e / 8, j = e % 8, c = e / 16, f = (e % 16) / 4;
+        const uint8_t lo = b.ql[k * 32 + r * 4 + j % 4];
+        const int q = (j < 4 ? lo & 0xF : lo >> 4) | (((b.qh[c * 32 + r * 4 + e % 4] >> (2 * f)) & 3) << 4);
+        dot += q * x[i].qs[e];
+      }
+      const int sc = b.scales[(s / 2) * 16 + r * 2 + s % 2];
+      sumi += sc * dot;
+      summ += sc * x[i].bsums[s];
+    }
+    // NOTE: the quants are stored + 32; subtracting 32 * (scaled sums of x) is exact in int32.
+    acc = std::fma(fp16_to_fp32(b.d[r]) * x[i].d, static_cast<float>(sumi - 32 * summ), acc);
+  }
+  return acc;
+}
 
 float dot_q8_0_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t n) {
   auto w = reinterpret_cast<const block_q8_0x8*>(group);
@@ -99,6 +155,7 @@ weight_type preferred_layout(weight_type t, int64_t n_rows, int64_t n_cols) {
   const bool groups = n_rows > 0 && n_rows % 8 == 0;
   if (t == weight_type::q8_0 && groups && n_cols % qk8_0 == 0) return weight_type::q8_0_x8;
   if (t == weight_type::q4_k && groups && n_cols % qk_k == 0) return weight_type::q4_k_x8;
+  if (t == weight_type::q6_k && groups && n_cols % qk_k == 0) return weight_type::q6_k_x8;
 #else
   (void)n_rows;
   (void)n_cols;
@@ -119,6 +176,10 @@ void repack(weight_type from, const void* src, int64_t n_rows, int64_t n_cols, w
   AGENTQ_KCHECK(n_rows % 8 == 0);
   if (from == weight_type::q8_0 && to == weight_type::q8_0_x8) {
     repack_q8_0_x8(static_cast<const block_q8_0*>(src), n_rows, n_cols / qk8_0, static_cast<block_q8_0x8*>(dst));
+    return;
+  }
+  if (from == weight_type::q6_k && to == weight_type::q6_k_x8) {
+    repack_q6_k_x8(static_cast<const block_q6_k*>(src), n_rows, n_cols / qk_k, static_cast<block_q6_kx8*>(dst));
     return;
   }
   AGENTQ_KCHECK(from == weight_type::q4_k && to == weight_type::q4_k_x8);

@@ -17,4 +17,9 @@ float dot_q8_0_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t 
 // the mins (summ), then acc = fma(d_r * d_x, sumi, acc); acc = fma(-(dmin_r * d_x), summ, acc).
 float dot_q4_k_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
 
+// Row r (< 8) of a group of 8 q6_k_x8 rows against one Q8_K activation: per super-block the
+// exact int32 sum of scaled (quant + 32) * x minus 32 * the scaled sums of x per 16, then
+// acc = fma(d_r * d_x, that, acc).
+float dot_q6_k_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
+
 }  // namespace agentq::kernels::detail

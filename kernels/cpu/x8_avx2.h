@@ -1,5 +1,5 @@
 // Private to kernels/cpu: the AVX2 kernels of the repacked layouts (block_q8_0x8,
-// block_q4_kx8): one group of 8 rows against B inputs, the 8 rows' sums in the 8 lanes of
+// block_q4_kx8, block_q6_kx8): one group of 8 rows against B inputs, the 8 rows' sums in the 8 lanes of
 // one register. Each serves decode (B = 1) and the batched path alike.
 #pragma once
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -124,6 +124,74 @@ void mk_q4_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
       const __m256 yd = _mm256_set1_ps(y.d);
       acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(d, yd), _mm256_cvtepi32_ps(sumi[b]), acc[b]);
       acc[b] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(summ), acc[b]);
+    }
+  }
+  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+}
+
+// out[b * 8 + r] = dot(row r of the group, x[b]) for B Q8_K inputs; per (row, input) exactly
+// detail::dot_q6_k_x8_scalar's float operations. Per pair of 8-element chunks (one 16-element
+// sub-block of every row): two ql loads give the low 4 bits of 4 x 4 elements per row as in
+// mk_q4_k_x8_avx2, one qh load their high 2 bits; the unsigned quants (value + 32, < 64) go
+// through maddubs in two int16 sums of 8 products each (|sum| <= 8 * 63 * 127 < 2^15), each
+// widened by one madd with the row's scale. The +32 is taken off once per super-block with
+// the scaled sums of x per 16 (Q8_K's bsums).
+template <int B>
+void mk_q6_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
+  auto w = reinterpret_cast<const block_q6_kx8*>(group);
+  const block_q8_k* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
+  const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+  const __m256i dup_a = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13,  //
+                                         0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
+  const __m256i dup_b = _mm256_add_epi8(dup_a, _mm256_set1_epi8(2));
+  __m256 acc[B];
+  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const block_q6_kx8& blk = w[i];
+    if (next) prefetch_block(next + i * int64_t(sizeof(block_q6_kx8)), int(sizeof(block_q6_kx8)));
+    __m256i sumi[B];
+    for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int c = 0; c < 16; ++c) {
+      const __m256i sc2 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * (c / 2))));
+      const __m256i scale = _mm256_shuffle_epi8(sc2, c % 2 ? dup_b : dup_a);
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * c));
+      const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * c));
+      const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * c + 32));
+      // NOTE: 16-bit shifts move bits across bytes, but the 0x30 mask keeps only each byte's own.
+      const __m256i lo0 = _mm256_or_si256(_mm256_and_si256(q0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+      const __m256i hi0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4),
+                                          _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+      const __m256i lo1 = _mm256_or_si256(_mm256_and_si256(q1, m4), _mm256_and_si256(h, m30));
+      const __m256i hi1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                                          _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+      for (int b = 0; b < B; ++b) {
+        const int8_t* xq = x[b][i].qs + 16 * c;
+        int32_t x0, x1, x2, x3;
+        std::memcpy(&x0, xq, 4);
+        std::memcpy(&x1, xq + 4, 4);
+        std::memcpy(&x2, xq + 8, 4);
+        std::memcpy(&x3, xq + 12, 4);
+        const __m256i pa = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, _mm256_set1_epi32(x0)),
+                                            _mm256_maddubs_epi16(hi0, _mm256_set1_epi32(x1)));
+        const __m256i pb = _mm256_add_epi16(_mm256_maddubs_epi16(lo1, _mm256_set1_epi32(x2)),
+                                            _mm256_maddubs_epi16(hi1, _mm256_set1_epi32(x3)));
+        sumi[b] = _mm256_add_epi32(sumi[b], _mm256_add_epi32(_mm256_madd_epi16(pa, scale), _mm256_madd_epi16(pb, scale)));
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    for (int b = 0; b < B; ++b) {
+      const block_q8_k& y = x[b][i];
+      __m256i summ = _mm256_setzero_si256();
+      for (int p = 0; p < 8; ++p) {
+        int32_t pair;
+        std::memcpy(&pair, y.bsums + 2 * p, 4);  // [bsum_2p, bsum_2p+1]: the sums of x per 16
+        const __m256i sc2 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
+        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(sc2, _mm256_set1_epi32(pair)));
+      }
+      const __m256i total = _mm256_sub_epi32(sumi[b], _mm256_slli_epi32(summ, 5));
+      acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y.d)), _mm256_cvtepi32_ps(total), acc[b]);
     }
   }
   for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);

@@ -24,10 +24,10 @@ uint16_t fp32_to_bf16(float f);
 // ---------------------------------------------------------------------------
 // Weight formats (ggml type ids and block layouts, byte for byte)
 
-// q8_0_x8 and q4_k_x8 are not file formats: they are Q8_0 and Q4_K repacked at load for the
-// CPU (see repack()), with ids outside ggml's range.
+// q8_0_x8, q4_k_x8 and q6_k_x8 are not file formats: they are Q8_0, Q4_K and Q6_K repacked at
+// load for the CPU (see repack()), with ids outside ggml's range.
 enum class weight_type : uint32_t {
-  f32 = 0, f16 = 1, q8_0 = 8, q4_k = 12, q6_k = 14, bf16 = 30, q8_0_x8 = 0x1008, q4_k_x8 = 0x100c
+  f32 = 0, f16 = 1, q8_0 = 8, q4_k = 12, q6_k = 14, bf16 = 30, q8_0_x8 = 0x1008, q4_k_x8 = 0x100c, q6_k_x8 = 0x100e
 };
 
 constexpr int64_t qk8_0 = 32;   // elements per Q8_0 block
@@ -77,6 +77,18 @@ struct block_q4_kx8 {
 };
 static_assert(sizeof(block_q4_kx8) == 1184);
 
+// Q6_K_x8: one super-block of 8 consecutive rows of a Q6_K matrix (the same bytes as 8
+// block_q6_k), laid out as block_q4_kx8: the low 4 bits of each quant as Q4_K_x8's qs, the
+// high 2 bits of 16 elements of a row in one byte-aligned group of 4 bytes.
+struct block_q6_kx8 {
+  uint16_t d[8];         // fp16 super-scale of each row
+  int8_t scales[128];    // [pair p < 8][row r][2]: 8-bit scales of 16-element sub-blocks 2p, 2p + 1
+  uint8_t ql[qk_k * 4];  // [chunk k < 32][row r][j < 4]: low bits of q[8k + j] | q[8k + 4 + j] << 4
+  uint8_t qh[qk_k * 2];  // [chunk pair c < 16][row r][j < 4]: high 2 bits of q[16c + j], q[16c + 4 + j],
+                         //   q[16c + 8 + j], q[16c + 12 + j] at bits 0, 2, 4, 6
+};
+static_assert(sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k));
+
 // Elements per block (1 for float types); 0 for an unknown id.
 int64_t block_elems(weight_type t);
 // Bytes per block; 0 for an unknown id. For the _x8 layouts, one row's share of a block
@@ -120,14 +132,14 @@ void matmul_prequantized(weight_type t, const void* w, size_t row_stride_bytes, 
                          int64_t n_rows);
 
 // Weight layouts the CPU kernels prefer to a file's (weights are repacked once, at load).
-// The layout matmul runs fastest on for a [n_rows][n_cols] matrix of type t: q8_0_x8 /
-// q4_k_x8 for Q8_0 / Q4_K with n_rows a multiple of 8 where the AVX2 kernels are built;
+// The layout matmul runs fastest on for a [n_rows][n_cols] matrix of type t: the _x8 layout
+// of Q8_0, Q4_K and Q6_K with n_rows a multiple of 8 where the AVX2 kernels are built;
 // otherwise t itself.
 weight_type preferred_layout(weight_type t, int64_t n_rows, int64_t n_cols);
 // Bytes of a [n_rows][n_cols] matrix in layout t (rows packed, no padding).
 size_t matrix_bytes(weight_type t, int64_t n_rows, int64_t n_cols);
 // src: [n_rows][n_cols] of type `from`, rows packed -> dst (matrix_bytes(to, ...) bytes) in
-// layout `to` (from itself: a copy; q8_0 -> q8_0_x8, q4_k -> q4_k_x8). Exact: no value
+// layout `to` (from itself: a copy; q8_0, q4_k, q6_k -> their _x8). Exact: no value
 // changes. An _x8 matrix has row stride row_bytes(layout, n_cols) for matmul; its rows are
 // not individually addressable (dequantize_row refuses them).
 void repack(weight_type from, const void* src, int64_t n_rows, int64_t n_cols, weight_type to, void* dst);

@@ -274,35 +274,41 @@ TEST_CASE("synthetic models: batch, chunking and thread count never change logit
   }
 }
 
-// The CPU model repacks Q4_K matrices with a multiple of 8 rows into q4_k_x8 at load (here
-// all but the 300-row output). Each matmul sums the same exact integers in another float
-// order (1e-5 relative: kernels_matmul), but a rounding flip in a later layer's 8-bit
-// activations moves logits by far more, so the check is against the naive dequantized
-// forward: the repacked model is as close to it as the file layout (AGENTQ_REPACK=0) is.
-TEST_CASE("Q4_K repacked at load is as accurate as the file layout") {
-  const std::string path = (std::filesystem::temp_directory_path() / "agentq-test-repack-q4_k.gguf").string();
-  auto w = write_model(path, "llama", gguf::tensor_type::q4_k);
-  const auto st = streams();
-  const auto want = reference(w, st[1], false);
-  auto repacked = run_batched(*load(path, 2), {st[1]}, 5)[0];
-  setenv("AGENTQ_REPACK", "0", 1);
-  auto file_layout = run_batched(*load(path, 2), {st[1]}, 5)[0];
-  unsetenv("AGENTQ_REPACK");
-  REQUIRE(repacked.size() == want.size());
-  REQUIRE(file_layout.size() == want.size());
-  double err_x8 = 0, err_file = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err_x8 = std::max(err_x8, double(std::fabs(repacked[i] - want[i])));
-    err_file = std::max(err_file, double(std::fabs(file_layout[i] - want[i])));
-    scale = std::max(scale, double(std::fabs(want[i])));
+// The CPU model repacks Q8_0, Q4_K and Q6_K matrices with a multiple of 8 rows into their
+// _x8 layouts at load (here all but the 300-row output). Each matmul sums the same exact
+// integers in another float order (1e-5 relative: kernels_matmul), but a rounding flip in a
+// later layer's 8-bit activations moves logits by far more, so the check is against the
+// naive dequantized forward: the repacked model is as close to it as the file layout
+// (AGENTQ_REPACK=0) is.
+TEST_CASE("quantized weights repacked at load are as accurate as the file layout") {
+  for (auto wt : {gguf::tensor_type::q8_0, gguf::tensor_type::q4_k, gguf::tensor_type::q6_k}) {
+    CAPTURE(gguf::name_of(wt));
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("agentq-test-repack-" + std::string(gguf::name_of(wt)) + ".gguf")).string();
+    auto w = write_model(path, "llama", wt);
+    const auto st = streams();
+    const auto want = reference(w, st[1], false);
+    auto repacked = run_batched(*load(path, 2), {st[1]}, 5)[0];
+    setenv("AGENTQ_REPACK", "0", 1);
+    auto file_layout = run_batched(*load(path, 2), {st[1]}, 5)[0];
+    unsetenv("AGENTQ_REPACK");
+    REQUIRE(repacked.size() == want.size());
+    REQUIRE(file_layout.size() == want.size());
+    double err_x8 = 0, err_file = 0, scale = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      err_x8 = std::max(err_x8, double(std::fabs(repacked[i] - want[i])));
+      err_file = std::max(err_file, double(std::fabs(file_layout[i] - want[i])));
+      scale = std::max(scale, double(std::fabs(want[i])));
+    }
+    MESSAGE(std::string(gguf::name_of(wt)), ": largest logit error vs the dequantized reference: repacked ", err_x8,
+            ", file layout ", err_file, " (largest logit ", scale, ")");
+    CHECK(err_x8 <= 1.5 * err_file + 1e-3 * scale);
+    const auto kt = kernels::weight_type(uint32_t(wt));
+    if (kernels::preferred_layout(kt, 8, 256) != kt)
+      CHECK_MESSAGE(std::memcmp(repacked.data(), file_layout.data(), repacked.size() * 4) != 0,
+                    "the repacked layout was not used");
+    std::filesystem::remove(path);
   }
-  MESSAGE("largest logit error vs the dequantized reference: q4_k_x8 ", err_x8, ", file layout ", err_file,
-          " (largest logit ", scale, ")");
-  CHECK(err_x8 <= 1.5 * err_file + 1e-3 * scale);
-  if (kernels::preferred_layout(kernels::weight_type::q4_k, 8, 256) == kernels::weight_type::q4_k_x8)
-    CHECK_MESSAGE(std::memcmp(repacked.data(), file_layout.data(), repacked.size() * 4) != 0,
-                  "the repacked layout was not used");
-  std::filesystem::remove(path);
 }
 
 TEST_CASE("qwen2 and llama logits match a naive reference forward") {
