@@ -129,9 +129,14 @@ void rows_float_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t
   for (int r = 0; r < R; ++r) wr[r] = w + static_cast<size_t>(r) * stride;
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  // NOTE: for long rows the R rows are R long streams the hardware prefetcher follows well,
+  // and the software prefetch of the next group (R rows ahead, 16-64 KiB) only got in its way:
+  // F16 at 4096 / 8192 columns, 2 threads, 31-35 -> 36-47 GB/s without it; at 768 columns
+  // (a 6 KiB group) it is needed (10-11 GB/s without it on one thread, 16-19 with it).
+  const bool soft_prefetch = R * stride <= 8192;
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
-    prefetch_group(w, R * stride, R * j * L::size, R * 32 * L::size);
+    if (soft_prefetch) prefetch_group(w, R * stride, R * j * L::size, R * 32 * L::size);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       const __m256 xv = _mm256_loadu_ps(x + j + 8 * k);
