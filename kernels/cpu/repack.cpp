@@ -86,6 +86,12 @@ void repack_q6_k_x8(const block_q6_k* src, int64_t n_rows, int64_t nb, block_q6_
 
 namespace detail {
 
+// The 4-bit field of element e (< 256) of row r in an x8 block's [chunk][row][4] nibbles.
+static int x8_nibble(const uint8_t* qs, int r, int e) {
+  const uint8_t byte = qs[(e / 8) * 32 + r * 4 + e % 4];
+  return e % 8 < 4 ? byte & 0xF : byte >> 4;
+}
+
 float dot_q6_k_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t n) {
   auto w = reinterpret_cast<const block_q6_kx8*>(group);
   auto x = reinterpret_cast<const block_q8_k*>(xq);
@@ -96,9 +102,8 @@ float dot_q6_k_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t
     for (int s = 0; s < 16; ++s) {
       int32_t dot = 0;
       for (int e = 16 * s; e < 16 * s + 16; ++e) {
-        const int k = e / 8, j = e % 8, c = e / 16, f = (e % 16) / 4;
-        const uint8_t lo = b.ql[k * 32 + r * 4 + j % 4];
-        const int q = (j < 4 ? lo & 0xF : lo >> 4) | (((b.qh[c * 32 + r * 4 + e % 4] >> (2 * f)) & 3) << 4);
+        const int c = e / 16, f = (e % 16) / 4;
+        const int q = x8_nibble(b.ql, r, e) | (((b.qh[c * 32 + r * 4 + e % 4] >> (2 * f)) & 3) << 4);
         dot += q * x[i].qs[e];
       }
       const int sc = b.scales[(s / 2) * 16 + r * 2 + s % 2];
@@ -133,9 +138,7 @@ float dot_q4_k_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t
     for (int s = 0; s < 8; ++s) {
       int32_t dot = 0;
       for (int e = 32 * s; e < 32 * s + 32; ++e) {
-        const int k = e / 8, j = e % 8;
-        const uint8_t byte = b.qs[k * 32 + r * 4 + j % 4];
-        dot += (j < 4 ? byte & 0xF : byte >> 4) * x[i].qs[e];
+        dot += x8_nibble(b.qs, r, e) * x[i].qs[e];
       }
       const int at = (s / 2) * 16 + r * 2 + s % 2;
       sumi += b.scales[at] * dot;

@@ -18,6 +18,22 @@ inline void prefetch_block(const uint8_t* p, int bytes) {
   for (int c = 0; c < bytes; c += 64) prefetch(p + c);
 }
 
+// A byte shuffle that, within each row's [scale_2p, scale_2p+1] int16 pair (the layouts'
+// [pair][row][2] scales widened to int16), copies the first (which 0) or the second (1) to
+// both halves, so one madd applies one sub-block's scale to both of a row's int16 lanes.
+inline __m256i scale_dup(int which) {
+  const __m256i first = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13,  //
+                                         0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
+  return _mm256_add_epi8(first, _mm256_set1_epi8(static_cast<char>(2 * which)));
+}
+
+// The two 4-bit halves of the quants of one x8 chunk (32 bytes: 4 of each row).
+inline void x8_nibbles(const uint8_t* p, __m256i m4, __m256i* lo, __m256i* hi) {
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  *lo = _mm256_and_si256(q, m4);
+  *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+}
+
 // out[b * 8 + r] = dot(row r of the group, x[b]) for B Q8_0 inputs; per (row, input) exactly
 // detail::dot_q8_0_x8_scalar's float operations. Per 4-element chunk k: one 32-byte load
 // holds 4 weights of each row, against the input's 4 bytes broadcast; the sign trick
@@ -68,10 +84,7 @@ void mk_q4_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
   const block_q8_k* x[B];
   for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
   const __m256i m4 = _mm256_set1_epi8(0xF);
-  // Within each row's [scale_2p, scale_2p+1] int16 pair: copy the first / the second to both.
-  const __m256i dup_a = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13,  //
-                                         0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
-  const __m256i dup_b = _mm256_add_epi8(dup_a, _mm256_set1_epi8(2));
+  const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
   __m256 acc[B];
   for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / qk_k; ++i) {
@@ -90,9 +103,8 @@ void mk_q4_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
 #pragma GCC unroll 4
         for (int kk = 0; kk < 4; ++kk) {
           const int k = 4 * s + kk;
-          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * k));
-          const __m256i lo = _mm256_and_si256(q, m4);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+          __m256i lo, hi;
+          x8_nibbles(blk.qs + 32 * k, m4, &lo, &hi);
           for (int b = 0; b < B; ++b) {
             int32_t xl, xh;
             std::memcpy(&xl, x[b][i].qs + 8 * k, 4);
@@ -142,9 +154,7 @@ void mk_q6_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
   const block_q8_k* x[B];
   for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
   const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
-  const __m256i dup_a = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13,  //
-                                         0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
-  const __m256i dup_b = _mm256_add_epi8(dup_a, _mm256_set1_epi8(2));
+  const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
   __m256 acc[B];
   for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / qk_k; ++i) {
@@ -157,15 +167,14 @@ void mk_q6_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
       const __m256i sc2 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * (c / 2))));
       const __m256i scale = _mm256_shuffle_epi8(sc2, c % 2 ? dup_b : dup_a);
       const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * c));
-      const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * c));
-      const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * c + 32));
+      __m256i lo0, hi0, lo1, hi1;
+      x8_nibbles(blk.ql + 64 * c, m4, &lo0, &hi0);
+      x8_nibbles(blk.ql + 64 * c + 32, m4, &lo1, &hi1);
       // NOTE: 16-bit shifts move bits across bytes, but the 0x30 mask keeps only each byte's own.
-      const __m256i lo0 = _mm256_or_si256(_mm256_and_si256(q0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
-      const __m256i hi0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4),
-                                          _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
-      const __m256i lo1 = _mm256_or_si256(_mm256_and_si256(q1, m4), _mm256_and_si256(h, m30));
-      const __m256i hi1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
-                                          _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+      lo0 = _mm256_or_si256(lo0, _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+      hi0 = _mm256_or_si256(hi0, _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+      lo1 = _mm256_or_si256(lo1, _mm256_and_si256(h, m30));
+      hi1 = _mm256_or_si256(hi1, _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
       for (int b = 0; b < B; ++b) {
         const int8_t* xq = x[b][i].qs + 16 * c;
         int32_t x0, x1, x2, x3;
