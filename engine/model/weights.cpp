@@ -23,39 +23,44 @@ void weight_store::load(const gguf::file& f, const layout_fn& layout) {
   if (mem_ || f.tensors().empty()) return;
   const char* mode = std::getenv("AGENTQ_WEIGHTS");
   if (mode && std::strcmp(mode, "mmap") == 0) return;
-  struct plan { const gguf::tensor_info* t; kernels::weight_type to; size_t n; };
+  constexpr size_t k_align = 64;  // >= every kernel's alignment need (files use 32)
+  struct plan {
+    const gguf::tensor_info* t;
+    kernels::weight_type from, to;
+    int64_t rows;
+    size_t bytes;  // in layout `to`, rounded up to k_align
+  };
   std::vector<plan> plans;
   size_t file_bytes = 0;
   for (const auto& t : f.tensors()) {
     file_bytes += t.n_bytes;
-    const auto from = kernels::weight_type(uint32_t(t.type));
-    const auto to = layout ? layout(t) : from;
-    const size_t n = to == from ? size_t(t.n_bytes) : kernels::matrix_bytes(to, t.dims.size() > 1 ? t.dims[1] : 1, t.dims[0]);
-    plans.push_back({&t, to, n});
+    plan p{&t, kernels::weight_type(uint32_t(t.type)), {}, t.dims.size() > 1 ? t.dims[1] : 1, 0};
+    p.to = layout ? layout(t) : p.from;
+    const size_t n = p.to == p.from ? size_t(t.n_bytes) : kernels::matrix_bytes(p.to, p.rows, t.dims[0]);
+    p.bytes = (n + k_align - 1) / k_align * k_align;
+    plans.push_back(p);
   }
   // Copy everything when huge pages make it worth it; otherwise only what is repacked.
   const bool copy_all = kernels::huge_pages_enabled() && file_bytes >= (size_t(2) << 20);
-  std::erase_if(plans, [&](const plan& p) { return !copy_all && p.to == kernels::weight_type(uint32_t(p.t->type)); });
+  std::erase_if(plans, [&](const plan& p) { return !copy_all && p.to == p.from; });
   if (plans.empty()) return;
   std::sort(plans.begin(), plans.end(), [](const plan& a, const plan& b) { return a.t->data < b.t->data; });
-  constexpr size_t k_align = 64;  // >= every kernel's alignment need (files use 32)
   size_t total = 0;
-  for (const auto& p : plans) total += (p.n + k_align - 1) / k_align * k_align;
+  for (const auto& p : plans) total += p.bytes;
   auto* mem = static_cast<uint8_t*>(kernels::alloc_huge(total));
   if (!mem) return;  // keep using the mapping, file layouts
   const size_t page = 4096;
   size_t off = 0;
   for (const auto& p : plans) {
     const gguf::tensor_info& t = *p.t;
-    const auto from = kernels::weight_type(uint32_t(t.type));
-    if (p.to == from) std::memcpy(mem + off, t.data, t.n_bytes);
-    else kernels::repack(from, t.data, t.dims.size() > 1 ? t.dims[1] : 1, t.dims[0], p.to, mem + off);
+    if (p.to == p.from) std::memcpy(mem + off, t.data, t.n_bytes);
+    else kernels::repack(p.from, t.data, p.rows, t.dims[0], p.to, mem + off);
     // Drop the copied file pages from this process (they stay in the page cache).
     const auto lo = (reinterpret_cast<uintptr_t>(t.data) + page - 1) / page * page;
     const auto hi = reinterpret_cast<uintptr_t>(t.data + t.n_bytes) / page * page;
     if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
     placed_.push_back({t.data, size_t(t.n_bytes), mem + off, p.to});
-    off += (p.n + k_align - 1) / k_align * k_align;
+    off += p.bytes;
   }
   mem_ = mem;
   bytes_ = total;
@@ -76,11 +81,6 @@ const uint8_t* weight_store::relocate(const uint8_t* p) const {
 kernels::weight_type weight_store::layout(const gguf::tensor_info& t) const {
   const placed* e = find(t.data);
   return e && e->src == t.data ? e->layout : kernels::weight_type(uint32_t(t.type));
-}
-
-size_t row_size(gguf::tensor_type t, int64_t n) {
-  auto tr = gguf::traits_of(t);
-  return size_t(n / tr.block_size) * size_t(tr.type_size);
 }
 
 void dequantize_row(gguf::tensor_type t, const uint8_t* src, float* dst, int64_t n) {

@@ -22,7 +22,7 @@ struct weight {
   const gguf::tensor_info* info = nullptr;
   gguf::tensor_type type = gguf::tensor_type::f32;  // as in the file
   // How data is laid out: the file's type, or a CPU layout it was repacked into at load
-  // (kernels::q4_k_x8), whose rows are interleaved: then only linear() may read it.
+  // (the kernels' _x8 layouts), whose rows are interleaved: then only linear() may read it.
   kernels::weight_type layout = kernels::weight_type::f32;
   const uint8_t* data = nullptr;  // [n_out][row_bytes]
   int64_t n_in = 0;               // elements per row (ggml dims[0])
@@ -35,7 +35,7 @@ struct weight {
 
 // The tensor data of a model file copied out of the mapping into anonymous memory on
 // 2 MiB pages (kernels::alloc_huge), matrices repacked on the way into the layout the CPU
-// kernels run fastest on (layout_fn; Q4_K -> q4_k_x8: see kernels::preferred_layout).
+// kernels run fastest on (layout_fn; Q8_0 / Q4_K / Q6_K -> their _x8: kernels::preferred_layout).
 // NOTE: decode streams every weight once per token; from the file's 4 KiB pages that ran
 // ~15% slower per token (110M Q8_0, CPU clock, same run). Only repacked tensors are copied
 // (the rest stay mapped) when THP is off, for data under 2 MiB, or when one allocation of
@@ -73,9 +73,6 @@ class weight_store {
   uint8_t* mem_ = nullptr;
   size_t bytes_ = 0;
 };
-
-// Bytes of one row of n elements of type t (n a multiple of the block size).
-size_t row_size(gguf::tensor_type t, int64_t n);
 
 // Dequantize n elements (one row, or several whole rows) to f32. Types: those gguf::is_supported accepts.
 void dequantize_row(gguf::tensor_type t, const uint8_t* src, float* dst, int64_t n);

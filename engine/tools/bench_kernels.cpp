@@ -61,10 +61,7 @@ void make_weights(weights& w, k::weight_type t, int64_t n_rows, int64_t n_cols, 
   std::normal_distribution<float> dist(0.0f, 0.02f);
   std::vector<float> row(static_cast<size_t>(n_cols));
   // _x8 (the engine's load-time layouts): quantized in the file type, then repacked.
-  const k::weight_type file_t = t == k::weight_type::q4_k_x8   ? k::weight_type::q4_k
-                                : t == k::weight_type::q8_0_x8 ? k::weight_type::q8_0
-                                : t == k::weight_type::q6_k_x8 ? k::weight_type::q6_k
-                                                               : t;
+  const k::weight_type file_t = k::file_type(t);
   std::vector<uint8_t> file(k::matrix_bytes(file_t, n_rows, n_cols));
   const size_t file_row = k::row_bytes(file_t, n_cols);
   for (int64_t r = 0; r < n_rows; ++r) {

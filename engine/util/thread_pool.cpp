@@ -58,7 +58,7 @@ void thread_pool::work_on(uint64_t s) {
     // 1/(4 n_threads) that tail averaged half a chunk, ~6% of a decode matmul at 2 threads).
     // Rounded up to whole multiples of min_chunk, so every range starts on one (linear_many's
     // row ranges then start on whole 8-row groups of the _x8 weight layouts).
-    const int64_t gran = job_chunk_.load(std::memory_order_relaxed);
+    const int64_t gran = job_min_chunk_.load(std::memory_order_relaxed);
     const int64_t guided = std::max(job_floor_.load(std::memory_order_relaxed), (n - next + 2 * n_threads_ - 1) / (2 * n_threads_));
     const int64_t end = std::min(n, next + (guided + gran - 1) / gran * gran);
     if (!state_.compare_exchange_weak(s, s + uint64_t(end - next), std::memory_order_acq_rel, std::memory_order_acquire))
@@ -78,7 +78,7 @@ void thread_pool::run(int64_t n, int64_t min_chunk, range_fn fn, void* ctx) {
   job_ctx_.store(ctx, std::memory_order_relaxed);
   // Chunk sizes are guided (work_on): never below min_chunk, nor below 1/(16 n_threads) of
   // the job unless the job is that small.
-  job_chunk_.store(min_chunk, std::memory_order_relaxed);
+  job_min_chunk_.store(min_chunk, std::memory_order_relaxed);
   job_floor_.store(std::max<int64_t>(min_chunk, (n + 16 * n_threads_ - 1) / (16 * n_threads_)), std::memory_order_relaxed);
   n_done_.store(0, std::memory_order_relaxed);
   uint64_t s;

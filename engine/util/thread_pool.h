@@ -52,8 +52,8 @@ class thread_pool {
   std::atomic<uint64_t> state_{0};
   std::atomic<range_fn> job_fn_{nullptr};
   std::atomic<void*> job_ctx_{nullptr};
-  std::atomic<int64_t> job_chunk_{1};  // min_chunk: every range starts at a multiple of it
-  std::atomic<int64_t> job_floor_{1};  // the smallest guided chunk
+  std::atomic<int64_t> job_min_chunk_{1};  // every range starts at a multiple of it
+  std::atomic<int64_t> job_floor_{1};      // the smallest guided chunk
   std::atomic<int64_t> n_done_{0};      // items of the current job finished
   std::atomic<bool> stop_{false};
 

@@ -276,10 +276,9 @@ tile_set fast_set(weight_type t) {
 
 // Bytes of one prepared activation vector of n_cols for weight type t.
 size_t activation_row_bytes(weight_type t, int64_t n_cols) {
-  switch (t) {
-    case weight_type::q8_0: case weight_type::q8_0_x8: return static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x);
-    case weight_type::q4_k: case weight_type::q6_k: case weight_type::q4_k_x8: case weight_type::q6_k_x8:
-      return static_cast<size_t>(n_cols / qk_k) * sizeof(block_q8_k);
+  switch (file_type(t)) {  // a repacked layout takes its file type's activations
+    case weight_type::q8_0: return static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x);
+    case weight_type::q4_k: case weight_type::q6_k: return static_cast<size_t>(n_cols / qk_k) * sizeof(block_q8_k);
     default: return static_cast<size_t>(n_cols) * sizeof(float);
   }
 }
@@ -342,9 +341,7 @@ void run_tiles(const tile_set& ts, const uint8_t* w, size_t row_stride, int64_t 
   }
 }
 
-bool is_x8(weight_type t) {
-  return t == weight_type::q8_0_x8 || t == weight_type::q4_k_x8 || t == weight_type::q6_k_x8;
-}
+bool is_x8(weight_type t) { return file_type(t) != t; }
 
 // _x8 layouts: groups of 8 rows (row_stride bytes per row, so a group is 8 * row_stride bytes)
 // x up to 4 inputs per kernel call; a group the row range cuts is computed whole into a
@@ -412,6 +409,7 @@ void check_args(weight_type t, int64_t n_cols, int64_t n_x, int64_t row_begin, i
   AGENTQ_KCHECK(block_elems(t) > 0);
   AGENTQ_KCHECK(n_cols > 0 && n_cols % block_elems(t) == 0);
   AGENTQ_KCHECK(n_x >= 0 && 0 <= row_begin && row_begin <= row_end && row_end <= n_rows);
+  AGENTQ_KCHECK(!is_x8(t) || n_rows % 8 == 0);  // whole groups of 8 rows
 }
 
 std::vector<uint8_t>& scratch() {
@@ -432,9 +430,9 @@ void quantize_activations(weight_type t, const float* x, int64_t n_cols, int64_t
   for (int64_t b = 0; b < n_x; ++b) {
     const float* xb = x + b * n_cols;
     uint8_t* d = dst + static_cast<size_t>(b) * stride;
-    switch (t) {
-      case weight_type::q8_0: case weight_type::q8_0_x8: detail::quantize_act_q8_0(xb, reinterpret_cast<block_q8_0x*>(d), n_cols); break;
-      case weight_type::q4_k: case weight_type::q6_k: case weight_type::q4_k_x8: case weight_type::q6_k_x8:
+    switch (file_type(t)) {
+      case weight_type::q8_0: detail::quantize_act_q8_0(xb, reinterpret_cast<block_q8_0x*>(d), n_cols); break;
+      case weight_type::q4_k: case weight_type::q6_k:
         detail::quantize_act_q8_k(xb, reinterpret_cast<block_q8_k*>(d), n_cols);
         break;
       default: std::memcpy(d, xb, stride); break;
@@ -446,7 +444,6 @@ void matmul_prequantized(weight_type t, const void* w, size_t row_stride_bytes, 
                          int64_t n_x, float* y, int64_t row_begin, int64_t row_end, int64_t n_rows) {
   check_args(t, n_cols, n_x, row_begin, row_end, n_rows);
   if (is_x8(t)) {
-    AGENTQ_KCHECK(n_rows % 8 == 0);
     run_x8(t, static_cast<const uint8_t*>(w), row_stride_bytes, n_cols, static_cast<const uint8_t*>(qx),
            activation_row_bytes(t, n_cols), n_x, y, row_begin, row_end, n_rows);
     return;
@@ -459,7 +456,7 @@ void matmul(weight_type t, const void* w, size_t row_stride_bytes, int64_t n_col
             float* y, int64_t row_begin, int64_t row_end, int64_t n_rows) {
   check_args(t, n_cols, n_x, row_begin, row_end, n_rows);
   const void* qx = x;
-  if (t == weight_type::q8_0 || t == weight_type::q4_k || t == weight_type::q6_k || is_x8(t)) {
+  if (const weight_type ft = file_type(t); ft == weight_type::q8_0 || ft == weight_type::q4_k || ft == weight_type::q6_k) {
     auto& buf = scratch();
     buf.resize(activation_bytes(t, n_cols, n_x));
     quantize_activations(t, x, n_cols, n_x, buf.data());
@@ -475,7 +472,6 @@ void matmul_reference(weight_type t, const void* w, size_t row_stride_bytes, int
   quantize_activations(t, x, n_cols, n_x, qx.data());
   const size_t x_stride = activation_row_bytes(t, n_cols);
   if (is_x8(t)) {
-    AGENTQ_KCHECK(n_rows % 8 == 0);
     const auto dot8 = t == weight_type::q8_0_x8   ? detail::dot_q8_0_x8_scalar
                       : t == weight_type::q4_k_x8 ? detail::dot_q4_k_x8_scalar
                                                   : detail::dot_q6_k_x8_scalar;

@@ -166,6 +166,15 @@ weight_type preferred_layout(weight_type t, int64_t n_rows, int64_t n_cols) {
   return t;
 }
 
+weight_type file_type(weight_type t) {
+  switch (t) {
+    case weight_type::q8_0_x8: return weight_type::q8_0;
+    case weight_type::q4_k_x8: return weight_type::q4_k;
+    case weight_type::q6_k_x8: return weight_type::q6_k;
+    default: return t;
+  }
+}
+
 size_t matrix_bytes(weight_type t, int64_t n_rows, int64_t n_cols) {
   return row_bytes(t, n_cols) * static_cast<size_t>(n_rows);
 }

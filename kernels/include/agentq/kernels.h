@@ -136,6 +136,9 @@ void matmul_prequantized(weight_type t, const void* w, size_t row_stride_bytes, 
 // of Q8_0, Q4_K and Q6_K with n_rows a multiple of 8 where the AVX2 kernels are built;
 // otherwise t itself.
 weight_type preferred_layout(weight_type t, int64_t n_rows, int64_t n_cols);
+// The file type layout t is repacked from (t itself for a file type); it also names the
+// activation format t takes (quantize_activations).
+weight_type file_type(weight_type t);
 // Bytes of a [n_rows][n_cols] matrix in layout t (rows packed, no padding).
 size_t matrix_bytes(weight_type t, int64_t n_rows, int64_t n_cols);
 // src: [n_rows][n_cols] of type `from`, rows packed -> dst (matrix_bytes(to, ...) bytes) in
