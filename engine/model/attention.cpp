@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "agentq/exp_avx2.h"
 #include "agentq/kernels.h"
 
 #include "kv/kv_store.h"
@@ -146,27 +147,6 @@ inline __m256 hsum8x8(const __m256 v[8]) {
   return _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// exp(x) for x <= 0 (softmax after max subtraction), ~2 ulp: x = n ln2 + r, |r| <= ln2/2,
-// exp(r) by a degree-6 polynomial (Cephes expf coefficients), times 2^n. Below -87 -> 0.
-inline __m256 exp_neg(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.0f);
-  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_max_ps(x, lo);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
 // NV = head_dim / 8 vectors (0: any multiple of 8, read from memory).
 template <int NV, class Rows>
 void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, int32_t pos, float* out,
@@ -218,7 +198,7 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
   __m256d sum4 = _mm256_setzero_pd();
   int32_t t = 0;
   for (; t + 8 <= n; t += 8) {
-    const __m256 p = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(scores + t), mx));
+    const __m256 p = kernels::exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + t), mx));
     _mm256_storeu_ps(scores + t, p);
     sum4 = _mm256_add_pd(
         sum4, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(p)), _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1))));
@@ -229,7 +209,7 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
   if (t < n) {
     alignas(32) float tail[8] = {};
     for (int32_t i = t; i < n; ++i) tail[i - t] = scores[i];
-    const __m256 p = exp_neg(_mm256_sub_ps(_mm256_load_ps(tail), mx));
+    const __m256 p = kernels::exp_avx2(_mm256_sub_ps(_mm256_load_ps(tail), mx));
     _mm256_store_ps(tail, p);
     for (int32_t i = t; i < n; ++i) {
       scores[i] = tail[i - t];

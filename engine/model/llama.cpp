@@ -8,6 +8,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "agentq/kernels.h"
 #include "gguf/reader.h"
 #include "model/attention.h"
@@ -39,7 +43,7 @@ class llama_model final : public model {
   explicit llama_model(int32_t n_threads) : pool_(n_threads) {}
   bool load_hparams(std::string* error);
   bool load_weights(std::string* error);
-  void rope(float* vec, int32_t n_heads, int32_t pos) const;
+  void rope(float* vec, int32_t n_heads, const float* cs) const;
 
   std::shared_ptr<const gguf::file> file_;
   weight_store store_;  // the tensor data on huge pages (weights point into it)
@@ -53,6 +57,7 @@ class llama_model final : public model {
 
   // Scratch, grown on demand. NOTE: forward() is not reentrant (one engine thread calls it).
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, out_rows_;
+  std::vector<float> rope_cs_;  // [n_x][n_rot/2][cos, sin]: each token's angles, once per forward
   std::vector<int32_t> tok_seq_, tok_pos_;
   std::vector<std::pair<int32_t, int32_t>> runs_;  // attention runs: (first token, count)
 };
@@ -223,18 +228,32 @@ std::unique_ptr<model> llama_model::create(std::shared_ptr<const gguf::file> fil
 // --- forward ----------------------------------------------------------------
 
 // y = x / rms(x) * w, the sum of squares in double in index order (as ggml).
+// NOTE: sum of the float squares in double (as the reference); with AVX2 in 4 double lanes
+// (lane = element mod 4, a fixed tree), not one serial chain: that chain was ~1 us per 768-wide
+// row, two rows a layer.
 void rms_norm_row(const float* x, const float* w, float* y, int32_t n, float eps) {
   double sum = 0.0;
-  for (int32_t i = 0; i < n; ++i) sum += double(x[i] * x[i]);
+  int32_t i = 0;
+#if defined(__AVX2__)
+  __m256d acc = _mm256_setzero_pd();
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_loadu_ps(x + i);
+    acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_mul_ps(v, v)));
+  }
+  double lanes[4];
+  _mm256_storeu_pd(lanes, acc);
+  sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#endif
+  for (; i < n; ++i) sum += double(x[i] * x[i]);
   const float scale = 1.0f / std::sqrt(float(sum / n) + eps);
-  for (int32_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+  for (i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
 }
 
-void llama_model::rope(float* vec, int32_t n_heads, int32_t pos) const {
+// cs: the token's [n_rot/2][cos, sin] (rope_cs_).
+void llama_model::rope(float* vec, int32_t n_heads, const float* cs) const {
   const int32_t hd = hp_.head_dim, half = hp_.n_rot / 2;
   for (int32_t i = 0; i < half; ++i) {
-    const float theta = float(pos) * rope_inv_freq_[size_t(i)];
-    const float c = std::cos(theta), s = std::sin(theta);
+    const float c = cs[2 * i], s = cs[2 * i + 1];
     // normal: pairs (2i, 2i+1); NeoX: pairs (i, i + n_rot/2)
     const int32_t i0 = hp_.rope_neox ? i : 2 * i, i1 = hp_.rope_neox ? i + half : 2 * i + 1;
     for (int32_t h = 0; h < n_heads; ++h) {
@@ -285,10 +304,20 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
   float* hb = hb_.data();    // [n_x][n_ff]
   float* hb2 = hb2_.data();  // [n_x][n_ff]
 
+  // NOTE: the rotation angles depend on the position only, so they are taken once per token
+  // here, not per layer and per q/k (sin/cos were ~4 us of every layer of a decode step).
+  const int32_t half_rot = hp_.n_rot / 2;
+  grow(rope_cs_, size_t(n_x) * 2 * size_t(half_rot));
   for (int32_t si = 0, i = 0; si < int32_t(seqs.size()); ++si) {
     for (int32_t t = 0; t < seqs[size_t(si)].n_tokens; ++t, ++i) {
       tok_seq_[size_t(i)] = si;
       tok_pos_[size_t(i)] = seqs[size_t(si)].n_past + t;
+      float* cs = rope_cs_.data() + size_t(i) * 2 * size_t(half_rot);
+      for (int32_t j = 0; j < half_rot; ++j) {
+        const float theta = float(tok_pos_[size_t(i)]) * rope_inv_freq_[size_t(j)];
+        cs[2 * j] = std::cos(theta);
+        cs[2 * j + 1] = std::sin(theta);
+      }
       token_id id = seqs[size_t(si)].tokens[t];
       if (id < 0 || id >= n_vocab) id = 0;  // NOTE: callers validate ids; never read outside the table
       dequantize_row(tok_embd_.type, tok_embd_.row(id), x + size_t(i) * n_embd, n_embd);
@@ -345,8 +374,9 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
               for (int32_t j = 0; j < n_kvd; ++j) vi[j] += L.bv[size_t(j)];
             }
             const int32_t pos = tok_pos_[size_t(i)];
-            rope(qi, n_head, pos);
-            rope(ki, n_kv, pos);
+            const float* cs = rope_cs_.data() + size_t(i) * 2 * size_t(half_rot);
+            rope(qi, n_head, cs);
+            rope(ki, n_kv, cs);
             const int32_t block = seqs[size_t(tok_seq_[size_t(i)])].block_table[pos / bs];
             // One head's values at a time (head-major blocks: kv_layout), rounded to F16 (if
             // so stored) once, here; every later read sees the same values.
@@ -402,10 +432,7 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
     pool_.parallel_for(
         n_x,
         [&](int64_t b, int64_t e) {
-          for (size_t j = size_t(b) * n_ff; j < size_t(e) * n_ff; ++j) {
-            const float g = hb[j];
-            hb[j] = g / (1.0f + std::exp(-g)) * hb2[j];
-          }
+          kernels::silu_mul(hb + size_t(b) * n_ff, hb2 + size_t(b) * n_ff, hb + size_t(b) * n_ff, (e - b) * n_ff);
         },
         std::max<int64_t>(1, 8192 / n_ff));
     linear(pool_, L.w_down, hb, n_x, xb);

@@ -7,6 +7,7 @@
 #define AGENTQ_KERNELS_AVX2 1
 #endif
 
+#include "agentq/exp_avx2.h"
 #include "agentq/kernels.h"
 #include "cpu/check.h"
 
@@ -84,11 +85,31 @@ void softmax_inplace(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+// NOTE: the AVX2 path's exp is exp_avx2 (~2 ulp, not std::exp): 8 at a time, the tail padded
+// to 8 so every element goes through the same function (std::exp was ~10 us of each 2048-wide
+// decode step, 4% of a 110M model's token).
 void silu_mul(const float* gate, const float* up, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
+  int64_t i = 0;
+#if AGENTQ_KERNELS_AVX2
+  const __m256 one = _mm256_set1_ps(1.0f);
+  auto silu8 = [&](__m256 g, __m256 u) {
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u);
+  };
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, silu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i < n) {
+    alignas(32) float g[8] = {}, u[8] = {};
+    for (int64_t j = i; j < n; ++j) g[j - i] = gate[j], u[j - i] = up[j];
+    _mm256_store_ps(g, silu8(_mm256_load_ps(g), _mm256_load_ps(u)));
+    for (int64_t j = i; j < n; ++j) y[j] = g[j - i];
+  }
+#else
+  for (; i < n; ++i) {
     const float g = gate[i];
     y[i] = (g / (1.0f + std::exp(-g))) * up[i];
   }
+#endif
 }
 
 void vec_add(const float* a, const float* b, float* y, int64_t n) {

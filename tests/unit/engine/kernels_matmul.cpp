@@ -217,6 +217,22 @@ TEST_CASE("vector ops") {
 
   silu_mul(a.data(), b.data(), y.data(), n);
   for (int64_t i = 0; i < n; ++i) REQUIRE(y[i] == doctest::Approx(a[i] / (1 + std::exp(-double(a[i]))) * b[i]).epsilon(1e-5));
+  // Each element's result does not depend on where it sits (full vectors, the padded tail, or
+  // alone), so a token's SwiGLU is the same bits however many tokens share the call.
+  for (int64_t i : {int64_t(0), int64_t(5), int64_t(297), n - 1}) {
+    float alone = 0;
+    silu_mul(a.data() + i, b.data() + i, &alone, 1);
+    REQUIRE(alone == y[size_t(i)]);
+  }
+  {
+    const float g[4] = {-200.0f, -90.0f, 90.0f, 0.0f}, u[4] = {1, 1, 1, 1};
+    float r[4];
+    silu_mul(g, u, r, 4);  // exp clamped: no inf/nan at the extremes
+    CHECK(std::fabs(r[0]) < 1e-30f);
+    CHECK(std::fabs(r[1]) < 1e-30f);
+    CHECK(r[2] == doctest::Approx(90.0f));
+    CHECK(r[3] == 0.0f);
+  }
 
   vec_add(a.data(), b.data(), y.data(), n);
   for (int64_t i = 0; i < n; ++i) REQUIRE(y[i] == a[i] + b[i]);
