@@ -29,6 +29,11 @@ inline float hsum4(__m128 t) {
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+// NOTE: for weights read once per step (decode): on Zen 3 an NTA prefetch fills L1 without
+// allocating in L2, so the stream does not push activations, K/V and the next matmul's input
+// out of L2 and each line is not written back to the L3 victim cache on eviction (110M Q4_K
+// decode +7%, Q8_0 +2%, paired medians; F16's rows kernel showed no gain and keeps T0).
+inline void prefetch_nta(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_NTA); }
 
 struct load_f32 {
   static constexpr int size = 4;

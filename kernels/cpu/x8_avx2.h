@@ -14,8 +14,9 @@
 
 namespace agentq::kernels::avx2 {
 
+// Decode's weight stream: read once per step, prefetched non-temporally (prefetch_nta).
 inline void prefetch_block(const uint8_t* p, int bytes) {
-  for (int c = 0; c < bytes; c += 64) prefetch(p + c);
+  for (int c = 0; c < bytes; c += 64) prefetch_nta(p + c);
 }
 
 // A byte shuffle that, within each row's [scale_2p, scale_2p+1] int16 pair (the layouts'
