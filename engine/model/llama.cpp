@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#if defined(__AVX2__)
+#if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #endif
 
@@ -43,7 +43,7 @@ class llama_model final : public model {
   explicit llama_model(int32_t n_threads) : pool_(n_threads) {}
   bool load_hparams(std::string* error);
   bool load_weights(std::string* error);
-  void rope(float* vec, int32_t n_heads, const float* cs) const;
+  void rope(float* vec, int32_t n_heads, const float* cs) const;  // cs: one token's rope_cs_ row
 
   std::shared_ptr<const gguf::file> file_;
   weight_store store_;  // the tensor data on huge pages (weights point into it)
@@ -57,7 +57,9 @@ class llama_model final : public model {
 
   // Scratch, grown on demand. NOTE: forward() is not reentrant (one engine thread calls it).
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, out_rows_;
-  std::vector<float> rope_cs_;  // [n_x][n_rot/2][cos, sin]: each token's angles, once per forward
+  // [n_x][cos, sin][n_rot]: each token's rotation, once per forward; entry d holds the angle of
+  // the pair that dim d belongs to (both dims of a pair), so rope() reads them as vectors.
+  std::vector<float> rope_cs_;
   std::vector<int32_t> tok_seq_, tok_pos_;
   std::vector<std::pair<int32_t, int32_t>> runs_;  // attention runs: (first token, count)
 };
@@ -234,7 +236,7 @@ std::unique_ptr<model> llama_model::create(std::shared_ptr<const gguf::file> fil
 void rms_norm_row(const float* x, const float* w, float* y, int32_t n, float eps) {
   double sum = 0.0;
   int32_t i = 0;
-#if defined(__AVX2__)
+#if defined(__AVX2__) && defined(__FMA__)
   __m256d acc = _mm256_setzero_pd();
   for (; i + 4 <= n; i += 4) {
     const __m128 v = _mm_loadu_ps(x + i);
@@ -249,18 +251,42 @@ void rms_norm_row(const float* x, const float* w, float* y, int32_t n, float eps
   for (i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
 }
 
-// cs: the token's [n_rot/2][cos, sin] (rope_cs_).
+// Rotates each pair (a, b) to (a c - b s, a s + b c), as fused a * c - (b * s) and
+// a * s + (b * c): the scalar and AVX2 paths give the same bits.
 void llama_model::rope(float* vec, int32_t n_heads, const float* cs) const {
-  const int32_t hd = hp_.head_dim, half = hp_.n_rot / 2;
-  for (int32_t i = 0; i < half; ++i) {
-    const float c = cs[2 * i], s = cs[2 * i + 1];
-    // normal: pairs (2i, 2i+1); NeoX: pairs (i, i + n_rot/2)
-    const int32_t i0 = hp_.rope_neox ? i : 2 * i, i1 = hp_.rope_neox ? i + half : 2 * i + 1;
-    for (int32_t h = 0; h < n_heads; ++h) {
-      float* v = vec + size_t(h) * hd;
-      const float a = v[i0], b = v[i1];
-      v[i0] = a * c - b * s;
-      v[i1] = a * s + b * c;
+  const int32_t hd = hp_.head_dim, n_rot = hp_.n_rot, half = n_rot / 2;
+  const float* cv = cs;          // [n_rot]
+  const float* sv = cs + n_rot;  // [n_rot]
+  auto pair = [](float* v, int32_t i0, int32_t i1, float c, float s) {
+    const float a = v[i0], b = v[i1];
+    v[i0] = std::fma(a, c, -(b * s));
+    v[i1] = std::fma(a, s, b * c);
+  };
+  for (int32_t h = 0; h < n_heads; ++h) {
+    float* v = vec + size_t(h) * hd;
+    int32_t i = 0;
+    if (hp_.rope_neox) {  // pairs (i, i + n_rot/2)
+#if defined(__AVX2__) && defined(__FMA__)
+      for (; i + 8 <= half; i += 8) {
+        const __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + i + half);
+        const __m256 c = _mm256_loadu_ps(cv + i), s = _mm256_loadu_ps(sv + i);
+        _mm256_storeu_ps(v + i, _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s)));
+        _mm256_storeu_ps(v + i + half, _mm256_fmadd_ps(a, s, _mm256_mul_ps(b, c)));
+      }
+#endif
+      for (; i < half; ++i) pair(v, i, i + half, cv[i], sv[i]);
+    } else {  // pairs (2i, 2i+1), 4 to a vector: the even lanes hold a, the odd lanes b
+#if defined(__AVX2__) && defined(__FMA__)
+      for (; 2 * i + 8 <= n_rot; i += 4) {
+        const __m256 x = _mm256_loadu_ps(v + 2 * i);
+        const __m256 sw = _mm256_permute_ps(x, _MM_SHUFFLE(2, 3, 0, 1));  // (b, a) per pair
+        const __m256 c = _mm256_loadu_ps(cv + 2 * i), s = _mm256_loadu_ps(sv + 2 * i);
+        const __m256 even = _mm256_fmsub_ps(x, c, _mm256_mul_ps(sw, s));  // a c - (b s)
+        const __m256 odd = _mm256_fmadd_ps(sw, s, _mm256_mul_ps(x, c));   // a s + (b c)
+        _mm256_storeu_ps(v + 2 * i, _mm256_blend_ps(even, odd, 0xAA));
+      }
+#endif
+      for (; i < half; ++i) pair(v, 2 * i, 2 * i + 1, cv[2 * i], sv[2 * i]);
     }
   }
 }
@@ -307,16 +333,20 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
   // NOTE: the rotation angles depend on the position only, so they are taken once per token
   // here, not per layer and per q/k (sin/cos were ~4 us of every layer of a decode step).
   const int32_t half_rot = hp_.n_rot / 2;
-  grow(rope_cs_, size_t(n_x) * 2 * size_t(half_rot));
+  const int32_t n_rot = hp_.n_rot;
+  grow(rope_cs_, size_t(n_x) * 2 * size_t(n_rot));
   for (int32_t si = 0, i = 0; si < int32_t(seqs.size()); ++si) {
     for (int32_t t = 0; t < seqs[size_t(si)].n_tokens; ++t, ++i) {
       tok_seq_[size_t(i)] = si;
       tok_pos_[size_t(i)] = seqs[size_t(si)].n_past + t;
-      float* cs = rope_cs_.data() + size_t(i) * 2 * size_t(half_rot);
+      float* cv = rope_cs_.data() + size_t(i) * 2 * size_t(n_rot);
+      float* sv = cv + n_rot;
       for (int32_t j = 0; j < half_rot; ++j) {
         const float theta = float(tok_pos_[size_t(i)]) * rope_inv_freq_[size_t(j)];
-        cs[2 * j] = std::cos(theta);
-        cs[2 * j + 1] = std::sin(theta);
+        const float c = std::cos(theta), sn = std::sin(theta);
+        const int32_t d0 = hp_.rope_neox ? j : 2 * j, d1 = hp_.rope_neox ? j + half_rot : 2 * j + 1;
+        cv[d0] = cv[d1] = c;
+        sv[d0] = sv[d1] = sn;
       }
       token_id id = seqs[size_t(si)].tokens[t];
       if (id < 0 || id >= n_vocab) id = 0;  // NOTE: callers validate ids; never read outside the table
@@ -374,7 +404,7 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
               for (int32_t j = 0; j < n_kvd; ++j) vi[j] += L.bv[size_t(j)];
             }
             const int32_t pos = tok_pos_[size_t(i)];
-            const float* cs = rope_cs_.data() + size_t(i) * 2 * size_t(half_rot);
+            const float* cs = rope_cs_.data() + size_t(i) * 2 * size_t(n_rot);
             rope(qi, n_head, cs);
             rope(ki, n_kv, cs);
             const int32_t block = seqs[size_t(tok_seq_[size_t(i)])].block_table[pos / bs];
