@@ -161,7 +161,7 @@ int cmd_generate(int argc, char** argv) {
   }
 
   // One sequence over a contiguous block table.
-  constexpr int32_t k_block_size = 16;
+  constexpr int32_t k_block_size = 64;  // as engine_config::block_size
   const int32_t n_blocks = (n_total + k_block_size - 1) / k_block_size;
   if (!mdl->alloc_kv(k_block_size, n_blocks, &err)) { std::fprintf(stderr, "generate: %s\n", err.c_str()); return 1; }
   std::vector<int32_t> table(static_cast<size_t>(n_blocks));

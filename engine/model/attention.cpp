@@ -39,32 +39,41 @@ const T* v_row(const attention_args& a, int32_t t) {
 }
 
 // fn(t, row) for t in [0, n) in order, row = K (or V) of position t; one block lookup per
-// block instead of a division per position. Rows `ahead` positions further are prefetched:
-// in batched decode the K/V rows come from memory (the weight stream evicts them between
-// steps), and rows 4 * head_dim * n_kv bytes apart defeat the hardware prefetcher.
+// block instead of a division per position. A second cursor runs `ahead` rows in front and
+// prefetches: in decode the K/V rows come from memory (the weight stream evicts them between
+// steps), and one head's rows are 2 KiB runs (a block of head-major rows) a whole block of
+// every layer apart, which the hardware prefetcher does not follow.
+// NOTE: ahead is ~4 KiB of rows, crossing blocks: a 1 KiB reach that stopped at the next block
+// held long-context decode attention to ~10 GB/s a thread. The cursor starts level with t and
+// gains 2 rows a step, so short contexts are prefetched from their first rows without a burst.
 template <bool V, class T, class F>
 inline void for_rows(const attention_args& a, int32_t n, F&& fn) {
-  constexpr int32_t ahead = 8;
   const int32_t bs = a.block_size, row_bytes = a.head_dim * int32_t(sizeof(T));
+  const int32_t ahead = std::max<int32_t>(8, 4096 / row_bytes);
   auto block = [&](int32_t bi) {
     return (V ? a.kv->v<T>(a.layer, a.block_table[bi]) : a.kv->k<T>(a.layer, a.block_table[bi])) + a.head_offset;
   };
-  const T* base = block(0);
+  const T* pbase = block(0);  // the prefetch cursor: position p, at row poff of block pbi
+  int32_t p = 0, pbi = 0, poff = 0;
+  auto prefetch_next = [&] {
+#if defined(__SSE__)
+    const char* r = reinterpret_cast<const char*>(pbase + size_t(poff) * a.token_stride);
+    for (int32_t c = 0; c < row_bytes; c += 64) __builtin_prefetch(r + c);
+#endif
+    ++p;
+    if (++poff == bs) {
+      poff = 0;
+      if (p < n) pbase = block(++pbi);
+    }
+  };
+  const T* base = pbase;
   for (int32_t t0 = 0, bi = 0; t0 < n; t0 += bs, ++bi) {
     const int32_t te = std::min(n, t0 + bs);
-    const T* next = te < n ? block(bi + 1) : nullptr;
     for (int32_t t = t0; t < te; ++t) {
-      const int32_t u = t + ahead - t0;  // the prefetched position, relative to this block
-      const T* pf = u < bs
-                            ? (t + ahead < n ? base + size_t(u) * a.token_stride : nullptr)
-                            : (next && t + ahead < n && u - bs < bs ? next + size_t(u - bs) * a.token_stride : nullptr);
-#if defined(__SSE__)
-      if (pf)
-        for (int32_t c = 0; c < row_bytes; c += 64) __builtin_prefetch(reinterpret_cast<const char*>(pf) + c);
-#endif
+      for (int k = 0; k < 2 && p < n && p <= t + ahead; ++k) prefetch_next();
       fn(t, base + size_t(t - t0) * a.token_stride);
     }
-    base = next;
+    if (te < n) base = block(bi + 1);
   }
 }
 
@@ -75,14 +84,17 @@ struct paged_rows {
   using elem = T;
   const attention_args& a;
   std::ptrdiff_t v_minus_k;  // bytes from a position's K row to its V row (same offset in both arrays)
+  bool v_early;              // prefetch V rows during the K pass (prefetch_v)
   template <bool V, class F>
   void each(int32_t n, F&& fn) const {
     for_rows<V, T>(a, n, fn);
   }
-  // NOTE: called as each K row is scored: its V row is read in the second pass, a few
-  // microseconds later, and in decode came from DRAM (the weight stream evicts the cache
-  // between steps): 40% of attention's samples sat on the first load of each V row.
+  // NOTE: called as each K row is scored, when the head's V rows fit in L2 with room to spare
+  // (v_early): its V row is read in the second pass a few microseconds later, and in decode
+  // came from DRAM (the weight stream evicts the cache between steps). Longer contexts would
+  // evict their early V rows before the V pass reached them; there its own cursor prefetches.
   void prefetch_v(const T* k_row) const {
+    if (!v_early) return;
 #if defined(__SSE__)
     const char* p = reinterpret_cast<const char*>(k_row) + v_minus_k;
     for (int32_t c = 0; c < a.head_dim * int32_t(sizeof(T)); c += 64) __builtin_prefetch(p + c);
@@ -313,7 +325,8 @@ void attend_typed(const attention_args& a, const float* q, int64_t q_stride, int
     } else {
       const std::ptrdiff_t v_minus_k = reinterpret_cast<const char*>(a.kv->v<T>(a.layer, a.block_table[0])) -
                                        reinterpret_cast<const char*>(a.kv->k<T>(a.layer, a.block_table[0]));
-      attend_avx2(a, paged_rows<T>{a, v_minus_k}, q, q_stride, pos0, n_q, out, out_stride, scores);
+      const bool v_early = int64_t(pos0 + n_q) * a.head_dim * int64_t(sizeof(T)) <= (64 << 10);
+      attend_avx2(a, paged_rows<T>{a, v_minus_k, v_early}, q, q_stride, pos0, n_q, out, out_stride, scores);
     }
     return;
   }

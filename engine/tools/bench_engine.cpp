@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
     r.kv_type = kv_dtype_name(mdl->kv_type());
     r.bytes_per_token = decode_bytes(*file);
 
-    constexpr int32_t k_block_size = 16;
+    constexpr int32_t k_block_size = 64;  // as engine_config::block_size
     const int32_t n_ctx = std::max(n_pp, depth + n_tg);
     const int32_t n_blocks = (n_ctx + k_block_size - 1) / k_block_size;
     if (!mdl->alloc_kv(k_block_size, n_blocks, &err)) {

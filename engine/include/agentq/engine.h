@@ -32,7 +32,7 @@ struct engine_config {
   // Element type of the stored K/V: "f16" (half the bytes: twice the tokens per budget, less to
   // read per decode step), "f32", or empty for the device's default (cpu: f16; cuda: f32, its only one).
   std::string kv_type;
-  int32_t block_size = 16;           // tokens per KV block
+  int32_t block_size = 64;           // tokens per KV block (see docs/kv_and_batching.md: longer runs per head)
   int32_t max_step_tokens = 512;     // token budget per scheduler step (decode + prefill chunks)
   int32_t max_running = 64;          // sequences in one step at most
   std::string spill_dir;             // disk tier for parked KV; empty = no disk tier
