@@ -3,9 +3,10 @@
 // bandwidth (host memory, or HBM with --device cuda), so decode is reported as a
 // fraction of its memory roofline.
 //   agentq-bench_engine [--device cpu|cuda|cuda:N] [--threads N] [--pp 512] [--tg 128] [--reps R]
-//                       [--kv-type f16|f32] [--depth D] MODEL.gguf...
+//                       [--kv-type f16|f32] [--depth D] [--block-size B] MODEL.gguf...
 // --depth D: the tg steps decode after D tokens of context (positions D..D+tg-1; default 0, as
 // llama-bench's tg), so they also read D+ tokens of K/V each: the agent case of a long prefix.
+// --block-size B: tokens per KV block (default 64, engine_config::block_size's default).
 // Ends with one JSON line: {"threads":N,"device":D,"results":[{model,type,pp512_tokens_per_s,...}]}.
 #include <algorithm>
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "agentq/engine.h"
 #include "agentq/kernels.h"
 #include "agentq/kernels_cuda.h"
 #include "backend/backend.h"
@@ -104,7 +106,7 @@ double device_read_bandwidth_gbps() {
 
 const char* k_usage =
     "usage: agentq-bench_engine [--device cpu|cuda|cuda:N] [--threads N] [--pp 512] [--tg 128] [--reps R] "
-    "[--kv-type f16|f32] [--depth D] "
+    "[--kv-type f16|f32] [--depth D] [--block-size B] "
     "MODEL.gguf...\n";
 
 }  // namespace
@@ -115,6 +117,7 @@ int main(int argc, char** argv) {
   std::string device = "cpu";
   std::string kv_type;  // empty: the device's default
   int32_t depth = 0;
+  int32_t block_size = engine_config{}.block_size;
   std::vector<std::string> paths;
   for (int i = 1; i < argc; ++i) {
     auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
@@ -132,13 +135,15 @@ int main(int argc, char** argv) {
       kv_type = argv[++i];
     else if (arg("--depth"))
       depth = std::atoi(argv[++i]);
+    else if (arg("--block-size"))
+      block_size = std::atoi(argv[++i]);
     else if (argv[i][0] == '-') {
       std::fprintf(stderr, "%s", k_usage);
       return 2;
     } else
       paths.push_back(argv[i]);
   }
-  if (paths.empty() || n_pp <= 0 || n_tg <= 0 || depth < 0) {
+  if (paths.empty() || n_pp <= 0 || n_tg <= 0 || depth < 0 || block_size <= 0) {
     std::fprintf(stderr, "%s", k_usage);
     return 2;
   }
@@ -174,7 +179,7 @@ int main(int argc, char** argv) {
     r.kv_type = kv_dtype_name(mdl->kv_type());
     r.bytes_per_token = decode_bytes(*file);
 
-    constexpr int32_t k_block_size = 64;  // as engine_config::block_size
+    const int32_t k_block_size = block_size;
     const int32_t n_ctx = std::max(n_pp, depth + n_tg);
     const int32_t n_blocks = (n_ctx + k_block_size - 1) / k_block_size;
     if (!mdl->alloc_kv(k_block_size, n_blocks, &err)) {
