@@ -55,10 +55,15 @@ inline void for_rows(const attention_args& a, int32_t n, F&& fn) {
   };
   const T* pbase = block(0);  // the prefetch cursor: position p, at row poff of block pbi
   int32_t p = 0, pbi = 0, poff = 0;
+  // Rows under 64 bytes (head_dim 8-16) share lines: one prefetch per line, not per row
+  // (row_bytes is a multiple of 16, so the rows per line are 1, 2 or 4).
+  const int32_t line_mask = std::max<int32_t>(1, 64 / row_bytes) - 1;
   auto prefetch_next = [&] {
 #if defined(__SSE__)
-    const char* r = reinterpret_cast<const char*>(pbase + size_t(poff) * a.token_stride);
-    for (int32_t c = 0; c < row_bytes; c += 64) __builtin_prefetch(r + c);
+    if ((poff & line_mask) == 0) {
+      const char* r = reinterpret_cast<const char*>(pbase + size_t(poff) * a.token_stride);
+      for (int32_t c = 0; c < row_bytes; c += 64) __builtin_prefetch(r + c);
+    }
 #endif
     ++p;
     if (++poff == bs) {
@@ -85,6 +90,7 @@ struct paged_rows {
   const attention_args& a;
   std::ptrdiff_t v_minus_k;  // bytes from a position's K row to its V row (same offset in both arrays)
   bool v_early;              // prefetch V rows during the K pass (prefetch_v)
+  int32_t line_mask;         // rows per 64-byte line - 1: prefetch_v takes the first row of each
   template <bool V, class F>
   void each(int32_t n, F&& fn) const {
     for_rows<V, T>(a, n, fn);
@@ -93,8 +99,8 @@ struct paged_rows {
   // (v_early): its V row is read in the second pass a few microseconds later, and in decode
   // came from DRAM (the weight stream evicts the cache between steps). Longer contexts would
   // evict their early V rows before the V pass reached them; there its own cursor prefetches.
-  void prefetch_v(const T* k_row) const {
-    if (!v_early) return;
+  void prefetch_v(int32_t t, const T* k_row) const {
+    if (!v_early || (t & line_mask) != 0) return;
 #if defined(__SSE__)
     const char* p = reinterpret_cast<const char*>(k_row) + v_minus_k;
     for (int32_t c = 0; c < a.head_dim * int32_t(sizeof(T)); c += 64) __builtin_prefetch(p + c);
@@ -113,7 +119,7 @@ struct packed_rows {
     const float* base = V ? v : k;
     for (int32_t t = 0; t < n; ++t) fn(t, base + size_t(t) * stride);
   }
-  void prefetch_v(const float*) const {}  // packed in L2 already
+  void prefetch_v(int32_t, const float*) const {}  // packed in L2 already
 };
 
 template <class T>
@@ -197,7 +203,7 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
   const T* kp[8];
   int cnt = 0;
   rows.template each<false>(n, [&](int32_t t, const T* kt) {
-    rows.prefetch_v(kt);
+    rows.prefetch_v(t, kt);
     kp[cnt++] = kt;
     if (cnt < 8) return;
     cnt = 0;
@@ -326,7 +332,8 @@ void attend_typed(const attention_args& a, const float* q, int64_t q_stride, int
       const std::ptrdiff_t v_minus_k = reinterpret_cast<const char*>(a.kv->v<T>(a.layer, a.block_table[0])) -
                                        reinterpret_cast<const char*>(a.kv->k<T>(a.layer, a.block_table[0]));
       const bool v_early = int64_t(pos0 + n_q) * a.head_dim * int64_t(sizeof(T)) <= (64 << 10);
-      attend_avx2(a, paged_rows<T>{a, v_minus_k, v_early}, q, q_stride, pos0, n_q, out, out_stride, scores);
+      const int32_t line_mask = std::max<int32_t>(1, 64 / (a.head_dim * int32_t(sizeof(T)))) - 1;
+      attend_avx2(a, paged_rows<T>{a, v_minus_k, v_early, line_mask}, q, q_stride, pos0, n_q, out, out_stride, scores);
     }
     return;
   }

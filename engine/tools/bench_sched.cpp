@@ -3,7 +3,7 @@
 //   agentq-bench_sched scaling --model F [--concurrency 1,4,16,64] [--gen N] [--prompt N] [--threads N]
 //     decode scaling: aggregate generated tokens/s with N concurrent sequences ("scaling"), and the
 //     same by CPU clock ("scaling_cpu_clock": tokens per CPU-second x threads)
-//   every mode: [--device cpu|cuda|cuda:N] [--kv-mib M] [--kv-type f16|f32]
+//   every mode: [--device cpu|cuda|cuda:N] [--kv-mib M] [--kv-type f16|f32] [--block-size B]
 //   agentq-bench_sched agent --model F [--jobs 16] [--turns 8] [--system 256] [--tool 64] [--gen 16]
 //                          [--reuse 1|0] [--threads N] [--park-wait S] [--spill-dir DIR]
 //     multi-turn agent workload: every job shares a long system prompt; each turn appends the
@@ -36,6 +36,7 @@ struct args {
   std::vector<int> concurrency = {1, 4, 16, 64};
   int gen = 32, prompt = 16, threads = 0, jobs = 16, turns = 8, system = 256, tool = 64, reuse = 1;
   double kv_mib = 256;
+  int32_t block_size = engine_config{}.block_size;
   double park_wait = 1.0;  // seconds announced to park(): 1 = a short tool call (pinned)
   std::string spill_dir;   // empty = no disk tier
   std::string kv_type;     // empty = the device's default
@@ -73,6 +74,7 @@ args parse(int argc, char** argv) {
     else if (k == "--spill-dir") a.spill_dir = v;
     else if (k == "--device") a.device = v;
     else if (k == "--kv-type") a.kv_type = v;
+    else if (k == "--block-size") a.block_size = std::stoi(v);
     else usage();
   }
   if (a.model.empty() || (a.mode != "scaling" && a.mode != "agent")) usage();
@@ -90,6 +92,7 @@ std::unique_ptr<engine> open(const args& a, bool reuse, int32_t max_running, int
   c.prefix_reuse = reuse;
   c.spill_dir = a.spill_dir;
   c.kv_type = a.kv_type;
+  c.block_size = a.block_size;
   std::string err;
   auto e = engine::load(c, &err);
   if (!e) {
