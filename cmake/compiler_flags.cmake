@@ -7,9 +7,12 @@ if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   # std::string at -O3 (GCC bugs 105329, 107138); both point into system headers, not our code.
   target_compile_options(agentq_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wno-restrict -Wno-maybe-uninitialized>)
 endif()
+# NOTE: tuned for the build host; kernels also carry scalar fallbacks. AGENTQ_MARCH picks another
+# target: x86-64-v3 builds the AVX2 kernels on an AVX-512 host (scripts/test.sh's sanitizer
+# build does, so one run tests both kernel families there).
+set(AGENTQ_MARCH "native" CACHE STRING "-march value for agentq code (unless AGENTQ_PORTABLE)")
 if(NOT AGENTQ_PORTABLE)
-  # NOTE: tuned for the build host; kernels also carry scalar fallbacks.
-  target_compile_options(agentq_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+  target_compile_options(agentq_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=${AGENTQ_MARCH}>)
 endif()
 if(CMAKE_BUILD_TYPE STREQUAL "Release")
   # NOTE: test code (targets with the AGENTQ_TEST_CODE property, tests/CMakeLists.txt) at -O1: the

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: setup (install + build), then ctest over every label but
 # `slow` (opt-in: AGENTQ_TEST_SLOW=1), then the unit tests once more under
-# ASan+UBSan. Tests that need Redis start their own redis-server on a free port.
+# ASan+UBSan, built for x86-64-v3 (the AVX2 kernels, where the main build on an
+# AVX-512 host takes the AVX-512 ones). Tests that need Redis start their own redis-server on a free port.
 #   AGENTQ_SANITIZE_SCOPE=full (default: engine and service unit tests) or engine
 #   (the engine-only build: model/tokenizer/JSON parsers, kernels, KV; a shorter second build).
 set -euo pipefail
@@ -23,7 +24,7 @@ if [ "${AGENTQ_SKIP_SANITIZE:-0}" != 1 ]; then
   # to them otherwise (nice 0 outweighs 19 by ~70x), then gets its priority back when ctest ends.
   # No npm ci there: the browser test may be running.
   mkdir -p build-asan
-  AGENTQ_SETUP_NPM=0 AGENTQ_BUILD_DIR=build-asan AGENTQ_BUILD_TARGETS=agentq_unit_tests AGENTQ_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTQ_SANITIZE=ON -DAGENTQ_CUDA=OFF -DAGENTQ_ENGINE_ONLY=$engine_only" \
+  AGENTQ_SETUP_NPM=0 AGENTQ_BUILD_DIR=build-asan AGENTQ_BUILD_TARGETS=agentq_unit_tests AGENTQ_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTQ_SANITIZE=ON -DAGENTQ_MARCH=x86-64-v3 -DAGENTQ_CUDA=OFF -DAGENTQ_ENGINE_ONLY=$engine_only" \
     setsid -w nice -n 19 ./scripts/setup.sh >build-asan/setup.log 2>&1 </dev/null &
   asan_pid=$!
   trap '[ -n "$asan_pid" ] && kill -- -"$asan_pid" 2>/dev/null' EXIT

@@ -70,6 +70,33 @@ void mk_q8_0_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
   for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
 }
 
+// The end of one Q4_K_x8 super-block: per row the mins' dot with x's sub-block sums, then
+// acc += (d * y.d) * sumi and acc -= (dmin * y.d) * summ (the scalar definition's two fmas).
+struct q4_k_x8_tail {
+  __m256i mins[4];  // [pair][row][2] widened to int16
+  __m256 d, dmin;
+  explicit q4_k_x8_tail(const block_q4_kx8& blk) {
+    for (int p = 0; p < 4; ++p)
+      mins[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.mins + 16 * p)));
+    d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.dmin)));
+  }
+  // sumi: the 8 rows' scaled quant sums for input y.
+  __m256 apply(const block_q8_k& y, __m256i sumi, __m256 acc) const {
+    // Mins: per row sum over pairs p of [m_2p, m_2p+1] . [bsum_2p, bsum_2p+1] (sub-block sums).
+    __m256i summ = _mm256_setzero_si256();
+    for (int p = 0; p < 4; ++p) {
+      const int16_t s0 = int16_t(y.bsums[4 * p] + y.bsums[4 * p + 1]);
+      const int16_t s1 = int16_t(y.bsums[4 * p + 2] + y.bsums[4 * p + 3]);
+      const int32_t pair = int32_t(uint16_t(s0)) | int32_t(uint32_t(uint16_t(s1)) << 16);
+      summ = _mm256_add_epi32(summ, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(pair)));
+    }
+    const __m256 yd = _mm256_set1_ps(y.d);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(d, yd), _mm256_cvtepi32_ps(sumi), acc);
+    return _mm256_fnmadd_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(summ), acc);
+  }
+};
+
 // out[b * 8 + r] = dot(row r of the group, x[b]) for B inputs; per (row, input) exactly
 // detail::dot_q4_k_x8_scalar's float operations (its integer sums are exact whatever the
 // lane layout). `next` (may be null) is prefetched at this group's pace: block i's bytes
@@ -119,25 +146,8 @@ void mk_q4_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
         for (int b = 0; b < B; ++b) sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(acc16[b], scale));
       }
     }
-    // Mins: per row sum over pairs p of [m_2p, m_2p+1] . [bsum_2p, bsum_2p+1] (sub-block sums).
-    __m256i mins[4];
-    for (int p = 0; p < 4; ++p)
-      mins[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.mins + 16 * p)));
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.dmin)));
-    for (int b = 0; b < B; ++b) {
-      const block_q8_k& y = x[b][i];
-      __m256i summ = _mm256_setzero_si256();
-      for (int p = 0; p < 4; ++p) {
-        const int16_t s0 = int16_t(y.bsums[4 * p] + y.bsums[4 * p + 1]);
-        const int16_t s1 = int16_t(y.bsums[4 * p + 2] + y.bsums[4 * p + 3]);
-        const int32_t pair = int32_t(uint16_t(s0)) | int32_t(uint32_t(uint16_t(s1)) << 16);
-        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(pair)));
-      }
-      const __m256 yd = _mm256_set1_ps(y.d);
-      acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(d, yd), _mm256_cvtepi32_ps(sumi[b]), acc[b]);
-      acc[b] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(summ), acc[b]);
-    }
+    const q4_k_x8_tail tail(blk);
+    for (int b = 0; b < B; ++b) acc[b] = tail.apply(x[b][i], sumi[b], acc[b]);
   }
   for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
 }

@@ -279,9 +279,9 @@ TEST_CASE("read bandwidth probe returns a plausible figure") {
 }
 
 // Q8_0, Q4_K and Q6_K repacked into 8-row groups (the _x8 layouts, the CPU's load-time ones):
-// the AVX2 kernels give exactly the bits of the layout's scalar definition for every batch
-// width and row range (partial groups included), and stay within float rounding of the file
-// layout.
+// the AVX2 kernels (or the AVX-512 VNNI ones, where the build has them) give exactly the bits
+// of the layout's scalar definition for every batch width and row range (partial groups
+// included), and stay within float rounding of the file layout.
 TEST_CASE("_x8 layouts: repacked Q8_0, Q4_K and Q6_K against their scalar definition and the file layout") {
   CHECK(preferred_layout(weight_type::q4_k, 12, 256) == weight_type::q4_k);
   CHECK(preferred_layout(weight_type::q6_k, 12, 256) == weight_type::q6_k);
