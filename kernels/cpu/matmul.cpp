@@ -354,17 +354,18 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
 #if AGENTQ_KERNELS_AVX2
   constexpr int mb = 4;
 #if AGENTQ_KERNELS_AVX512VNNI
-  using avx512::mk_q4_k_x8, avx512::mk_q8_0_x8;
+  using avx512::mk_q4_k_x8, avx512::mk_q6_k_x8, avx512::mk_q8_0_x8;
   static constexpr x8_fn q8_0[mb + 1] = {nullptr, mk_q8_0_x8<1>, mk_q8_0_x8<2>, mk_q8_0_x8<3>, mk_q8_0_x8<4>};
   static constexpr x8_fn q4_k[mb + 1] = {nullptr, mk_q4_k_x8<1>, mk_q4_k_x8<2>, mk_q4_k_x8<3>, mk_q4_k_x8<4>};
+  static constexpr x8_fn q6_k[mb + 1] = {nullptr, mk_q6_k_x8<1>, mk_q6_k_x8<2>, mk_q6_k_x8<3>, mk_q6_k_x8<4>};
 #else
   static constexpr x8_fn q8_0[mb + 1] = {nullptr, mk_q8_0_x8_avx2<1>, mk_q8_0_x8_avx2<2>, mk_q8_0_x8_avx2<3>,
                                          mk_q8_0_x8_avx2<4>};
   static constexpr x8_fn q4_k[mb + 1] = {nullptr, mk_q4_k_x8_avx2<1>, mk_q4_k_x8_avx2<2>, mk_q4_k_x8_avx2<3>,
                                          mk_q4_k_x8_avx2<4>};
-#endif
   static constexpr x8_fn q6_k[mb + 1] = {nullptr, mk_q6_k_x8_avx2<1>, mk_q6_k_x8_avx2<2>, mk_q6_k_x8_avx2<3>,
                                          mk_q6_k_x8_avx2<4>};
+#endif
   const x8_fn* fns = t == weight_type::q8_0_x8 ? q8_0 : t == weight_type::q4_k_x8 ? q4_k : q6_k;
   const size_t group_bytes = 8 * row_stride;
   const int64_t g_begin = row_begin / 8, g_end = (row_end + 7) / 8;

@@ -152,6 +152,20 @@ void mk_q4_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
   for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
 }
 
+// The end of one Q6_K_x8 super-block for input y: the +32 of the stored quants comes off as
+// 32 * (scales . x's sums per 16), exact in int32, then acc += (d * y.d) * total (one fma).
+inline __m256 q6_k_x8_tail(const block_q6_kx8& blk, __m256 d, const block_q8_k& y, __m256i sumi, __m256 acc) {
+  __m256i summ = _mm256_setzero_si256();
+  for (int p = 0; p < 8; ++p) {
+    int32_t pair;
+    std::memcpy(&pair, y.bsums + 2 * p, 4);  // [bsum_2p, bsum_2p+1]: the sums of x per 16
+    const __m256i sc2 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
+    summ = _mm256_add_epi32(summ, _mm256_madd_epi16(sc2, _mm256_set1_epi32(pair)));
+  }
+  const __m256i total = _mm256_sub_epi32(sumi, _mm256_slli_epi32(summ, 5));
+  return _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y.d)), _mm256_cvtepi32_ps(total), acc);
+}
+
 // out[b * 8 + r] = dot(row r of the group, x[b]) for B Q8_K inputs; per (row, input) exactly
 // detail::dot_q6_k_x8_scalar's float operations. Per pair of 8-element chunks (one 16-element
 // sub-block of every row): two ql loads give the low 4 bits of 4 x 4 elements per row as in
@@ -201,18 +215,7 @@ void mk_q6_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
       }
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
-    for (int b = 0; b < B; ++b) {
-      const block_q8_k& y = x[b][i];
-      __m256i summ = _mm256_setzero_si256();
-      for (int p = 0; p < 8; ++p) {
-        int32_t pair;
-        std::memcpy(&pair, y.bsums + 2 * p, 4);  // [bsum_2p, bsum_2p+1]: the sums of x per 16
-        const __m256i sc2 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
-        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(sc2, _mm256_set1_epi32(pair)));
-      }
-      const __m256i total = _mm256_sub_epi32(sumi[b], _mm256_slli_epi32(summ, 5));
-      acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y.d)), _mm256_cvtepi32_ps(total), acc[b]);
-    }
+    for (int b = 0; b < B; ++b) acc[b] = q6_k_x8_tail(blk, d, x[b][i], sumi[b], acc[b]);
   }
   for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
 }

@@ -1,4 +1,4 @@
-// Private to kernels/cpu: AVX-512 VNNI forms of two _x8 kernels (x8_avx2.h), used where the
+// Private to kernels/cpu: AVX-512 VNNI forms of the _x8 kernels (x8_avx2.h), used where the
 // build targets AVX-512 BW + VNNI (e.g. Zen 4/5, Ice Lake and later). Same layouts, same
 // results bit for bit: the integer sums are exact whatever instructions form them, and the
 // float operations per (row, input) are the AVX2 kernels' (the scalar definitions in repack.cpp).
@@ -126,6 +126,50 @@ void mk_q4_k_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float
     // Mins and the float steps: exactly the AVX2 kernel's.
     const avx2::q4_k_x8_tail tail(blk);
     for (int b = 0; b < B; ++b) acc[b] = tail.apply(x[b][i], fold(sumi[b]), acc[b]);
+  }
+  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+}
+
+// As avx2::mk_q6_k_x8_avx2. Per 16-element sub-block c (one 64-byte ql load: chunks 2c and
+// 2c + 1, one 32-byte qh load into both halves): a per-half shift of qh (4 / 0 bits) lines up
+// the high 2 bits of elements 16c + j / 16c + 8 + j with the low nibbles and, shifted 2 more,
+// those of 16c + 4 + j / 16c + 12 + j with the high ones; two vpdpbusd against x's dwords,
+// one multiply by the rows' (signed) scales.
+template <int B>
+void mk_q6_k_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
+  auto w = reinterpret_cast<const block_q6_kx8*>(group);
+  const block_q8_k* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
+  const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+  const __m512i h_shift = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi16(4), _mm512_setzero_si512());
+  const __m512i pick_lo = pick2(0, 2), pick_hi = pick2(1, 3);
+  const __m512i sc_even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
+  const __m512i sc_odd = _mm512_add_epi32(sc_even, _mm512_set1_epi32(1));
+  __m256 acc[B];
+  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const block_q6_kx8& blk = w[i];
+    if (next) prefetch_block(next + i * int64_t(sizeof(block_q6_kx8)), int(sizeof(block_q6_kx8)));
+    __m512i sumi[B];
+    for (int b = 0; b < B; ++b) sumi[b] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int c = 0; c < 16; ++c) {
+      const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * (c / 2))));
+      const __m512i scale = _mm512_permutexvar_epi32(c % 2 ? sc_odd : sc_even, sc);
+      const __m512i q = _mm512_loadu_si512(blk.ql + 64 * c);
+      const __m512i h = _mm512_sllv_epi16(_mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * c))), h_shift);
+      // NOTE: 16-bit shifts move bits across bytes, but the 0x30 mask keeps only each byte's own.
+      const __m512i lo = _mm512_ternarylogic_epi32(_mm512_and_si512(q, m4), h, m30, 0xF8);  // a | (b & c)
+      const __m512i hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), _mm512_srli_epi16(h, 2), m30, 0xF8);
+      for (int b = 0; b < B; ++b) {
+        const __m512i xv = load_x16(x[b][i].qs + 16 * c);
+        __m512i a32 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_permutexvar_epi32(pick_lo, xv));
+        a32 = _mm512_dpbusd_epi32(a32, hi, _mm512_permutexvar_epi32(pick_hi, xv));
+        sumi[b] = _mm512_add_epi32(sumi[b], _mm512_mullo_epi32(a32, scale));
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    for (int b = 0; b < B; ++b) acc[b] = avx2::q6_k_x8_tail(blk, d, x[b][i], fold(sumi[b]), acc[b]);
   }
   for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
 }
