@@ -32,6 +32,12 @@ inline __m512i pick2(int a, int b) {
   return _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(a), _mm512_set1_epi32(b));
 }
 
+// The layouts' scales of a sub-block pair, widened to int32 lanes [row][2]: a permutexvar
+// index that picks the first (odd 0) or second (1) sub-block's 8 rows into both halves.
+inline __m512i scale_pick(int odd) {
+  return _mm512_add_epi32(_mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14), _mm512_set1_epi32(odd));
+}
+
 // The first 8 bytes at p as dwords 0, 1 (the rest zero).
 inline __m512i load_x8(const int8_t* p) {
   return _mm512_zextsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
@@ -88,10 +94,7 @@ void mk_q4_k_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float
   for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
   const __m512i m4 = _mm512_set1_epi8(0xF);
   const __m512i pick_lo = pick2(0, 2), pick_hi = pick2(1, 3);
-  // The pair's scales widen to int32 lanes [row][sub-block 2p, 2p + 1]; these pick one
-  // sub-block's 8 rows into both halves.
-  const __m512i sc_even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
-  const __m512i sc_odd = _mm512_add_epi32(sc_even, _mm512_set1_epi32(1));
+  const __m512i sc_even = scale_pick(0), sc_odd = scale_pick(1);
   __m256 acc[B];
   for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / qk_k; ++i) {
@@ -143,8 +146,7 @@ void mk_q6_k_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float
   const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
   const __m512i h_shift = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi16(4), _mm512_setzero_si512());
   const __m512i pick_lo = pick2(0, 2), pick_hi = pick2(1, 3);
-  const __m512i sc_even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
-  const __m512i sc_odd = _mm512_add_epi32(sc_even, _mm512_set1_epi32(1));
+  const __m512i sc_even = scale_pick(0), sc_odd = scale_pick(1);
   __m256 acc[B];
   for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / qk_k; ++i) {
