@@ -2,9 +2,10 @@
 // build targets AVX-512 BW + VNNI (e.g. Zen 4/5, Ice Lake and later). Same layouts, same
 // results bit for bit: the integer sums are exact whatever instructions form them, and the
 // float operations per (row, input) are the AVX2 kernels' (the scalar definitions in repack.cpp).
-// NOTE: why: on a Zen 5 host the AVX2 Q4_K kernel ran at 27 GB/s on one core against a 44 GB/s
-// read probe, bound by its ~9 vector ops per 32 weight bytes. Here one 64-byte load covers two
-// chunks and vpdpbusd multiplies, sums and accumulates in one op, ~4 ops per 32 bytes.
+// NOTE: why: the AVX2 Q4_K kernel spends ~9 vector ops per 32 weight bytes; here one 64-byte
+// load covers two chunks and vpdpbusd multiplies, sums and accumulates in one op (~4 per 32
+// bytes). Batched (prefill) work is compute-bound and gains (Zen 5, 110M pp512: Q4_K x1.30,
+// Q8_0 x1.50); batch-1 decode was already memory-bound and does not change.
 #pragma once
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX2__) && \
     defined(__FMA__) && defined(__F16C__)
