@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#if defined(__F16C__) && defined(__AVX__)
+#if (defined(__F16C__) && defined(__AVX__)) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -442,7 +442,9 @@ void quantize_act_q8_0(const float* x, block_q8_0x* y, int64_t n) {
   }
 }
 
-void quantize_act_q8_k(const float* x, block_q8_k* y, int64_t n) {
+// Q8_K activations, per 256 floats: the value of largest magnitude (the first, if tied)
+// sets the scale (NaNs never do); quants by ggml's nearest_int, clamped at 127; sums per 16.
+void quantize_act_q8_k_scalar(const float* x, block_q8_k* y, int64_t n) {
   for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
     float max = 0;
     float amax = 0;
@@ -463,6 +465,54 @@ void quantize_act_q8_k(const float* x, block_q8_k* y, int64_t n) {
     }
     y[i].d = 1 / iscale;
   }
+}
+
+// The same bits as quantize_act_q8_k_scalar (test_kernels_quant): the same IEEE operations,
+// nearest_int's magic-number rounding as integer ops, and each int32's low byte as the int8
+// (a wrap, as static_cast; packs mask first so they never saturate). Decode quantizes every
+// matvec's input on the calling thread, between pool jobs, so this is on the step's serial path.
+void quantize_act_q8_k(const float* x, block_q8_k* y, int64_t n) {
+#if defined(__AVX2__)
+  const __m256 sign = _mm256_set1_ps(-0.0f), magic = _mm256_set1_ps(12582912.f);
+  const __m256i mant = _mm256_set1_epi32(0x007fffff), bias = _mm256_set1_epi32(0x00400000);
+  const __m256i hi = _mm256_set1_epi32(127), low_byte = _mm256_set1_epi32(0xFF);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
+    // NOTE: max_ps(a, b) returns b when a is NaN, so NaNs never raise the max (as `ax > amax`).
+    __m256 vmax = _mm256_setzero_ps();
+    for (int j = 0; j < qk_k; j += 8) vmax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), vmax);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    if (!amax) {
+      std::memset(&y[i], 0, sizeof(block_q8_k));
+      continue;
+    }
+    int first = 0;
+    while (!(std::fabs(x[first]) == amax)) ++first;
+    const float iscale = -127.f / x[first];
+    const __m256 vs = _mm256_set1_ps(iscale);
+    auto quant = [&](int j) {
+      const __m256i bits = _mm256_castps_si256(_mm256_add_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j)), magic));
+      const __m256i q = _mm256_min_epi32(_mm256_sub_epi32(_mm256_and_si256(bits, mant), bias), hi);
+      return _mm256_and_si256(q, low_byte);
+    };
+    for (int j = 0; j < qk_k; j += 32) {
+      const __m256i ab = _mm256_packus_epi32(quant(j), quant(j + 8));
+      const __m256i cd = _mm256_packus_epi32(quant(j + 16), quant(j + 24));
+      const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs + j), bytes);
+    }
+    for (int j = 0; j < qk_k / 16; ++j) {
+      int sum = 0;
+      for (int ii = 0; ii < 16; ++ii) sum += y[i].qs[j * 16 + ii];
+      y[i].bsums[j] = static_cast<int16_t>(sum);
+    }
+    y[i].d = 1 / iscale;
+  }
+#else
+  quantize_act_q8_k_scalar(x, y, n);
+#endif
 }
 
 }  // namespace detail

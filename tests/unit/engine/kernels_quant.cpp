@@ -210,3 +210,60 @@ TEST_CASE("quantizers are deterministic and re-quantizing is stable") {
     CHECK(std::sqrt(se / ss) < 0.05);
   }
 }
+
+// Q8_K activations (the input format of Q4_K / Q6_K matmuls) against their definition, written
+// out here: per 256 floats the first value of largest magnitude sets iscale = -127 / it (NaNs
+// never do), quants = min(127, nearest_int(iscale * x)) wrapped to int8, sums per 16, d =
+// 1 / iscale. The vectorized quantizer must give these bits for ties, zeros, NaN and inf too.
+TEST_CASE("Q8_K activations: bit-exact against the scalar definition, special values included") {
+  struct q8k { float d; int8_t qs[256]; int16_t bsums[16]; };
+  static_assert(sizeof(q8k) == 292);
+  auto nearest = [](float v) {
+    const float val = v + 12582912.f;
+    int32_t i;
+    std::memcpy(&i, &val, 4);
+    return (i & 0x007fffff) - 0x00400000;
+  };
+  auto reference = [&](const float* x) {
+    q8k y{};
+    float max = 0, amax = 0;
+    for (int j = 0; j < 256; ++j)
+      if (std::fabs(x[j]) > amax) { amax = std::fabs(x[j]); max = x[j]; }
+    if (!amax) return y;
+    const float iscale = -127.f / max;
+    for (int j = 0; j < 256; ++j) y.qs[j] = static_cast<int8_t>(std::min(127, nearest(iscale * x[j])));
+    for (int j = 0; j < 16; ++j) {
+      int sum = 0;
+      for (int k = 0; k < 16; ++k) sum += y.qs[16 * j + k];
+      y.bsums[j] = static_cast<int16_t>(sum);
+    }
+    y.d = 1 / iscale;
+    return y;
+  };
+  const int64_t n_cols = 768;
+  std::vector<std::vector<float>> rows;
+  for (float sigma : {1e-6f, 0.02f, 3.0f, 1e4f}) rows.push_back(normal_data(n_cols, 7, sigma));
+  std::vector<float> special = normal_data(n_cols, 8);
+  special[3] = 5.0f, special[40] = -5.0f;        // block 0, a tie: the first (positive) wins
+  for (int j = 0; j < 256; ++j) special[size_t(256 + j)] = (j % 2 ? 0.0f : -0.0f);  // block 1: zeros
+  special[520] = std::nanf("");                  // block 2: NaN never sets the scale
+  special[600] = -6.0f, special[601] = 6.0f;     // block 2, a tie: the first (negative) wins
+  rows.push_back(special);
+  std::vector<float> inf = normal_data(n_cols, 9);
+  inf[10] = INFINITY, inf[300] = -INFINITY, inf[700] = std::nanf("");
+  rows.push_back(inf);
+  std::vector<float> halves(n_cols);
+  for (int64_t j = 0; j < n_cols; ++j) halves[size_t(j)] = 0.5f * float(j % 7) - 1.5f;  // rounding ties
+  halves[0] = -127.0f;
+  rows.push_back(halves);
+  for (const auto& x : rows) {
+    std::vector<uint8_t> got(activation_bytes(weight_type::q4_k, n_cols, 1));
+    REQUIRE(got.size() == 3 * sizeof(q8k));
+    quantize_activations(weight_type::q4_k, x.data(), n_cols, 1, got.data());
+    for (int b = 0; b < 3; ++b) {
+      const q8k want = reference(x.data() + 256 * b);
+      CAPTURE(b);
+      CHECK(std::memcmp(got.data() + b * sizeof(q8k), &want, sizeof(q8k)) == 0);
+    }
+  }
+}
