@@ -431,14 +431,54 @@ void quantize_row(weight_type t, const float* src, void* dst, int64_t n) {
 
 namespace detail {
 
+#if defined(__AVX2__)
+namespace {
+// nearest_int per lane: the same float add, then the same integer ops on its bits.
+inline __m256i nearest_int8(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(_mm256_add_ps(v, _mm256_set1_ps(12582912.f)));
+  return _mm256_sub_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x00400000));
+}
+// The low bytes of 4 x 8 int32 lanes, in order: each int32 -> int8 wraps, as static_cast
+// (masked to 0..255 first, so the packs never saturate).
+inline __m256i low_bytes(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i m = _mm256_set1_epi32(0xFF);
+  const __m256i ab = _mm256_packus_epi32(_mm256_and_si256(a, m), _mm256_and_si256(b, m));
+  const __m256i cd = _mm256_packus_epi32(_mm256_and_si256(c, m), _mm256_and_si256(d, m));
+  return _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+// max |x| over n (a multiple of 8) floats; NaNs never raise it (max_ps(a, b) is b when a is
+// NaN), as the scalar `ax > amax` / std::max(amax, ax).
+inline float abs_max(const float* x, int n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 vmax = _mm256_setzero_ps();
+  for (int j = 0; j < n; j += 8) vmax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), vmax);
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+}
+}  // namespace
+#endif
+
+// Q8_0 activations: per 32 floats d = max |x| / 127, quants nearest_int(x / d). The AVX2 path
+// gives the same bits (test_kernels_quant), as quantize_act_q8_k's.
 void quantize_act_q8_0(const float* x, block_q8_0x* y, int64_t n) {
   for (int64_t i = 0; i < n / qk8_0; ++i, x += qk8_0) {
+#if defined(__AVX2__)
+    const float amax = abs_max(x, qk8_0);
+#else
     float amax = 0;
     for (int j = 0; j < qk8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
+#endif
     const float d = amax / 127.f;
     const float id = d ? 1.0f / d : 0.0f;
     y[i].d = d;
+#if defined(__AVX2__)
+    const __m256 vid = _mm256_set1_ps(id);
+    auto q = [&](int j) { return nearest_int8(_mm256_mul_ps(_mm256_loadu_ps(x + j), vid)); };
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs), low_bytes(q(0), q(8), q(16), q(24)));
+#else
     for (int j = 0; j < qk8_0; ++j) y[i].qs[j] = static_cast<int8_t>(nearest_int(x[j] * id));
+#endif
   }
 }
 
@@ -468,22 +508,14 @@ void quantize_act_q8_k_scalar(const float* x, block_q8_k* y, int64_t n) {
 }
 
 // The same bits as quantize_act_q8_k_scalar (test_kernels_quant): the same IEEE operations,
-// nearest_int's magic-number rounding as integer ops, and each int32's low byte as the int8
-// (a wrap, as static_cast; packs mask first so they never saturate). Decode quantizes every
-// matvec's input on the calling thread, between pool jobs, so this is on the step's serial path.
+// nearest_int's rounding as integer ops, each int32's low byte as the int8 (nearest_int8,
+// low_bytes). Decode quantizes every matvec's input on the calling thread, between pool jobs,
+// so this is on the step's serial path.
 void quantize_act_q8_k(const float* x, block_q8_k* y, int64_t n) {
 #if defined(__AVX2__)
-  const __m256 sign = _mm256_set1_ps(-0.0f), magic = _mm256_set1_ps(12582912.f);
-  const __m256i mant = _mm256_set1_epi32(0x007fffff), bias = _mm256_set1_epi32(0x00400000);
-  const __m256i hi = _mm256_set1_epi32(127), low_byte = _mm256_set1_epi32(0xFF);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i hi = _mm256_set1_epi32(127);
   for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
-    // NOTE: max_ps(a, b) returns b when a is NaN, so NaNs never raise the max (as `ax > amax`).
-    __m256 vmax = _mm256_setzero_ps();
-    for (int j = 0; j < qk_k; j += 8) vmax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), vmax);
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const float amax = abs_max(x, qk_k);
     if (!amax) {
       std::memset(&y[i], 0, sizeof(block_q8_k));
       continue;
@@ -492,17 +524,9 @@ void quantize_act_q8_k(const float* x, block_q8_k* y, int64_t n) {
     while (!(std::fabs(x[first]) == amax)) ++first;
     const float iscale = -127.f / x[first];
     const __m256 vs = _mm256_set1_ps(iscale);
-    auto quant = [&](int j) {
-      const __m256i bits = _mm256_castps_si256(_mm256_add_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j)), magic));
-      const __m256i q = _mm256_min_epi32(_mm256_sub_epi32(_mm256_and_si256(bits, mant), bias), hi);
-      return _mm256_and_si256(q, low_byte);
-    };
-    for (int j = 0; j < qk_k; j += 32) {
-      const __m256i ab = _mm256_packus_epi32(quant(j), quant(j + 8));
-      const __m256i cd = _mm256_packus_epi32(quant(j + 16), quant(j + 24));
-      const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs + j), bytes);
-    }
+    auto q = [&](int j) { return _mm256_min_epi32(nearest_int8(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j))), hi); };
+    for (int j = 0; j < qk_k; j += 32)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs + j), low_bytes(q(j), q(j + 8), q(j + 16), q(j + 24)));
     for (int j = 0; j < qk_k / 16; ++j) {
       int sum = 0;
       for (int ii = 0; ii < 16; ++ii) sum += y[i].qs[j * 16 + ii];

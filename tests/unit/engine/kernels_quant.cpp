@@ -215,7 +215,7 @@ TEST_CASE("quantizers are deterministic and re-quantizing is stable") {
 // out here: per 256 floats the first value of largest magnitude sets iscale = -127 / it (NaNs
 // never do), quants = min(127, nearest_int(iscale * x)) wrapped to int8, sums per 16, d =
 // 1 / iscale. The vectorized quantizer must give these bits for ties, zeros, NaN and inf too.
-TEST_CASE("Q8_K activations: bit-exact against the scalar definition, special values included") {
+TEST_CASE("Q8_K and Q8_0 activations: bit-exact against the scalar definitions, special values included") {
   struct q8k { float d; int8_t qs[256]; int16_t bsums[16]; };
   static_assert(sizeof(q8k) == 292);
   auto nearest = [](float v) {
@@ -256,6 +256,25 @@ TEST_CASE("Q8_K activations: bit-exact against the scalar definition, special va
   for (int64_t j = 0; j < n_cols; ++j) halves[size_t(j)] = 0.5f * float(j % 7) - 1.5f;  // rounding ties
   halves[0] = -127.0f;
   rows.push_back(halves);
+  // Q8_0 activations (the input of Q8_0 matmuls): per 32 floats d = max |x| / 127 (NaNs never
+  // raise it), quants nearest_int(x * (d ? 1 / d : 0)) wrapped to int8.
+  struct q8_0x { float d; int8_t qs[32]; };
+  static_assert(sizeof(q8_0x) == 36);
+  for (const auto& x : rows) {
+    std::vector<uint8_t> got(activation_bytes(weight_type::q8_0, n_cols, 1));
+    REQUIRE(got.size() == 24 * sizeof(q8_0x));
+    quantize_activations(weight_type::q8_0, x.data(), n_cols, 1, got.data());
+    for (int b = 0; b < 24; ++b) {
+      q8_0x want{};
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[size_t(32 * b + j)]));
+      want.d = amax / 127.f;
+      const float id = want.d ? 1.0f / want.d : 0.0f;
+      for (int j = 0; j < 32; ++j) want.qs[j] = static_cast<int8_t>(nearest(x[size_t(32 * b + j)] * id));
+      CAPTURE(b);
+      CHECK(std::memcmp(got.data() + b * sizeof(q8_0x), &want, sizeof(q8_0x)) == 0);
+    }
+  }
   for (const auto& x : rows) {
     std::vector<uint8_t> got(activation_bytes(weight_type::q4_k, n_cols, 1));
     REQUIRE(got.size() == 3 * sizeof(q8k));
