@@ -83,13 +83,16 @@ struct q4_k_x8_tail {
   }
   // sumi: the 8 rows' scaled quant sums for input y.
   __m256 apply(const block_q8_k& y, __m256i sumi, __m256 acc) const {
-    // Mins: per row sum over pairs p of [m_2p, m_2p+1] . [bsum_2p, bsum_2p+1] (sub-block sums).
+    // Mins: per row sum over pairs p of [m_2p, m_2p+1] . [S_2p, S_2p+1], S_s the sub-block
+    // sums of x (its bsums per 16, added in pairs: |S| <= 32 * 127, exact in int16). The
+    // packs leave dwords 0, 1 | 4, 5 holding [S_0, S_1], [S_2, S_3] | [S_4, S_5], [S_6, S_7].
+    const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+    const __m256i s16 = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
+    const __m256i pairs = _mm256_packs_epi32(s16, s16);
     __m256i summ = _mm256_setzero_si256();
     for (int p = 0; p < 4; ++p) {
-      const int16_t s0 = int16_t(y.bsums[4 * p] + y.bsums[4 * p + 1]);
-      const int16_t s1 = int16_t(y.bsums[4 * p + 2] + y.bsums[4 * p + 3]);
-      const int32_t pair = int32_t(uint16_t(s0)) | int32_t(uint32_t(uint16_t(s1)) << 16);
-      summ = _mm256_add_epi32(summ, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(pair)));
+      const __m256i pair = _mm256_permutevar8x32_epi32(pairs, _mm256_set1_epi32(p < 2 ? p : p + 2));
+      summ = _mm256_add_epi32(summ, _mm256_madd_epi16(mins[p], pair));
     }
     const __m256 yd = _mm256_set1_ps(y.d);
     acc = _mm256_fmadd_ps(_mm256_mul_ps(d, yd), _mm256_cvtepi32_ps(sumi), acc);
