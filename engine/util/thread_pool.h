@@ -23,7 +23,7 @@ class thread_pool {
   int32_t n_threads() const { return n_threads_; }
 
   // Run fn(begin, end) over disjoint ranges covering [0, n) and return when all are done.
-  // Ranges are contiguous chunks claimed in order, shrinking from n / (2 * n_threads) items
+  // Ranges are contiguous chunks claimed in order, shrinking from n / n_threads items
   // to n / (16 * n_threads) (guided), each a multiple of min_chunk items (the last may be
   // shorter), so every range starts at a multiple of min_chunk.
   // NOTE: which thread runs which range varies; callers must make each item's result
