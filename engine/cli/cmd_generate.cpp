@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "agentq/engine.h"
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "gguf/reader.h"
@@ -161,9 +162,9 @@ int cmd_generate(int argc, char** argv) {
   }
 
   // One sequence over a contiguous block table.
-  constexpr int32_t k_block_size = 64;  // as engine_config::block_size
-  const int32_t n_blocks = (n_total + k_block_size - 1) / k_block_size;
-  if (!mdl->alloc_kv(k_block_size, n_blocks, &err)) { std::fprintf(stderr, "generate: %s\n", err.c_str()); return 1; }
+  const int32_t block_size = engine_config{}.block_size;  // the engine's default
+  const int32_t n_blocks = (n_total + block_size - 1) / block_size;
+  if (!mdl->alloc_kv(block_size, n_blocks, &err)) { std::fprintf(stderr, "generate: %s\n", err.c_str()); return 1; }
   std::vector<int32_t> table(static_cast<size_t>(n_blocks));
   for (int32_t i = 0; i < n_blocks; ++i) table[size_t(i)] = i;
   std::vector<float> logits(size_t(hp.n_vocab));

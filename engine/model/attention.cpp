@@ -38,6 +38,19 @@ const T* v_row(const attention_args& a, int32_t t) {
   return a.kv->v<T>(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.token_stride + a.head_offset;
 }
 
+// Rows under 64 bytes (head_dim 8-16) share cache lines, so the prefetchers take one row in
+// each line: this mask of the position (rows per line - 1; row_bytes is a multiple of 16, so
+// rows per line are 1, 2 or 4).
+inline int32_t line_mask_of(int32_t row_bytes) { return std::max<int32_t>(1, 64 / row_bytes) - 1; }
+
+inline void prefetch_row(const void* row, int32_t row_bytes) {
+#if defined(__SSE__)
+  for (int32_t c = 0; c < row_bytes; c += 64) __builtin_prefetch(static_cast<const char*>(row) + c);
+#else
+  (void)row, (void)row_bytes;
+#endif
+}
+
 // fn(t, row) for t in [0, n) in order, row = K (or V) of position t; one block lookup per
 // block instead of a division per position. A second cursor runs `ahead` rows in front and
 // prefetches: in decode the K/V rows come from memory (the weight stream evicts them between
@@ -55,16 +68,9 @@ inline void for_rows(const attention_args& a, int32_t n, F&& fn) {
   };
   const T* pbase = block(0);  // the prefetch cursor: position p, at row poff of block pbi
   int32_t p = 0, pbi = 0, poff = 0;
-  // Rows under 64 bytes (head_dim 8-16) share lines: one prefetch per line, not per row
-  // (row_bytes is a multiple of 16, so the rows per line are 1, 2 or 4).
-  const int32_t line_mask = std::max<int32_t>(1, 64 / row_bytes) - 1;
+  const int32_t line_mask = line_mask_of(row_bytes);
   auto prefetch_next = [&] {
-#if defined(__SSE__)
-    if ((poff & line_mask) == 0) {
-      const char* r = reinterpret_cast<const char*>(pbase + size_t(poff) * a.token_stride);
-      for (int32_t c = 0; c < row_bytes; c += 64) __builtin_prefetch(r + c);
-    }
-#endif
+    if ((poff & line_mask) == 0) prefetch_row(pbase + size_t(poff) * a.token_stride, row_bytes);
     ++p;
     if (++poff == bs) {
       poff = 0;
@@ -90,7 +96,7 @@ struct paged_rows {
   const attention_args& a;
   std::ptrdiff_t v_minus_k;  // bytes from a position's K row to its V row (same offset in both arrays)
   bool v_early;              // prefetch V rows during the K pass (prefetch_v)
-  int32_t line_mask;         // rows per 64-byte line - 1: prefetch_v takes the first row of each
+  int32_t line_mask;         // line_mask_of(the row's bytes): prefetch_v takes one row per line
   template <bool V, class F>
   void each(int32_t n, F&& fn) const {
     for_rows<V, T>(a, n, fn);
@@ -100,13 +106,8 @@ struct paged_rows {
   // came from DRAM (the weight stream evicts the cache between steps). Longer contexts would
   // evict their early V rows before the V pass reached them; there its own cursor prefetches.
   void prefetch_v(int32_t t, const T* k_row) const {
-    if (!v_early || (t & line_mask) != 0) return;
-#if defined(__SSE__)
-    const char* p = reinterpret_cast<const char*>(k_row) + v_minus_k;
-    for (int32_t c = 0; c < a.head_dim * int32_t(sizeof(T)); c += 64) __builtin_prefetch(p + c);
-#else
-    (void)k_row;
-#endif
+    if (v_early && (t & line_mask) == 0)
+      prefetch_row(reinterpret_cast<const char*>(k_row) + v_minus_k, a.head_dim * int32_t(sizeof(T)));
   }
 };
 struct packed_rows {
@@ -332,7 +333,7 @@ void attend_typed(const attention_args& a, const float* q, int64_t q_stride, int
       const std::ptrdiff_t v_minus_k = reinterpret_cast<const char*>(a.kv->v<T>(a.layer, a.block_table[0])) -
                                        reinterpret_cast<const char*>(a.kv->k<T>(a.layer, a.block_table[0]));
       const bool v_early = int64_t(pos0 + n_q) * a.head_dim * int64_t(sizeof(T)) <= (64 << 10);
-      const int32_t line_mask = std::max<int32_t>(1, 64 / (a.head_dim * int32_t(sizeof(T)))) - 1;
+      const int32_t line_mask = line_mask_of(a.head_dim * int32_t(sizeof(T)));
       attend_avx2(a, paged_rows<T>{a, v_minus_k, v_early, line_mask}, q, q_stride, pos0, n_q, out, out_stride, scores);
     }
     return;

@@ -229,10 +229,9 @@ std::unique_ptr<model> llama_model::create(std::shared_ptr<const gguf::file> fil
 
 // --- forward ----------------------------------------------------------------
 
-// y = x / rms(x) * w, the sum of squares in double in index order (as ggml).
-// NOTE: sum of the float squares in double (as the reference); with AVX2 in 4 double lanes
-// (lane = element mod 4, a fixed tree), not one serial chain: that chain was ~1 us per 768-wide
-// row, two rows a layer.
+// y = x / rms(x) * w, the float squares summed in double (as ggml).
+// NOTE: with AVX2 in 4 double lanes (lane = element mod 4, a fixed tree), not ggml's one serial
+// chain in index order: that chain was ~1 us per 768-wide row, two rows a layer.
 void rms_norm_row(const float* x, const float* w, float* y, int32_t n, float eps) {
   double sum = 0.0;
   int32_t i = 0;
@@ -335,11 +334,12 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
   const int32_t half_rot = hp_.n_rot / 2;
   const int32_t n_rot = hp_.n_rot;
   grow(rope_cs_, size_t(n_x) * 2 * size_t(n_rot));
+  auto rope_row = [&](int32_t i) { return rope_cs_.data() + size_t(i) * 2 * size_t(n_rot); };
   for (int32_t si = 0, i = 0; si < int32_t(seqs.size()); ++si) {
     for (int32_t t = 0; t < seqs[size_t(si)].n_tokens; ++t, ++i) {
       tok_seq_[size_t(i)] = si;
       tok_pos_[size_t(i)] = seqs[size_t(si)].n_past + t;
-      float* cv = rope_cs_.data() + size_t(i) * 2 * size_t(n_rot);
+      float* cv = rope_row(i);
       float* sv = cv + n_rot;
       for (int32_t j = 0; j < half_rot; ++j) {
         const float theta = float(tok_pos_[size_t(i)]) * rope_inv_freq_[size_t(j)];
@@ -404,9 +404,8 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
               for (int32_t j = 0; j < n_kvd; ++j) vi[j] += L.bv[size_t(j)];
             }
             const int32_t pos = tok_pos_[size_t(i)];
-            const float* cs = rope_cs_.data() + size_t(i) * 2 * size_t(n_rot);
-            rope(qi, n_head, cs);
-            rope(ki, n_kv, cs);
+            rope(qi, n_head, rope_row(int32_t(i)));
+            rope(ki, n_kv, rope_row(int32_t(i)));
             const int32_t block = seqs[size_t(tok_seq_[size_t(i)])].block_table[pos / bs];
             // One head's values at a time (head-major blocks: kv_layout), rounded to F16 (if
             // so stored) once, here; every later read sees the same values.

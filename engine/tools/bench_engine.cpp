@@ -179,10 +179,9 @@ int main(int argc, char** argv) {
     r.kv_type = kv_dtype_name(mdl->kv_type());
     r.bytes_per_token = decode_bytes(*file);
 
-    const int32_t k_block_size = block_size;
     const int32_t n_ctx = std::max(n_pp, depth + n_tg);
-    const int32_t n_blocks = (n_ctx + k_block_size - 1) / k_block_size;
-    if (!mdl->alloc_kv(k_block_size, n_blocks, &err)) {
+    const int32_t n_blocks = (n_ctx + block_size - 1) / block_size;
+    if (!mdl->alloc_kv(block_size, n_blocks, &err)) {
       std::fprintf(stderr, "bench_engine: %s\n", err.c_str());
       return 1;
     }
@@ -210,7 +209,7 @@ int main(int argc, char** argv) {
       forward(s);
     }
     {
-      const kv_layout L = mdl->kv_layout_for(k_block_size);
+      const kv_layout L = mdl->kv_layout_for(block_size);
       r.kv_bytes_per_token = 2.0 * L.n_layer * L.row() * L.elem_bytes() * (depth + (n_tg + 1) / 2.0);
     }
     const size_t bw_bytes =

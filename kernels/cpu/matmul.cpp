@@ -380,14 +380,10 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
       const uint8_t* wg = w + static_cast<size_t>(g) * group_bytes;
       // NOTE: the stream is read linearly; the kernel prefetches k_ahead bytes past its position
       // (Zen 3: 1.5-3 KiB measured best for Q8_0 at 4096 columns, +15-20% over one group ahead,
-      // 35 KiB there; Q4_K within noise). A Zen 5 core (the class the AVX-512 builds target)
-      // keeps more misses in flight: 6-8 KiB best, 2 threads 70-74 -> 80-83 GB/s at 768-2048
-      // columns (CPU clock; 12-16 KiB fell back).
-#if AGENTQ_KERNELS_AVX512VNNI
-      constexpr size_t k_ahead = 6144;
-#else
-      constexpr size_t k_ahead = 2048;
-#endif
+      // 35 KiB there; Q4_K within noise). A Zen 5 core (k_avx512_core) keeps more misses in
+      // flight: 6-8 KiB best, 2 threads 70-74 -> 80-83 GB/s at 768-2048 columns (CPU clock;
+      // 12-16 KiB fell back).
+      constexpr size_t k_ahead = k_avx512_core ? 6144 : 2048;
       fns[1](wg, &qx, n_cols, o, g + 1 < g_end ? wg + k_ahead : nullptr);
       store(g, 0, 1);
     }

@@ -484,38 +484,17 @@ void quantize_act_q8_0(const float* x, block_q8_0x* y, int64_t n) {
 
 // Q8_K activations, per 256 floats: the value of largest magnitude (the first, if tied)
 // sets the scale (NaNs never do); quants by ggml's nearest_int, clamped at 127; sums per 16.
-void quantize_act_q8_k_scalar(const float* x, block_q8_k* y, int64_t n) {
-  for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
-    float max = 0;
-    float amax = 0;
-    for (int j = 0; j < qk_k; ++j) {
-      float ax = std::fabs(x[j]);
-      if (ax > amax) { amax = ax; max = x[j]; }
-    }
-    if (!amax) {
-      std::memset(&y[i], 0, sizeof(block_q8_k));
-      continue;
-    }
-    const float iscale = -127.f / max;
-    for (int j = 0; j < qk_k; ++j) y[i].qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * x[j])));
-    for (int j = 0; j < qk_k / 16; ++j) {
-      int sum = 0;
-      for (int ii = 0; ii < 16; ++ii) sum += y[i].qs[j * 16 + ii];
-      y[i].bsums[j] = static_cast<int16_t>(sum);
-    }
-    y[i].d = 1 / iscale;
-  }
-}
-
-// The same bits as quantize_act_q8_k_scalar (test_kernels_quant): the same IEEE operations,
-// nearest_int's rounding as integer ops, each int32's low byte as the int8 (nearest_int8,
-// low_bytes). Decode quantizes every matvec's input on the calling thread, between pool jobs,
-// so this is on the step's serial path.
+// The AVX2 path gives the same bits (test_kernels_quant), as quantize_act_q8_0's. Decode
+// quantizes every matvec's input on the calling thread, between pool jobs, so this is on the
+// step's serial path.
 void quantize_act_q8_k(const float* x, block_q8_k* y, int64_t n) {
-#if defined(__AVX2__)
-  const __m256i hi = _mm256_set1_epi32(127);
   for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
+#if defined(__AVX2__)
     const float amax = abs_max(x, qk_k);
+#else
+    float amax = 0;
+    for (int j = 0; j < qk_k; ++j) amax = std::max(amax, std::fabs(x[j]));
+#endif
     if (!amax) {
       std::memset(&y[i], 0, sizeof(block_q8_k));
       continue;
@@ -523,10 +502,16 @@ void quantize_act_q8_k(const float* x, block_q8_k* y, int64_t n) {
     int first = 0;
     while (!(std::fabs(x[first]) == amax)) ++first;
     const float iscale = -127.f / x[first];
+#if defined(__AVX2__)
     const __m256 vs = _mm256_set1_ps(iscale);
-    auto q = [&](int j) { return _mm256_min_epi32(nearest_int8(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j))), hi); };
+    auto q = [&](int j) {
+      return _mm256_min_epi32(nearest_int8(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j))), _mm256_set1_epi32(127));
+    };
     for (int j = 0; j < qk_k; j += 32)
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs + j), low_bytes(q(j), q(j + 8), q(j + 16), q(j + 24)));
+#else
+    for (int j = 0; j < qk_k; ++j) y[i].qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * x[j])));
+#endif
     for (int j = 0; j < qk_k / 16; ++j) {
       int sum = 0;
       for (int ii = 0; ii < 16; ++ii) sum += y[i].qs[j * 16 + ii];
@@ -534,9 +519,6 @@ void quantize_act_q8_k(const float* x, block_q8_k* y, int64_t n) {
     }
     y[i].d = 1 / iscale;
   }
-#else
-  quantize_act_q8_k_scalar(x, y, n);
-#endif
 }
 
 }  // namespace detail

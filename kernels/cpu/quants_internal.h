@@ -47,6 +47,5 @@ inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
 void quantize_act_q8_0(const float* x, block_q8_0x* y, int64_t n);
 // x: [n] -> n/256 blocks; n a multiple of 256.
 void quantize_act_q8_k(const float* x, block_q8_k* y, int64_t n);
-void quantize_act_q8_k_scalar(const float* x, block_q8_k* y, int64_t n);  // its definition
 
 }  // namespace agentq::kernels::detail

@@ -133,15 +133,10 @@ void rows_float_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t
   // and the software prefetch of the next group (R rows ahead, 16-64 KiB) only got in its way:
   // F16 at 4096 / 8192 columns, 2 threads, 31-35 -> 36-47 GB/s without it; at 768 columns
   // (a 6 KiB group) it is needed (10-11 GB/s without it on one thread, 16-19 with it).
-  // On a Zen 5 host (the class of core the AVX-512 builds target) the 2-byte formats want it
-  // at every length: F16 at 2048-8192 columns, 2 threads, 44-50 -> 72-78 GB/s with it; F32
-  // within 5% either way there, so it keeps the rule.
-#if defined(__AVX512F__)
-  constexpr bool always = L::size == 2;
-#else
-  constexpr bool always = false;
-#endif
-  const bool soft_prefetch = always || R * stride <= 8192;
+  // On a Zen 5 host (k_avx512_core) the 2-byte formats want it at every length: F16 at
+  // 2048-8192 columns, 2 threads, 44-50 -> 72-78 GB/s with it; F32 within 5% either way
+  // there, so it keeps the rule.
+  const bool soft_prefetch = (k_avx512_core && L::size == 2) || R * stride <= 8192;
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
     if (soft_prefetch) prefetch_group(w, R * stride, R * j * L::size, R * 32 * L::size);

@@ -28,6 +28,15 @@ inline float hsum4(__m128 t) {
 }
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
+// NOTE: the build target stands in for the core: AVX-512 builds run on cores that have it (Zen
+// 4/5, recent Intel), where the prefetch rules measured otherwise than on Zen 3 (AVX2 only):
+// rows_float_avx2's prefetch for 2-byte formats, run_x8's distance ahead.
+#if defined(__AVX512F__)
+inline constexpr bool k_avx512_core = true;
+#else
+inline constexpr bool k_avx512_core = false;
+#endif
+
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 // NOTE: for weights read once per step (decode): on Zen 3 an NTA prefetch fills L1 without
 // allocating in L2, so the stream does not push activations, K/V and the next matmul's input

@@ -12,7 +12,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "agentq/kernels.h"
 #include "cpu/quants_internal.h"
