@@ -12,7 +12,9 @@ using namespace std::chrono_literals;
 TEST_CASE("API killed mid-webhook: the delivery is repeated under the same webhook-id") {
   test::cluster_options o;
   o.n_workers = 1;
-  o.api_env = {{"AGENTQ_FAULT", "mid_webhook"}};
+  // Only the last job's delivery kills the API: a crash on an earlier one would race the submits
+  // still to come (a fast worker finishes job 0 before job 3 is posted).
+  o.api_env = {{"AGENTQ_FAULT", "mid_webhook"}, {"AGENTQ_FAULT_MATCH", "\"chaos\":\"hook-3\""}};
   o.api_args = {"--webhook-timeout-ms", "3000"};  // a killed attempt is retried after timeout + 5 s
   test::cluster c(o);
   for (int i = 0; i < 4; ++i) REQUIRE(c.client().submit(test::text_job(c.webhook_url(), "hook-" + std::to_string(i))));
