@@ -18,6 +18,7 @@
 #include "cpu/repack.h"
 #include "cpu/rows_avx2.h"
 #include "cpu/tiles_avx2.h"
+#include "cpu/tiles_avx512.h"
 #include "cpu/x8_avx2.h"
 #include "cpu/x8_avx512.h"
 
@@ -176,7 +177,7 @@ using rows_fn = void (*)(const uint8_t* w, size_t row_stride, const uint8_t* x, 
 // A register-blocked micro-kernel: R consecutive rows (row_stride apart) x B inputs,
 // out[r * B + b] = dot(W[r], x[b]), per pair bit-identical to the rows kernel (n_x == 1).
 using mk_fn = void (*)(const uint8_t* w, size_t row_stride, const uint8_t* const* x, int64_t n_cols, float* out);
-constexpr int max_mk_rows = 3, max_mk_inputs = 8;
+constexpr int max_mk_rows = 8, max_mk_inputs = 8;
 
 struct tile_set {
   // Scalar sets: tiles only. AVX2 sets: rows kernels for one input, micro-kernels otherwise.
@@ -224,9 +225,20 @@ template <int R, int B> struct q8_0_mk { static constexpr mk_fn f = mk_q8_0_avx2
 template <int R, int B> struct q4_k_mk { static constexpr mk_fn f = mk_q4_k_avx2<R, B>; };
 template <int R, int B> struct q6_k_mk { static constexpr mk_fn f = mk_q6_k_avx2<R, B>; };
 
+#if AGENTQ_KERNELS_AVX512F
+// Float micro-kernels: 2 rows per zmm register (tiles_avx512.h), 8 rows x 6 inputs (24
+// accumulators). Zen 5, 110M F16 pp256, paired: 8x6 over 6x6 x1.03-1.07, 6x8 x1.05, 6x4 0.94,
+// 4x6 0.88; 1B F16 pp128 8x6 over 6x6 x1.07.
+template <class L> struct float_mks {
+  template <int R, int B> struct t { static constexpr mk_fn f = avx512::mk_float_avx512<L, R, B>; };
+};
+constexpr int float_mk_r = 8, float_mk_b = 6;
+#else
 template <class L> struct float_mks {
   template <int R, int B> struct t { static constexpr mk_fn f = mk_float_avx2<L, R, B>; };
 };
+constexpr int float_mk_r = 3, float_mk_b = 4;
+#endif
 
 // Adds micro-kernels MK<r, b> for r <= MR, b <= MB to a tile set.
 template <template <int, int> class MK, int MR, int MB, int R = 1>
@@ -253,9 +265,9 @@ template <class L> struct float_rows {
 tile_set fast_set(weight_type t) {
 #if AGENTQ_KERNELS_AVX2
   switch (t) {
-    case weight_type::f32: return with_mk<float_mks<load_f32>::t, 3>(rows_set<float_rows<load_f32>::t>());
-    case weight_type::f16: return with_mk<float_mks<load_f16>::t, 3>(rows_set<float_rows<load_f16>::t>());
-    case weight_type::bf16: return with_mk<float_mks<load_bf16>::t, 3>(rows_set<float_rows<load_bf16>::t>());
+    case weight_type::f32: return with_mk<float_mks<load_f32>::t, float_mk_r, float_mk_b>(rows_set<float_rows<load_f32>::t>());
+    case weight_type::f16: return with_mk<float_mks<load_f16>::t, float_mk_r, float_mk_b>(rows_set<float_rows<load_f16>::t>());
+    case weight_type::bf16: return with_mk<float_mks<load_bf16>::t, float_mk_r, float_mk_b>(rows_set<float_rows<load_bf16>::t>());
     case weight_type::q8_0: return with_mk<q8_0_mk, 2>(rows_set<q8_0_rows>());
     // NOTE: Q4_K as 1 row x 8 inputs: nearly every instruction is a vector op (unpacking the
     // row's quants and scales, the per-pair float work), so the kernel is bound by the 4 vector

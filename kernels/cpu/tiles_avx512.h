@@ -1,0 +1,94 @@
+// Private to kernels/cpu: the AVX-512 form of the float micro-kernel (tiles_avx2.h's
+// mk_float_avx2), used where the build targets AVX-512 F (Zen 4/5, recent Intel).
+// NOTE: why: F16/BF16/F32 prefill is FMA-bound, and 256-bit FMAs use half of such a core's
+// FMA width (Zen 5, 110M F16 pp512: 1120 tok/s, 0.67-0.71 of llama.cpp's CPU backend).
+// The result must stay bit-identical to the decode rows kernel's one 8-lane FMA chain per
+// (row, input), which a 16-lane chain over one row would reorder; so each zmm register holds
+// two rows' 8-lane chains side by side (rows 2p and 2p + 1 in its low and high halves) against
+// an input's 8 floats broadcast to both halves. Every lane performs the AVX2 kernel's FMAs in
+// the AVX2 kernel's order; the halves are then reduced by the same hsum8 and scalar tail.
+#pragma once
+#if defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cpu/simd_avx2.h"
+#include "cpu/tiles_avx2.h"
+
+#define AGENTQ_KERNELS_AVX512F 1
+
+namespace agentq::kernels::avx512 {
+
+// Elements j..j+7 of rows a (low half) and b (high half) as floats: the loader L's values
+// (conversions to float are exact, so any instruction sequence gives the same bits).
+template <class L>
+inline __m512 row_pair(const uint8_t* a, const uint8_t* b, int64_t j) {
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_zextpd256_pd512(_mm256_castps_pd(L::v(a, j))), _mm256_castps_pd(L::v(b, j)), 1));
+}
+// F16 and BF16: the two rows' 16-bit values in one register, widened once.
+inline __m256i halves_pair(const uint8_t* a, const uint8_t* b, int64_t j) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(a) + j));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(b) + j));
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+template <>
+inline __m512 row_pair<avx2::load_f16>(const uint8_t* a, const uint8_t* b, int64_t j) {
+  return _mm512_cvtph_ps(halves_pair(a, b, j));
+}
+template <>
+inline __m512 row_pair<avx2::load_bf16>(const uint8_t* a, const uint8_t* b, int64_t j) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves_pair(a, b, j)), 16));
+}
+
+// R >= 2 rows x B inputs, out[r * B + b] = dot(W[r], x[b]), per pair exactly mk_float_avx2's
+// (and rows_float_avx2's) operations. An odd R's last pair repeats its row in the high half;
+// that half's sums are dropped.
+template <class L, int R, int B>
+void mk_float_pairs(const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n, float* out) {
+  constexpr int P = (R + 1) / 2;
+  const uint8_t* wr[2 * P];
+  for (int r = 0; r < 2 * P; ++r) wr[r] = w + static_cast<size_t>(std::min(r, R - 1)) * stride;
+  const float* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const float*>(xb[b]);
+  __m512 acc[P][B];
+  for (int p = 0; p < P; ++p)
+    for (int b = 0; b < B; ++b) acc[p][b] = _mm512_setzero_ps();
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t j = 0; j < n8; j += 8) {
+    // NOTE: registers pinned as in mk_float_avx2 (GCC would fold the loads into every FMA).
+    __m512 wv[P];
+    for (int p = 0; p < P; ++p) {
+      wv[p] = row_pair<L>(wr[2 * p], wr[2 * p + 1], j);
+      asm("" : "+v"(wv[p]));
+    }
+    for (int b = 0; b < B; ++b) {
+      __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(x[b] + j))));
+      asm("" : "+v"(xv));
+      for (int p = 0; p < P; ++p) acc[p][b] = _mm512_fmadd_ps(wv[p], xv, acc[p][b]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < B; ++b) {
+      const __m512 a = acc[r / 2][b];
+      const __m512i ai = _mm512_castps_si512(a);
+      const __m256 half = _mm256_castsi256_ps(r % 2 ? _mm512_extracti64x4_epi64(ai, 1) : _mm512_castsi512_si256(ai));
+      float tail = 0;
+      for (int64_t jj = n8; jj < n; ++jj) tail += L::s(wr[r], jj) * x[b][jj];
+      out[r * B + b] = avx2::hsum8(half) + tail;
+    }
+}
+
+// The micro-kernel the tile set takes: one row runs as the AVX2 kernel (a pair would be half idle).
+template <class L, int R, int B>
+void mk_float_avx512(const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n, float* out) {
+  if constexpr (R == 1)
+    avx2::mk_float_avx2<L, 1, B>(w, stride, xb, n, out);
+  else
+    mk_float_pairs<L, R, B>(w, stride, xb, n, out);
+}
+
+}  // namespace agentq::kernels::avx512
+#endif
