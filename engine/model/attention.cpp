@@ -180,6 +180,38 @@ inline __m256 hsum8x8(const __m256 v[8]) {
   return _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+// scores[0..n) (their running max in vmx's lanes) -> probabilities exp(s - max), in place;
+// returns 1 / their sum in every lane.
+inline __m256 softmax_scores(float* scores, int32_t n, __m256 vmx) {
+  vmx = _mm256_max_ps(vmx, _mm256_permute2f128_ps(vmx, vmx, 1));
+  vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(1, 0, 3, 2)));
+  vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(2, 3, 0, 1)));
+  const __m256 mx = vmx;
+  // Probabilities and their sum (4 double lanes by t mod 8 halves, fixed tree; tail scalar).
+  __m256d sum4 = _mm256_setzero_pd();
+  int32_t t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const __m256 p = kernels::exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + t), mx));
+    _mm256_storeu_ps(scores + t, p);
+    sum4 = _mm256_add_pd(
+        sum4, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(p)), _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1))));
+  }
+  double lanes[4];
+  _mm256_storeu_pd(lanes, sum4);
+  double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  if (t < n) {
+    alignas(32) float tail[8] = {};
+    for (int32_t i = t; i < n; ++i) tail[i - t] = scores[i];
+    const __m256 p = kernels::exp_avx2(_mm256_sub_ps(_mm256_load_ps(tail), mx));
+    _mm256_store_ps(tail, p);
+    for (int32_t i = t; i < n; ++i) {
+      scores[i] = tail[i - t];
+      sum += double(tail[i - t]);
+    }
+  }
+  return _mm256_set1_ps(float(1.0 / sum));
+}
+
 // NV = head_dim / 8 vectors (0: any multiple of 8, read from memory).
 template <int NV, class Rows>
 void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, int32_t pos, float* out,
@@ -224,33 +256,7 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
     scores[n - cnt + i] = sc;
     vmx = _mm256_max_ps(vmx, _mm256_set1_ps(sc));
   }
-  vmx = _mm256_max_ps(vmx, _mm256_permute2f128_ps(vmx, vmx, 1));
-  vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(1, 0, 3, 2)));
-  vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(2, 3, 0, 1)));
-  const __m256 mx = vmx;
-  // Probabilities and their sum (4 double lanes by t mod 8 halves, fixed tree; tail scalar).
-  __m256d sum4 = _mm256_setzero_pd();
-  int32_t t = 0;
-  for (; t + 8 <= n; t += 8) {
-    const __m256 p = kernels::exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + t), mx));
-    _mm256_storeu_ps(scores + t, p);
-    sum4 = _mm256_add_pd(
-        sum4, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(p)), _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1))));
-  }
-  double lanes[4];
-  _mm256_storeu_pd(lanes, sum4);
-  double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-  if (t < n) {
-    alignas(32) float tail[8] = {};
-    for (int32_t i = t; i < n; ++i) tail[i - t] = scores[i];
-    const __m256 p = kernels::exp_avx2(_mm256_sub_ps(_mm256_load_ps(tail), mx));
-    _mm256_store_ps(tail, p);
-    for (int32_t i = t; i < n; ++i) {
-      scores[i] = tail[i - t];
-      sum += double(tail[i - t]);
-    }
-  }
-  const __m256 inv = _mm256_set1_ps(float(1.0 / sum));
+  const __m256 inv = softmax_scores(scores, n, vmx);
   // out = sum_t p_t V_t, 8 vectors (64 dims) of accumulators at a time, t in order.
   // NOTE: rows are taken 8 at a time and accumulated in add_rows' own registers; updated
   // from the per-row callback, the accumulators were stored to the stack on every row.
@@ -289,11 +295,111 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
 }
 #endif
 
+
+#if AGENTQ_ATTENTION_AVX2 && defined(__AVX512F__)
+// NOTE: GCC 12's AVX-512 insert/extract intrinsics pass an _mm256_undefined_*() (a
+// self-initialised variable) as the unused merge source, which -Wuninitialized reports once
+// inlined here; the value is never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// Two queries of one head at consecutive positions (pos_a, pos_a + 1) over packed rows, bit for
+// bit as two attend_one_avx2 calls: every zmm register holds query A's 8 lanes in its low half
+// and B's in its high half, each lane doing the AVX2 kernel's float operations in its order
+// (K and V chunks broadcast to both halves; hsum8x8 per half). B's extra key, pos_a + 1, is
+// scored and accumulated last, on its own, as B's own call does.
+// NOTE: why: prefill attention ran at 256-bit FMA width, ~16% of 110M F16 pp512 on Zen 5.
+inline __m512 both(__m256 lo, __m256 hi) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_zextpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+inline __m512 bcast8(const float* p) {
+  return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(p))));
+}
+inline __m256 lo_half(__m512 v) { return _mm256_castsi256_ps(_mm512_castsi512_si256(_mm512_castps_si512(v))); }
+inline __m256 hi_half(__m512 v) { return _mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1)); }
+
+template <int NV>
+void attend_pair_avx512(const attention_args& a, const packed_rows& rows, const float* qa, const float* qb,
+                        int32_t pos_a, float* out_a, float* out_b, float* sa, float* sb) {
+  static_assert(NV % 8 == 0);
+  __m512 qv[NV];
+  for (int c = 0; c < NV; ++c) qv[c] = both(_mm256_loadu_ps(qa + 8 * c), _mm256_loadu_ps(qb + 8 * c));
+  const int32_t na = pos_a + 1, nb = na + 1;
+  auto k_row = [&](int32_t t) { return rows.k + size_t(t) * rows.stride; };
+  const __m256 scale = _mm256_set1_ps(a.scale);
+  __m256 mxa = _mm256_set1_ps(-INFINITY), mxb = mxa;
+  int32_t t = 0;
+  for (; t + 8 <= na; t += 8) {
+    __m512 acc[8];
+    for (int i = 0; i < 8; ++i) acc[i] = _mm512_mul_ps(qv[0], bcast8(k_row(t + i)));
+    for (int c = 1; c < NV; ++c)
+      for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(qv[c], bcast8(k_row(t + i) + 8 * c), acc[i]);
+    __m256 h[8];
+    for (int i = 0; i < 8; ++i) h[i] = lo_half(acc[i]);
+    const __m256 s_a = _mm256_mul_ps(hsum8x8(h), scale);
+    for (int i = 0; i < 8; ++i) h[i] = hi_half(acc[i]);
+    const __m256 s_b = _mm256_mul_ps(hsum8x8(h), scale);
+    _mm256_storeu_ps(sa + t, s_a);
+    _mm256_storeu_ps(sb + t, s_b);
+    mxa = _mm256_max_ps(mxa, s_a);
+    mxb = _mm256_max_ps(mxb, s_b);
+  }
+  // The rest one key at a time, as attend_one_avx2's tail (B's through its extra key).
+  auto one = [&](const float* q, int32_t u) {
+    __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(q), load8(k_row(u)));
+    for (int c = 1; c < NV; ++c) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c), load8(k_row(u) + 8 * c), acc);
+    return hsum8(acc) * a.scale;
+  };
+  for (int32_t u = t; u < na; ++u) {
+    sa[u] = one(qa, u);
+    mxa = _mm256_max_ps(mxa, _mm256_set1_ps(sa[u]));
+  }
+  for (int32_t u = t; u < nb; ++u) {
+    sb[u] = one(qb, u);
+    mxb = _mm256_max_ps(mxb, _mm256_set1_ps(sb[u]));
+  }
+  const __m256 inv_a = softmax_scores(sa, na, mxa), inv_b = softmax_scores(sb, nb, mxb);
+  const __m512 inv = both(inv_a, inv_b);
+  for (int c0 = 0; c0 < NV; c0 += 8) {
+    __m512 acc[8];
+    for (int c = 0; c < 8; ++c) acc[c] = _mm512_setzero_ps();
+    for (int32_t u = 0; u < na; ++u) {
+      const float* vt = rows.v + size_t(u) * rows.stride + 8 * c0;
+      const __m512 p = _mm512_mul_ps(both(_mm256_broadcast_ss(sa + u), _mm256_broadcast_ss(sb + u)), inv);
+      for (int c = 0; c < 8; ++c) acc[c] = _mm512_fmadd_ps(p, bcast8(vt + 8 * c), acc[c]);
+    }
+    const float* vt = rows.v + size_t(na) * rows.stride + 8 * c0;
+    const __m256 pb = _mm256_mul_ps(_mm256_broadcast_ss(sb + na), inv_b);
+    for (int c = 0; c < 8; ++c) {
+      _mm256_storeu_ps(out_a + 8 * (c0 + c), lo_half(acc[c]));
+      _mm256_storeu_ps(out_b + 8 * (c0 + c), _mm256_fmadd_ps(pb, load8(vt + 8 * c), hi_half(acc[c])));
+    }
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
 #if AGENTQ_ATTENTION_AVX2
 template <class Rows>
 void attend_avx2(const attention_args& a, const Rows& rows, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q,
                  float* out, int64_t out_stride, float* scores) {
-  for (int32_t j = 0; j < n_q; ++j) {
+  int32_t j = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<Rows, packed_rows>) {
+    if (a.head_dim == 64 || a.head_dim == 128) {
+      thread_local std::vector<float> scores_b;
+      if (scores_b.size() < size_t(pos0 + n_q)) scores_b.resize(size_t(pos0 + n_q));
+      for (; j + 2 <= n_q; j += 2) {
+        const float* qa = q + j * q_stride;
+        float* oa = out + j * out_stride;
+        if (a.head_dim == 64)
+          attend_pair_avx512<8>(a, rows, qa, qa + q_stride, pos0 + j, oa, oa + out_stride, scores, scores_b.data());
+        else
+          attend_pair_avx512<16>(a, rows, qa, qa + q_stride, pos0 + j, oa, oa + out_stride, scores, scores_b.data());
+      }
+    }
+  }
+#endif
+  for (; j < n_q; ++j) {
     const float* qj = q + j * q_stride;
     float* oj = out + j * out_stride;
     if (a.head_dim == 64)
