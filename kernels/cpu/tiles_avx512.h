@@ -19,6 +19,12 @@
 
 #define AGENTQ_KERNELS_AVX512F 1
 
+// NOTE: GCC 12's AVX-512 insert/extract intrinsics pass an _mm256_undefined_*() (a
+// self-initialised variable) as the unused merge source, which -Wuninitialized reports once
+// inlined into some instantiations; the value is never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace agentq::kernels::avx512 {
 
 // Elements j..j+7 of rows a (low half) and b (high half) as floats: the loader L's values
@@ -81,6 +87,55 @@ void mk_float_pairs(const uint8_t* w, size_t stride, const uint8_t* const* xb, i
     }
 }
 
+// Prefill form: rows converted to F32 once per chunk and stored pair-interleaved, so the
+// micro-kernel's weight vectors are single zmm loads (no per-use convert or insert, which the
+// 8 x 6 kernel spends on every weight vector it shares among only 6 inputs).
+// pack_float_pairs: rows [0, rows) of w as pairs, elements j..j+7 of rows 2p and 2p + 1 (an
+// odd last row repeated) as 16 floats at dst + p * 2 * n8 + 2 * j (n8: whole 8-element steps).
+template <class L>
+void pack_float_pairs(const uint8_t* w, size_t stride, int64_t rows, int64_t n8, float* dst) {
+  for (int64_t p = 0; p < (rows + 1) / 2; ++p) {
+    const uint8_t* a = w + static_cast<size_t>(2 * p) * stride;
+    const uint8_t* b = w + static_cast<size_t>(std::min(2 * p + 1, rows - 1)) * stride;
+    float* d = dst + static_cast<size_t>(p) * 2 * static_cast<size_t>(n8);
+    for (int64_t j = 0; j < n8; j += 8) _mm512_storeu_ps(d + 2 * j, row_pair<L>(a, b, j));
+  }
+}
+
+// mk_float_pairs over packed rows (pk: pack_float_pairs' output for these R rows); the scalar
+// tail reads the rows themselves. Same operations, so the same bits.
+template <class L, int R, int B>
+void mk_float_packed(const float* pk, int64_t n8, const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n,
+                     float* out) {
+  constexpr int P = (R + 1) / 2;
+  const float* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const float*>(xb[b]);
+  __m512 acc[P][B];
+  for (int p = 0; p < P; ++p)
+    for (int b = 0; b < B; ++b) acc[p][b] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n8; j += 8) {
+    __m512 wv[P];
+    for (int p = 0; p < P; ++p) {
+      wv[p] = _mm512_loadu_ps(pk + static_cast<size_t>(p) * 2 * static_cast<size_t>(n8) + 2 * j);
+      asm("" : "+v"(wv[p]));
+    }
+    for (int b = 0; b < B; ++b) {
+      __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(x[b] + j))));
+      asm("" : "+v"(xv));
+      for (int p = 0; p < P; ++p) acc[p][b] = _mm512_fmadd_ps(wv[p], xv, acc[p][b]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < B; ++b) {
+      const __m512i ai = _mm512_castps_si512(acc[r / 2][b]);
+      const __m256 half = _mm256_castsi256_ps(r % 2 ? _mm512_extracti64x4_epi64(ai, 1) : _mm512_castsi512_si256(ai));
+      float tail = 0;
+      const uint8_t* wr = w + static_cast<size_t>(r) * stride;
+      for (int64_t jj = n8; jj < n; ++jj) tail += L::s(wr, jj) * x[b][jj];
+      out[r * B + b] = avx2::hsum8(half) + tail;
+    }
+}
+
 // The micro-kernel the tile set takes: one row runs as the AVX2 kernel (a pair would be half idle).
 template <class L, int R, int B>
 void mk_float_avx512(const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n, float* out) {
@@ -91,4 +146,6 @@ void mk_float_avx512(const uint8_t* w, size_t stride, const uint8_t* const* xb, 
 }
 
 }  // namespace agentq::kernels::avx512
+
+#pragma GCC diagnostic pop
 #endif
