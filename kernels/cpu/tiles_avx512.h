@@ -49,14 +49,13 @@ inline __m512 row_pair<avx2::load_bf16>(const uint8_t* a, const uint8_t* b, int6
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves_pair(a, b, j)), 16));
 }
 
-// R >= 2 rows x B inputs, out[r * B + b] = dot(W[r], x[b]), per pair exactly mk_float_avx2's
-// (and rows_float_avx2's) operations. An odd R's last pair repeats its row in the high half;
-// that half's sums are dropped.
-template <class L, int R, int B>
-void mk_float_pairs(const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n, float* out) {
+// R rows x B inputs, out[r * B + b] = dot(W[r], x[b]), per pair exactly mk_float_avx2's (and
+// rows_float_avx2's) operations. pair(p, j): elements j..j+7 of rows 2p and 2p + 1 as one
+// zmm (an odd R's last pair repeats its row in the high half; those sums are dropped). The
+// scalar tail reads the rows (w, stride) themselves.
+template <class L, int R, int B, class Pair>
+void mk_pairs(const Pair& pair, const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n, float* out) {
   constexpr int P = (R + 1) / 2;
-  const uint8_t* wr[2 * P];
-  for (int r = 0; r < 2 * P; ++r) wr[r] = w + static_cast<size_t>(std::min(r, R - 1)) * stride;
   const float* x[B];
   for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const float*>(xb[b]);
   __m512 acc[P][B];
@@ -67,7 +66,7 @@ void mk_float_pairs(const uint8_t* w, size_t stride, const uint8_t* const* xb, i
     // NOTE: registers pinned as in mk_float_avx2 (GCC would fold the loads into every FMA).
     __m512 wv[P];
     for (int p = 0; p < P; ++p) {
-      wv[p] = row_pair<L>(wr[2 * p], wr[2 * p + 1], j);
+      wv[p] = pair(p, j);
       asm("" : "+v"(wv[p]));
     }
     for (int b = 0; b < B; ++b) {
@@ -78,13 +77,21 @@ void mk_float_pairs(const uint8_t* w, size_t stride, const uint8_t* const* xb, i
   }
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < B; ++b) {
-      const __m512 a = acc[r / 2][b];
-      const __m512i ai = _mm512_castps_si512(a);
+      const __m512i ai = _mm512_castps_si512(acc[r / 2][b]);
       const __m256 half = _mm256_castsi256_ps(r % 2 ? _mm512_extracti64x4_epi64(ai, 1) : _mm512_castsi512_si256(ai));
+      const uint8_t* wr = w + static_cast<size_t>(r) * stride;
       float tail = 0;
-      for (int64_t jj = n8; jj < n; ++jj) tail += L::s(wr[r], jj) * x[b][jj];
+      for (int64_t jj = n8; jj < n; ++jj) tail += L::s(wr, jj) * x[b][jj];
       out[r * B + b] = avx2::hsum8(half) + tail;
     }
+}
+
+// Pairs read from the rows, converted per use (R >= 2).
+template <class L, int R, int B>
+void mk_float_pairs(const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n, float* out) {
+  const uint8_t* wr[R + 1];
+  for (int r = 0; r <= R; ++r) wr[r] = w + static_cast<size_t>(std::min(r, R - 1)) * stride;
+  mk_pairs<L, R, B>([&](int p, int64_t j) { return row_pair<L>(wr[2 * p], wr[2 * p + 1], j); }, w, stride, xb, n, out);
 }
 
 // Prefill form: rows converted to F32 once per chunk and stored pair-interleaved, so the
@@ -102,38 +109,13 @@ void pack_float_pairs(const uint8_t* w, size_t stride, int64_t rows, int64_t n8,
   }
 }
 
-// mk_float_pairs over packed rows (pk: pack_float_pairs' output for these R rows); the scalar
-// tail reads the rows themselves. Same operations, so the same bits.
+// Pairs read from pack_float_pairs' output for these R rows (pk, n8 as there).
 template <class L, int R, int B>
 void mk_float_packed(const float* pk, int64_t n8, const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n,
                      float* out) {
-  constexpr int P = (R + 1) / 2;
-  const float* x[B];
-  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const float*>(xb[b]);
-  __m512 acc[P][B];
-  for (int p = 0; p < P; ++p)
-    for (int b = 0; b < B; ++b) acc[p][b] = _mm512_setzero_ps();
-  for (int64_t j = 0; j < n8; j += 8) {
-    __m512 wv[P];
-    for (int p = 0; p < P; ++p) {
-      wv[p] = _mm512_loadu_ps(pk + static_cast<size_t>(p) * 2 * static_cast<size_t>(n8) + 2 * j);
-      asm("" : "+v"(wv[p]));
-    }
-    for (int b = 0; b < B; ++b) {
-      __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(x[b] + j))));
-      asm("" : "+v"(xv));
-      for (int p = 0; p < P; ++p) acc[p][b] = _mm512_fmadd_ps(wv[p], xv, acc[p][b]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < B; ++b) {
-      const __m512i ai = _mm512_castps_si512(acc[r / 2][b]);
-      const __m256 half = _mm256_castsi256_ps(r % 2 ? _mm512_extracti64x4_epi64(ai, 1) : _mm512_castsi512_si256(ai));
-      float tail = 0;
-      const uint8_t* wr = w + static_cast<size_t>(r) * stride;
-      for (int64_t jj = n8; jj < n; ++jj) tail += L::s(wr, jj) * x[b][jj];
-      out[r * B + b] = avx2::hsum8(half) + tail;
-    }
+  mk_pairs<L, R, B>(
+      [&](int p, int64_t j) { return _mm512_loadu_ps(pk + static_cast<size_t>(p) * 2 * static_cast<size_t>(n8) + 2 * j); },
+      w, stride, xb, n, out);
 }
 
 // The micro-kernel the tile set takes: one row runs as the AVX2 kernel (a pair would be half idle).
