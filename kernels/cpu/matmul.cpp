@@ -228,8 +228,8 @@ template <int R, int B> struct q6_k_mk { static constexpr mk_fn f = mk_q6_k_avx2
 
 #if AGENTQ_KERNELS_AVX512F
 // Float micro-kernels: 2 rows per zmm register (tiles_avx512.h), 8 rows x 6 inputs (24
-// accumulators). Zen 5, 110M F16 pp256, paired: 8x6 over 6x6 x1.03-1.07, 6x8 x1.05, 6x4 0.94,
-// 4x6 0.88; 1B F16 pp128 8x6 over 6x6 x1.07.
+// accumulators). Zen 5, 110M F16 pp256, paired: 8x6 over 6x6 x1.04 (1B pp128 x1.07), over
+// 6x8 x1.03; 6x6 over 6x4 x1.07; 4x6 0.94 and 2x8 0.81 of 6x4.
 template <class L> struct float_mks {
   template <int R, int B> struct t { static constexpr mk_fn f = avx512::mk_float_avx512<L, R, B>; };
 };
