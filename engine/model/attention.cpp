@@ -13,6 +13,7 @@
 
 #include "agentq/exp_avx2.h"
 #include "agentq/kernels.h"
+#include "agentq/zmm_halves.h"
 
 #include "kv/kv_store.h"
 
@@ -295,34 +296,19 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
 }
 #endif
 
-
 #if AGENTQ_ATTENTION_AVX2 && defined(__AVX512F__)
-// NOTE: GCC 12's AVX-512 insert/extract intrinsics pass an _mm256_undefined_*() (a
-// self-initialised variable) as the unused merge source, which -Wuninitialized reports once
-// inlined here; the value is never read.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
 // Two queries of one head at consecutive positions (pos_a, pos_a + 1) over packed rows, bit for
 // bit as two attend_one_avx2 calls: every zmm register holds query A's 8 lanes in its low half
 // and B's in its high half, each lane doing the AVX2 kernel's float operations in its order
 // (K and V chunks broadcast to both halves; hsum8x8 per half). B's extra key, pos_a + 1, is
 // scored and accumulated last, on its own, as B's own call does.
 // NOTE: why: prefill attention ran at 256-bit FMA width, ~16% of 110M F16 pp512 on Zen 5.
-inline __m512 both(__m256 lo, __m256 hi) {
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_zextpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
-}
-inline __m512 bcast8(const float* p) {
-  return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(p))));
-}
-inline __m256 lo_half(__m512 v) { return _mm256_castsi256_ps(_mm512_castsi512_si256(_mm512_castps_si512(v))); }
-inline __m256 hi_half(__m512 v) { return _mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1)); }
-
 template <int NV>
 void attend_pair_avx512(const attention_args& a, const packed_rows& rows, const float* qa, const float* qb,
                         int32_t pos_a, float* out_a, float* out_b, float* sa, float* sb) {
   static_assert(NV % 8 == 0);
   __m512 qv[NV];
-  for (int c = 0; c < NV; ++c) qv[c] = both(_mm256_loadu_ps(qa + 8 * c), _mm256_loadu_ps(qb + 8 * c));
+  for (int c = 0; c < NV; ++c) qv[c] = kernels::join_halves(_mm256_loadu_ps(qa + 8 * c), _mm256_loadu_ps(qb + 8 * c));
   const int32_t na = pos_a + 1, nb = na + 1;
   auto k_row = [&](int32_t t) { return rows.k + size_t(t) * rows.stride; };
   const __m256 scale = _mm256_set1_ps(a.scale);
@@ -330,13 +316,13 @@ void attend_pair_avx512(const attention_args& a, const packed_rows& rows, const 
   int32_t t = 0;
   for (; t + 8 <= na; t += 8) {
     __m512 acc[8];
-    for (int i = 0; i < 8; ++i) acc[i] = _mm512_mul_ps(qv[0], bcast8(k_row(t + i)));
+    for (int i = 0; i < 8; ++i) acc[i] = _mm512_mul_ps(qv[0], kernels::broadcast8(k_row(t + i)));
     for (int c = 1; c < NV; ++c)
-      for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(qv[c], bcast8(k_row(t + i) + 8 * c), acc[i]);
+      for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(qv[c], kernels::broadcast8(k_row(t + i) + 8 * c), acc[i]);
     __m256 h[8];
-    for (int i = 0; i < 8; ++i) h[i] = lo_half(acc[i]);
+    for (int i = 0; i < 8; ++i) h[i] = kernels::low_half(acc[i]);
     const __m256 s_a = _mm256_mul_ps(hsum8x8(h), scale);
-    for (int i = 0; i < 8; ++i) h[i] = hi_half(acc[i]);
+    for (int i = 0; i < 8; ++i) h[i] = kernels::high_half(acc[i]);
     const __m256 s_b = _mm256_mul_ps(hsum8x8(h), scale);
     _mm256_storeu_ps(sa + t, s_a);
     _mm256_storeu_ps(sb + t, s_b);
@@ -358,24 +344,23 @@ void attend_pair_avx512(const attention_args& a, const packed_rows& rows, const 
     mxb = _mm256_max_ps(mxb, _mm256_set1_ps(sb[u]));
   }
   const __m256 inv_a = softmax_scores(sa, na, mxa), inv_b = softmax_scores(sb, nb, mxb);
-  const __m512 inv = both(inv_a, inv_b);
+  const __m512 inv = kernels::join_halves(inv_a, inv_b);
   for (int c0 = 0; c0 < NV; c0 += 8) {
     __m512 acc[8];
     for (int c = 0; c < 8; ++c) acc[c] = _mm512_setzero_ps();
     for (int32_t u = 0; u < na; ++u) {
       const float* vt = rows.v + size_t(u) * rows.stride + 8 * c0;
-      const __m512 p = _mm512_mul_ps(both(_mm256_broadcast_ss(sa + u), _mm256_broadcast_ss(sb + u)), inv);
-      for (int c = 0; c < 8; ++c) acc[c] = _mm512_fmadd_ps(p, bcast8(vt + 8 * c), acc[c]);
+      const __m512 p = _mm512_mul_ps(kernels::join_halves(_mm256_broadcast_ss(sa + u), _mm256_broadcast_ss(sb + u)), inv);
+      for (int c = 0; c < 8; ++c) acc[c] = _mm512_fmadd_ps(p, kernels::broadcast8(vt + 8 * c), acc[c]);
     }
     const float* vt = rows.v + size_t(na) * rows.stride + 8 * c0;
     const __m256 pb = _mm256_mul_ps(_mm256_broadcast_ss(sb + na), inv_b);
     for (int c = 0; c < 8; ++c) {
-      _mm256_storeu_ps(out_a + 8 * (c0 + c), lo_half(acc[c]));
-      _mm256_storeu_ps(out_b + 8 * (c0 + c), _mm256_fmadd_ps(pb, load8(vt + 8 * c), hi_half(acc[c])));
+      _mm256_storeu_ps(out_a + 8 * (c0 + c), kernels::low_half(acc[c]));
+      _mm256_storeu_ps(out_b + 8 * (c0 + c), _mm256_fmadd_ps(pb, load8(vt + 8 * c), kernels::high_half(acc[c])));
     }
   }
 }
-#pragma GCC diagnostic pop
 #endif
 
 #if AGENTQ_ATTENTION_AVX2

@@ -14,16 +14,11 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "agentq/zmm_halves.h"
 #include "cpu/simd_avx2.h"
 #include "cpu/tiles_avx2.h"
 
 #define AGENTQ_KERNELS_AVX512F 1
-
-// NOTE: GCC 12's AVX-512 insert/extract intrinsics pass an _mm256_undefined_*() (a
-// self-initialised variable) as the unused merge source, which -Wuninitialized reports once
-// inlined into some instantiations; the value is never read.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace agentq::kernels::avx512 {
 
@@ -31,8 +26,7 @@ namespace agentq::kernels::avx512 {
 // (conversions to float are exact, so any instruction sequence gives the same bits).
 template <class L>
 inline __m512 row_pair(const uint8_t* a, const uint8_t* b, int64_t j) {
-  return _mm512_castpd_ps(
-      _mm512_insertf64x4(_mm512_zextpd256_pd512(_mm256_castps_pd(L::v(a, j))), _mm256_castps_pd(L::v(b, j)), 1));
+  return join_halves(L::v(a, j), L::v(b, j));
 }
 // F16 and BF16: the two rows' 16-bit values in one register, widened once.
 inline __m256i halves_pair(const uint8_t* a, const uint8_t* b, int64_t j) {
@@ -70,15 +64,14 @@ void mk_pairs(const Pair& pair, const uint8_t* w, size_t stride, const uint8_t* 
       asm("" : "+v"(wv[p]));
     }
     for (int b = 0; b < B; ++b) {
-      __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(x[b] + j))));
+      __m512 xv = broadcast8(x[b] + j);
       asm("" : "+v"(xv));
       for (int p = 0; p < P; ++p) acc[p][b] = _mm512_fmadd_ps(wv[p], xv, acc[p][b]);
     }
   }
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < B; ++b) {
-      const __m512i ai = _mm512_castps_si512(acc[r / 2][b]);
-      const __m256 half = _mm256_castsi256_ps(r % 2 ? _mm512_extracti64x4_epi64(ai, 1) : _mm512_castsi512_si256(ai));
+      const __m256 half = r % 2 ? high_half(acc[r / 2][b]) : low_half(acc[r / 2][b]);
       const uint8_t* wr = w + static_cast<size_t>(r) * stride;
       float tail = 0;
       for (int64_t jj = n8; jj < n; ++jj) tail += L::s(wr, jj) * x[b][jj];
@@ -129,5 +122,4 @@ void mk_float_avx512(const uint8_t* w, size_t stride, const uint8_t* const* xb, 
 
 }  // namespace agentq::kernels::avx512
 
-#pragma GCC diagnostic pop
 #endif
