@@ -297,6 +297,12 @@ size_t activation_row_bytes(weight_type t, int64_t n_cols) {
   }
 }
 
+// A micro-kernel's kr rows x kb inputs (o[i * kb + j]) into y at rows r.., inputs b...
+inline void store_tile(const float* o, int kr, int kb, float* y, int64_t n_rows, int64_t r, int64_t b) {
+  for (int i = 0; i < kr; ++i)
+    for (int j = 0; j < kb; ++j) y[(b + j) * n_rows + r + i] = o[i * kb + j];
+}
+
 // NOTE: the blocking below only decides which (b, r) pairs run together; each
 // pair's value comes from the same tile code path whatever the tile width.
 // Three levels: an L2 block of inputs (weights stream from memory once per block),
@@ -344,8 +350,7 @@ void run_tiles(const tile_set& ts, const uint8_t* w, size_t row_stride, int64_t 
             for (int i = 0; i < kb; ++i) xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
             if (ts.mk_r > 0) ts.mk[kr][kb](wr, row_stride, xs, n_cols, o);
             else ts.fn[kb](wr, xs, n_cols, o);
-            for (int i = 0; i < kr; ++i)
-              for (int j = 0; j < kb; ++j) y[(b + j) * n_rows + r + i] = o[i * kb + j];
+            store_tile(o, kr, kb, y, n_rows, r, b);
             b += kb;
           }
           r += kr;
@@ -402,8 +407,7 @@ void run_float_packed(const uint8_t* w, size_t row_stride, int64_t n_cols, const
           for (int i = 0; i < kb; ++i) xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
           table[kr][kb](pk.data() + static_cast<size_t>(r - r0) * static_cast<size_t>(n8), n8,
                         w + static_cast<size_t>(r) * row_stride, row_stride, xs, n_cols, o);
-          for (int i = 0; i < kr; ++i)
-            for (int j = 0; j < kb; ++j) y[(b + j) * n_rows + r + i] = o[i * kb + j];
+          store_tile(o, kr, kb, y, n_rows, r, b);
           b += kb;
         }
       }
