@@ -135,8 +135,7 @@ void rows_float_avx2(const uint8_t* w, size_t stride, const uint8_t* xp, int64_t
   // (a 6 KiB group) it is needed (10-11 GB/s without it on one thread, 16-19 with it).
   // On a Zen 5 host (k_avx512_core) the 2-byte formats want it at every length: F16 at
   // 2048-8192 columns, 2 threads, 44-50 -> 72-78 GB/s with it; F32 within 5% either way
-  // there, so it keeps the rule. A Zen 1 host wants it too (k_prefetch_long_2byte_rows): 1B F16
-  // decode 7.76 -> 9.11 tok/s, 110M 72.7 -> 80.9 (5 alternating rounds, medians).
+  // there, so it keeps the rule. Zen 1 wants it too; which builds do: k_prefetch_long_2byte_rows.
   const bool soft_prefetch = (k_prefetch_long_2byte_rows && L::size == 2) || R * stride <= 8192;
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {

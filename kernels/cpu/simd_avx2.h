@@ -40,7 +40,8 @@ inline constexpr bool k_avx512_core = false;
 // NOTE: rows_float_avx2 prefetches long rows of the 2-byte formats only on the cores where that
 // measured faster: Zen 5 (k_avx512_core) and Zen 1 (-march=native defines __znver1__; its F16
 // decode is bound by vcvtph2ps at ~13 GB/s a core, so the stream needs the head start: 1B F16
-// 7.8 -> 9.1 tok/s). Zen 3 ran 29% faster without it, and other AVX2 cores are unmeasured.
+// 7.76 -> 9.11 tok/s, 110M 72.7 -> 80.9, 5 alternating rounds, medians). Zen 3 ran 29% faster
+// without it, and other AVX2 cores are unmeasured.
 #if defined(__AVX512F__) || defined(__znver1__)
 inline constexpr bool k_prefetch_long_2byte_rows = true;
 #else
