@@ -30,7 +30,8 @@ inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
 // NOTE: the build target stands in for the core: AVX-512 builds run on cores that have it (Zen
 // 4/5, recent Intel), where the prefetch rules measured otherwise than on Zen 3 (AVX2 only):
-// rows_float_avx2's prefetch for 2-byte formats, run_x8's distance ahead.
+// rows_float_avx2's prefetch for 2-byte formats (k_prefetch_long_2byte_rows), run_x8's distance
+// ahead.
 #if defined(__AVX512F__)
 inline constexpr bool k_avx512_core = true;
 #else
@@ -42,10 +43,10 @@ inline constexpr bool k_avx512_core = false;
 // decode is bound by vcvtph2ps at ~13 GB/s a core, so the stream needs the head start: 1B F16
 // 7.76 -> 9.11 tok/s, 110M 72.7 -> 80.9, 5 alternating rounds, medians). Zen 3 ran 29% faster
 // without it, and other AVX2 cores are unmeasured.
-#if defined(__AVX512F__) || defined(__znver1__)
+#if defined(__znver1__)
 inline constexpr bool k_prefetch_long_2byte_rows = true;
 #else
-inline constexpr bool k_prefetch_long_2byte_rows = false;
+inline constexpr bool k_prefetch_long_2byte_rows = k_avx512_core;
 #endif
 
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
