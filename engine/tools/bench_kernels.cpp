@@ -2,6 +2,7 @@
 // against the measured streaming-read bandwidth (the roofline). Ends with one JSON line.
 //   agentq-bench_kernels [--rows N] [--cols N] [--threads N] [--batch N] [--types f16,q8_0,...] [--trials N] [--clock cpu|wall]
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cstdio>
@@ -77,19 +78,45 @@ void make_weights(weights& w, k::weight_type t, int64_t n_rows, int64_t n_cols, 
   }
 }
 
+// A barrier whose waiters spin (yielding after a while), for wall-clock timing.
+// NOTE: std::barrier sleeps in the kernel, and waking a thread in a VM took tens of
+// microseconds, as long as a 2048x2048 Q4_K matvec: by wall clock 2 threads read no more
+// than 1 (~11 GB/s on a Zen 1 host against ~22 by CPU clock).
+class spin_barrier {
+ public:
+  explicit spin_barrier(int n) : n_(n) {}
+  void arrive_and_wait() {
+    const int phase = phase_.load(std::memory_order_acquire);
+    if (waiting_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+      waiting_.store(0, std::memory_order_relaxed);
+      phase_.store(phase + 1, std::memory_order_release);
+      return;
+    }
+    for (int i = 0; phase_.load(std::memory_order_acquire) == phase; ++i)
+      if (i > (1 << 16)) std::this_thread::yield();
+  }
+
+ private:
+  const int n_;
+  std::atomic<int> waiting_{0}, phase_{0};
+};
+
 // Times matmul over all copies round-robin with n_threads threads (rows split
 // evenly, activations quantized once per call and shared). One trial is one pass
 // over every copy; returns the best trial's seconds per call.
 // NOTE: best-of-trials, because the build host is shared: the best trial is the
 // one least disturbed by other processes, which is what the roofline compares.
-double time_matmul(const weights& w, int64_t n_rows, int64_t n_cols, const std::vector<float>& x, int64_t n_x,
-                   int n_threads, int n_trials, bool cpu_clock) {
+// By CPU clock the threads sleep at the barriers (waiting is not counted); by wall clock they
+// spin, as the engine's pool does between a step's jobs.
+template <class Barrier>
+double time_matmul_with(const weights& w, int64_t n_rows, int64_t n_cols, const std::vector<float>& x, int64_t n_x,
+                        int n_threads, int n_trials, bool cpu_clock) {
   std::vector<float> y(static_cast<size_t>(n_x * n_rows));
   std::vector<uint8_t> qx(k::activation_bytes(w.t, n_cols, n_x));
   const size_t n_calls = w.copies.size();
   double best = 1e30;
   std::vector<double> cpu(static_cast<size_t>(n_threads));
-  std::barrier sync(n_threads);
+  Barrier sync(n_threads);
   std::vector<std::thread> ts;
   for (int th = 0; th < n_threads; ++th) {
     ts.emplace_back([&, th] {
@@ -116,6 +143,12 @@ double time_matmul(const weights& w, int64_t n_rows, int64_t n_cols, const std::
   }
   for (auto& t : ts) t.join();
   return best;
+}
+
+double time_matmul(const weights& w, int64_t n_rows, int64_t n_cols, const std::vector<float>& x, int64_t n_x,
+                   int n_threads, int n_trials, bool cpu_clock) {
+  return cpu_clock ? time_matmul_with<std::barrier<>>(w, n_rows, n_cols, x, n_x, n_threads, n_trials, true)
+                   : time_matmul_with<spin_barrier>(w, n_rows, n_cols, x, n_x, n_threads, n_trials, false);
 }
 
 }  // namespace
