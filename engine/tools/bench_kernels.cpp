@@ -11,7 +11,12 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "agentq/kernels.h"
 
@@ -92,8 +97,12 @@ class spin_barrier {
       phase_.store(phase + 1, std::memory_order_release);
       return;
     }
-    for (int i = 0; phase_.load(std::memory_order_acquire) == phase; ++i)
+    for (int i = 0; phase_.load(std::memory_order_acquire) == phase; ++i) {
       if (i > (1 << 16)) std::this_thread::yield();
+#if defined(__x86_64__)
+      else _mm_pause();
+#endif
+    }
   }
 
  private:
@@ -110,7 +119,8 @@ class spin_barrier {
 // spin, as the engine's pool does between a step's jobs.
 template <class Barrier>
 double time_matmul_with(const weights& w, int64_t n_rows, int64_t n_cols, const std::vector<float>& x, int64_t n_x,
-                        int n_threads, int n_trials, bool cpu_clock) {
+                        int n_threads, int n_trials) {
+  constexpr bool cpu_clock = std::is_same_v<Barrier, std::barrier<>>;
   std::vector<float> y(static_cast<size_t>(n_x * n_rows));
   std::vector<uint8_t> qx(k::activation_bytes(w.t, n_cols, n_x));
   const size_t n_calls = w.copies.size();
@@ -147,8 +157,8 @@ double time_matmul_with(const weights& w, int64_t n_rows, int64_t n_cols, const 
 
 double time_matmul(const weights& w, int64_t n_rows, int64_t n_cols, const std::vector<float>& x, int64_t n_x,
                    int n_threads, int n_trials, bool cpu_clock) {
-  return cpu_clock ? time_matmul_with<std::barrier<>>(w, n_rows, n_cols, x, n_x, n_threads, n_trials, true)
-                   : time_matmul_with<spin_barrier>(w, n_rows, n_cols, x, n_x, n_threads, n_trials, false);
+  return cpu_clock ? time_matmul_with<std::barrier<>>(w, n_rows, n_cols, x, n_x, n_threads, n_trials)
+                   : time_matmul_with<spin_barrier>(w, n_rows, n_cols, x, n_x, n_threads, n_trials);
 }
 
 }  // namespace
