@@ -4,6 +4,7 @@
 // tools -> ...); the threads spend their life blocked on the engine, SQLite or a tool, and max_jobs
 // bounds them (64 by default). Concurrency on the GPU comes from the engine batching their turns.
 #include "worker/worker.h"
+#include "worker/call_ids.h"
 
 #include <unistd.h>
 
@@ -542,12 +543,12 @@ struct worker::impl {
         return;
       }
 
-      // Commit the turn before any of its tools run. Call ids are ours: stable across crashes.
+      // Commit the turn before any of its tools run. Call ids are ours (call_ids.h): unique per
+      // job, turn and index, so stable across crashes and distinct across jobs.
       int32_t turn_idx = st.n_turns;
       chat_message msg = res.message;
       msg.role = role::assistant;
-      for (size_t i = 0; i < msg.tool_calls.size(); ++i)
-        msg.tool_calls[i].id = "call_aq" + std::to_string(turn_idx) + "_" + std::to_string(i);
+      for (size_t i = 0; i < msg.tool_calls.size(); ++i) msg.tool_calls[i].id = make_call_id(c.job_id, turn_idx, i);
       usage.prompt_tokens += res.usage.n_tokens_prompt;
       usage.cached_tokens += res.usage.n_tokens_cached;
       usage.computed_tokens += res.usage.n_tokens_computed;
@@ -591,16 +592,6 @@ struct worker::impl {
 
   // --- timeline (obs/obs_store.h): fenced on the job's epoch, best effort ---------------
 
-  // "call_aq<turn>_<i>" -> turn (ids are ours; see run_job)
-  static std::optional<int32_t> turn_of_call(const std::string& call_id) {
-    if (!call_id.starts_with("call_aq")) return std::nullopt;
-    try {
-      return std::stoi(call_id.substr(7));
-    } catch (...) {
-      return std::nullopt;
-    }
-  }
-
   // An open "parked" span; the next turn's submit (or the job's end) closes it.
   void record_parked(job_ctx& c, std::optional<int32_t> turn, double expected_wait_s) {
     if (!options.timeline) return;
@@ -623,7 +614,7 @@ struct worker::impl {
     e.kind = "tool";
     e.start_ms = start_ms;
     e.end_ms = store::now_ms();
-    e.turn = turn_of_call(tc.id);
+    e.turn = turn_of_call_id(tc.id);
     e.label = tc.name + (res.ok ? "" : " (failed: " + res.error + ")") +
               (n_attempts > 1 ? ", " + std::to_string(n_attempts) + " attempts" : "");
     e.attrs = {{"name", tc.name}, {"call_id", tc.id}, {"attempts", n_attempts}, {"retries", n_attempts - 1},
@@ -669,7 +660,7 @@ struct worker::impl {
     double wait = 0;
     for (auto& [tc, t] : server_calls) wait = std::max(wait, expected_wait_s(*t));
     eng->park(c.job_key, wait);
-    record_parked(c, turn_of_call(server_calls.front().first->id), wait);
+    record_parked(c, turn_of_call_id(server_calls.front().first->id), wait);
     std::vector<std::future<void>> running;
     for (auto& [tc, t] : server_calls) {
       db.append_event(c.job_id, c.epoch, "tool_call", json{{"call_id", tc->id}, {"name", tc->name}}.dump());

@@ -19,6 +19,7 @@
 #include "store/store.h"
 #include "temp_dir.h"
 #include "tool_server.h"
+#include "worker/call_ids.h"
 #include "worker/worker.h"
 
 using namespace agentq;
@@ -158,7 +159,7 @@ TEST_CASE("kill at a fault point, resume on another worker from the last committ
     p.q->stop_relay();
     CHECK(j.status == job_status::completed);
     CHECK(json::parse(j.result_json)["content"] == "done: 7");
-    CHECK(count_calls(tools, "call_aq0_0") == sc.tool_calls);  // same stable call id on a re-run
+    CHECK(count_calls(tools, worker::make_call_id(id, 0, 0)) == sc.tool_calls);  // same stable call id on a re-run
     CHECK(count_rows(*p.db, id, "assistant") == 2);            // no turn generated twice
     CHECK(count_rows(*p.db, id, "tool") == 1);
     CHECK(p.eng->requests().size() == sc.resumed_turns);

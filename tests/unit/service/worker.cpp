@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -14,6 +16,7 @@
 #include "temp_dir.h"
 #include "tool_server.h"
 #include "worker/agent_spec.h"
+#include "worker/call_ids.h"
 #include "worker/worker.h"
 
 using namespace agentq;
@@ -129,7 +132,7 @@ TEST_CASE("multi-turn loop with a server-side tool: transcript, usage, events pe
   REQUIRE(tr.size() == 4);
   CHECK(tr[0].role == "user");
   CHECK(tr[1].role == "assistant");
-  CHECK(tr[1].tool_calls_json.find("call_aq0_0") != std::string::npos);
+  CHECK(tr[1].tool_calls_json.find(worker::make_call_id(id, 0, 0)) != std::string::npos);
   CHECK(tr[2].role == "tool");
   CHECK(tr[2].content == "sum=41");
   CHECK(tr[3].content == "the answer is sum=41");
@@ -142,7 +145,8 @@ TEST_CASE("multi-turn loop with a server-side tool: transcript, usage, events pe
   REQUIRE(reqs.size() == 1);
   auto body = json::parse(reqs[0].body);
   CHECK(body["job_id"] == id);
-  CHECK(body["call_id"] == "call_aq0_0");
+  CHECK(body["call_id"] == worker::make_call_id(id, 0, 0));
+  CHECK(reqs[0].header("webhook-id") == worker::make_call_id(id, 0, 0));
   CHECK(body["name"] == "add");
   CHECK(reqs[0].headers.find("webhook-signature: v1,") != std::string::npos);
   auto ev = R.db->read_events(id, 0, 100);
@@ -156,6 +160,46 @@ TEST_CASE("multi-turn loop with a server-side tool: transcript, usage, events pe
   // return first (seen once in CI).
   for (int i = 0; i < 400 && R.eng->n_releases() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   CHECK(R.eng->n_releases() >= 1);
+}
+
+TEST_CASE("call ids: unique across jobs, so a de-duplicating tool server sees every job's call") {
+  // The tool server does what agentq's docs tell it to: apply each call id (webhook-id) once and
+  // answer a repeat with the recorded result.
+  std::mutex mu;
+  std::map<std::string, std::string> applied;  // webhook-id -> output
+  test::tool_server tools([&](const test::tool_server::request& r) {
+    std::string call_id = r.header("webhook-id");
+    auto body = json::parse(r.body);
+    std::lock_guard lock(mu);
+    auto [it, fresh] = applied.try_emplace(call_id, "got " + body["arguments"]["v"].dump());
+    return std::pair{200, json{{"output", it->second}}.dump()};
+  });
+  rig R([](const turn_request& req, int32_t idx) {
+    if (idx == 0) return test::call_tool("echo", req.messages[0].content);
+    return test::answer(req.messages.back().content);
+  }, [] {
+    worker::worker_options o;
+    o.signing_secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    return o;
+  }());
+  std::string a = R.submit({{"messages", {user(R"({"v":1})")}}, {"tools", {http_tool("echo", tools.url())}}});
+  std::string b = R.submit({{"messages", {user(R"({"v":2})")}}, {"tools", {http_tool("echo", tools.url())}}});
+  auto ja = R.wait_terminal(a), jb = R.wait_terminal(b);
+  CHECK(json::parse(ja.result_json)["content"] == "got 1");
+  CHECK(json::parse(jb.result_json)["content"] == "got 2");  // not job a's recorded result
+  std::lock_guard lock(mu);
+  CHECK(applied.size() == 2);
+  CHECK(applied.count(worker::make_call_id(a, 0, 0)) == 1);
+  CHECK(applied.count(worker::make_call_id(b, 0, 0)) == 1);
+}
+
+TEST_CASE("call ids: derived from job, turn and index; the turn reads back") {
+  CHECK(worker::make_call_id("job_0123456789abcdef01234567", 3, 1) == "call_0123456789abcdef01234567_3_1");
+  CHECK(worker::turn_of_call_id("call_0123456789abcdef01234567_3_1") == 3);
+  CHECK(worker::turn_of_call_id(worker::make_call_id("job_ab", 12, 0)) == 12);
+  CHECK_FALSE(worker::turn_of_call_id("call_x"));
+  CHECK_FALSE(worker::turn_of_call_id("toolu_1_2"));
+  CHECK_FALSE(worker::turn_of_call_id("call_ab_-1_0"));
 }
 
 TEST_CASE("client-side tool: requires_action, outputs, resume with only new tokens computed") {
