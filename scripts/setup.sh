@@ -25,11 +25,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The dashboard's browser test (tests/e2e/ui_browser.sh) drives the system chromium with playwright-core.
+# The dashboard's browser test (tests/e2e/ui_browser.sh) drives the system chromium with playwright-core;
+# tests/e2e/node holds the real client libraries other e2e tests use (standardwebhooks).
 # NOTE: npm ci (network-bound) runs alongside the build instead of after it.
 npm_pid=""
-if [ "${AGENTQ_SETUP_NPM:-1}" = 1 ] && [ ! -d tests/e2e/ui/node_modules/playwright-core ] && command -v npm >/dev/null; then
-  npm ci --prefix tests/e2e/ui --no-audit --no-fund --loglevel=error >/dev/null &
+if [ "${AGENTQ_SETUP_NPM:-1}" = 1 ] && command -v npm >/dev/null; then
+  (
+    rc=0
+    [ -d tests/e2e/ui/node_modules/playwright-core ] ||
+      npm ci --prefix tests/e2e/ui --no-audit --no-fund --loglevel=error >/dev/null || rc=1
+    # re-run when package-lock.json is newer than the install (a dependency was added)
+    [ tests/e2e/node/node_modules/.package-lock.json -nt tests/e2e/node/package-lock.json ] ||
+      npm ci --prefix tests/e2e/node --no-audit --no-fund --loglevel=error >/dev/null || rc=1
+    exit $rc
+  ) &
   npm_pid=$!
 fi
 
@@ -42,5 +51,5 @@ cmake --build "$build_dir" -j "$(nproc)" "${targets[@]}"
 echo "setup: built into $build_dir/bin"
 
 if [ -n "$npm_pid" ]; then
-  wait "$npm_pid" || echo "setup: npm ci in tests/e2e/ui failed; the browser test will be skipped"
+  wait "$npm_pid" || echo "setup: npm ci in tests/e2e/ui or tests/e2e/node failed; the tests needing them will be skipped"
 fi

@@ -68,19 +68,6 @@ bool parse_redis_url(const std::string& url, queue::redis_options* out) {
   return !out->host.empty() && out->port > 0 && out->port < 65536;
 }
 
-// A secret for signing server-side tool calls, generated once per data dir.
-std::string tool_signing_secret(const std::string& data_dir) {
-  fs::path p = fs::path(data_dir) / "tool_signing_secret";
-  std::ifstream in(p);
-  std::string s;
-  if (in && std::getline(in, s) && webhooks::decode_secret(s)) return s;
-  s = webhooks::generate_secret();
-  std::ofstream out(p);
-  out << s << "\n";
-  fs::permissions(p, fs::perms::owner_read | fs::perms::owner_write);
-  return s;
-}
-
 int run(const daemon::config& c) {
   bool serve_api = c.role != daemon::role::worker;
   bool run_worker = c.role != daemon::role::api;
@@ -187,7 +174,10 @@ int run(const daemon::config& c) {
     wo.heartbeat_ms = c.heartbeat_ms;
     wo.reclaim_interval_ms = c.reclaim_interval_ms;
     wo.max_deliveries = c.max_deliveries;
-    wo.signing_secret = tool_signing_secret(c.data_dir);
+    // a job's tool requests are signed with the whsec_ secret of the key that submitted it
+    wo.tool_secret = [k = keys.get()](const std::string& job_id, const std::string& tenant) {
+      return k->webhook_secret_for(job_id, tenant);
+    };
     // server-side tools go through the worker's built-in client: net::http_client + signing
     wo.tool_allow_cidrs = c.allow_addresses;
     wo.timeline = obs_db.get();

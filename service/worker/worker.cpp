@@ -62,7 +62,7 @@ int32_t engine_priority(store::job_priority p) {
 }
 
 // Built-in server-side tool transport: net::http_client (SSRF-guarded) + Standard Webhooks signing.
-http_tool_fn make_default_http_tool(const std::string& allow_cidrs, const std::string& secret) {
+http_tool_fn make_default_http_tool(const std::string& allow_cidrs) {
   std::vector<net::cidr> allow;
   if (!allow_cidrs.empty()) {
     std::string err;
@@ -73,16 +73,16 @@ http_tool_fn make_default_http_tool(const std::string& allow_cidrs, const std::s
       spdlog::error("worker: tool_allow_cidrs: {}", err);
   }
   auto client = std::make_shared<net::http_client>(net::ssrf_guard(allow));
-  return [client, secret](const http_tool_request& r) {
+  return [client](const http_tool_request& r) {
     net::http_request req;
     req.url = r.url;
     req.body = r.body_json;
     req.timeout = std::chrono::milliseconds(r.timeout_ms);
     req.max_response_bytes = static_cast<size_t>(r.max_response_bytes);
     req.headers.push_back({"Content-Type", "application/json"});
-    if (!secret.empty()) {
+    if (!r.secret.empty()) {
       int64_t ts = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-      if (auto h = webhooks::make_headers(secret, r.call_id, ts, r.body_json)) {
+      if (auto h = webhooks::make_headers(r.secret, r.call_id, ts, r.body_json)) {
         req.headers.push_back({"webhook-id", h->id});
         req.headers.push_back({"webhook-timestamp", h->timestamp});
         req.headers.push_back({"webhook-signature", h->signature});
@@ -165,6 +165,7 @@ struct job_ctx {
   queue::delivery delivery;
   uint64_t job_key = 0;
   int64_t created_ms = 0;                  // the job's submission (job latency metric)
+  std::string tenant;                      // the job's tenant (with job_id: whose secret signs its tool calls)
   int64_t deadline_ms = 0;                 // wall clock; 0 = none
   std::string fault_subject;               // the request JSON, matched by AGENTQ_FAULT_MATCH (util/fault.h)
   std::atomic<bool> cancelled{false}, lost{false}, stopping{false}, deadline_hit{false}, done{false};
@@ -194,7 +195,7 @@ struct worker::impl {
   impl(worker_options o, std::shared_ptr<engine> e, store::store& s, queue::queue& qq, bool se)
       : options(std::move(o)), eng(std::move(e)), db(s), q(qq), start_engine(se) {
     id = options.worker_id.empty() ? default_worker_id() : options.worker_id;
-    if (!options.http_tool) options.http_tool = make_default_http_tool(options.tool_allow_cidrs, options.signing_secret);
+    if (!options.http_tool) options.http_tool = make_default_http_tool(options.tool_allow_cidrs);
   }
 
   // --- dispatch --------------------------------------------------------------
@@ -423,6 +424,7 @@ struct worker::impl {
       c.deadline_ms = row.created_ms + static_cast<int64_t>(spec->deadline_seconds * 1000);
     store::usage_totals usage = store::usage_totals::from_json(row.usage_json);
     c.created_ms = row.created_ms;
+    c.tenant = row.tenant;
 
     auto rows = db.read_transcript(c.job_id);
     if (rows.empty()) {
@@ -680,6 +682,8 @@ struct worker::impl {
                         .dump();
     req.job_id = c.job_id;
     req.call_id = tc.id;
+    // NOTE: looked up per call, not per job: a rotated secret takes effect at the next call.
+    if (options.tool_secret) req.secret = options.tool_secret(c.job_id, c.tenant);
     req.timeout_ms = t.http->timeout_ms;
     req.max_response_bytes = t.http->max_response_bytes;
     http_tool_response res;

@@ -29,6 +29,7 @@ struct http_tool_request {
   std::string url;
   std::string body_json;
   std::string job_id, call_id;         // also for signing headers (webhook-id = call_id)
+  std::string secret;                  // "whsec_..." that signs the request (the job's key's); empty = unsigned
   int32_t timeout_ms = 10000;
   int64_t max_response_bytes = 1 << 20;
 };
@@ -53,7 +54,10 @@ struct worker_options {
   int32_t read_block_ms = 200;
   int32_t n_tool_threads = 8;
   double client_tool_park_s = 300;     // park() hint while waiting on a client
-  std::string signing_secret;          // for server-side tool requests (Standard Webhooks style); empty = unsigned
+  // The "whsec_" secret that signs a job's server-side tool requests (Standard Webhooks): the
+  // secret of the API key that submitted it (auth::key_store::webhook_secret_for); "" = unsigned.
+  // Empty function = every request unsigned.
+  std::function<std::string(const std::string& job_id, const std::string& tenant)> tool_secret;
   std::string tool_allow_cidrs;        // SSRF allow-list for tool URLs, e.g. "127.0.0.0/8" (tests)
   int32_t max_deliveries = 5;          // claims before a job is dead-lettered
   http_tool_fn http_tool;              // empty = built-in client

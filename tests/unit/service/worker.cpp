@@ -121,7 +121,7 @@ TEST_CASE("multi-turn loop with a server-side tool: transcript, usage, events pe
     return test::answer("the answer is " + req.messages.back().content);
   }, [] {
     worker::worker_options o;
-    o.signing_secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    o.tool_secret = [](const std::string&, const std::string&) { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"; };
     return o;
   }());
   std::string id = R.submit({{"messages", {user("add 41")}}, {"tools", {http_tool("add", tools.url())}}});
@@ -179,7 +179,7 @@ TEST_CASE("call ids: unique across jobs, so a de-duplicating tool server sees ev
     return test::answer(req.messages.back().content);
   }, [] {
     worker::worker_options o;
-    o.signing_secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    o.tool_secret = [](const std::string&, const std::string&) { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"; };
     return o;
   }());
   std::string a = R.submit({{"messages", {user(R"({"v":1})")}}, {"tools", {http_tool("echo", tools.url())}}});
