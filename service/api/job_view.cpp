@@ -102,7 +102,12 @@ json job_object(const store::job_row& job, const std::vector<store::transcript_r
           for (const char* k : {"queue_ms", "prefill_ms", "decode_ms"})
             if (tu.contains(k)) tim[k] = tu[k];
         t["timings"] = tim;
-        t["finish_reason"] = !r.tool_calls_json.empty() && r.tool_calls_json != "[]" ? "tool_calls" : "stop";
+        // One source of truth: the engine's finish as the worker committed it with the turn (the
+        // same value the "turn" event carries); rows from before it was stored fall back to a guess.
+        if (tu.is_object() && tu.contains("finish") && tu["finish"].is_string())
+          t["finish_reason"] = tu["finish"];
+        else
+          t["finish_reason"] = !r.tool_calls_json.empty() && r.tool_calls_json != "[]" ? "tool_calls" : "stop";
         turns.push_back(std::move(t));
       }
     }

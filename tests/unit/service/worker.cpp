@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "api/job_view.h"
 #include "queue/queue.h"
 #include "redis_server.h"
 #include "scripted_engine.h"
@@ -200,6 +201,35 @@ TEST_CASE("call ids: derived from job, turn and index; the turn reads back") {
   CHECK_FALSE(worker::turn_of_call_id("call_x"));
   CHECK_FALSE(worker::turn_of_call_id("toolu_1_2"));
   CHECK_FALSE(worker::turn_of_call_id("call_ab_-1_0"));
+}
+
+TEST_CASE("finish reasons: a truncated turn is 'length' in turns[] as in its event, tool calls or not") {
+  // turn 0: one complete call, then cut off at the token limit; turn 1: text cut off.
+  rig R([](const turn_request&, int32_t idx) {
+    if (idx == 0) {
+      auto r = test::call_tool("ask", "{}");
+      r.finish = finish_reason::length;
+      return r;
+    }
+    return test::answer("and then", finish_reason::length);
+  });
+  std::string id = R.submit({{"messages", {user("go")}}, {"tools", {client_tool("ask")}}});
+  auto j = R.wait_for(id, [](job_status s) { return s == job_status::requires_action || store::is_terminal(s); });
+  REQUIRE(j.status == job_status::requires_action);
+  auto pending = json::parse(j.pending_json);
+  REQUIRE(pending.size() == 1);
+  REQUIRE(R.db->submit_tool_outputs(id, {{pending[0]["id"], "x"}}).get() == store::write_status::ok);
+  j = R.wait_terminal(id);
+  CHECK(j.status == job_status::incomplete);
+  auto tr = R.db->read_transcript(id);
+  json view = api::job_object(j, &tr);
+  REQUIRE(view["turns"].size() == 2);
+  CHECK(view["turns"][0]["finish_reason"] == "length");
+  CHECK(view["turns"][1]["finish_reason"] == "length");
+  std::vector<std::string> event_finishes;
+  for (auto& e : R.db->read_events(id, 0, 100))
+    if (e.type == "turn") event_finishes.push_back(json::parse(e.data_json)["usage"].value("finish", ""));
+  CHECK(event_finishes == std::vector<std::string>{"length", "length"});
 }
 
 TEST_CASE("client-side tool: requires_action, outputs, resume with only new tokens computed") {
