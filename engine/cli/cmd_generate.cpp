@@ -21,6 +21,7 @@
 #include "sample/sampler.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace {
 
@@ -38,19 +39,32 @@ int usage(FILE* f) {
                "  --json-schema    constrain the output to one JSON value matching this JSON Schema\n"
                "  --device D       where the model runs: cpu (default), cuda, cuda:N (no fallback)\n"
                "  --kv-type T      element type of the stored K/V: f16 (cpu default) or f32 (cuda's only)\n"
-               "  --json           print {prompt_ids, output_ids, text, prompt_tokens_per_s, decode_tokens_per_s}\n");
+               "  --json           print {prompt_ids, output_ids, text, prompt_tokens_per_s, decode_tokens_per_s};\n"
+               "                   text is always valid UTF-8: bytes of a character cut off at the end (or\n"
+               "                   any invalid byte) become U+FFFD; output_ids are the exact tokens\n");
   return f == stdout ? 0 : 2;
 }
 
+// s as the body of a JSON string. NOTE: the output is always valid UTF-8: a byte that
+// does not belong to a valid UTF-8 sequence (a character cut by the token limit, a lone
+// byte token) becomes U+FFFD; output_ids keep the exact tokens.
 std::string json_escape(const std::string& s) {
   std::string out;
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const size_t n = unicode::valid_utf8_len(s, i);
+      if (n == 0) { out += "\xEF\xBF\xBD"; ++i; }
+      else { out.append(s, i, n); i += n; }
+      continue;
+    }
     if (c == '"' || c == '\\') { out += '\\'; out += char(c); }
     else if (c == '\n') out += "\\n";
     else if (c == '\t') out += "\\t";
     else if (c == '\r') out += "\\r";
     else if (c < 0x20 || c == 0x7F) { char buf[8]; std::snprintf(buf, sizeof buf, "\\u%04x", c); out += buf; }
     else out += char(c);
+    ++i;
   }
   return out;
 }

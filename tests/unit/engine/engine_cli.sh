@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # agentq-engine generate/info end to end: greedy --json on the tiny model reproduces
-# the first golden prompt's first 16 output ids; info describes the model and fails
-# with a message (exit 1) on a corrupt file.
+# the first golden prompt's first 16 output ids; --json text stays valid UTF-8 when a character
+# is cut; info describes the model and fails with a message (exit 1) on a corrupt file.
 set -euo pipefail
 bin="${AGENTQ_BIN_DIR:-build/bin}/agentq-engine"
 shared="${AGENTQ_SHARED_DIR:-../shared}"
@@ -48,6 +48,17 @@ a=$("$bin" generate --model "$model" --prompt "$prompt" -n 24 --temp 0.9 --top-k
 b=$("$bin" generate --model "$model" --prompt "$prompt" -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 42 --json)
 [ "$(sed -E 's/.*"output_ids":\[([0-9,]*)\].*/\1/' <<<"$a")" = "$(sed -E 's/.*"output_ids":\[([0-9,]*)\].*/\1/' <<<"$b")" ] ||
   fail "same seed, different samples"
+
+# --json text is valid UTF-8 even when generation stops inside a multi-byte character: a schema
+# forcing "日" (three byte tokens on this vocab), cut at every length; a cut character is U+FFFD.
+printf '{"const":"\xe6\x97\xa5"}' >"$tmp/cjk.json"
+n_cut=0
+for n in $(seq 1 20); do
+  "$bin" generate --model "$model" --prompt "$prompt" -n "$n" --json --json-schema "$tmp/cjk.json" >"$tmp/u8"
+  iconv -f UTF-8 -t UTF-8 "$tmp/u8" >/dev/null 2>&1 || fail "-n $n: --json output is not valid UTF-8: $(od -c "$tmp/u8" | head -5)"
+  if grep -q $'\xef\xbf\xbd' "$tmp/u8"; then n_cut=$((n_cut + 1)); fi
+done
+[ "$n_cut" -gt 0 ] || fail "no run ended inside the character (the check above checked nothing)"
 
 # info on the model, then on a truncated file.
 "$bin" info --model "$model" >"$tmp/info"
