@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,11 @@ using client::exit_code;
 using json = nlohmann::json;
 
 namespace {
+
+// Under --json every failure is also a JSON object on stdout: {"error":{"type","message"}}.
+void print_error_json(const std::string& type, const std::string& message) {
+  std::printf("%s\n", json{{"error", {{"type", type}, {"message", message}}}}.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+}
 
 struct api_reply {
   int status = 0;  // 0 = transport failure (already reported)
@@ -55,6 +61,7 @@ class api_client {
     }
     auto res = http_.send(req);
     if (!res.ok()) {
+      if (cmd_.json) print_error_json("unreachable", "cannot reach the agentq server at " + base_ + ": " + res.message);
       std::fprintf(stderr,
                    "agentq: cannot reach the agentq server at %s (%s).\n"
                    "  Is agentqd running? Start it with `agentqd`, or point AGENTQ_URL / --url at it.\n",
@@ -65,6 +72,11 @@ class api_client {
     api_reply out;
     out.status = res.response.status;
     out.body = json::parse(res.response.body, nullptr, false);
+    if (out.status >= 400 && cmd_.json) {
+      // the server's own {"error":{...}} body; anything else (a proxy's page) wrapped as one
+      if (out.body.is_object() && out.body.contains("error")) std::printf("%s\n", out.body.dump().c_str());
+      else print_error_json("http_" + std::to_string(out.status), res.response.body);
+    }
     if (out.status == 401) {
       std::fprintf(stderr, "agentq: the server rejected the API key%s.\n"
                            "  Set AGENTQ_API_KEY (or --api-key) to a key from `agentq keys create` or agentqd's first-run output.\n",
@@ -78,7 +90,6 @@ class api_client {
       std::string param = out.body.is_object() && out.body.contains("error") && out.body["error"]["param"].is_string()
                               ? " (param: " + out.body["error"]["param"].get<std::string>() + ")"
                               : "";
-      if (cmd_.json) std::printf("%s\n", res.response.body.c_str());
       std::fprintf(stderr, "agentq: HTTP %d: %s%s\n", out.status, msg.c_str(), param.c_str());
       exit_ = exit_code::error;
       out.status = 0;
@@ -135,6 +146,40 @@ void print_job_summary(const json& job) {
   if (job.contains("required_action") && job["required_action"].is_object())
     for (const auto& tc : job["required_action"].value("tool_calls", json::array()))
       std::printf("requires action: tool call %s\n", tc.dump().c_str());
+}
+
+// `keys list`: one key a row.
+void print_keys_table(const json& keys) {
+  std::printf("%-22s %-16s %-12s %-6s %s\n", "ID", "TENANT", "PREFIX", "ADMIN", "REVOKED");
+  for (const auto& k : keys)
+    std::printf("%-22s %-16s %-12s %-6s %s\n", k.value("id", "").c_str(), k.value("tenant", "").c_str(),
+                k.value("prefix", "").c_str(), k.value("admin", false) ? "yes" : "no", k.value("revoked", false) ? "yes" : "no");
+}
+
+// `webhooks ID`: one delivery a row, its attempts indented under it.
+void print_webhooks_table(const json& deliveries) {
+  if (deliveries.empty()) {
+    std::printf("no webhook deliveries\n");
+    return;
+  }
+  std::printf("%-26s %-22s %-10s %-8s %s\n", "ID", "EVENT", "STATE", "ATTEMPTS", "URL");
+  for (const auto& d : deliveries) {
+    std::printf("%-26s %-22s %-10s %-8d %s\n", d.value("id", "").c_str(), d.value("event", "").c_str(),
+                d.value("state", "").c_str(), d.value("n_attempts", 0), d.value("url", "").c_str());
+    for (const auto& a : d.value("attempts", json::array())) {
+      std::string outcome = a["status_code"].is_number() ? "HTTP " + std::to_string(a["status_code"].get<int>()) : "no response";
+      if (a["error"].is_string()) outcome += " (" + a["error"].get<std::string>() + ")";
+      std::printf("  attempt %d: %s, %lld ms\n", a.value("attempt", 0), outcome.c_str(), (long long)a.value("duration_ms", 0));
+    }
+  }
+}
+
+// `keys revoke` / `keys rotate-secret`: the key object (with webhook_secret after a rotation).
+void print_key_action(const json& key, bool rotated) {
+  if (rotated)
+    std::printf("new webhook secret for %s (shown once): %s\n", key.value("id", "").c_str(), key.value("webhook_secret", "").c_str());
+  else
+    std::printf("revoked %s (tenant %s)\n", key.value("id", "").c_str(), key.value("tenant", "").c_str());
 }
 
 bool terminal_or_waiting(const std::string& s) {
@@ -209,7 +254,11 @@ json build_submit_body(const client::cli_command& cmd, bool* ok) {
   }
   if (cmd.has("--webhook")) b["webhook"] = {{"url", cmd.get("--webhook")}};
   if (cmd.has("--priority")) b["priority"] = cmd.get("--priority");
+  // named after the request fields they set (parse_cli checked they are whole numbers)
   if (cmd.has("--max-turns")) b["max_turns"] = std::stoi(cmd.get("--max-turns"));
+  if (cmd.has("--max-output-tokens")) b["max_output_tokens"] = std::stoi(cmd.get("--max-output-tokens"));
+  if (cmd.has("--max-tokens-per-turn")) b["max_tokens_per_turn"] = std::stoi(cmd.get("--max-tokens-per-turn"));
+  if (cmd.has("--stop")) b["stop"] = cmd.all("--stop");
   for (const auto& kv : cmd.all("--metadata")) b["metadata"][kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
   return b;
 }
@@ -217,24 +266,20 @@ json build_submit_body(const client::cli_command& cmd, bool* ok) {
 int keys_direct(const client::cli_command& cmd) {
   std::string err;
   std::string db = (std::filesystem::path(cmd.get("--data-dir")) / "agentq.db").string();
-  if (!std::filesystem::exists(db)) {
-    std::fprintf(stderr, "agentq: no database at %s (start agentqd with --data-dir first)\n", db.c_str());
-    return int(exit_code::usage);
-  }
+  auto fail = [&](exit_code code, const std::string& msg) {
+    if (cmd.json) print_error_json(code == exit_code::usage ? "usage" : "error", msg);
+    std::fprintf(stderr, "agentq: %s\n", msg.c_str());
+    return int(code);
+  };
+  if (!std::filesystem::exists(db)) return fail(exit_code::usage, "no database at " + db + " (start agentqd with --data-dir first)");
   auto keys = auth::key_store::open(db, &err);
-  if (!keys) {
-    std::fprintf(stderr, "agentq: %s\n", err.c_str());
-    return int(exit_code::error);
-  }
+  if (!keys) return fail(exit_code::error, err);
   auto key_json = [](const auth::key_info& k) {
     return json{{"id", k.id}, {"tenant", k.tenant}, {"prefix", k.prefix}, {"admin", k.is_admin}, {"revoked", k.revoked_ms > 0}};
   };
   if (cmd.name == "keys create") {
     auto k = keys->create(cmd.get("--tenant"), cmd.has("--admin"), &err);
-    if (!k) {
-      std::fprintf(stderr, "agentq: %s\n", err.c_str());
-      return int(exit_code::error);
-    }
+    if (!k) return fail(exit_code::error, err);
     json j = key_json(k->info);
     j["key"] = k->key;
     j["webhook_secret"] = k->info.webhook_secret;
@@ -247,25 +292,24 @@ int keys_direct(const client::cli_command& cmd) {
     json data = json::array();
     for (const auto& k : keys->list(cmd.get("--tenant"))) data.push_back(key_json(k));
     if (cmd.json) print_json(data);
-    else for (const auto& k : data) std::printf("%s  %-12s %s%s%s\n", k["id"].get<std::string>().c_str(),
-                                                k["tenant"].get<std::string>().c_str(), k["prefix"].get<std::string>().c_str(),
-                                                k["admin"].get<bool>() ? "  admin" : "", k["revoked"].get<bool>() ? "  revoked" : "");
+    else print_keys_table(data);
     return 0;
   }
-  if (cmd.name == "keys revoke") {
-    if (!keys->revoke(cmd.positional[0])) {
-      std::fprintf(stderr, "agentq: no active key %s\n", cmd.positional[0].c_str());
-      return int(exit_code::error);
-    }
-    std::printf("revoked %s\n", cmd.positional[0].c_str());
-    return 0;
+  const std::string& key_id = cmd.positional[0];
+  auto before = keys->get(key_id);
+  if (!before || before->revoked_ms > 0) return fail(exit_code::error, "no active key " + key_id);
+  json out = key_json(*before);
+  bool rotate = cmd.name == "keys rotate-secret";
+  if (rotate) {
+    auto s = keys->rotate_secret(key_id);
+    if (!s) return fail(exit_code::error, "no active key " + key_id);
+    out["webhook_secret"] = *s;
+  } else {
+    if (!keys->revoke(key_id)) return fail(exit_code::error, "no active key " + key_id);
+    out["revoked"] = true;
   }
-  auto s = keys->rotate_secret(cmd.positional[0]);
-  if (!s) {
-    std::fprintf(stderr, "agentq: no active key %s\n", cmd.positional[0].c_str());
-    return int(exit_code::error);
-  }
-  std::printf("new webhook secret for %s (shown once): %s\n", cmd.positional[0].c_str(), s->c_str());
+  if (cmd.json) print_json(out);
+  else print_key_action(out, rotate);
   return 0;
 }
 
@@ -276,9 +320,10 @@ int run(const client::cli_command& cmd) {
   }
   if (cmd.name.starts_with("keys ") && cmd.has("--data-dir")) return keys_direct(cmd);
   api_client api(cmd);
-  auto done = [&](const api_reply& r, bool summary_is_job) -> int {
+  // a reply holding a job: its summary, or the JSON under --json
+  auto done = [&](const api_reply& r) -> int {
     if (!r.status) return int(api.exit());
-    if (cmd.json || !summary_is_job) print_json(r.body);
+    if (cmd.json) print_json(r.body);
     else print_job_summary(r.body);
     return 0;
   };
@@ -308,10 +353,16 @@ int run(const client::cli_command& cmd) {
     else std::fputs(client::render_timeline(r.body, 40, store::now_ms()).c_str(), stdout);
     return 0;
   }
-  if (cmd.name == "status") return done(api.call("GET", "/v1/jobs/" + id), true);
+  if (cmd.name == "status") return done(api.call("GET", "/v1/jobs/" + id));
   if (cmd.name == "wait") return int(wait_job(api, cmd, cmd.positional[0], std::stod(cmd.get("--timeout", "0"))));
-  if (cmd.name == "cancel") return done(api.call("POST", "/v1/jobs/" + id + "/cancel"), true);
-  if (cmd.name == "webhooks") return done(api.call("GET", "/v1/jobs/" + id + "/webhooks"), false);
+  if (cmd.name == "cancel") return done(api.call("POST", "/v1/jobs/" + id + "/cancel"));
+  if (cmd.name == "webhooks") {
+    auto r = api.call("GET", "/v1/jobs/" + id + "/webhooks");
+    if (!r.status) return int(api.exit());
+    if (cmd.json) print_json(r.body);
+    else print_webhooks_table(r.body["data"]);
+    return 0;
+  }
   if (cmd.name == "models") {
     auto r = api.call("GET", "/v1/models");
     if (!r.status) return int(api.exit());
@@ -377,7 +428,7 @@ int run(const client::cli_command& cmd) {
     } else {
       body = {{"tool_outputs", {{{"tool_call_id", cmd.get("--call-id")}, {"output", cmd.get("--output")}}}}};
     }
-    return done(api.call("POST", "/v1/jobs/" + id + "/tool_outputs", &body), true);
+    return done(api.call("POST", "/v1/jobs/" + id + "/tool_outputs", &body));
   }
   if (cmd.name == "keys create") {
     json body = {{"tenant", cmd.get("--tenant")}, {"admin", cmd.has("--admin")}};
@@ -389,9 +440,21 @@ int run(const client::cli_command& cmd) {
                      r.body.value("webhook_secret", "").c_str());
     return 0;
   }
-  if (cmd.name == "keys list") return done(api.call("GET", "/v1/keys"), false);
-  if (cmd.name == "keys revoke") return done(api.call("POST", "/v1/keys/" + id + "/revoke"), false);
-  if (cmd.name == "keys rotate-secret") return done(api.call("POST", "/v1/keys/" + id + "/rotate_secret"), false);
+  if (cmd.name == "keys list") {
+    auto r = api.call("GET", "/v1/keys");
+    if (!r.status) return int(api.exit());
+    if (cmd.json) print_json(r.body);
+    else print_keys_table(r.body["data"]);
+    return 0;
+  }
+  if (cmd.name == "keys revoke" || cmd.name == "keys rotate-secret") {
+    bool rotate = cmd.name == "keys rotate-secret";
+    auto r = api.call("POST", "/v1/keys/" + id + (rotate ? "/rotate_secret" : "/revoke"));
+    if (!r.status) return int(api.exit());
+    if (cmd.json) print_json(r.body);
+    else print_key_action(r.body, rotate);
+    return 0;
+  }
   std::fprintf(stderr, "agentq: unhandled command %s\n", cmd.name.c_str());
   return int(exit_code::usage);
 }
@@ -409,12 +472,15 @@ int main(int argc, char** argv) {
       },
       &err);
   if (!cmd) {
+    // --json asked for machine-readable output; a usage error is one too
+    if (std::find(args.begin() + 1, args.end(), "--json") != args.end()) print_error_json("usage", err);
     std::fprintf(stderr, "agentq: %s\n\n%s", err.c_str(), client::cli_usage());
     return int(exit_code::usage);
   }
   try {
     return run(*cmd);
   } catch (const std::exception& e) {
+    if (cmd->json) print_error_json("error", e.what());
     std::fprintf(stderr, "agentq: %s\n", e.what());
     return int(exit_code::error);
   }

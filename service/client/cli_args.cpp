@@ -2,6 +2,7 @@
 #include "client/cli_args.h"
 
 #include <set>
+#include <string_view>
 
 namespace agentq::client {
 
@@ -17,7 +18,8 @@ struct command_spec {
 const std::vector<command_spec>& specs() {
   static const std::vector<command_spec> k = {
       {"submit", 0, 1, {"--model", "--system", "--prompt", "--tools", "--webhook", "--metadata", "--idempotency-key",
-                        "--priority", "--max-turns", "--timeout"}, {"--wait"}},
+                        "--priority", "--max-turns", "--max-output-tokens", "--max-tokens-per-turn", "--stop",
+                        "--timeout"}, {"--wait"}},
       {"status", 1, 1, {}, {"--timeline"}},
       {"wait", 1, 1, {"--timeout"}, {}},
       {"cancel", 1, 1, {}, {}},
@@ -60,12 +62,13 @@ const char* cli_usage() {
 commands:
   submit FILE.json [--wait]                       submit a job request (JSON body of POST /v1/jobs)
   submit --model M --prompt TEXT [--system TEXT] [--tools FILE] [--webhook URL]
-         [--metadata K=V]... [--priority P] [--max-turns N] [--idempotency-key K] [--wait] [--timeout S]
+         [--metadata K=V]... [--priority P] [--max-turns N] [--max-output-tokens N]
+         [--max-tokens-per-turn N] [--stop TEXT]... [--idempotency-key K] [--wait] [--timeout S]
   status ID [--timeline]                          the job (status, turns, usage, output); --timeline: where
                                                   its time went (queue, prefill, decode, tools, webhooks) as a chart
   wait ID [--timeout S]                           poll until the job stops; exit code = its outcome
   cancel ID
-  list [--status S] [--limit N] [--metadata K=V] [--after ID]
+  list [--status S] [--limit N] [--metadata K=V] [--after CURSOR]
   events ID [--follow] [--after N]                the job's events; --follow: live until it ends, exit = outcome
   tool-outputs ID --call-id X --output TEXT       answer a pending client-side tool call
   tool-outputs ID FILE.json                       {"tool_outputs":[{"tool_call_id","output"}]}
@@ -166,12 +169,24 @@ std::optional<cli_command> parse_cli(const std::vector<std::string>& args, const
       return fail("tool-outputs needs --call-id X --output TEXT, or a FILE.json");
   }
   if (name == "keys create" && !cmd.has("--tenant")) return fail("keys create needs --tenant NAME");
-  for (const char* opt : {"--limit", "--max-turns", "--timeout", "--after"}) {
+  for (const char* opt : {"--timeout"}) {
     for (const auto& v : cmd.all(opt)) {
-      if (v.empty() || v.find_first_not_of("0123456789.") != std::string::npos)
+      if (v.empty() || v.find_first_not_of("0123456789.") != std::string::npos || v.find('.') != v.rfind('.'))
         return fail(std::string(opt) + " must be a number");
     }
   }
+  // NOTE: at most 9 digits, so the value always fits the int the request field takes.
+  // (list's --after is an opaque cursor, events' an event id)
+  for (const char* opt : {"--limit", "--max-turns", "--max-output-tokens", "--max-tokens-per-turn", "--after"}) {
+    if (std::string_view(opt) == "--after" && name != "events") continue;
+    for (const auto& v : cmd.all(opt)) {
+      if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
+        return fail(std::string(opt) + " must be a whole number");
+    }
+  }
+  if (cmd.all("--stop").size() > 8) return fail("--stop may be given at most 8 times");
+  for (const auto& v : cmd.all("--stop"))
+    if (v.empty()) return fail("--stop takes a non-empty string");
   for (const auto& kv : cmd.all("--metadata"))
     if (kv.find('=') == std::string::npos || kv.front() == '=') return fail("--metadata takes KEY=VALUE");
   if (cmd.url.find("://") == std::string::npos) return fail("the server URL must look like http://HOST:PORT");

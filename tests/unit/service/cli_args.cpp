@@ -86,3 +86,22 @@ TEST_CASE("exit codes by job status") {
   CHECK(int(exit_code::unreachable) == 3);
   CHECK(int(exit_code::auth) == 4);
 }
+
+TEST_CASE("submit's request-field flags: --max-output-tokens, --max-tokens-per-turn, --stop") {
+  auto c = parse({"submit", "--model", "m", "--prompt", "p", "--max-output-tokens", "64", "--max-tokens-per-turn", "32",
+                  "--stop", ".", "--stop", "\n"});
+  REQUIRE(c);
+  CHECK(c->get("--max-output-tokens") == "64");
+  CHECK(c->get("--max-tokens-per-turn") == "32");
+  CHECK(c->all("--stop") == std::vector<std::string>{".", "\n"});
+  std::string err;
+  CHECK_FALSE(parse({"submit", "--model", "m", "--prompt", "p", "--max-output-tokens", "1.5"}, {}, &err));
+  CHECK(err == "--max-output-tokens must be a whole number");
+  CHECK_FALSE(parse({"submit", "--model", "m", "--prompt", "p", "--max-tokens-per-turn", "99999999999"}, {}, &err));
+  CHECK_FALSE(parse({"submit", "--model", "m", "--prompt", "p", "--stop", ""}, {}, &err));
+  CHECK(err == "--stop takes a non-empty string");
+  CHECK_FALSE(parse({"submit", "--model", "m", "--prompt", "p", "--timeout", "1.2.3"}, {}, &err));
+  // list's --after is the API's opaque cursor; events' is an event id
+  CHECK(parse({"list", "--after", "job_abc"}));
+  CHECK_FALSE(parse({"events", "job_1", "--after", "x"}, {}, &err));
+}
