@@ -24,12 +24,18 @@ namespace {
 
 using test::golden;
 using test::greedy;
-using test::load_golden;
 using test::run_all;
 using test::run_one;
 using test::tiny_config;
 
 std::unique_ptr<engine_impl> load(const engine_config& c) { return test::load_as<engine_impl>(c); }
+
+// The shared goldens; fails the test when there are none (a missing or empty file must not pass unchecked).
+std::vector<golden> load_golden() {
+  auto g = test::load_golden();
+  REQUIRE_MESSAGE(!g.empty(), "no golden outputs in ", (test::shared_dir() / "golden" / "stories260K.greedy.jsonl").string());
+  return g;
+}
 
 // Distinct prompts: golden prompts with varied tails.
 std::vector<token_id> prompt_n(const std::vector<golden>& g, int i) {
@@ -49,7 +55,9 @@ TEST_CASE("engine: golden greedy outputs of the tiny model") {
   auto e = load(tiny_config());
   CHECK(e->model().n_vocab == 512);
   MESSAGE("n_ctx " << e->model().n_ctx << ", blocks " << e->pool().n_blocks_total());
-  for (const auto& g : load_golden()) {
+  const auto goldens = load_golden();
+  MESSAGE(goldens.size() << " golden prompts");
+  for (const auto& g : goldens) {
     auto r = run_one(*e, greedy(g.prompt_ids, 128));
     CHECK(r.output_ids == g.output_ids);
     CHECK(r.usage.n_tokens_prompt == int32_t(g.prompt_ids.size()));
