@@ -31,10 +31,7 @@ using namespace std::chrono_literals;
 using namespace agentq::test::e2e;
 
 TEST_CASE("agentqd end to end") {
-  if (!fs::exists(test::tiny_model())) {
-    MESSAGE("tiny model missing; skipping");
-    return;
-  }
+  test::require_tiny_model();
   daemon_proc d;
   api admin{d, k_admin_key};
   api anon{d, ""};
@@ -337,7 +334,7 @@ TEST_CASE("agentqd end to end") {
 }
 
 TEST_CASE("rate limit: 429 with Retry-After") {
-  if (!fs::exists(test::tiny_model())) return;
+  test::require_tiny_model();
   daemon_proc d({"--rate-limit", "1", "--rate-burst", "3"});
   api admin{d, k_admin_key};
   int n_429 = 0;

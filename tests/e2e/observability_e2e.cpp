@@ -59,10 +59,7 @@ std::string run_cli(const daemon_proc& d, const std::string& key, const std::str
 }  // namespace
 
 TEST_CASE("observability: metrics, engine stats, job timeline, logs") {
-  if (!fs::exists(test::tiny_model())) {
-    MESSAGE("tiny model missing; skipping");
-    return;
-  }
+  test::require_tiny_model();
   daemon_proc d({"--log-format", "json", "--log-level", "debug"});
   api admin{d, k_admin_key};
   api anon{d, ""};

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "agentqd_e2e.h"
+#include "test_env.h"
 #include "loopback_name.h"
 
 using namespace agentq;
@@ -57,10 +58,7 @@ const std::vector<std::string> k_ssrf_corpus = {
 }  // namespace
 
 TEST_CASE("security: auth oracle, tenant isolation, SSRF at submission, secrets not logged") {
-  if (!fs::exists(test::tiny_model())) {
-    MESSAGE("tiny model missing; skipping");
-    return;
-  }
+  test::require_tiny_model();
   // --role api: no worker, so a submitted job stays queued and "nothing changed" is exact.
   daemon_proc d({"--allow-addresses", "", "--role", "api", "--log-level", "debug"});
   api admin{d, k_admin_key};
@@ -219,7 +217,7 @@ TEST_CASE("security: auth oracle, tenant isolation, SSRF at submission, secrets 
 }
 
 TEST_CASE("security: per-key rate limit gives 429 + Retry-After; another tenant is unaffected") {
-  if (!fs::exists(test::tiny_model())) return;
+  test::require_tiny_model();
   daemon_proc d({"--rate-limit", "1", "--rate-burst", "3", "--role", "api"});
   api admin{d, k_admin_key};
   auto [key_a, secret_a] = make_tenant(admin, "rl-a");

@@ -2,8 +2,8 @@
 // SQLite + Redis + engine to a terminal state with transcript and usage; with tool calling
 // (tool_choice required/named, constrained by the engine) a server-side tool loop and a client-side
 // tool round trip that resumes on resident KV; a client tool wait long enough to spill the job's
-// KV to disk puts kv_spill / kv_restore marks on its timeline. Tool parts are skipped while the engine refuses
-// tool_choice (its interim build); exit code 77 when the model file is absent.
+// KV to disk puts kv_spill / kv_restore marks on its timeline. A forced turn without a call fails;
+// exit code 77 when the model file is absent.
 #include <doctest/doctest.h>
 
 #include <agentq/engine.h>
@@ -114,8 +114,8 @@ bool tools_supported(engine& e) {
   return !err;
 }
 
-// Turn 0 of a job called a tool (tool_choice required/named). NOTE: while the engine's constrained
-// tool calling is being finished, a turn without a call is reported and the rest skipped.
+// Turn 0 of a job called a tool (tool_choice required/named); a turn without a call is reported
+// (the engine constrains a forced turn to a call, so that is a failure, not a skip).
 bool first_turn_called_tool(store::store& db, const std::string& id) {
   for (auto& r : db.read_transcript(id))
     if (r.role == "assistant" && r.turn_idx == 0) {
@@ -129,7 +129,7 @@ bool first_turn_called_tool(store::store& db, const std::string& id) {
 }  // namespace
 
 TEST_CASE("real engine: jobs run to completion with transcript and usage") {
-  if (!std::filesystem::exists(test::tiny_model())) std::exit(77);
+  test::require_tiny_model();
   auto eng = load_tiny();
   REQUIRE(eng);
   bool with_tools = tools_supported(*eng);
@@ -156,7 +156,7 @@ TEST_CASE("real engine: jobs run to completion with transcript and usage") {
   }
 
   SUBCASE("server-side tool loop (tool_choice required)") {
-    if (!with_tools) return;
+    REQUIRE_MESSAGE(with_tools, "this engine build refuses tool calling on the tiny model");
     test::tool_server tools([](const test::tool_server::request&) { return std::pair{200, std::string(R"({"output":"sunny"})")}; });
     std::string id = R.submit({{"messages", {{{"role", "user"}, {"content", "weather?"}}}},
                                {"tools", {tool_def_json("look", tools.url())}},
@@ -168,7 +168,7 @@ TEST_CASE("real engine: jobs run to completion with transcript and usage") {
     for (auto& r : R.db->read_transcript(id))
       MESSAGE(r.role << " turn " << r.turn_idx << ": " << r.content << " " << r.tool_calls_json << " " << r.usage_json);
     MESSAGE("status " << std::string(store::to_string(j.status)) << " error: " << j.error);
-    if (!first_turn_called_tool(*R.db, id)) return;
+    REQUIRE(first_turn_called_tool(*R.db, id));
     CHECK(tools.requests().size() >= 1);
     auto u = store::usage_totals::from_json(j.usage_json);
     CHECK(u.turns >= 2);
@@ -176,7 +176,7 @@ TEST_CASE("real engine: jobs run to completion with transcript and usage") {
   }
 
   SUBCASE("client-side tool: requires_action, outputs, resume on resident KV") {
-    if (!with_tools) return;
+    REQUIRE_MESSAGE(with_tools, "this engine build refuses tool calling on the tiny model");
     std::string id = R.submit({{"messages", {{{"role", "user"}, {"content", "ask me"}}}},
                                {"tools", {tool_def_json("ask")}},
                                {"tool_choice", {{"type", "function"}, {"function", {{"name", "ask"}}}}},
@@ -185,7 +185,7 @@ TEST_CASE("real engine: jobs run to completion with transcript and usage") {
     for (auto& r : R.db->read_transcript(id))
       MESSAGE(r.role << " turn " << r.turn_idx << ": " << r.content << " " << r.tool_calls_json << " " << r.usage_json);
     MESSAGE("status " << std::string(store::to_string(j.status)) << " error: " << j.error);
-    if (!first_turn_called_tool(*R.db, id)) return;
+    REQUIRE(first_turn_called_tool(*R.db, id));
     REQUIRE(j.status == job_status::requires_action);
     auto pending = json::parse(j.pending_json);
     REQUIRE(pending.size() >= 1);
@@ -218,18 +218,18 @@ std::vector<json> marks_of(rig& R, const std::string& id, const std::string& kin
 }
 
 TEST_CASE("real engine: a long client-tool wait spills the KV; the timeline marks the spill and the restore") {
-  if (!std::filesystem::exists(test::tiny_model())) std::exit(77);
+  test::require_tiny_model();
   test::temp_dir spill;
   auto eng = load_tiny(spill.path().string());
   REQUIRE(eng);
-  if (!tools_supported(*eng)) return;
+  REQUIRE_MESSAGE(tools_supported(*eng), "this engine build refuses tool calling on the tiny model");
   rig R(eng, [](worker::worker_options& wo) { wo.client_tool_park_s = 3600; });  // past every pin limit: spilled
   std::string id = R.submit({{"messages", {{{"role", "user"}, {"content", "ask me"}}}},
                              {"tools", {tool_def_json("ask")}},
                              {"tool_choice", {{"type", "function"}, {"function", {{"name", "ask"}}}}},
                              {"max_tokens_per_turn", 400}, {"parallel_tool_calls", false}});
   auto j = R.wait_for(id, [](job_status s) { return s == job_status::requires_action || store::is_terminal(s); });
-  if (!first_turn_called_tool(*R.db, id)) return;
+  REQUIRE(first_turn_called_tool(*R.db, id));
   REQUIRE(j.status == job_status::requires_action);
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (marks_of(R, id, "kv_spill").empty() && std::chrono::steady_clock::now() < until)

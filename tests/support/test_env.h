@@ -1,5 +1,6 @@
 // Paths every test needs: the shared data dir, the built binaries, the source tree.
 #pragma once
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -15,5 +16,15 @@ inline std::filesystem::path shared_dir() { return env_or("AGENTQ_SHARED_DIR", "
 inline std::filesystem::path tiny_model() { return shared_dir() / "models" / "stories260K.gguf"; }
 inline std::filesystem::path bin_dir() { return env_or("AGENTQ_BIN_DIR", "build/bin"); }
 inline std::filesystem::path source_dir() { return env_or("AGENTQ_SOURCE_DIR", "."); }
+
+// A test that cannot check what it claims says why and exits 77 (ctest: skipped); it never passes.
+[[noreturn]] inline void skip(const std::string& why) {
+  std::fprintf(stderr, "skipped: %s\n", why.c_str());
+  std::fflush(stderr);
+  std::exit(77);
+}
+inline void require_tiny_model() {
+  if (!std::filesystem::exists(tiny_model())) skip(tiny_model().string() + " missing (the shared data beside the checkout)");
+}
 
 }  // namespace agentq::test
