@@ -232,7 +232,7 @@ void engine_impl::admit(std::unique_ptr<active_request> ar) {
   if (r.max_tokens < 0) return fail("max_tokens must be >= 0");
   if (!r.json_schema.empty() && !ar->constraint) {
     std::string err;
-    ar->constraint = make_schema_constraint(r.json_schema, &err);
+    ar->constraint = make_schema_constraint(r.json_schema, r.json_ws, &err);
     if (!ar->constraint) return fail("json_schema: " + err);
   }
   for (auto& [oid, other] : active_)

@@ -53,16 +53,16 @@ std::shared_ptr<const grammar::vocab_index> vocab_of(std::shared_ptr<const void>
 }
 }  // namespace
 
-std::unique_ptr<output_constraint> engine_impl::make_schema_constraint(std::string_view schema_json,
+std::unique_ptr<output_constraint> engine_impl::make_schema_constraint(std::string_view schema_json, json_whitespace ws,
                                                                        std::string* error) const {
-  auto c = grammar::make_json_constraint(schema_json, vocab_of(vocab_index_, vocab_mutex_, *tok_), error);
+  auto c = grammar::make_json_constraint(schema_json, vocab_of(vocab_index_, vocab_mutex_, *tok_), error, ws);
   if (!c) return nullptr;
   return std::make_unique<grammar_constraint>(std::move(c), false);
 }
 
 std::unique_ptr<output_constraint> engine_impl::make_tool_constraint(const turn_request& r, std::string* error) const {
   auto c = grammar::make_tool_call_constraint(family_, r.tools, r.choice, r.parallel_tool_calls,
-                                              vocab_of(vocab_index_, vocab_mutex_, *tok_), error);
+                                              vocab_of(vocab_index_, vocab_mutex_, *tok_), error, r.json_ws);
   if (!c) return nullptr;
   return std::make_unique<grammar_constraint>(std::move(c), true);
 }
@@ -73,6 +73,7 @@ std::unique_ptr<output_constraint> engine_impl::make_lazy_constraint(const turn_
   o.tools = r.tools;
   o.parallel_tool_calls = r.parallel_tool_calls;
   o.response_schema_json = r.response_schema_json;
+  o.json_ws = r.json_ws;
   o.markers = call_markers();
   auto c = grammar::turn_constraint::make(std::move(o), vocab_of(vocab_index_, vocab_mutex_, *tok_), error);
   if (!c) return nullptr;

@@ -129,7 +129,7 @@ class engine_impl final : public engine {
 
   // Hooks into the grammar and tool-call modules (engine_hooks.cpp): nullptr + *error when
   // the schema / tool set cannot be compiled.
-  std::unique_ptr<output_constraint> make_schema_constraint(std::string_view schema_json, std::string* error) const;
+  std::unique_ptr<output_constraint> make_schema_constraint(std::string_view schema_json, json_whitespace ws, std::string* error) const;
   std::unique_ptr<output_constraint> make_tool_constraint(const turn_request& r, std::string* error) const;
   // tool_choice auto: free until a call opens, then the call's grammar (and the response schema
   // for a non-tool answer); see grammar/turn_constraint.h.

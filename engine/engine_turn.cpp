@@ -66,7 +66,7 @@ std::unique_ptr<active_request> engine_impl::make_turn(turn_request r, turn_call
     ar->constraint = forced ? make_tool_constraint(r, error) : make_lazy_constraint(r, error);
     if (!ar->constraint) return nullptr;
   } else if (!r.response_schema_json.empty()) {
-    ar->constraint = make_schema_constraint(r.response_schema_json, error);
+    ar->constraint = make_schema_constraint(r.response_schema_json, r.json_ws, error);
     if (!ar->constraint) return nullptr;
   }
   if (ar->constraint && !ar->constraint->accept_text(r.assistant_prefix)) {

@@ -278,10 +278,11 @@ std::map<std::string, std::shared_ptr<const grammar>, std::less<>> tool_cache;
 
 }  // namespace
 
-compile_result compile_schema(std::string_view schema_json) {
+compile_result compile_schema(std::string_view schema_json, json_whitespace ws) {
+  const std::string key = std::string(ws == json_whitespace::free ? "f|" : "s|") + std::string(schema_json);
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
-    auto it = schema_cache.find(schema_json);
+    auto it = schema_cache.find(key);
     if (it != schema_cache.end()) return {it->second, {}};
   }
   compile_result r;
@@ -292,14 +293,14 @@ compile_result compile_schema(std::string_view schema_json) {
     return r;
   }
   try {
-    r.value = std::make_shared<const grammar>(make_json_grammar(*s));
+    r.value = std::make_shared<const grammar>(make_json_grammar(*s, ws));
   } catch (const std::exception& e) {
     r.error = e.what();
     return r;
   }
   std::lock_guard<std::mutex> lock(cache_mutex);
   if (schema_cache.size() >= 256) schema_cache.clear();
-  schema_cache.emplace(std::string(schema_json), r.value);
+  schema_cache.emplace(key, r.value);
   return r;
 }
 
@@ -313,20 +314,22 @@ std::vector<std::string> validate_json(std::string_view schema_json, std::string
 }
 
 compile_result compile_tool_call_grammar(chat::template_family family, const std::vector<tool_def>& tools,
-                                         const tool_choice& choice, bool parallel_tool_calls) {
+                                         const tool_choice& choice, bool parallel_tool_calls, json_whitespace ws) {
   compile_result r;
   if (choice.mode == tool_choice_mode::none) {
     r.error = "tool_choice is none: no tool call grammar";
     return r;
   }
   std::string key = std::string(chat::to_string(family)) + "|" + std::to_string(int(choice.mode)) + "|" + choice.name +
-                    "|" + (parallel_tool_calls ? "p" : "s") + "|" + chat::tools_json(tools);
+                    "|" + (parallel_tool_calls ? "p" : "s") + "|" + (ws == json_whitespace::free ? "f" : "s") + "|" +
+                    chat::tools_json(tools);
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
     auto it = tool_cache.find(key);
     if (it != tool_cache.end()) return {it->second, {}};
   }
   auto g = std::make_shared<grammar>();
+  g->ws = ws;
   try {
     const char* args_key = family == chat::template_family::llama3 ? "parameters" : "arguments";
     std::vector<int32_t> calls;
@@ -396,10 +399,20 @@ compile_result compile_tool_call_grammar(chat::template_family family, const std
         g->root = seq({g->add(std::move(marker)), g->literal("["), repeat(call, ", "), g->literal("]")});
         break;
       }
-      case tf::plain: g->root = seq({repeat(seq({g->literal("<tool_call>"), call, g->literal("</tool_call>")}), "\n")}); break;
-      default:
-        g->root = seq({repeat(seq({g->literal("<tool_call>\n"), call, g->literal("\n</tool_call>")}), "\n")});
+      case tf::plain:
+      default: {
+        const bool plain = family == tf::plain;
+        const int32_t block = seq({g->literal(plain ? "<tool_call>" : "<tool_call>\n"), call,
+                                   g->literal(plain ? "</tool_call>" : "\n</tool_call>")});
+        // NOTE: with parallel calls the "\n" after a call may also be the last byte: were it
+        // only the separator, a model fond of whitespace would be forced into another call
+        // after every "\n" (a required turn once ran to 1,000 tokens that way).
+        gnode tail;
+        tail.kind = gkind::alt;
+        tail.children = {g->literal("\n"), g->literal("")};
+        g->root = parallel_tool_calls ? seq({repeat(block, "\n"), g->add(std::move(tail))}) : seq({repeat(block, "\n")});
         break;
+      }
     }
     g->description = "tool calls (" + std::string(chat::to_string(family)) + ")";
   } catch (const std::exception& e) {
@@ -414,8 +427,9 @@ compile_result compile_tool_call_grammar(chat::template_family family, const std
 }
 
 std::unique_ptr<token_constraint> make_json_constraint(std::string_view schema_json,
-                                                       std::shared_ptr<const vocab_index> vocab, std::string* error) {
-  compile_result r = compile_schema(schema_json);
+                                                       std::shared_ptr<const vocab_index> vocab, std::string* error,
+                                                       json_whitespace ws) {
+  compile_result r = compile_schema(schema_json, ws);
   if (!r.value) {
     if (error) *error = r.error;
     return nullptr;
@@ -433,8 +447,8 @@ std::unique_ptr<token_constraint> make_tool_call_constraint(chat::template_famil
                                                             const std::vector<tool_def>& tools,
                                                             const tool_choice& choice, bool parallel_tool_calls,
                                                             std::shared_ptr<const vocab_index> vocab,
-                                                            std::string* error) {
-  compile_result r = compile_tool_call_grammar(family, tools, choice, parallel_tool_calls);
+                                                            std::string* error, json_whitespace ws) {
+  compile_result r = compile_tool_call_grammar(family, tools, choice, parallel_tool_calls, ws);
   if (!r.value) {
     if (error) *error = r.error;
     return nullptr;

@@ -23,9 +23,10 @@ struct compile_result {
   std::string error;                       // "unsupported JSON Schema keyword 'x' at /p", ...
 };
 
-// Compile a JSON Schema (text) for constrained output. Cached by schema text
-// (thread-safe); cheap to call per request.
-compile_result compile_schema(std::string_view schema_json);
+// Compile a JSON Schema (text) for constrained output, with the whitespace ws allows
+// (json_whitespace in agentq/engine.h). Cached by schema text and ws (thread-safe); cheap
+// to call per request.
+compile_result compile_schema(std::string_view schema_json, json_whitespace ws = json_whitespace::spaced);
 
 // Validate a JSON text against a schema text; empty when valid. Parse errors of
 // either are reported as errors too.
@@ -34,9 +35,12 @@ std::vector<std::string> validate_json(std::string_view schema_json, std::string
 // The grammar of a whole tool-call turn for `family` (wrapper markers + {"name": <tool>,
 // "arguments": <its schema>}, one call or, if parallel, several). choice: required →
 // any tool, named → that tool, automatic → same as required (the engine switches it
-// on mid-turn when the detector sees a call start), none → error.
+// on mid-turn when the detector sees a call start), none → error. The call JSON's whitespace
+// follows ws. With parallel calls, a newline after a closed call commits to nothing: the
+// output may end there, or open another call (whitespace never forces another call).
 compile_result compile_tool_call_grammar(chat::template_family family, const std::vector<tool_def>& tools,
-                                         const tool_choice& choice, bool parallel_tool_calls);
+                                         const tool_choice& choice, bool parallel_tool_calls,
+                                         json_whitespace ws = json_whitespace::spaced);
 
 // Build once per model: pieces[id] is the token's decoded bytes ("" for tokens
 // that can never be produced as text, e.g. control tokens). eos_ids end the output.
@@ -78,7 +82,8 @@ class token_constraint {
 // fresh vocab_index (a few ms on a 32k vocabulary): prefer passing one.
 std::unique_ptr<token_constraint> make_json_constraint(std::string_view schema_json,
                                                        std::shared_ptr<const vocab_index> vocab,
-                                                       std::string* error);
+                                                       std::string* error,
+                                                       json_whitespace ws = json_whitespace::spaced);
 std::unique_ptr<token_constraint> make_json_constraint(std::string_view schema_json,
                                                        const std::vector<std::string>& pieces,
                                                        const std::vector<token_id>& eos_ids,
@@ -87,6 +92,7 @@ std::unique_ptr<token_constraint> make_tool_call_constraint(chat::template_famil
                                                             const std::vector<tool_def>& tools,
                                                             const tool_choice& choice, bool parallel_tool_calls,
                                                             std::shared_ptr<const vocab_index> vocab,
-                                                            std::string* error);
+                                                            std::string* error,
+                                                            json_whitespace ws = json_whitespace::spaced);
 
 }  // namespace agentq::grammar

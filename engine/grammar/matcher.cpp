@@ -6,8 +6,10 @@
 //  * numbers: at most 15 integer digits, 9 fraction digits, 2 exponent digits, and
 //    no exponent when the schema bounds the value; "-0" and leading zeros follow JSON;
 //  * \u escapes never produce surrogates; raw bytes must be valid UTF-8;
-//  * whitespace runs in gaps are at most grammar::max_ws bytes; no whitespace after
-//    the root value (end of output);
+//  * whitespace (grammar::ws): spaced (the default) takes at most one space after ':'
+//    and ',' and none elsewhere (the chat templates' tojson prints exactly that); free takes
+//    runs of at most grammar::max_ws bytes in every gap; no whitespace after the root
+//    value (end of output) either way;
 //  * enum/const values are produced in compact canonical form;
 //  * "any" values nest at most grammar::max_depth frames deep; keys of free-form
 //    objects are not checked for duplicates.
@@ -284,8 +286,10 @@ int32_t compile_schema_into(grammar& g, const schema& s) {
   return c.compile(0, 0);
 }
 
-grammar make_json_grammar(const schema& s) {
+grammar make_json_grammar(const schema& s, json_whitespace ws_style) {
   grammar g;
+  g.ws = ws_style;
+  if (ws_style == json_whitespace::spaced) g.max_ws_node = 2;
   int32_t value = compile_schema_into(g, s);
   gnode ws;
   ws.kind = gkind::ws;
@@ -411,9 +415,20 @@ void matcher::feed(stack st, uint8_t b, std::vector<stack>& out) const {
 matcher::step matcher::step_frame(stack& st, uint8_t b, std::vector<stack>& out) const {
   frame& f = st.back();
   const gnode& n = g_.nodes[f.node];
+  // A gap where JSON may have whitespace: free takes up to max_ws bytes of it, spaced none.
+  const bool spaced = g_.ws == json_whitespace::spaced;
   auto take_ws = [&]() {
-    if (is_ws(b) && f.ws < g_.max_ws) {
+    if (!spaced && is_ws(b) && f.ws < g_.max_ws) {
       f.ws++;
+      return true;
+    }
+    return false;
+  };
+  // The gap after ':' or ',': spaced takes at most one ' ' (f.ws counts it); free is take_ws.
+  auto sep_ws = [&]() {
+    if (!spaced) return take_ws();
+    if (f.ws == 0 && b == ' ') {
+      f.ws = 1;
       return true;
     }
     return false;
@@ -435,7 +450,7 @@ matcher::step matcher::step_frame(stack& st, uint8_t b, std::vector<stack>& out)
       return step::pass_up;
 
     case gkind::ws:
-      if (is_ws(b) && f.count < static_cast<uint32_t>(g_.max_ws)) {
+      if (is_ws(b) && f.count < static_cast<uint32_t>(g_.max_ws_node)) {
         f.count++;
         return step::consumed;
       }
@@ -583,7 +598,7 @@ matcher::step matcher::step_frame(stack& st, uint8_t b, std::vector<stack>& out)
           if (b == ']' && f.count >= n.min_items) { f.phase = A_DONE; return step::consumed; }
           return step::reject;
         case A_COMMA:
-          if (take_ws()) return step::consumed;
+          if (sep_ws()) return step::consumed;
           f.phase = A_ITEM;
           f.ws = 0;
           return begin(n.item);
@@ -649,7 +664,7 @@ matcher::step matcher::step_frame(stack& st, uint8_t b, std::vector<stack>& out)
           f.ws = 0;
           return step::consumed;
         case O_GAP: {
-          if (take_ws()) return step::consumed;
+          if (sep_ws()) return step::consumed;
           f.phase = O_VALUE;
           f.ws = 0;
           int32_t v = n.free_value >= 0 ? n.free_value : n.props[f.aux].value;
@@ -661,7 +676,7 @@ matcher::step matcher::step_frame(stack& st, uint8_t b, std::vector<stack>& out)
           if (b == '}' && required_done) { f.phase = O_DONE; return step::consumed; }
           return step::reject;
         case O_COMMA:
-          if (take_ws()) return step::consumed;
+          if (sep_ws()) return step::consumed;
           if (b == '"') return begin_key();
           return step::reject;
         case O_DONE: return step::pass_up;

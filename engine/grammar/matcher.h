@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agentq/engine.h"
 #include "grammar/schema.h"
 
 namespace agentq::grammar {
@@ -44,7 +45,9 @@ struct gnode {
 struct grammar {
   std::vector<gnode> nodes;
   int32_t root = -1;
-  int32_t max_ws = 16;                 // longest whitespace run in a gap (bytes)
+  json_whitespace ws = json_whitespace::spaced;  // spaced: ": " and ", " only; free: max_ws per gap
+  int32_t max_ws = 16;                 // free: longest whitespace run in a JSON gap (bytes)
+  int32_t max_ws_node = 16;            // longest run a gkind::ws node takes (leading whitespace)
   int32_t max_depth = 48;              // frames per stack
   int32_t any_node = -1;               // cached "any JSON value"
   int32_t key_node = -1;               // free-form key string
@@ -61,8 +64,9 @@ struct grammar {
 // Compile a parsed schema into g (appending nodes); returns the value node.
 // Throws std::runtime_error on schemas the grammar cannot express.
 int32_t compile_schema_into(grammar& g, const schema& s);
-// A grammar for one JSON value of the schema, with optional leading whitespace.
-grammar make_json_grammar(const schema& s);
+// A grammar for one JSON value of the schema, with optional leading whitespace (at most 2
+// bytes when spaced: a newline or two before the value, never a run of padding).
+grammar make_json_grammar(const schema& s, json_whitespace ws = json_whitespace::spaced);
 
 struct frame {
   int32_t node = 0;

@@ -78,10 +78,10 @@ std::unique_ptr<turn_constraint> turn_constraint::make(turn_constraint_options o
   // Compile up front so that errors surface at submission, not mid-turn (both are cached).
   const bool parallel = tag_family(options.family) ? false : options.parallel_tool_calls;
   compile_result tc =
-      compile_tool_call_grammar(options.family, options.tools, {tool_choice_mode::required, ""}, parallel);
+      compile_tool_call_grammar(options.family, options.tools, {tool_choice_mode::required, ""}, parallel, options.json_ws);
   if (!tc.value) return set_err(tc.error);
   if (!options.response_schema_json.empty()) {
-    compile_result sc = compile_schema(options.response_schema_json);
+    compile_result sc = compile_schema(options.response_schema_json, options.json_ws);
     if (!sc.value) return set_err(sc.error);
   }
   std::unique_ptr<turn_constraint> t(new turn_constraint());
@@ -118,7 +118,7 @@ void turn_constraint::start_deciding(bool with_think, bool with_answer, size_t a
   eos_ok_ = !with_answer;
   open_ = std::make_unique<token_constraint>(with_think_ ? open_grammar_ : open_after_call_grammar_, vocab_);
   answer_.reset();
-  if (with_answer) answer_ = make_json_constraint(opt_.response_schema_json, vocab_, nullptr);
+  if (with_answer) answer_ = make_json_constraint(opt_.response_schema_json, vocab_, nullptr, opt_.json_ws);
 }
 
 void turn_constraint::start_call(size_t at) {
@@ -134,7 +134,8 @@ void turn_constraint::start_call(size_t at) {
   answer_.reset();
   const bool parallel = tag_family(opt_.family) ? false : opt_.parallel_tool_calls;
   call_ =
-      make_tool_call_constraint(opt_.family, opt_.tools, {tool_choice_mode::required, ""}, parallel, vocab_, nullptr);
+      make_tool_call_constraint(opt_.family, opt_.tools, {tool_choice_mode::required, ""}, parallel, vocab_, nullptr,
+                                opt_.json_ws);
 }
 
 void turn_constraint::after_call(size_t at) {

@@ -23,6 +23,7 @@ struct turn_constraint_options {
   std::vector<tool_def> tools;       // the declared tools (non-empty)
   bool parallel_tool_calls = true;   // false: the turn ends when the first call closes
   std::string response_schema_json;  // "" = a non-tool answer is free text
+  json_whitespace json_ws = json_whitespace::spaced;  // in the call JSON and the schema answer
   // Control tokens that spell a call opening (Mistral [TOOL_CALLS], Llama <|python_tag|>)
   // and their text: the vocabulary's pieces are "" for them (never produced as text).
   std::vector<std::pair<token_id, std::string>> markers;

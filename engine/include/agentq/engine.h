@@ -117,6 +117,13 @@ struct turn_usage {
   double decode_ms = 0;              // first token -> done
 };
 
+// Whitespace inside constrained JSON (tool-call arguments, response_format, json_schema).
+enum class json_whitespace : uint8_t {
+  spaced,  // default: at most one space after ':' and ',', none elsewhere (the chat templates'
+           // tojson prints ": " and ", "; xgrammar's separators with any_whitespace off)
+  free,    // any whitespace, up to 16 bytes per gap (a weak model may spend its budget on it)
+};
+
 // Token-level request: what the CLI, benchmarks and the chat layer submit.
 struct token_request {
   uint64_t job_key = 0;              // stable per job: KV residency and scheduling key (0 = none)
@@ -128,6 +135,7 @@ struct token_request {
   std::vector<token_id> stop_tokens; // in addition to the model's EOS/EOT
   std::vector<std::string> stop;     // stop strings (not included in output)
   std::string json_schema;           // non-empty: output constrained to this JSON Schema
+  json_whitespace json_ws = json_whitespace::spaced;  // whitespace the constrained JSON may use
 };
 
 struct token_result {
@@ -148,6 +156,7 @@ struct turn_request {
   tool_choice choice;
   bool parallel_tool_calls = true;
   std::string response_schema_json;  // non-empty: the final answer must match this JSON Schema
+  json_whitespace json_ws = json_whitespace::spaced;  // in tool-call JSON and the schema answer
   // Prefill: text the assistant's reply starts with, appended to the rendered prompt. It is
   // part of the reply: parsed (a prefix may open a tool call) and returned in the message.
   std::string assistant_prefix;

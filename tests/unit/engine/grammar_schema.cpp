@@ -36,8 +36,8 @@ static const gguf_vocab& vocab_tiny() {
   return v;
 }
 
-static bool matches(std::string_view schema_text, std::string_view text) {
-  compile_result r = compile_schema(schema_text);
+static bool matches(std::string_view schema_text, std::string_view text, json_whitespace ws = json_whitespace::spaced) {
+  compile_result r = compile_schema(schema_text, ws);
   REQUIRE_MESSAGE(r.value, r.error);
   matcher m(*r.value);
   match_state s = m.initial();
@@ -101,7 +101,16 @@ TEST_CASE("matcher accepts what validates and refuses the rest") {
                         "b":{"type":"string","maxLength":3},"c":{"type":"boolean"}},"required":["a"],
                         "additionalProperties":false})";
   CHECK(matches(obj, R"({"a":1})"));
-  CHECK(matches(obj, " {\n  \"b\": \"xy\",\n  \"a\": -5, \"c\": true\n}"));
+  // Whitespace: spaced (the default) takes one space after ':' and ',' and a newline or two
+  // before the value, nothing else; free takes pretty-printed JSON.
+  CHECK(matches(obj, "\n{\"b\": \"xy\", \"a\": -5,\"c\": true}"));
+  CHECK_FALSE(matches(obj, " {\n  \"b\": \"xy\",\n  \"a\": -5, \"c\": true\n}"));
+  CHECK_FALSE(matches(obj, R"({"a":  1})"));
+  CHECK_FALSE(matches(obj, R"({"a" : 1})"));
+  CHECK_FALSE(matches(obj, R"({ "a": 1})"));
+  CHECK_FALSE(matches(obj, R"({"a": 1 })"));
+  CHECK_FALSE(matches(obj, "   {\"a\": 1}"));
+  CHECK(matches(obj, " {\n  \"b\": \"xy\",\n  \"a\": -5, \"c\": true\n}", json_whitespace::free));
   CHECK(matches(obj, R"({"a":120,"b":"\u00e9\n"})"));
   CHECK_FALSE(matches(obj, R"({"b":"x"})"));            // a is required
   CHECK_FALSE(matches(obj, R"({"a":121})"));

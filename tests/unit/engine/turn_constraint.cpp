@@ -320,3 +320,97 @@ TEST_CASE("prefill: text that opens a call constrains from the first sampled tok
   c->accept_text("Well");
   CHECK(c->phase() == turn_phase::free);
 }
+
+namespace {
+
+// A scripted model fond of whitespace (greedy): whitespace-only pieces first, then EOS, then
+// "}" and "]", then the longest piece; or (fond = false) one that never writes whitespace it
+// can leave out. Runs c to EOS or to its end.
+struct ws_run {
+  std::string text;
+  int32_t n_tokens = 0;     // not counting EOS
+  int32_t n_ws_tokens = 0;  // whitespace-only tokens among them
+  bool eos = false;
+};
+ws_run run_ws_script(grammar::token_constraint& c, const tokenizer& tok, bool fond, int max_steps = 2000) {
+  const int32_t n = tok.n_vocab();
+  std::vector<float> logits(static_cast<size_t>(n));
+  auto is_ws_piece = [&](const std::string& p) { return !p.empty() && p.find_first_not_of(" \t\r\n") == std::string::npos; };
+  for (token_id t = 0; t < n; ++t) {
+    const std::string& p = tok.pieces()[size_t(t)];
+    float l = float(p.size()) - float(t) * 1e-6f;
+    if (tok.is_eog(t)) l = 1500;
+    else if (p.empty() || tok.is_control(t)) l = -1000;
+    else if (is_ws_piece(p)) l = fond ? 2000 + float(p.size()) : -500;
+    else if (p == "}" || p == "]") l = 1200;
+    logits[size_t(t)] = l;
+  }
+  sampler greedy(sampling_params{});
+  std::vector<uint32_t> mask;
+  ws_run r;
+  for (int step = 0; step < max_steps && !c.is_finished(); ++step) {
+    c.fill_mask(mask);
+    std::vector<float> l = logits;  // the sampler masks in place
+    const token_id t = greedy.sample(l.data(), n, mask);
+    REQUIRE(t >= 0);
+    REQUIRE(c.accept(t));
+    if (tok.is_eog(t)) {
+      r.eos = true;
+      break;
+    }
+    r.text += tok.pieces()[size_t(t)];
+    r.n_tokens++;
+    r.n_ws_tokens += is_ws_piece(tok.pieces()[size_t(t)]);
+  }
+  return r;
+}
+
+// text without the one space each ':' or ',' may have after it.
+std::string drop_sep_spaces(std::string text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i)
+    if (!(text[i] == ' ' && i > 0 && (text[i - 1] == ':' || text[i - 1] == ','))) out += text[i];
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("compact JSON: a model fond of whitespace closes a forced call in the fewest tokens, and the turn ends") {
+  auto& v = vocab();
+  const std::vector<tool_def> ping = {{"ping", "Ping.", R"({"type":"object","properties":{},"additionalProperties":false})"}};
+  const std::string call = "<tool_call>\n{\"name\":\"ping\",\"arguments\":{}}\n</tool_call>";
+  auto forced = [&](bool parallel, json_whitespace ws) {
+    std::string err;
+    auto c = grammar::make_tool_call_constraint(template_family::chatml, ping, {tool_choice_mode::required, ""}, parallel,
+                                                v.index, &err, ws);
+    REQUIRE_MESSAGE(c, err);
+    return c;
+  };
+  for (bool parallel : {false, true}) {
+    INFO("parallel_tool_calls ", parallel);
+    auto fond = run_ws_script(*forced(parallel, json_whitespace::spaced), *v.tok, true);
+    auto plain = run_ws_script(*forced(parallel, json_whitespace::free), *v.tok, false);
+    MESSAGE("tokens: fond of whitespace " << fond.n_tokens << ", never whitespace " << plain.n_tokens);
+    // One call, then the end: whitespace never forces another call (with parallel calls the
+    // "\n" after the call may end the output; another call would need "<tool_call>" next).
+    CHECK(drop_sep_spaces(fond.text) == call + (parallel ? "\n" : ""));
+    CHECK(fond.eos == parallel);  // without parallel calls the constraint ends at "</tool_call>" itself
+    // The fewest tokens: those of a model that writes no whitespace, plus at most one space
+    // token after each of the call's ':' and ',' (3), which the chat templates print too.
+    CHECK(fond.n_ws_tokens <= 3 + (parallel ? 1 : 0));
+    CHECK(fond.n_tokens <= plain.n_tokens + 3);
+    // The documented option: free whitespace (up to 16 bytes a gap) lets the same model pad
+    // (here one 16-space token a gap; one space at a time on vocabularies without those).
+    auto padded = run_ws_script(*forced(parallel, json_whitespace::free), *v.tok, true);
+    CHECK(padded.text.size() > fond.text.size() + 30);
+  }
+  // response_format: the schema answer is compact too (at most a newline or two may lead).
+  std::string err;
+  const char* schema = R"({"type":"object","properties":{"a":{"type":"integer","minimum":1,"maximum":1}},"required":["a"]})";
+  auto a = grammar::make_json_constraint(schema, v.index, &err);
+  REQUIRE_MESSAGE(a, err);
+  auto ra = run_ws_script(*a, *v.tok, true);
+  MESSAGE("answer: " << ra.text);
+  CHECK(ra.text.find_first_not_of(" \t\r\n") <= 2);
+  CHECK(drop_sep_spaces(ra.text.substr(ra.text.find_first_not_of(" \t\r\n"))) == "{\"a\":1}");
+}
