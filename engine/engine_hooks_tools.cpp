@@ -10,7 +10,7 @@ class chat_parser final : public output_parser {
  public:
   explicit chat_parser(std::unique_ptr<chat::tool_parser> p) : p_(std::move(p)) {}
   std::string feed(std::string_view piece) override { return p_->feed(piece); }
-  chat::parse_result finish() const override { return p_->finish(); }
+  chat::parse_result finish(bool truncated) const override { return p_->finish(truncated); }
 
  private:
   std::unique_ptr<chat::tool_parser> p_;

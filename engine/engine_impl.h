@@ -51,7 +51,8 @@ class output_parser {
  public:
   virtual ~output_parser() = default;
   virtual std::string feed(std::string_view piece) = 0;     // content that may stream now
-  virtual chat::parse_result finish() const = 0;
+  // truncated: the output hit its token limit (a partial call opening is dropped)
+  virtual chat::parse_result finish(bool truncated) const = 0;
 };
 
 // The control tokens of tok that open a tool call in `family`, with their text (engine_hooks_tools.cpp).

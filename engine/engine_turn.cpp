@@ -84,7 +84,7 @@ void engine_impl::finish_turn(active_request& ar, token_result res) {
   out.output_ids = std::move(res.output_ids);
   out.message.role = role::assistant;
   if (ar.parser && res.finish != finish_reason::error && res.finish != finish_reason::cancelled) {
-    chat::parse_result pr = ar.parser->finish();
+    chat::parse_result pr = ar.parser->finish(res.finish == finish_reason::length);
     out.message = std::move(pr.message);
     out.message.role = role::assistant;
     if (!out.message.tool_calls.empty() && res.finish == finish_reason::stop) out.finish = finish_reason::tool_calls;

@@ -398,7 +398,12 @@ std::string tool_parser::feed(std::string_view piece) {
   return out;
 }
 
-parse_result tool_parser::finish() const { return parse_tool_calls(opt_, text_); }
+parse_result tool_parser::finish(bool truncated) const {
+  if (!truncated || in_call_ || opt_.choice.mode == tool_choice_mode::none || opt_.tools.empty())
+    return parse_tool_calls(opt_, text_);
+  const size_t hold = find_call_open(opt_.family, text_, n_streamed_).hold;
+  return parse_tool_calls(opt_, std::string_view(text_).substr(0, text_.size() - hold));
+}
 
 std::unique_ptr<tool_parser> make_tool_parser(template_family family, std::vector<tool_def> tools, tool_choice choice,
                                               bool parallel_tool_calls, uint64_t id_seed) {

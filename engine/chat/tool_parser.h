@@ -46,8 +46,10 @@ class tool_parser {
   size_t call_start() const { return call_start_; }   // byte offset into text()
   const std::string& text() const { return text_; }    // everything fed so far
   // Final parse of everything fed. Also enforces tool_choice: required/named
-  // with no call is an error.
-  parse_result finish() const;
+  // with no call is an error. truncated: the output was cut (token limit), so trailing
+  // text that could still have become a call opening (held back by feed, e.g. "<tool_c")
+  // never will: it is dropped, not made content.
+  parse_result finish(bool truncated = false) const;
 
  private:
   tool_parser_options opt_;

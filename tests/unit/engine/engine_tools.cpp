@@ -3,7 +3,8 @@
 // tool_choice none), switches on when a call opens (prefilled here: the tiny base model
 // never opens one itself), sees a [TOOL_CALLS] control token the model samples itself,
 // and render -> tokenize -> generate -> parse round-trips a call for every family.
-// Sampled (seeded) turns are in engine_tools_sampled.cpp.
+// Sampled (seeded) turns are in engine_tools_sampled.cpp. A turn cut inside a call opening
+// drops the partial marker.
 #include <doctest/doctest.h>
 
 #include "temp_dir.h"
@@ -106,4 +107,21 @@ TEST_CASE("round trip for every family: render -> tokenize -> generate -> parse 
     CHECK(r.message.tool_calls[0].arguments_json == call_msg.tool_calls[0].arguments_json);
     CHECK(r.output_ids.size() <= 1);  // nothing but the end of the turn was left to generate
   }
+}
+
+TEST_CASE("a turn truncated inside a call opening returns the text before it, not the partial marker") {
+  // The prefill ends inside "<tool_call>"; the tiny model's greedy next token ("c") keeps
+  // it a possible opening, and the token limit cuts the turn there.
+  auto e = load("chatml");
+  auto t = weather_turn(tool_choice_mode::automatic);
+  t.assistant_prefix = "Checking. <tool_";
+  t.max_tokens = 1;
+  std::string streamed;
+  auto r = run(*e, t, &streamed);
+  REQUIRE_MESSAGE(t.assistant_prefix + e->detokenize(r.output_ids) == "Checking. <tool_c",
+                  "the model's next token changed: ", e->detokenize(r.output_ids));
+  CHECK(r.finish == finish_reason::length);
+  CHECK(r.message.content == "Checking.");
+  CHECK(r.message.tool_calls.empty());
+  CHECK(streamed.find('<') == std::string::npos);
 }

@@ -230,6 +230,34 @@ TEST_CASE("streaming detector: content streams, the call is held back") {
   CHECK(p->feed("<tool_call>{}") == "<tool_call>{}");
 }
 
+TEST_CASE("a partial call opening held back at a truncation is dropped, never content") {
+  struct {
+    template_family f;
+    const char* text;
+    const char* streamed;
+    const char* content;
+  } cases[] = {
+      {template_family::chatml, "Let me look. <tool_c", "Let me look. ", "Let me look."},
+      {template_family::plain, "ok <", "ok ", "ok"},
+      {template_family::mistral, "Looking [TOOL_CA", "Looking ", "Looking"},
+      {template_family::llama3, "Hi <|python_", "Hi ", "Hi"},
+      {template_family::chatml, "a <toolbox> b", "a <toolbox> b", "a <toolbox> b"},  // nothing held
+  };
+  for (const auto& c : cases) {
+    INFO(to_string(c.f), ": ", std::string(c.text));
+    auto p = make_tool_parser(c.f, tools(), {}, true, 1);
+    CHECK(p->feed(c.text) == c.streamed);
+    auto r = p->finish(true);
+    CHECK(r.message.content == c.content);
+    CHECK(r.message.tool_calls.empty());
+    CHECK(r.errors.empty());
+  }
+  // A turn that ended by itself keeps what the model wrote.
+  auto p = make_tool_parser(template_family::chatml, tools(), {}, true, 1);
+  p->feed("Let me look. <tool_c");
+  CHECK(p->finish(false).message.content == "Let me look. <tool_c");
+}
+
 // Constrained generation of whole tool-call turns: random walks under the
 // tool-call constraint always parse back into valid calls, for every family.
 TEST_CASE("constrained tool-call turns always parse cleanly") {
