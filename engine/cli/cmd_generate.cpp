@@ -32,11 +32,13 @@ int usage(FILE* f) {
                "usage: agentq-engine generate --model PATH (--prompt TEXT | --prompt-ids 1,2,3) [-n N]\n"
                "         [--temp T] [--top-k K] [--top-p P] [--min-p M] [--repeat-penalty R]\n"
                "         [--repeat-last-n N] [--seed S] [--threads N] [--ignore-eos] [--json]\n"
-               "         [--json-schema FILE] [--device cpu|cuda|cuda:N] [--kv-type f16|f32]\n"
+               "         [--json-schema FILE [--json-free-whitespace]] [--device cpu|cuda|cuda:N] [--kv-type f16|f32]\n"
                "  -n N             tokens to generate at most (default 128)\n"
                "  --temp T         0 = greedy (default 0)\n"
                "  --prompt-ids     token ids, comma-separated, used as given (no BOS added)\n"
                "  --json-schema    constrain the output to one JSON value matching this JSON Schema\n"
+               "                   (compact: at most one space after ':' and ','; --json-free-whitespace\n"
+               "                   allows up to 16 whitespace bytes in every gap)\n"
                "  --device D       where the model runs: cpu (default), cuda, cuda:N (no fallback)\n"
                "  --kv-type T      element type of the stored K/V: f16 (cpu default) or f32 (cuda's only)\n"
                "  --json           print {prompt_ids, output_ids, text, prompt_tokens_per_s, decode_tokens_per_s};\n"
@@ -105,6 +107,7 @@ int cmd_generate(int argc, char** argv) {
   const char* kv_type = nullptr;
   int32_t n_predict = 128, n_threads = 0;
   bool json = false, ignore_eos = false;
+  json_whitespace json_ws = json_whitespace::spaced;
   sampling_params sp;
   for (int i = 1; i < argc; ++i) {
     auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
@@ -126,6 +129,7 @@ int cmd_generate(int argc, char** argv) {
     else if (arg("--kv-type")) kv_type = argv[++i];
     else if (!std::strcmp(argv[i], "--json")) json = true;
     else if (!std::strcmp(argv[i], "--ignore-eos")) ignore_eos = true;
+    else if (!std::strcmp(argv[i], "--json-free-whitespace")) json_ws = json_whitespace::free;
     else {
       std::fprintf(stderr, "generate: unknown or incomplete option '%s'\n", argv[i]);
       return usage(stderr);
@@ -155,7 +159,7 @@ int cmd_generate(int argc, char** argv) {
     if (!in) { std::fprintf(stderr, "generate: cannot read %s\n", schema_path); return 1; }
     std::stringstream ss;
     ss << in.rdbuf();
-    constraint = grammar::make_json_constraint(ss.str(), tok->pieces(), tok->eog_ids(), &err);
+    constraint = grammar::make_json_constraint(ss.str(), grammar::make_vocab_index(tok->pieces(), tok->eog_ids()), &err, json_ws);
     if (!constraint) { std::fprintf(stderr, "generate: %s: %s\n", schema_path, err.c_str()); return 2; }
   }
   std::vector<uint32_t> allowed;

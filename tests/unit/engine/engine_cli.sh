@@ -60,6 +60,14 @@ for n in $(seq 1 20); do
 done
 [ "$n_cut" -gt 0 ] || fail "no run ended inside the character (the check above checked nothing)"
 
+# --json-schema output is compact (the tiny model pads every gap it may): the whole object
+# within 60 tokens; --json-free-whitespace lets it pad.
+printf '{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}' >"$tmp/obj.json"
+out=$("$bin" generate --model "$model" --prompt "$prompt" -n 60 --json --json-schema "$tmp/obj.json")
+grep -Eq '"text":"( |\\n){0,2}\{\\"a\\": ?-?[0-9]+\}"' <<<"$out" || fail "--json-schema output not compact: $out"
+out=$("$bin" generate --model "$model" --prompt "$prompt" -n 60 --json --json-schema "$tmp/obj.json" --json-free-whitespace)
+grep -Eq '"text":"( |\\n){3}' <<<"$out" || fail "--json-free-whitespace: no padding: $out"
+
 # info on the model, then on a truncated file.
 "$bin" info --model "$model" >"$tmp/info"
 grep -q "architecture:  llama" "$tmp/info" || fail "info: no architecture"
