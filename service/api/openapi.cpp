@@ -105,6 +105,10 @@ json build() {
         {"tools", {{"type", "array"}, {"items", ref("Tool")}}},
         {"tool_choice", {{"oneOf", {{{"type", "string"}, {"enum", {"auto", "none", "required"}}}, {{"type", "object"}}}}}},
         {"parallel_tool_calls", {{"type", "boolean"}}},
+        {"json_whitespace",
+         {{"type", "string"}, {"enum", {"spaced", "free"}},
+          {"description", "whitespace in constrained JSON (tool-call arguments, response_format): spaced (default, "
+                          "compact with one space after ':' and ','), free (any, up to 16 bytes a gap)"}}},
         {"response_format", {{"type", "object"}}},
         {"temperature", {{"type", "number"}}},
         {"top_p", {{"type", "number"}}},

@@ -229,7 +229,7 @@ validated_job validate_or_throw(const json& b, const model_catalog& catalog, con
             {"model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format", "temperature",
              "top_p", "top_k", "min_p", "seed", "frequency_penalty", "presence_penalty", "repeat_penalty",
              "max_turns", "max_output_tokens", "max_tokens_per_turn", "deadline_seconds", "priority", "webhook",
-             "metadata", "stream_tokens", "stop", "tool_choice_every_turn"});
+             "metadata", "stream_tokens", "stop", "tool_choice_every_turn", "json_whitespace"});
   validated_job out;
   out.model = get_string(need(b, "model", "model"), "model", false);
   const model_info* mi = nullptr;
@@ -283,6 +283,12 @@ validated_job validate_or_throw(const json& b, const model_catalog& catalog, con
       fail("tool_choice", "tool_choice 'required' needs at least one tool");
   }
   if (auto v = b.find("parallel_tool_calls"); v != b.end()) tr.parallel_tool_calls = get_bool(*v, "parallel_tool_calls");
+  if (auto v = b.find("json_whitespace"); v != b.end()) {
+    std::string ws = get_string(*v, "json_whitespace");
+    if (ws != "spaced" && ws != "free")
+      fail("json_whitespace", "'json_whitespace' must be \"spaced\" (the default: compact JSON, one space after ':' and ',') or \"free\"");
+    tr.json_ws = ws == "free" ? json_whitespace::free : json_whitespace::spaced;
+  }
   if (auto v = b.find("stream_tokens"); v != b.end()) get_bool(*v, "stream_tokens");
   if (auto v = b.find("tool_choice_every_turn"); v != b.end()) get_bool(*v, "tool_choice_every_turn");
   if (auto rf = b.find("response_format"); rf != b.end()) {

@@ -20,7 +20,8 @@ namespace agentq::worker {
 //   "response_format": {"type":"json_schema","json_schema":{"schema":{..}}},
 //   "temperature":0, "top_p":1, "top_k":0, "seed":0,
 //   "max_turns":16, "max_output_tokens":4096, "max_tokens_per_turn":512, "deadline_seconds":600,
-//   "priority":"high|normal|low", "stream_tokens": false, "stop": ["..."]
+//   "priority":"high|normal|low", "stream_tokens": false, "stop": ["..."],
+//   "json_whitespace": "spaced"|"free"
 // }
 // Tools without "execution" are client-side: the job goes to requires_action.
 struct http_execution {
@@ -40,6 +41,7 @@ struct agent_spec {
   std::vector<tool_spec> tools;
   tool_choice choice;
   bool parallel_tool_calls = true;
+  json_whitespace json_ws = json_whitespace::spaced;  // in tool-call arguments and the schema answer
   std::string response_schema_json;
   sampling_params sampling;
   int32_t max_turns = 16;

@@ -498,6 +498,7 @@ struct worker::impl {
       for (auto& t : spec->tools) req.tools.push_back(t.def);
       req.choice = (st.n_turns == 0 || spec->tool_choice_every_turn) ? spec->choice : tool_choice{};
       req.parallel_tool_calls = spec->parallel_tool_calls;
+      req.json_ws = spec->json_ws;
       req.response_schema_json = spec->response_schema_json;
       req.sampling = spec->sampling;
       req.max_tokens = static_cast<int32_t>(std::min<int64_t>(spec->max_tokens_per_turn, remaining));

@@ -167,3 +167,13 @@ TEST_CASE("body parsing: malformed JSON and bad UTF-8") {
   CHECK(api::is_valid_utf8("h\xc3\xa9llo \xf0\x9f\x98\x80"));
   CHECK(api::parse_body("{\"a\":\"\\u00e9\"}", &e));
 }
+
+TEST_CASE("json_whitespace: spaced (default) or free; anything else names the field") {
+  CHECK(run(with(good(), "/json_whitespace", "free")).ok);
+  CHECK(run(with(good(), "/json_whitespace", "spaced")).ok);
+  auto o = run(with(good(), "/json_whitespace", "loose"));
+  CHECK_FALSE(o.ok);
+  CHECK(o.status == 400);
+  CHECK(o.param == "json_whitespace");
+  CHECK_FALSE(run(with(good(), "/json_whitespace", 1)).ok);
+}

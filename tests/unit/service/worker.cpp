@@ -100,7 +100,11 @@ TEST_CASE("agent spec: parse and reject") {
   REQUIRE_MESSAGE(s, err);
   CHECK(s->choice.mode == tool_choice_mode::required);
   CHECK(s->max_turns == 3);
+  CHECK(s->json_ws == json_whitespace::spaced);
   CHECK_FALSE(s->tools[0].http);
+  auto free_ws = worker::parse_agent_spec(json{{"messages", {user("hi")}}, {"json_whitespace", "free"}}.dump(), &err);
+  REQUIRE(free_ws);
+  CHECK(free_ws->json_ws == json_whitespace::free);
   CHECK_FALSE(worker::parse_agent_spec("[]", &err));
   CHECK_FALSE(worker::parse_agent_spec(json{{"messages", json::array()}}.dump(), &err));
   CHECK(err.find("messages") != std::string::npos);
