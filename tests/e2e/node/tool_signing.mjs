@@ -52,7 +52,7 @@ async function runJob(key) {
       function: { name: 'look', parameters: { type: 'object', properties: { q: { enum: ['Paris', 'London'] } }, required: ['q'] } },
       execution: { type: 'http', url: toolUrl, timeout_ms: 5000 },
     }],
-    tool_choice: 'required', parallel_tool_calls: false, max_turns: 2, max_tokens_per_turn: 400,
+    tool_choice: 'required', parallel_tool_calls: false, max_turns: 2, max_tokens_per_turn: 128,
   });
   assert.equal(sub.status, 202, JSON.stringify(sub.json));
   for (let i = 0; i < 300; ++i) {
