@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 namespace agentq::daemon {
@@ -28,7 +31,43 @@ int32_t pick_free_port() {
   ::close(fd);
   return ntohs(a.sin_port);
 }
+
+// true while pid is a live (not zombie) redis-server working in dir (redis chdirs to its --dir
+// and rewrites its command line, so comm and cwd identify it, not a reused pid)
+bool is_live_redis(pid_t pid, const std::string& dir) {
+  if (pid <= 0 || ::kill(pid, 0) != 0) return false;
+  std::string proc = "/proc/" + std::to_string(pid);
+  std::ifstream stat(proc + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  auto rp = line.rfind(')');
+  if (rp != std::string::npos && rp + 2 < line.size() && line[rp + 2] == 'Z') return false;
+  std::ifstream comm_in(proc + "/comm");
+  std::string comm;
+  std::getline(comm_in, comm);
+  std::error_code ec;
+  auto cwd = std::filesystem::read_symlink(proc + "/cwd", ec);
+  return comm == "redis-server" && !ec && std::filesystem::equivalent(cwd, dir, ec);
+}
 }  // namespace
+
+std::string redis_supervisor::pid_file() const { return dir_ + "/agentqd-redis.pid"; }
+
+void redis_supervisor::stop_stale() {
+  std::ifstream in(pid_file());
+  pid_t pid = -1;
+  if (!(in >> pid) || !is_live_redis(pid, dir_)) return;
+  // NOTE: stopped, not adopted: a process that is not our child cannot be waited for or
+  // supervised, and SIGTERM makes it flush its AOF, so the new one loses nothing.
+  spdlog::warn("redis: a redis-server (pid {}) from an earlier agentqd still runs on {}; stopping it", pid, dir_);
+  ::kill(pid, SIGTERM);
+  for (int i = 0; i < 500 && is_live_redis(pid, dir_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (is_live_redis(pid, dir_)) {
+    spdlog::warn("redis: pid {} ignored SIGTERM for 10 s; SIGKILL", pid);
+    ::kill(pid, SIGKILL);
+    for (int i = 0; i < 250 && is_live_redis(pid, dir_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
 
 bool redis_supervisor::ping() const {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -55,12 +94,23 @@ bool redis_supervisor::spawn(std::string* error) {
                                    "--dir", dir_, "--appendonly", "yes", "--appendfsync", "everysec",
                                    "--maxmemory-policy", "noeviction", "--save", "", "--daemonize", "no",
                                    "--protected-mode", "yes", "--logfile", dir_ + "/redis.log"};
+  pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
     if (error) *error = "fork failed";
     return false;
   }
   if (pid == 0) {
+    // agentqd blocks SIGTERM/SIGINT in every thread (it sigwaits them); a mask and handlers
+    // survive exec, so give redis-server an empty mask and default dispositions.
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+    // die with agentqd (even SIGKILLed); NOTE: the signal fires when the forking *thread*
+    // exits, which is the main thread or the watch thread -- both live as long as supervision.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);  // the parent died before prctl
     ::setpgid(0, 0);  // NOTE: own process group, so a terminal's Ctrl-C reaches agentqd only
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -69,6 +119,10 @@ bool redis_supervisor::spawn(std::string* error) {
     ::_exit(127);
   }
   pid_ = pid;
+  {
+    std::ofstream pf(pid_file(), std::ios::trunc);
+    pf << pid << "\n";
+  }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
     if (ping()) return true;
@@ -87,6 +141,7 @@ bool redis_supervisor::spawn(std::string* error) {
 bool redis_supervisor::start(std::string* error) {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
+  stop_stale();
   port_ = pick_free_port();
   {
     std::lock_guard lock(mu_);
@@ -121,6 +176,8 @@ void redis_supervisor::stop() {
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
+      std::error_code ec;
+      std::filesystem::remove(pid_file(), ec);
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -128,6 +185,8 @@ void redis_supervisor::stop() {
   ::kill(pid_, SIGKILL);
   ::waitpid(pid_, nullptr, 0);
   pid_ = -1;
+  std::error_code ec;
+  std::filesystem::remove(pid_file(), ec);
 }
 
 }  // namespace agentq::daemon

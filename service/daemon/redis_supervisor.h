@@ -1,5 +1,7 @@
 // The embedded Redis: agentqd starts its own redis-server (AOF on, noeviction) in the
 // data dir on a free loopback port when no --redis URL is given, and restarts it if it dies.
+// One redis-server per directory: its pid is kept in DIR/agentqd-redis.pid, and one left by an
+// agentqd that died is stopped at start; the child dies with agentqd (PR_SET_PDEATHSIG).
 #pragma once
 
 #include <sys/types.h>
@@ -18,7 +20,8 @@ class redis_supervisor {
   explicit redis_supervisor(std::string dir) : dir_(std::move(dir)) {}
   ~redis_supervisor() { stop(); }
 
-  // Start on a free port and wait for PING; false with *error.
+  // Stop a live redis-server named by the pid file, start on a free port and wait for PING;
+  // false with *error.
   bool start(std::string* error);
   // SIGTERM, wait (SIGKILL after 5 s), stop supervising.
   void stop();
@@ -27,6 +30,9 @@ class redis_supervisor {
  private:
   bool spawn(std::string* error);
   bool ping() const;
+  std::string pid_file() const;
+  // SIGTERM (SIGKILL after 10 s) a live redis-server left on dir_ by an earlier agentqd
+  void stop_stale();
 
   std::string dir_;
   int32_t port_ = 0;
