@@ -186,7 +186,6 @@ int run(const daemon::config& c) {
     w->start();
     sampler = std::make_unique<obs::engine_sampler>(*obs_db, catalog.find(catalog.list().front().name), w->id());
     sampler->start();
-    spdlog::info("worker {} started", w->id());
   }
 
   std::unique_ptr<webhooks::dispatcher> hooks;

@@ -1,5 +1,6 @@
 // The embedded Redis (daemon/redis_supervisor): agentqd SIGKILLed and restarted on the same data
-// dir leaves exactly one redis-server on that dir, and a job queued before the kill still runs.
+// dir leaves exactly one redis-server on that dir, and a job queued before the kill still runs;
+// the worker's start is logged once.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "agentqd_e2e.h"
@@ -147,6 +149,13 @@ TEST_CASE("agentqd SIGKILLed and restarted: one redis-server owns the data dir, 
   // NOTE: the tiny model may run into max_tokens_per_turn; either way the job ran
   std::string final_status = job.value("status", "");
   CHECK_MESSAGE((final_status == "completed" || final_status == "incomplete"), job.dump() << "\n" << log());
+
+  // the restarted agentqd (the first had no worker) logs its worker's start once (was twice, #24)
+  int n_started = 0;
+  std::istringstream lines(log());
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("] worker ") != std::string::npos && line.ends_with(" started")) ++n_started;
+  CHECK_MESSAGE(n_started == 1, log());
 
   // SIGTERM stops agentqd and its redis-server
   kill(b, SIGTERM);
