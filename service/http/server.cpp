@@ -273,6 +273,10 @@ struct server::impl {
   asio::io_context ioc;
   std::optional<tcp::acceptor> acceptor;
   std::vector<std::thread> threads;
+  // NOTE: keeps ioc.run() going while a stream thread (SSE) is between writes: once stop()
+  // closes the acceptor such a session has no pending operation, the io threads would return,
+  // and the close the stream thread posts when it ends would never run (the full drain wait).
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   uint16_t port = 0;
   bool running = false;
 
@@ -325,6 +329,7 @@ bool server::start(std::string* error) {
   impl_->port = impl_->acceptor->local_endpoint().port();
   impl_->do_accept();
   impl_->running = true;
+  impl_->work.emplace(impl_->ioc.get_executor());
   for (int32_t i = 0; i < std::max(1, impl_->state->options.n_threads); ++i)
     impl_->threads.emplace_back([this] { impl_->ioc.run(); });
   return true;
@@ -357,6 +362,7 @@ void server::stop() {
       spdlog::warn("http: {} connection(s) still open after the {} ms drain; cutting them", state.n_connections.load(),
                    state.options.drain_timeout.count());
   }
+  impl_->work.reset();
   impl_->ioc.stop();
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();

@@ -2,7 +2,8 @@
 // pipelined next request is still served; an error answered before a large body was read
 // still reaches the client (the server drains the unread bytes instead of resetting);
 // stop() lets an in-flight request finish writing, closes idle keep-alive connections
-// at once, and is not held up by a client that vanished mid-response.
+// at once, is not held up by a client that vanished mid-response, and ends an open event
+// stream (SSE) at once instead of waiting out the drain.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -148,4 +149,27 @@ TEST_CASE("a client gone mid-response (write error) does not hold up stop()") {
   s.srv->stop();
   CHECK(seconds_since(t0) < 2.0);
   CHECK(s.srv->stats().n_connections == 0);
+}
+
+TEST_CASE("stop() ends an open event stream promptly (no full drain wait)") {
+  auto o = small_limits();
+  o.drain_timeout = 10s;
+  test::http_test_server s(o);
+  std::atomic<bool> streaming{false};
+  s.routes.add("GET", "/stream", [&](http::request&) {
+    http::response res;
+    res.content_type = "text/event-stream";
+    res.stream = [&](http::stream_sink& out) {
+      streaming = true;
+      while (!out.closed()) std::this_thread::sleep_for(20ms);  // a producer with nothing to send
+    };
+    return res;
+  });
+  raw_socket c(s.port());
+  REQUIRE(c.send("GET /stream HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"));
+  while (!streaming) std::this_thread::sleep_for(5ms);
+  auto t0 = std::chrono::steady_clock::now();
+  s.srv->stop();
+  CHECK(seconds_since(t0) < 1.0);
+  CHECK(c.read_until_close(2s).closed);
 }
