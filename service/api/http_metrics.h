@@ -16,6 +16,10 @@ namespace agentq::api {
 std::function<http::response(http::request&)> instrumented(const http::router& r,
                                                            metrics::registry& reg = metrics::global());
 
+// A server_options::on_rejected that counts the responses the server writes before routing
+// (413, 431, 400, 408, 503) in agentq_http_requests_total with route="rejected".
+std::function<void(const std::string& method, int status)> rejection_counter(metrics::registry& reg = metrics::global());
+
 // The route pattern that matches method + path ("unmatched" when none does).
 std::string route_of(const http::router& r, const std::string& path);
 

@@ -266,6 +266,7 @@ int run(const daemon::config& c) {
     hopts.n_threads = c.http_threads;
     hopts.max_connections = c.max_connections;
     hopts.max_body_bytes = size_t(c.max_body_bytes);
+    hopts.on_rejected = api::rejection_counter();  // 413, 431, ... never reach the router
     server = std::make_unique<http::server>(hopts, api::instrumented(router));
     if (!server->start(&err)) {
       spdlog::critical("{}", err);

@@ -72,6 +72,7 @@ class session : public std::enable_shared_from_this<session> {
   // Reject before reading anything (connection limit).
   void reject_busy() {
     ++state_->n_rejected;
+    if (state_->options.on_rejected) state_->options.on_rejected("", 503);
     send_error(error_kind::unavailable, "server is at its connection limit; retry later", true);
   }
 
@@ -193,6 +194,10 @@ class session : public std::enable_shared_from_this<session> {
 
   void reject(rejection why) {
     ++state_->n_rejected;
+    if (state_->options.on_rejected) {
+      std::string method = parser_ && parser_->is_header_done() ? std::string(parser_->get().method_string()) : "";
+      state_->options.on_rejected(method, status_of(why.kind));
+    }
     send_error(why.kind, why.message, true);
   }
 
