@@ -4,31 +4,13 @@
 # error (rejected key, usage, unreachable server) is a JSON object on stdout too.
 # Env (set by ctest): AGENTQ_SOURCE_DIR, AGENTQ_BIN_DIR, AGENTQ_SHARED_DIR. Exit 77 = skipped.
 set -euo pipefail
-src="${AGENTQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
-bin="${AGENTQ_BIN_DIR:-$src/build/bin}"
-shared="${AGENTQ_SHARED_DIR:-$src/../shared}"
-model="$shared/models/stories260K.gguf"
-skip() { echo "skip: $*"; exit 77; }
+# shellcheck source=../support/agentqd_env.sh
+source "$(dirname "$0")/../support/agentqd_env.sh"
 fail() { echo "FAIL: $*"; [ -f "$tmp/agentqd.log" ] && tail -n 30 "$tmp/agentqd.log"; exit 1; }
-[ -x "$bin/agentqd" ] && [ -x "$bin/agentq" ] || skip "no $bin/agentqd or agentq (build them first)"
-[ -f "$model" ] || skip "no $model"
+[ -x "$bin/agentq" ] || skip "no $bin/agentq (build it first)"
 command -v python3 >/dev/null || skip "no python3 (checks the JSON output)"
-
-tmp="$(mktemp -d -t agentq-cli-XXXXXX)"
-pid=""
-cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-admin_key="aq_clitest_$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
-"$bin/agentqd" --data-dir "$tmp/data" --listen 127.0.0.1:0 --port-file "$tmp/port" --model "$model" \
-  --admin-key "$admin_key" >"$tmp/agentqd.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 200); do [ -s "$tmp/port" ] && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-[ -s "$tmp/port" ] || fail "agentqd did not start"
-export AGENTQ_URL="http://127.0.0.1:$(cat "$tmp/port")" AGENTQ_API_KEY="$admin_key"
+agentqd_start cli
+export AGENTQ_API_KEY="$admin_key"
 is_json() { python3 -c 'import json,sys; d=json.load(sys.stdin); assert '"$1" ; }
 
 # 1. The README's example, verbatim (its `build/bin/agentq submit` line, run from our bin dir).
