@@ -1,6 +1,9 @@
 // REST handlers (see api.h). Each handler: auth -> parse -> store -> job object.
 #include "api/api.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -130,7 +133,7 @@ void api::install(http::router& r) {
 
   r.add("POST", "/v1/jobs", authed([this](request& req, const auth::key_info& key) {
           validation_error err;
-          auto body = parse_body(req.body, &err);
+          auto body = parse_body(req.body, req.header("content-type"), &err);
           if (!body) return from_validation(err);
           auto v = validate_job(*body, *deps_.catalog, *deps_.guard, options_.limits, &err);
           if (!v) return from_validation(err);
@@ -186,6 +189,10 @@ void api::install(http::router& r) {
                                       "limit must be 1-" + std::to_string(options_.max_list_limit), "limit");
               limit = int32_t(*n);
             } else if (k == "after" || k == "cursor") {
+              // a cursor is a job id ("job_" + 24 hex, store::new_job_id)
+              bool ok = v.size() == 28 && v.starts_with("job_") &&
+                        std::all_of(v.begin() + 4, v.end(), [](char ch) { return std::isxdigit((unsigned char)ch); });
+              if (!ok) return error_response(error_kind::invalid_request, "'" + k + "' must be a job id (job_...)", k);
               before = v;
             } else if (k.starts_with("metadata.") && k.size() > 9) {
               meta.emplace_back(k.substr(9), v);
@@ -253,7 +260,7 @@ void api::install(http::router& r) {
           auto job = deps_.store->get_job(id, key.tenant);
           if (!job) return job_not_found(id);
           validation_error err;
-          auto body = parse_body(req.body, &err);
+          auto body = parse_body(req.body, req.header("content-type"), &err);
           if (!body) return from_validation(err);
           if (!body->is_object() || !body->contains("tool_outputs") || !(*body)["tool_outputs"].is_array() ||
               (*body)["tool_outputs"].empty())
@@ -336,7 +343,7 @@ void api::install(http::router& r) {
   r.add("POST", "/v1/keys", authed([this, admin_only](request& req, const auth::key_info& key) {
           if (auto denied = admin_only(key)) return *denied;
           validation_error err;
-          auto body = parse_body(req.body.empty() ? "{}" : req.body, &err);
+          auto body = parse_body(req.body.empty() ? "{}" : req.body, req.header("content-type"), &err);
           if (!body) return from_validation(err);
           if (!body->is_object() || !body->contains("tenant") || !(*body)["tenant"].is_string() ||
               (*body)["tenant"].get<std::string>().empty() || (*body)["tenant"].get<std::string>().size() > 128)

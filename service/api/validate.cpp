@@ -1,6 +1,8 @@
 // POST /v1/jobs validation: each check names the field it rejects (see validate.h).
 #include "api/validate.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <set>
 
@@ -249,6 +251,16 @@ validated_job validate_or_throw(const json& b, const model_catalog& catalog, con
   if (msgs.size() > size_t(limits.max_messages))
     fail("messages", "'messages' has more than " + std::to_string(limits.max_messages) + " entries");
   for (size_t i = 0; i < msgs.size(); ++i) tr.messages.push_back(parse_message(msgs[i], "messages[" + std::to_string(i) + "]"));
+  // a tool message answers a call an earlier assistant message made and no tool message answered yet
+  std::set<std::string> open_calls;
+  for (size_t i = 0; i < tr.messages.size(); ++i) {
+    const auto& m = tr.messages[i];
+    for (const auto& t : m.tool_calls) open_calls.insert(t.id);
+    if (m.role == role::tool && open_calls.erase(m.tool_call_id) == 0) {
+      std::string p = "messages[" + std::to_string(i) + "].tool_call_id";
+      fail(p, "'" + p + "' is '" + m.tool_call_id + "', which answers no earlier assistant tool call");
+    }
+  }
 
   std::set<std::string> tool_names;
   if (auto tools = b.find("tools"); tools != b.end()) {
@@ -391,7 +403,34 @@ bool is_valid_utf8(std::string_view s) {
   return true;
 }
 
-std::optional<json> parse_body(const std::string& body, validation_error* err) {
+namespace {
+// nlohmann's what() without its "[json.exception.parse_error.101] parse error at line 1,
+// column 5: " prefix: the part a user can act on.
+std::string json_error_detail(const json::exception& e) {
+  std::string w = e.what();
+  if (auto rb = w.find("] "); w.starts_with("[json.exception.") && rb != std::string::npos) w = w.substr(rb + 2);
+  if (w.starts_with("parse error")) {
+    if (auto colon = w.find(": "); colon != std::string::npos) w = w.substr(colon + 2);
+  }
+  return w;
+}
+
+struct duplicate_key {
+  std::string key;
+};
+}  // namespace
+
+std::optional<json> parse_body(const std::string& body, std::string_view content_type, validation_error* err) {
+  // NOTE: a missing Content-Type is accepted (old clients); a declared non-JSON one is refused
+  std::string media(content_type.substr(0, content_type.find(';')));
+  while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.pop_back();
+  while (!media.empty() && (media.front() == ' ' || media.front() == '\t')) media.erase(0, 1);
+  for (char& ch : media) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  if (!media.empty() && media != "application/json" && !media.ends_with("+json")) {
+    *err = {http::error_kind::unsupported_media,
+            "the request body must be JSON (Content-Type: application/json), not '" + media + "'", "Content-Type"};
+    return std::nullopt;
+  }
   if (!is_valid_utf8(body)) {
     *err = {http::error_kind::invalid_request, "the request body is not valid UTF-8", ""};
     return std::nullopt;
@@ -402,10 +441,31 @@ std::optional<json> parse_body(const std::string& body, validation_error* err) {
             ""};
     return std::nullopt;
   }
+  // the open objects' keys, innermost last: a key seen twice in one object is refused (RFC 8259
+  // leaves its meaning open; nlohmann would keep the last silently)
+  std::vector<std::vector<std::string>> keys;
+  auto on_event = [&keys](int, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::object_start) keys.emplace_back();
+    else if (ev == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    else if (ev == json::parse_event_t::key && !keys.empty()) {
+      std::string k = parsed.get<std::string>();
+      auto& seen = keys.back();
+      if (std::find(seen.begin(), seen.end(), k) != seen.end()) throw duplicate_key{k};
+      seen.push_back(std::move(k));
+    }
+    return true;
+  };
   try {
-    return json::parse(body);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e400
-    *err = {http::error_kind::invalid_request, std::string("malformed JSON: ") + e.what(), ""};
+    return json::parse(body, on_event);
+  } catch (const duplicate_key& d) {
+    *err = {http::error_kind::invalid_request, "invalid JSON: the key '" + d.key + "' appears twice in one object", ""};
+    return std::nullopt;
+  } catch (const json::parse_error& e) {
+    *err = {http::error_kind::invalid_request,
+            "invalid JSON at byte " + std::to_string(e.byte) + ": " + json_error_detail(e), ""};
+    return std::nullopt;
+  } catch (const json::exception& e) {  // out_of_range for numbers like 1e400
+    *err = {http::error_kind::invalid_request, "invalid JSON: " + json_error_detail(e), ""};
     return std::nullopt;
   }
 }
@@ -419,7 +479,7 @@ std::optional<validated_job> validate_job(const json& body, const model_catalog&
     *err = e.e;
     return std::nullopt;
   } catch (const json::exception& e) {
-    *err = {http::error_kind::invalid_request, std::string("invalid request: ") + e.what(), ""};
+    *err = {http::error_kind::invalid_request, "invalid request: " + json_error_detail(e), ""};
     return std::nullopt;
   }
 }

@@ -46,8 +46,14 @@ struct validated_job {
 // true if s is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
 bool is_valid_utf8(std::string_view s);
 
-// Parse the raw body; nullopt with *err on malformed JSON or bad UTF-8.
-std::optional<nlohmann::json> parse_body(const std::string& body, validation_error* err);
+// Parse the raw body; nullopt with *err (415) when content_type names a non-JSON media type
+// (empty is accepted), or (400) on malformed JSON, a key repeated in one object or bad UTF-8.
+// Messages say what and where ("invalid JSON at byte 17: ..."), never the parser's own codes.
+std::optional<nlohmann::json> parse_body(const std::string& body, std::string_view content_type,
+                                         validation_error* err);
+inline std::optional<nlohmann::json> parse_body(const std::string& body, validation_error* err) {
+  return parse_body(body, {}, err);
+}
 
 // Validate a parsed job request. The guard checks webhook and tool URLs; catalog checks the model.
 std::optional<validated_job> validate_job(const nlohmann::json& body, const model_catalog& catalog,

@@ -270,6 +270,20 @@ TEST_CASE("agentqd end to end") {
     check("wrong method", user.call("DELETE", "/v1/jobs"), 405, "");
     check("bad list limit", user.get("/v1/jobs?limit=0"), 400, "limit");
     check("bad status filter", user.get("/v1/jobs?status=sleeping"), 400, "status");
+    // #24 item 10: accepted before
+    auto dup = user.call("POST", "/v1/jobs", R"({"model":"stories260K","model":"x","messages":[{"role":"user","content":"hi"}]})");
+    check("duplicate key", dup, 400, "");
+    CHECK(dup.body["error"]["message"].get<std::string>().find("appears twice") != std::string::npos);
+    check("text/plain body", user.call("POST", "/v1/jobs", simple_job().dump(), {{"Content-Type", "text/plain"}}), 415,
+          "Content-Type");
+    check("bad list cursor", user.get("/v1/jobs?after=zzz"), 400, "after");
+    j = simple_job();
+    j["messages"].push_back({{"role", "tool"}, {"tool_call_id", "call_nope"}, {"content", "42"}});
+    check("tool message answering no call", user.post("/v1/jobs", j), 400, "messages[1].tool_call_id");
+    auto bad_json = user.call("POST", "/v1/jobs", "{\"model\": tru}");
+    std::string msg = bad_json.body["error"]["message"].get<std::string>();
+    CHECK_MESSAGE(msg.starts_with("invalid JSON at byte "), msg);
+    CHECK_MESSAGE(msg.find("json.exception") == std::string::npos, msg);
   }
 
   SUBCASE("webhook receiver failing with 500, then recovering, gets each event with one webhook-id") {

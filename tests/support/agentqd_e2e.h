@@ -176,7 +176,10 @@ struct api {
     req.max_response_bytes = 16 << 20;
     req.headers = std::move(headers);
     if (!key.empty()) req.headers.emplace_back("Authorization", "Bearer " + key);
-    if (!body.empty()) req.headers.emplace_back("Content-Type", "application/json");
+    bool typed = std::any_of(req.headers.begin(), req.headers.end(), [](const auto& h) {
+      return h.first == "Content-Type";
+    });
+    if (!body.empty() && !typed) req.headers.emplace_back("Content-Type", "application/json");
     auto res = client.send(req);
     REQUIRE_MESSAGE(res.ok(), res.message);
     reply r;

@@ -158,7 +158,7 @@ TEST_CASE("body parsing: malformed JSON and bad UTF-8") {
   api::validation_error e;
   CHECK_FALSE(api::parse_body("{\"model\":", &e));
   CHECK(http::status_of(e.kind) == 400);
-  CHECK(e.message.find("malformed JSON") != std::string::npos);
+  CHECK(e.message.find("invalid JSON at byte") != std::string::npos);
   CHECK_FALSE(api::parse_body("{\"model\":\"\xff\xfe\"}", &e));
   CHECK(e.message.find("UTF-8") != std::string::npos);
   CHECK_FALSE(api::is_valid_utf8("\xc0\xaf"));          // overlong '/'
@@ -166,6 +166,47 @@ TEST_CASE("body parsing: malformed JSON and bad UTF-8") {
   CHECK_FALSE(api::is_valid_utf8("\xf4\x90\x80\x80"));  // > U+10FFFF
   CHECK(api::is_valid_utf8("h\xc3\xa9llo \xf0\x9f\x98\x80"));
   CHECK(api::parse_body("{\"a\":\"\\u00e9\"}", &e));
+}
+
+TEST_CASE("body parsing: duplicate keys, non-JSON Content-Type, messages without parser codes (#24 item 10)") {
+  api::validation_error e;
+  CHECK_FALSE(api::parse_body(R"({"model":"a","model":"b"})", &e));
+  CHECK(http::status_of(e.kind) == 400);
+  CHECK(e.message.find("'model' appears twice") != std::string::npos);
+  CHECK_FALSE(api::parse_body(R"({"a":{"x":1,"y":{"x":2},"x":3}})", &e));  // nested: the inner x is another object's
+  CHECK(e.message.find("'x' appears twice") != std::string::npos);
+  CHECK(api::parse_body(R"({"a":{"x":1},"b":{"x":1},"c":[{"x":1},{"x":2}]})", &e));
+
+  CHECK_FALSE(api::parse_body(R"({"model":"a"})", "text/plain", &e));
+  CHECK(http::status_of(e.kind) == 415);
+  CHECK(e.param == "Content-Type");
+  CHECK(api::parse_body(R"({"model":"a"})", "application/json; charset=utf-8", &e));
+  CHECK(api::parse_body(R"({"model":"a"})", "", &e));  // none declared: accepted
+
+  CHECK_FALSE(api::parse_body(R"({"model": tru})", &e));
+  INFO(e.message);
+  CHECK(e.message.starts_with("invalid JSON at byte "));
+  CHECK(e.message.find("json.exception") == std::string::npos);
+  CHECK(e.message.find("parse_error") == std::string::npos);
+  CHECK_FALSE(api::parse_body(R"({"n":1e400})", &e));
+  CHECK(e.message.find("json.exception") == std::string::npos);
+}
+
+TEST_CASE("a tool message must answer an earlier, unanswered assistant tool call (#24 item 10)") {
+  json assistant = {{"role", "assistant"},
+                    {"content", nullptr},
+                    {"tool_calls", {{{"id", "c1"}, {"type", "function"}, {"function", {{"name", "get_time"}, {"arguments", "{}"}}}}}}};
+  json user = {{"role", "user"}, {"content", "hi"}};
+  auto tool = [](const std::string& id) { return json{{"role", "tool"}, {"tool_call_id", id}, {"content", "12:00"}}; };
+  CHECK(run(with(good(), "/messages", json::array({user, assistant, tool("c1")}))).ok);
+  auto o = run(with(good(), "/messages", json::array({user, tool("c1")})));
+  CHECK_FALSE(o.ok);
+  CHECK(o.status == 400);
+  CHECK(o.param == "messages[1].tool_call_id");
+  o = run(with(good(), "/messages", json::array({user, assistant, tool("c2")})));
+  CHECK(o.param == "messages[2].tool_call_id");
+  o = run(with(good(), "/messages", json::array({user, assistant, tool("c1"), tool("c1")})));  // answered twice
+  CHECK(o.param == "messages[3].tool_call_id");
 }
 
 TEST_CASE("json_whitespace: spaced (default) or free; anything else names the field") {
