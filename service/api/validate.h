@@ -46,7 +46,7 @@ struct validated_job {
 // true if s is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
 bool is_valid_utf8(std::string_view s);
 
-// Parse the raw body; nullopt with *err (415) when content_type names a non-JSON media type
+// Parse the raw body; nullopt with *err (400) when content_type names a non-JSON media type
 // (empty is accepted), or (400) on malformed JSON, a key repeated in one object or bad UTF-8.
 // Messages say what and where ("invalid JSON at byte 17: ..."), never the parser's own codes.
 std::optional<nlohmann::json> parse_body(const std::string& body, std::string_view content_type,

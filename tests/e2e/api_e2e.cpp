@@ -274,7 +274,7 @@ TEST_CASE("agentqd end to end") {
     auto dup = user.call("POST", "/v1/jobs", R"({"model":"stories260K","model":"x","messages":[{"role":"user","content":"hi"}]})");
     check("duplicate key", dup, 400, "");
     CHECK(dup.body["error"]["message"].get<std::string>().find("appears twice") != std::string::npos);
-    check("text/plain body", user.call("POST", "/v1/jobs", simple_job().dump(), {{"Content-Type", "text/plain"}}), 415,
+    check("text/plain body", user.call("POST", "/v1/jobs", simple_job().dump(), {{"Content-Type", "text/plain"}}), 400,
           "Content-Type");
     check("bad list cursor", user.get("/v1/jobs?after=zzz"), 400, "after");
     j = simple_job();
