@@ -2,8 +2,10 @@
 #include "daemon/redis_supervisor.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -11,7 +13,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -138,9 +142,29 @@ bool redis_supervisor::spawn(std::string* error) {
   return false;
 }
 
+redis_supervisor::~redis_supervisor() {
+  stop();
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+}
+
 bool redis_supervisor::start(std::string* error) {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
+  // NOTE: the lock tells a live owner from a dead one: a pid file alone cannot (a second agentqd
+  // would stop the first one's redis-server). O_CLOEXEC keeps it out of redis-server; the kernel
+  // drops it when this process dies, however it dies.
+  const std::string lock_path = dir_ + "/agentqd-redis.lock";
+  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (error)
+      *error = lock_fd_ < 0 ? "cannot open " + lock_path + ": " + std::strerror(errno)
+                            : "another agentqd is running the embedded Redis in " + dir_ +
+                                  " (it holds agentqd-redis.lock); stop it first, or give this one its own --data-dir "
+                                  "or a --redis URL";
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    lock_fd_ = -1;
+    return false;
+  }
   stop_stale();
   port_ = pick_free_port();
   {

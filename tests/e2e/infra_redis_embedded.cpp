@@ -157,6 +157,16 @@ TEST_CASE("agentqd SIGKILLed and restarted: one redis-server owns the data dir, 
     if (line.find("] worker ") != std::string::npos && line.ends_with(" started")) ++n_started;
   CHECK_MESSAGE(n_started == 1, log());
 
+  // a second agentqd on the same dir while the first lives: refused, and the first's redis-server
+  // is left alone (a pid file alone would have had it stopped)
+  int port_c = 0;
+  pid_t c = start_agentqd(dir, "all", &port_c);
+  if (c > 0) kill(c, SIGKILL), waitpid(c, nullptr, 0);
+  CHECK_MESSAGE(c == -1, "a second agentqd started on a data dir whose embedded Redis is owned\n" << log());
+  CHECK(log().find("another agentqd is running the embedded Redis") != std::string::npos);
+  CHECK(redis_servers_on(dir).size() == 1);
+  CHECK(call("GET", "/v1/jobs/" + id, "").first == 200);  // the first still serves from its Redis
+
   // SIGTERM stops agentqd and its redis-server
   kill(b, SIGTERM);
   int status = 0;
