@@ -169,12 +169,9 @@ std::optional<cli_command> parse_cli(const std::vector<std::string>& args, const
       return fail("tool-outputs needs --call-id X --output TEXT, or a FILE.json");
   }
   if (name == "keys create" && !cmd.has("--tenant")) return fail("keys create needs --tenant NAME");
-  for (const char* opt : {"--timeout"}) {
-    for (const auto& v : cmd.all(opt)) {
-      if (v.empty() || v.find_first_not_of("0123456789.") != std::string::npos || v.find('.') != v.rfind('.'))
-        return fail(std::string(opt) + " must be a number");
-    }
-  }
+  for (const auto& v : cmd.all("--timeout"))
+    if (v.empty() || v.find_first_not_of("0123456789.") != std::string::npos || v.find('.') != v.rfind('.'))
+      return fail("--timeout must be a number");
   // NOTE: at most 9 digits, so the value always fits the int the request field takes.
   // (list's --after is an opaque cursor, events' an event id)
   for (const char* opt : {"--limit", "--max-turns", "--max-output-tokens", "--max-tokens-per-turn", "--after"}) {

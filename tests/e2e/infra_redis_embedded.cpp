@@ -49,27 +49,7 @@ pid_t start_agentqd(const fs::path& dir, const std::string& role, int* port) {
                                    "--listen", "127.0.0.1:0", "--port-file", (dir / "port").string(),
                                    "--model", test::tiny_model().string(), "--allow-addresses", "127.0.0.0/8",
                                    "--admin-key", k_admin_key, "--rate-limit", "0", "--role", role};
-  pid_t pid = fork();
-  if (pid == 0) {
-    std::string log = (dir / "agentqd.out").string();
-    FILE* f = freopen(log.c_str(), "a", stdout);
-    (void)f;
-    dup2(STDOUT_FILENO, STDERR_FILENO);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  auto end = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < end) {
-    std::ifstream pf(dir / "port");
-    if (pf >> *port && *port > 0) return pid;
-    int status;
-    if (waitpid(pid, &status, WNOHANG) == pid) return -1;
-    std::this_thread::sleep_for(50ms);
-  }
-  return -1;
+  return spawn_agentqd(std::move(args), dir / "agentqd.out", true, dir / "port", port);
 }
 
 bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {

@@ -78,6 +78,35 @@ struct receiver {
 };
 
 // agentqd in a temp data dir; SIGTERM + wait on destruction.
+// Fork + exec agentqd (args[0] is its path) with stdout and stderr going to log_path (appended
+// to when append, else truncated), and wait up to 60 s for it to write its port to port_file.
+// The child's pid with *port set; -1 if it exited first or timed out (then it is killed).
+inline pid_t spawn_agentqd(std::vector<std::string> args, const fs::path& log_path, bool append,
+                           const fs::path& port_file, int* port) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = freopen(log_path.c_str(), append ? "a" : "w", stdout);
+    (void)f;
+    dup2(STDOUT_FILENO, STDERR_FILENO);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  auto end = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < end) {
+    std::ifstream pf(port_file);
+    if (pf >> *port && *port > 0) return pid;
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) return -1;
+    std::this_thread::sleep_for(50ms);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
 struct daemon_proc {
   fs::path dir;
   pid_t pid = -1;
@@ -107,30 +136,8 @@ struct daemon_proc {
                                      "--log-level",
                                      "info"};
     args.insert(args.end(), extra.begin(), extra.end());
-    pid = fork();
-    if (pid == 0) {
-      std::string log = (dir / "agentqd.out").string();
-      FILE* f = freopen(log.c_str(), "w", stdout);
-      (void)f;
-      dup2(STDOUT_FILENO, STDERR_FILENO);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    auto end = std::chrono::steady_clock::now() + 60s;
-    while (std::chrono::steady_clock::now() < end) {
-      std::ifstream pf(dir / "port");
-      if (pf >> port && port > 0) return;
-      int status;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        pid = -1;
-        FAIL("agentqd exited at start:\n" << log());
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    FAIL("agentqd did not start:\n" << log());
+    pid = spawn_agentqd(std::move(args), dir / "agentqd.out", false, dir / "port", &port);
+    if (pid < 0) FAIL("agentqd exited or did not start within 60 s:\n" << log());
   }
   ~daemon_proc() {
     if (pid > 0) {
