@@ -94,7 +94,7 @@ void run_one(llama_model* model, const options& o, const std::string& prompt, st
     llama_batch b = llama_batch_get_one(batch_ids.data(), int32_t(batch_ids.size()));
     if (llama_decode(ctx, b) != 0) { std::fprintf(stderr, "llamacpp_ref: llama_decode failed\n"); std::exit(1); }
     const float* logits = llama_get_logits_ith(ctx, -1);
-    std::vector<int> order(size_t(n_vocab));
+    std::vector<int> order(static_cast<size_t>(n_vocab));
     for (int i = 0; i < n_vocab; ++i) order[size_t(i)] = i;
     const int k = std::min(o.n_top, n_vocab);
     // ties break to the lower id, as a greedy argmax scanning upwards does
