@@ -38,6 +38,8 @@ const char* usage() {
   --metrics-token TOKEN        GET /metrics needs "Authorization: Bearer TOKEN" (default: open)
   --lease-ms MS (30000)  --heartbeat-ms MS (2000)  --reclaim-idle-ms MS (30000)
   --reclaim-interval-ms MS (5000)  --max-deliveries N (5: then dead-lettered)
+  --retention-days D           finished jobs are deleted D days after they finish (default 30; 0 = never)
+subcommand: agentqd backup --data-dir DIR --to FILE   online, consistent copy of the job store
 environment: AGENTQ_ROLE AGENTQ_LISTEN AGENTQ_DATA_DIR AGENTQ_REDIS AGENTQ_MODEL AGENTQ_ALLOW_ADDRESSES
              AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL AGENTQ_LOG_FORMAT AGENTQ_METRICS_TOKEN
 )";
@@ -107,6 +109,10 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "reclaim-idle-ms") c.reclaim_idle_ms = std::stoll(v);
   else if (name == "reclaim-interval-ms") c.reclaim_interval_ms = std::stoll(v);
   else if (name == "max-deliveries") c.max_deliveries = std::stoi(v);
+  else if (name == "retention-days") {
+    c.retention_days = std::stod(v);
+    if (c.retention_days < 0) throw std::invalid_argument("--retention-days must be >= 0");
+  }
   else throw std::invalid_argument("unknown option --" + name);
 }
 
