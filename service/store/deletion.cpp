@@ -79,18 +79,19 @@ int64_t incremental_vacuum(conn& c, int32_t max_pages) {
 }
 
 bool ensure_incremental_vacuum(sqlite_db& db, std::string* error) {
-  auto mode = db.prepare("PRAGMA auto_vacuum");
-  if (mode.step() && mode.col_int(0) == 2) return true;
-  auto tables = db.prepare("SELECT count(*) FROM sqlite_master");
-  bool empty = tables.step() && tables.col_int(0) == 0;
+  auto scalar = [&db](const char* sql) {
+    auto s = db.prepare(sql);  // finalized at the end of this scope: VACUUM needs no statement running
+    return s.step() ? s.col_int(0) : int64_t{-1};
+  };
+  if (scalar("PRAGMA auto_vacuum") == 2) return true;
+  bool empty = scalar("SELECT count(*) FROM sqlite_master") == 0;
   try {
     db.exec("PRAGMA auto_vacuum=INCREMENTAL");
-    if (!empty) {
-      // NOTE: auto_vacuum of an existing database changes only through VACUUM, which rewrites the
-      // file once (exclusive; seconds per GB). Done at the first open by a version with 0006.
-      spdlog::info("store: converting the database to incremental auto-vacuum (one VACUUM)");
-      db.exec("VACUUM");
-    }
+    // NOTE: auto_vacuum of an existing database changes only through VACUUM, which rewrites the
+    // file once (exclusive; seconds per GB): done at the first open by a version with 0006. A new
+    // file needs it too once WAL mode has written its header (instant: nothing to copy).
+    if (!empty) spdlog::info("store: converting the database to incremental auto-vacuum (one VACUUM)");
+    db.exec("VACUUM");
   } catch (const sqlite_error& e) {
     if (error) *error = e.what();
     return false;
