@@ -72,13 +72,19 @@ TEST_CASE("DELETE /v1/jobs/{id}: content gone from every file and the log; every
   // a job waiting on a client tool: cancelled first, then deleted
   json waiting = simple_job(marker + " waits");
   waiting["tools"] = {{{"type", "function"},
-                       {"function", {{"name", "lookup"}, {"parameters", {{"type", "object"}, {"properties", json::object()}}}}}}};
+                       {"function",
+                        {{"name", "lookup"},
+                         {"parameters",
+                          {{"type", "object"},
+                           {"properties", {{"q", {{"type", "string"}, {"enum", {"alpha", "beta"}}}}}},
+                           {"required", {"q"}}}}}}}};
   waiting["tool_choice"] = "required";
   waiting["max_tokens_per_turn"] = 256;
   r = user.post("/v1/jobs", waiting);
   REQUIRE_MESSAGE(r.status == 202, r.raw);
   std::string waiting_id = r.body["id"];
-  user.wait_status(waiting_id, {"requires_action", "completed", "failed", "incomplete"});
+  json w = user.wait_status(waiting_id, {"requires_action", "completed", "failed", "incomplete"});
+  REQUIRE_MESSAGE(w["status"] == "requires_action", w.dump(2));
 
   auto [other_key, other_secret] = make_tenant(admin, "t-other");
   api other{d, other_key};
