@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
@@ -59,9 +60,12 @@ struct retention::state {
   std::atomic<bool> sweeping{false};
   state(retention_options o, store::store& s) : options(std::move(o)), st(s) {}
 
-  void pause() {
+  // Wait between two write ops: at least batch_pause, and as long as the last op took, so deletion
+  // holds the store's single writer at most half the time (API writes queue behind it).
+  void pause(std::chrono::steady_clock::duration last_op = {}) {
     std::unique_lock lock(mu);
-    cv.wait_for(lock, options.batch_pause, [this] { return stopping; });
+    cv.wait_for(lock, std::max<std::chrono::steady_clock::duration>(options.batch_pause, last_op),
+                [this] { return stopping; });
   }
 
   // Delete what the lister yields, batch by batch, until it yields nothing (or stop).
@@ -73,14 +77,16 @@ struct retention::state {
         std::lock_guard lock(mu);
         if (stopping) break;
       }
+      auto t0 = std::chrono::steady_clock::now();
       auto ids = list();
       if (ids.empty()) break;
       int64_t got = st.delete_jobs(std::move(ids)).get();
+      auto took = std::chrono::steady_clock::now() - t0;
       if (got <= 0) break;  // a write failure (logged by the store) or a race: next sweep
       n += got;
       total += got;
       count_deleted(reason, got);
-      pause();
+      pause(took);
     }
     return n;
   }
@@ -106,10 +112,11 @@ struct retention::state {
       // Give free pages back in small steps, then fold the WAL (which still holds the deleted
       // content's old page images) into the file and truncate it.
       for (int i = 0; i < 100000; ++i) {
+        auto t0 = std::chrono::steady_clock::now();
         int64_t got = st.reclaim_space(options.vacuum_pages).get();
         if (got <= 0) break;
         n_pages_reclaimed += got;
-        pause();
+        pause(std::chrono::steady_clock::now() - t0);
       }
       if (!st.checkpoint()) spdlog::debug("retention: WAL checkpoint incomplete (readers); next sweep");
     }

@@ -20,7 +20,7 @@ namespace agentq::ops {
 
 struct retention_options {
   int64_t retention_ms = 30LL * 86400000;          // finished jobs kept this long; 0 = forever
-  int32_t batch_jobs = 200;                        // jobs per write transaction
+  int32_t batch_jobs = 64;                         // jobs per write transaction (bounds the write stall)
   std::chrono::milliseconds batch_pause{10};       // between two batches (lets API writes in)
   std::chrono::milliseconds interval{10000};       // between sweeps
   int32_t vacuum_pages = 256;                      // free pages given back per write transaction

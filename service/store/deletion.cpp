@@ -34,10 +34,11 @@ bool tombstone(conn& c, const std::string& job_id, int64_t now) {
 
 std::vector<std::string> select_expired(conn& c, int64_t now, int64_t default_retention_ms, int32_t limit) {
   // NOTE: the scan walks jobs_retention (oldest finish first) only up to the shortest retention in
-  // force, so jobs kept longer by a key's override are re-read at most up to that horizon.
+  // force, so jobs kept longer by a key's override are re-read at most up to that horizon. The unary
+  // + on status keeps the planner off jobs_status (which would scan every terminal job and tombstone).
   auto& s = c.stmt(
       "SELECT j.id FROM jobs j LEFT JOIN job_keys jk ON jk.job_id=j.id LEFT JOIN api_keys k ON k.id=jk.key_id "
-      "WHERE j.deleted_ms=0 AND j.finished_ms>0 AND j.status IN ('completed','failed','cancelled','incomplete') "
+      "WHERE j.deleted_ms=0 AND j.finished_ms>0 AND +j.status IN ('completed','failed','cancelled','incomplete') "
       "AND j.finished_ms < ?1 - MIN(?2, COALESCE((SELECT MIN(retention_days) FROM api_keys "
       "                                            WHERE retention_days IS NOT NULL) * ?3, ?2)) "
       "AND j.finished_ms < ?1 - COALESCE(k.retention_days * ?3, ?2) "
@@ -53,7 +54,7 @@ std::vector<std::string> select_unstored_done(conn& c, int32_t limit) {
   // of it exists (succeeded, failed or disabled: retrying is over).
   auto& s = c.stmt(
       "SELECT j.id FROM jobs j WHERE j.deleted_ms=0 AND j.store_content=0 AND j.finished_ms>0 "
-      "AND j.status IN ('completed','failed','cancelled','incomplete') "
+      "AND +j.status IN ('completed','failed','cancelled','incomplete') "
       "AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.job_id=j.id AND d.state='pending') "
       "AND (json_extract(j.request_json, '$.webhook.url') IS NULL "
       "  OR (json_type(j.request_json, '$.webhook.events') = 'array' AND NOT EXISTS ("
