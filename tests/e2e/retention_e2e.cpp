@@ -210,3 +210,36 @@ TEST_CASE("backup under a continuous submit load; restore = stop, replace, start
   }
   CHECK(n_unfinished == 0);
 }
+
+TEST_CASE("agentq export --since T --format jsonl: jobs with transcripts, paged through the API") {
+  test::require_tiny_model();
+  daemon_proc d;
+  api admin{d, k_admin_key};
+  auto [key, secret] = make_tenant(admin, "t-export");
+  api user{d, key};
+  std::set<std::string> ids;
+  for (int i = 0; i < 3; ++i) ids.insert(user.post("/v1/jobs", simple_job()).body["id"].get<std::string>());
+  for (const auto& id : ids) user.wait_status(id, {"completed", "failed", "incomplete"});
+  auto run = [&](const std::string& args) {
+    std::string cmd = "AGENTQ_URL=http://127.0.0.1:" + std::to_string(d.port) + " AGENTQ_API_KEY=" + key + " " +
+                      (test::bin_dir() / "agentq").string() + " export " + args + " 2>&1";
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    CHECK(pclose(p) == 0);
+    return out;
+  };
+  std::string out = run("--since 2020-01-01 --format jsonl");
+  std::istringstream lines(out);
+  std::set<std::string> seen;
+  for (std::string line; std::getline(lines, line);) {
+    json j = json::parse(line, nullptr, false);
+    REQUIRE_MESSAGE(j.is_object(), line);
+    CHECK(j["transcript"].is_array());
+    CHECK(!j["transcript"].empty());
+    seen.insert(j["id"].get<std::string>());
+  }
+  CHECK(seen == ids);
+  CHECK(run("--since " + std::to_string(time(nullptr) + 3600)).empty());  // nothing that new
+}
