@@ -301,7 +301,9 @@ int keys_direct(const client::cli_command& cmd) {
   auto keys = auth::key_store::open(db, &err);
   if (!keys) return fail(exit_code::error, err);
   auto key_json = [](const auth::key_info& k) {
-    return json{{"id", k.id}, {"tenant", k.tenant}, {"prefix", k.prefix}, {"admin", k.is_admin}, {"revoked", k.revoked_ms > 0}};
+    return json{{"id", k.id},         {"tenant", k.tenant},           {"prefix", k.prefix},
+                {"admin", k.is_admin}, {"revoked", k.revoked_ms > 0},
+                {"retention_days", k.retention_days >= 0 ? json(k.retention_days) : json(nullptr)}};
   };
   if (cmd.name == "keys create") {
     auto k = keys->create(cmd.get("--tenant"), cmd.has("--admin"), &err);
