@@ -28,7 +28,8 @@ const char* usage() {
   --config FILE                JSON file with any of: role, listen, data_dir, redis, models,
                                allow_addresses, admin_key, http_threads, max_connections, max_body_bytes,
                                rate_limit, rate_burst, webhook_schedule_ms, webhook_timeout_ms, max_jobs,
-                               kv_budget_mb, kv_type, chat_family, log_level, log_format, metrics_token
+                               kv_budget_mb, kv_type, chat_family, log_level, log_format, metrics_token,
+                               retention_days
   --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
   --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
   --engine-threads N           CPU threads per engine (default 0 = one per core)
@@ -38,6 +39,8 @@ const char* usage() {
   --metrics-token TOKEN        GET /metrics needs "Authorization: Bearer TOKEN" (default: open)
   --lease-ms MS (30000)  --heartbeat-ms MS (2000)  --reclaim-idle-ms MS (30000)
   --reclaim-interval-ms MS (5000)  --max-deliveries N (5: then dead-lettered)
+  --retention-days D           finished jobs are deleted D days after they finish (default 30; 0 = never)
+subcommand: agentqd backup --data-dir DIR --to FILE   online, consistent copy of the job store
 environment: AGENTQ_ROLE AGENTQ_LISTEN AGENTQ_DATA_DIR AGENTQ_REDIS AGENTQ_MODEL AGENTQ_ALLOW_ADDRESSES
              AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL AGENTQ_LOG_FORMAT AGENTQ_METRICS_TOKEN
 )";
@@ -107,6 +110,10 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "reclaim-idle-ms") c.reclaim_idle_ms = std::stoll(v);
   else if (name == "reclaim-interval-ms") c.reclaim_interval_ms = std::stoll(v);
   else if (name == "max-deliveries") c.max_deliveries = std::stoi(v);
+  else if (name == "retention-days") {
+    c.retention_days = std::stod(v);
+    if (c.retention_days < 0) throw std::invalid_argument("--retention-days must be >= 0");
+  }
   else throw std::invalid_argument("unknown option --" + name);
 }
 

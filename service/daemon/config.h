@@ -43,6 +43,7 @@ struct config {
   int64_t reclaim_idle_ms = 30000;
   int64_t reclaim_interval_ms = 5000;
   int32_t max_deliveries = 5;
+  double retention_days = 30;                     // finished jobs deleted after this (per-key override); 0 = never
 };
 
 // Parse argv (and the environment, and --config); nullopt with *error (usage) on bad input.

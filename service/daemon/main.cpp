@@ -31,6 +31,8 @@
 #include "obs/log_format.h"
 #include "obs/obs_store.h"
 #include "obs/process_metrics.h"
+#include "ops/backup.h"
+#include "ops/retention.h"
 #include "queue/queue.h"
 #include "queue/redis_client.h"
 #include "store/store.h"
@@ -189,6 +191,7 @@ int run(const daemon::config& c) {
   }
 
   std::unique_ptr<webhooks::dispatcher> hooks;
+  std::unique_ptr<ops::retention> sweeper;
   std::unique_ptr<auth::rate_limiter> limiter;
   std::unique_ptr<http::server> server;
   std::unique_ptr<api::api> rest;  // outlives the router's handlers (they capture it)
@@ -224,6 +227,20 @@ int run(const daemon::config& c) {
     deps.guard = &guard;
     deps.webhooks = hooks.get();
     deps.obs = obs_db.get();
+    // Retention (issue 33): the API process sweeps; deletions on request drop the job's KV here too.
+    ops::retention_options ropts;
+    ropts.retention_ms = int64_t(c.retention_days * 86400000.0);
+    ropts.spill_dir = (fs::path(c.data_dir) / "kv").string();
+    sweeper = std::make_unique<ops::retention>(ropts, *st, metrics::global());
+    sweeper->start();
+    deps.on_job_deleted = [&catalog, sw = sweeper.get(), has_worker = w != nullptr](const std::string& job_id) {
+      // NOTE: the worker's KV key for a job (worker.cpp job_key_of: FNV-1a of the id); release() frees
+      // its parked KV and removes its spill file. Split-role workers' files go with the retention sweep.
+      uint64_t h = 1469598103934665603ull;
+      for (unsigned char ch : job_id) h = (h ^ ch) * 1099511628211ull;
+      if (has_worker && !catalog.list().empty()) catalog.find(catalog.list().front().name)->release(h ? h : 1);
+      sw->notify_deleted();
+    };
     deps.ready_checks.emplace_back("database", [&st](std::string* why) {
       try {
         st->get_job("job_readyz_probe");
@@ -294,6 +311,7 @@ int run(const daemon::config& c) {
   if (server) server->stop();
   if (w) w->stop();
   if (sampler) sampler->stop();
+  if (sweeper) sweeper->stop();
   if (hooks) hooks->stop();
   q.stop_relay();
   // NOTE: the rest (queue, store, embedded redis last) closes in reverse declaration order.
@@ -304,6 +322,7 @@ int run(const daemon::config& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "backup") return ops::backup_main(argc - 2, argv + 2);
   std::string err;
   bool help = false;
   auto c = daemon::parse_config(argc, argv, &err, &help);
