@@ -104,7 +104,7 @@ class residency {
   // Spill (when the disk tier takes it) or drop, then free the blocks; true when on disk.
   bool evict(std::map<uint64_t, resident_seq>::iterator it, bool allow_spill);
   // Write r's K/V to the disk tier (replacing the job's older file); reports the move.
-  spill_status write(const resident_seq& r, spill_store::time_point deadline);
+  spill_status write(const resident_seq& r, spill_store::time_point deadline, bool sync_dir = true);
   // The disk tier holds a file with exactly r's tokens, written for r's job.
   bool on_disk(const resident_seq& r) const;
   // Wall-clock time r's job is expected to resume (budget eviction order).

@@ -291,7 +291,7 @@ spill_status spill_store::write(const block_pool& pool, int32_t seq_idx, std::sp
     return st == spill_status::ok ? spill_status::io_error : st;
   }
   // NOTE: without this the rename may be lost in a power cut even though the data is on disk.
-  fsync_dir(dir_);
+  if (opt.sync_dir) fsync_dir(dir_);
   for (size_t i = 0; i < entries_.size();) {
     const entry& e = entries_[i];
     if (e.path == path) {
@@ -368,6 +368,8 @@ bool spill_store::restore(int32_t entry_idx, int32_t n_tokens, block_pool& pool,
   fs::remove(e.path, ec);  // NOTE: the KV is resident again; a later park writes a fresh file
   return true;
 }
+
+bool spill_store::sync_dir() const { return fsync_dir(dir_); }
 
 void spill_store::erase(const std::string& path) {
   std::error_code ec;

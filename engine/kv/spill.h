@@ -46,6 +46,8 @@ class spill_store {
     uint64_t job_key = 0;
     double resume_at = 0;                       // see entry::resume_at (0 = now)
     time_point deadline = time_point::max();    // abandon the write (temp file removed) past this
+    // fsync the directory after the rename; false: the caller calls sync_dir() once after a batch
+    bool sync_dir = true;
   };
 
   // Write positions [0, n_tokens) of seq_idx with their tokens. The file replaces the job's
@@ -63,6 +65,8 @@ class spill_store {
   // the seq is then left empty. The entry is removed from the index either way.
   bool restore(int32_t entry_idx, int32_t n_tokens, block_pool& pool, int32_t seq_idx);
   void erase(const std::string& path);
+  // fsync the directory: the renames of a batch of writes (write_options::sync_dir false) reach the disk.
+  bool sync_dir() const;
   // Delete every file the job wrote (its job is over). Returns files removed.
   int32_t erase_job(uint64_t job_key);
   // Delete files whose job is not live (orphans of jobs that ended while no process held their
