@@ -13,7 +13,7 @@
 # over a long conversation and park; the engine's shutdown spill writes their KV (GB/s, against
 # the disk's own write + fsync rate measured right after in the same directory); a new engine
 # resumes each job with 64 new tokens from disk, another re-prefills: wall time, computed tokens
-# ("restart" in the JSON line, one entry per model shape). Full: 110M Q8_0 (a 960-token
+# ("restart" in the JSON line, one entry per model shape). Full: 110M Q8_0 (a 900-token
 # conversation: that shape's n_ctx is 1024) and 1B Q4_K (4000 tokens); quick/smoke: stories260K
 # (384 tokens). AGENTQ_BENCH_SPILL_DIR: the directory (default: a temp dir; put it on the disk
 # agentqd's --data-dir uses to measure that disk).
@@ -63,7 +63,7 @@ echo "reprefill: $reprefill" >&2
 if [ $quick != 0 ]; then
   restart_specs=("${AGENTQ_BENCH_MODEL:-${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf}:384:4")
 else
-  restart_specs=("$(AGENTQ_BUILD_DIR="$build" scripts/bench/model.sh 110m:q8_0):960:2"
+  restart_specs=("$(AGENTQ_BUILD_DIR="$build" scripts/bench/model.sh 110m:q8_0):900:2"
                  "$(AGENTQ_BUILD_DIR="$build" scripts/bench/model.sh 1b:q4_k):4000:1")
 fi
 restarts=()
