@@ -74,8 +74,13 @@ std::vector<int64_t> parse_ms_list(const std::string& s) {
 // A duration in seconds, at least min_s (-1 allowed only where min_s is -1: "never").
 double parse_seconds(const std::string& name, const std::string& v, double min_s) {
   size_t idx = 0;
-  const double d = std::stod(v, &idx);
-  if (idx != v.size() || !(d >= min_s) || d > 1e9)
+  double d = 0;
+  try {
+    d = std::stod(v, &idx);
+  } catch (const std::exception&) {
+    idx = 0;
+  }
+  if (idx == 0 || idx != v.size() || !(d >= min_s) || d > 1e9)
     throw std::invalid_argument("--" + name + " must be a number of seconds >= " + (min_s < 0 ? "-1" : "0"));
   return d;
 }
