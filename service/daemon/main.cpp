@@ -146,6 +146,12 @@ int run(const daemon::config& c) {
     ec.device = c.device;
     ec.chat_family = c.chat_family;
     ec.spill_dir = (fs::path(c.data_dir) / "kv").string();
+    ec.spill_budget_bytes = c.spill_budget_mb << 20;
+    ec.kv_spill_after_s = c.spill_after_s;
+    ec.kv_idle_ttl_s = c.kv_idle_ttl_s;
+    ec.kv_pin_max_wait_s = c.kv_pin_max_wait_s;
+    ec.kv_pin_relaxed_max_wait_s = c.kv_pin_relaxed_wait_s;
+    ec.kv_spill_min_tokens = c.kv_spill_min_tokens;
     fs::create_directories(ec.spill_dir);
     auto e = worker::load_engine(ec, &err);
     if (!e) {
@@ -176,6 +182,8 @@ int run(const daemon::config& c) {
     wo.heartbeat_ms = c.heartbeat_ms;
     wo.reclaim_interval_ms = c.reclaim_interval_ms;
     wo.max_deliveries = c.max_deliveries;
+    wo.shutdown_spill_s = c.shutdown_spill_s;  // w->stop() below writes resident KV to disk
+    wo.client_tool_park_s = c.client_tool_park_s;
     // a job's tool requests are signed with the whsec_ secret of the key that submitted it
     wo.tool_secret = [k = keys.get()](const std::string& job_id, const std::string& tenant) {
       return k->webhook_secret_for(job_id, tenant);
