@@ -35,6 +35,13 @@ inline int32_t block_bytes(weight_type t) {  // bytes per block
   }
   return 0;
 }
+// Whether the CUDA kernels take ggml type id `id` (the CPU takes more: kernels.h).
+inline bool supported(int32_t id) {
+  switch (id) {
+    case 0: case 1: case 8: case 12: case 14: case 30: return true;
+    default: return false;
+  }
+}
 // Bytes of one row of n elements (n a multiple of block_elems(t)).
 inline size_t row_bytes(weight_type t, int64_t n) { return size_t(n / block_elems(t)) * size_t(block_bytes(t)); }
 
