@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
