@@ -17,6 +17,11 @@ inline int32_t idot(const int8_t* a, const int8_t* b, int n) {
   for (int i = 0; i < n; ++i) s += int32_t(a[i]) * int32_t(b[i]);
   return s;
 }
+inline float lane_sum8(const float* acc) {
+  float t[4];
+  for (int l = 0; l < 4; ++l) t[l] = acc[l] + acc[l + 4];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
 inline int32_t isum8(const int8_t* a, int n) {
   int32_t s = 0;
   for (int i = 0; i < n; ++i) s += a[i];
@@ -43,19 +48,22 @@ inline void unpack_q5(const uint8_t* qs, const uint8_t* qh_bytes, int bias, int8
   }
 }
 
-// ---- against Q8_0 activations: acc over blocks in two chains (even/odd), as dot_q8_0 ----
+// ---- against Q8_0 activations ----
+// NOTE: the accumulation order is lane_sum8's: block i into lane i % 8, the 8 lanes reduced
+// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)); the AVX2 kernels (dots_more_avx2.cpp) keep 8 blocks'
+// terms in one register in exactly this order, so both give the same bits.
 
 template <class Block, class Unpack>
 float dot_sym32(const uint8_t* w, const uint8_t* x, int64_t n, Unpack unpack) {
   auto wb = reinterpret_cast<const Block*>(w);
   auto xb = reinterpret_cast<const block_q8_0x*>(x);
-  float acc[2] = {0, 0};
+  float acc[8] = {};
   int8_t q[32];
   for (int64_t i = 0; i < n / 32; ++i) {
     const float d = unpack(wb[i], q);
-    acc[i & 1] += (d * xb[i].d) * static_cast<float>(idot(q, xb[i].qs, 32));
+    acc[i % 8] += (d * xb[i].d) * static_cast<float>(idot(q, xb[i].qs, 32));
   }
-  return acc[0] + acc[1];
+  return lane_sum8(acc);
 }
 
 // x = d * q + m: sum = d * dx * sum(q * y) + m * dx * sum(y).
@@ -63,53 +71,53 @@ template <class Block, class Unpack>
 float dot_affine32(const uint8_t* w, const uint8_t* x, int64_t n, Unpack unpack) {
   auto wb = reinterpret_cast<const Block*>(w);
   auto xb = reinterpret_cast<const block_q8_0x*>(x);
-  float acc[2] = {0, 0};
+  float acc[8] = {};
   int8_t q[32];
   for (int64_t i = 0; i < n / 32; ++i) {
     unpack(wb[i], q);
     const float dq = fp16_to_fp32(wb[i].d) * xb[i].d, dm = fp16_to_fp32(wb[i].m) * xb[i].d;
-    acc[i & 1] += dq * static_cast<float>(idot(q, xb[i].qs, 32)) + dm * static_cast<float>(isum8(xb[i].qs, 32));
+    acc[i % 8] += dq * static_cast<float>(idot(q, xb[i].qs, 32)) + dm * static_cast<float>(isum8(xb[i].qs, 32));
   }
-  return acc[0] + acc[1];
+  return lane_sum8(acc);
 }
 
 }  // namespace
 
-float dot_q4_0(const uint8_t* w, const uint8_t* x, int64_t n) {
+float dot_q4_0_scalar(const uint8_t* w, const uint8_t* x, int64_t n) {
   return dot_sym32<block_q4_0>(w, x, n, [](const block_q4_0& b, int8_t* q) {
     unpack_nibbles(b.qs, k_q4_0, q);
     return fp16_to_fp32(b.d);
   });
 }
-float dot_q5_0(const uint8_t* w, const uint8_t* x, int64_t n) {
+float dot_q5_0_scalar(const uint8_t* w, const uint8_t* x, int64_t n) {
   return dot_sym32<block_q5_0>(w, x, n, [](const block_q5_0& b, int8_t* q) {
     unpack_q5(b.qs, b.qh, 16, q);
     return fp16_to_fp32(b.d);
   });
 }
-float dot_iq4_nl(const uint8_t* w, const uint8_t* x, int64_t n) {
+float dot_iq4_nl_scalar(const uint8_t* w, const uint8_t* x, int64_t n) {
   return dot_sym32<block_iq4_nl>(w, x, n, [](const block_iq4_nl& b, int8_t* q) {
     unpack_nibbles(b.qs, kvalues_iq4nl, q);
     return fp16_to_fp32(b.d);
   });
 }
-float dot_mxfp4(const uint8_t* w, const uint8_t* x, int64_t n) {
+float dot_mxfp4_scalar(const uint8_t* w, const uint8_t* x, int64_t n) {
   return dot_sym32<block_mxfp4>(w, x, n, [](const block_mxfp4& b, int8_t* q) {
     unpack_nibbles(b.qs, kvalues_mxfp4, q);
     return e8m0_to_fp32_half(b.e);
   });
 }
-float dot_q4_1(const uint8_t* w, const uint8_t* x, int64_t n) {
+float dot_q4_1_scalar(const uint8_t* w, const uint8_t* x, int64_t n) {
   return dot_affine32<block_q4_1>(w, x, n, [](const block_q4_1& b, int8_t* q) { unpack_nibbles(b.qs, k_q4_1, q); });
 }
-float dot_q5_1(const uint8_t* w, const uint8_t* x, int64_t n) {
+float dot_q5_1_scalar(const uint8_t* w, const uint8_t* x, int64_t n) {
   return dot_affine32<block_q5_1>(w, x, n, [](const block_q5_1& b, int8_t* q) { unpack_q5(b.qs, b.qh, 0, q); });
 }
 
 // ---- against Q8_K activations: exact int32 per super-block, one float chain ----
 
 // Q2_K / Q3_K element order: per 128, for each 2-bit shift, two runs of 16 (sub-blocks 2s, 2s+1).
-float dot_q2_k(const uint8_t* w, const uint8_t* x, int64_t n) {
+float dot_q2_k_scalar(const uint8_t* w, const uint8_t* x, int64_t n) {
   auto wb = reinterpret_cast<const block_q2_k*>(w);
   auto xb = reinterpret_cast<const block_q8_k*>(x);
   float acc = 0, acc_m = 0;
@@ -129,7 +137,7 @@ float dot_q2_k(const uint8_t* w, const uint8_t* x, int64_t n) {
   return acc + acc_m;
 }
 
-float dot_q3_k(const uint8_t* w, const uint8_t* x, int64_t n) {
+float dot_q3_k_scalar(const uint8_t* w, const uint8_t* x, int64_t n) {
   auto wb = reinterpret_cast<const block_q3_k*>(w);
   auto xb = reinterpret_cast<const block_q8_k*>(x);
   float acc = 0;
@@ -152,7 +160,7 @@ float dot_q3_k(const uint8_t* w, const uint8_t* x, int64_t n) {
 }
 
 // Q5_K: Q4_K's order (per 64: low nibbles, then high) with bit j of qh[l] on sub-block j.
-float dot_q5_k(const uint8_t* w, const uint8_t* x, int64_t n) {
+float dot_q5_k_scalar(const uint8_t* w, const uint8_t* x, int64_t n) {
   auto wb = reinterpret_cast<const block_q5_k*>(w);
   auto xb = reinterpret_cast<const block_q8_k*>(x);
   float acc = 0, acc_m = 0;
@@ -175,7 +183,7 @@ float dot_q5_k(const uint8_t* w, const uint8_t* x, int64_t n) {
   return acc + acc_m;
 }
 
-float dot_iq4_xs(const uint8_t* w, const uint8_t* x, int64_t n) {
+float dot_iq4_xs_scalar(const uint8_t* w, const uint8_t* x, int64_t n) {
   auto wb = reinterpret_cast<const block_iq4_xs*>(w);
   auto xb = reinterpret_cast<const block_q8_k*>(x);
   float acc = 0;
@@ -187,6 +195,45 @@ float dot_iq4_xs(const uint8_t* w, const uint8_t* x, int64_t n) {
     acc += (fp16_to_fp32(wb[i].d) * xb[i].d) * static_cast<float>(isum);
   }
   return acc;
+}
+
+// The dots matmul runs: the AVX2 kernels where built (the same bits), else the scalar ones.
+#if AGENTQ_DOTS_MORE_AVX2
+float dot_q4_0(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q4_0_avx2(w, x, n); }
+float dot_q4_1(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q4_1_avx2(w, x, n); }
+float dot_q5_0(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q5_0_avx2(w, x, n); }
+float dot_q5_1(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q5_1_avx2(w, x, n); }
+float dot_iq4_nl(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_iq4_nl_avx2(w, x, n); }
+float dot_mxfp4(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_mxfp4_avx2(w, x, n); }
+float dot_q5_k(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q5_k_avx2(w, x, n); }
+float dot_iq4_xs(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_iq4_xs_avx2(w, x, n); }
+#else
+float dot_q4_0(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q4_0_scalar(w, x, n); }
+float dot_q4_1(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q4_1_scalar(w, x, n); }
+float dot_q5_0(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q5_0_scalar(w, x, n); }
+float dot_q5_1(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q5_1_scalar(w, x, n); }
+float dot_iq4_nl(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_iq4_nl_scalar(w, x, n); }
+float dot_mxfp4(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_mxfp4_scalar(w, x, n); }
+float dot_q5_k(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q5_k_scalar(w, x, n); }
+float dot_iq4_xs(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_iq4_xs_scalar(w, x, n); }
+#endif
+float dot_q2_k(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q2_k_scalar(w, x, n); }
+float dot_q3_k(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q3_k_scalar(w, x, n); }
+
+dot_fn dot_more_scalar(weight_type t) {
+  switch (t) {
+    case weight_type::q4_0: return dot_q4_0_scalar;
+    case weight_type::q4_1: return dot_q4_1_scalar;
+    case weight_type::q5_0: return dot_q5_0_scalar;
+    case weight_type::q5_1: return dot_q5_1_scalar;
+    case weight_type::iq4_nl: return dot_iq4_nl_scalar;
+    case weight_type::mxfp4: return dot_mxfp4_scalar;
+    case weight_type::q2_k: return dot_q2_k_scalar;
+    case weight_type::q3_k: return dot_q3_k_scalar;
+    case weight_type::q5_k: return dot_q5_k_scalar;
+    case weight_type::iq4_xs: return dot_iq4_xs_scalar;
+    default: return nullptr;
+  }
 }
 
 dot_fn dot_more(weight_type t) {

@@ -155,7 +155,7 @@ dot_fn scalar_dot(weight_type t) {
     case weight_type::q6_k: return dot_q6_k_scalar;
     case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8: break;  // run_x8
     default:
-      if (dot_fn d = detail::dot_more(t)) return d;
+      if (dot_fn d = detail::dot_more_scalar(t)) return d;
       break;
   }
   AGENTQ_KCHECK(!"unknown weight type");

@@ -92,10 +92,24 @@ inline act_format act_format_of(weight_type file_t) {
   }
 }
 
-// Scalar dots (dots_more.cpp) of one row of the quants_more formats against prepared
-// activations; nullptr for another type.
+// Dots (dots_more.cpp) of one row of the quants_more formats against prepared activations;
+// nullptr for another type. dot_more: what matmul runs (AVX2 kernels where built);
+// dot_more_scalar: the plain definition (matmul_reference). Both give the same bits.
 using dot_fn = float (*)(const uint8_t* w, const uint8_t* x, int64_t n);
 dot_fn dot_more(weight_type t);
+dot_fn dot_more_scalar(weight_type t);
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define AGENTQ_DOTS_MORE_AVX2 1
+// dots_more_avx2.cpp
+float dot_q4_0_avx2(const uint8_t* w, const uint8_t* x, int64_t n);
+float dot_q4_1_avx2(const uint8_t* w, const uint8_t* x, int64_t n);
+float dot_q5_0_avx2(const uint8_t* w, const uint8_t* x, int64_t n);
+float dot_q5_1_avx2(const uint8_t* w, const uint8_t* x, int64_t n);
+float dot_iq4_nl_avx2(const uint8_t* w, const uint8_t* x, int64_t n);
+float dot_mxfp4_avx2(const uint8_t* w, const uint8_t* x, int64_t n);
+float dot_q5_k_avx2(const uint8_t* w, const uint8_t* x, int64_t n);
+float dot_iq4_xs_avx2(const uint8_t* w, const uint8_t* x, int64_t n);
+#endif
 float dot_q4_0(const uint8_t* w, const uint8_t* x, int64_t n);
 float dot_q4_1(const uint8_t* w, const uint8_t* x, int64_t n);
 float dot_q5_0(const uint8_t* w, const uint8_t* x, int64_t n);

@@ -1,0 +1,229 @@
+// AVX2 dots for the quants_more formats: the same exact integer sums per block as
+// dots_more.cpp's scalar definitions, and the same float operations in the same order
+// (32-element formats: 8 blocks' terms side by side in one register, block i in lane i % 8).
+#include "cpu/quants_internal.h"
+
+#if AGENTQ_DOTS_MORE_AVX2
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace agentq::kernels::detail {
+
+namespace {
+
+// fp16 -> fp32 inline (F16C is exact, the same value as fp16_to_fp32, without a call per block).
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+// 32 nibbles of 16 bytes: low nibbles (elements 0..15) in the low half, high in the high.
+inline __m256i nibbles(const uint8_t* qs) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+}
+
+// Bit j of a 32-bit mask as byte j: 0x10 where set, 0 where not (the fifth bit of Q5_0/Q5_1).
+inline __m256i bits_to_0x10(const uint8_t* qh_bytes) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(qh)), shuf);
+  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201);
+  v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+// Signed int8 q . int8 y over 32 elements as 8 int32 partial sums (|q| <= 127: exact in int16).
+inline __m256i dot_s8(__m256i q, __m256i y) {
+  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+// Unsigned q (< 128) . int8 y.
+inline __m256i dot_u8(__m256i q, __m256i y) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), _mm256_set1_epi16(1));
+}
+
+// The 8 totals of 8 vectors of 8 int32 partials, total b in lane b.
+inline __m256i sums8(const __m256i* p) {
+  const __m256i s01 = _mm256_hadd_epi32(p[0], p[1]), s23 = _mm256_hadd_epi32(p[2], p[3]);
+  const __m256i s45 = _mm256_hadd_epi32(p[4], p[5]), s67 = _mm256_hadd_epi32(p[6], p[7]);
+  const __m256i a = _mm256_hadd_epi32(s01, s23), b = _mm256_hadd_epi32(s45, s67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline float lane_sum8(const float* acc) {
+  float t[4];
+  for (int l = 0; l < 4; ++l) t[l] = acc[l] + acc[l + 4];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+inline __m256i load_y(const block_q8_0x& b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)); }
+
+// Symmetric 32-element formats: Q(b) gives block b's signed quants, D(b) its float scale.
+// acc lane l: sum over blocks i = l mod 8 of (d_i * dx_i) * isum_i, as dot_sym32.
+template <class Block, class Q, class D>
+float dot_sym32_avx2(const uint8_t* w, const uint8_t* x, int64_t n, Q quants, D scale) {
+  auto wb = reinterpret_cast<const Block*>(w);
+  auto xb = reinterpret_cast<const block_q8_0x*>(x);
+  const int64_t nb = n / 32;
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= nb; i += 8) {
+    __m256i p[8];
+    alignas(32) float d[8], dx[8];
+    for (int b = 0; b < 8; ++b) {
+      p[b] = dot_s8(quants(wb[i + b]), load_y(xb[i + b]));
+      d[b] = scale(wb[i + b]);
+      dx[b] = xb[i + b].d;
+    }
+    const __m256 dd = _mm256_mul_ps(_mm256_load_ps(d), _mm256_load_ps(dx));
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(sums8(p))));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  for (; i < nb; ++i)
+    lanes[i % 8] += (scale(wb[i]) * xb[i].d) * static_cast<float>(hsum_i32(dot_s8(quants(wb[i]), load_y(xb[i]))));
+  return lane_sum8(lanes);
+}
+
+// Affine formats (x = d q + m): lane l sums dq * isum + dm * ysum, as dot_affine32.
+template <class Block, class Q>
+float dot_affine32_avx2(const uint8_t* w, const uint8_t* x, int64_t n, Q quants) {
+  auto wb = reinterpret_cast<const Block*>(w);
+  auto xb = reinterpret_cast<const block_q8_0x*>(x);
+  const int64_t nb = n / 32;
+  const __m256i ones = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= nb; i += 8) {
+    __m256i p[8], s[8];
+    alignas(32) float d[8], m[8], dx[8];
+    for (int b = 0; b < 8; ++b) {
+      const __m256i y = load_y(xb[i + b]);
+      p[b] = dot_u8(quants(wb[i + b]), y);
+      s[b] = dot_u8(ones, y);
+      d[b] = h2f(wb[i + b].d);
+      m[b] = h2f(wb[i + b].m);
+      dx[b] = xb[i + b].d;
+    }
+    const __m256 vdx = _mm256_load_ps(dx);
+    const __m256 dq = _mm256_mul_ps(_mm256_load_ps(d), vdx), dm = _mm256_mul_ps(_mm256_load_ps(m), vdx);
+    const __m256 t = _mm256_add_ps(_mm256_mul_ps(dq, _mm256_cvtepi32_ps(sums8(p))), _mm256_mul_ps(dm, _mm256_cvtepi32_ps(sums8(s))));
+    acc = _mm256_add_ps(acc, t);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  for (; i < nb; ++i) {
+    const __m256i y = load_y(xb[i]);
+    const float dq = h2f(wb[i].d) * xb[i].d, dm = h2f(wb[i].m) * xb[i].d;
+    lanes[i % 8] += dq * static_cast<float>(hsum_i32(dot_u8(quants(wb[i]), y))) +
+                    dm * static_cast<float>(hsum_i32(dot_u8(ones, y)));
+  }
+  return lane_sum8(lanes);
+}
+
+inline __m256i table16(const int8_t* t) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t));
+  return _mm256_set_m128i(v, v);
+}
+
+}  // namespace
+
+float dot_q4_0_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
+  return dot_sym32_avx2<block_q4_0>(
+      w, x, n, [](const block_q4_0& b) { return _mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8)); },
+      [](const block_q4_0& b) { return h2f(b.d); });
+}
+
+float dot_q5_0_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
+  return dot_sym32_avx2<block_q5_0>(
+      w, x, n,
+      [](const block_q5_0& b) {
+        return _mm256_sub_epi8(_mm256_or_si256(nibbles(b.qs), bits_to_0x10(b.qh)), _mm256_set1_epi8(16));
+      },
+      [](const block_q5_0& b) { return h2f(b.d); });
+}
+
+float dot_iq4_nl_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
+  const __m256i t = table16(kvalues_iq4nl);
+  return dot_sym32_avx2<block_iq4_nl>(
+      w, x, n, [t](const block_iq4_nl& b) { return _mm256_shuffle_epi8(t, nibbles(b.qs)); },
+      [](const block_iq4_nl& b) { return h2f(b.d); });
+}
+
+float dot_mxfp4_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
+  const __m256i t = table16(kvalues_mxfp4);
+  return dot_sym32_avx2<block_mxfp4>(
+      w, x, n, [t](const block_mxfp4& b) { return _mm256_shuffle_epi8(t, nibbles(b.qs)); },
+      [](const block_mxfp4& b) { return e8m0_to_fp32_half(b.e); });
+}
+
+float dot_q4_1_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
+  return dot_affine32_avx2<block_q4_1>(w, x, n, [](const block_q4_1& b) { return nibbles(b.qs); });
+}
+
+float dot_q5_1_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
+  return dot_affine32_avx2<block_q5_1>(
+      w, x, n, [](const block_q5_1& b) { return _mm256_or_si256(nibbles(b.qs), bits_to_0x10(b.qh)); });
+}
+
+// Q5_K: per pair of sub-blocks (64 elements), low nibbles + bit 2j of qh -> sub-block 2j, high
+// nibbles + bit 2j+1 -> 2j+1; isum exact in int32 as the scalar dot's.
+float dot_q5_k_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
+  auto wb = reinterpret_cast<const block_q5_k*>(w);
+  auto xb = reinterpret_cast<const block_q8_k*>(x);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1);
+  float acc = 0, acc_m = 0;
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[i].qh));
+    __m256i isum = _mm256_setzero_si256();
+    int32_t msum = 0;
+    for (int j = 0; j < 4; ++j) {
+      uint8_t sc0, m0, sc1, mm1;
+      get_scale_min_k4(2 * j, wb[i].scales, &sc0, &m0);
+      get_scale_min_k4(2 * j + 1, wb[i].scales, &sc1, &mm1);
+      const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[i].qs + 32 * j));
+      const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m1), 4);
+      const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), m1), 4);
+      const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql, m4), h0);
+      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), h1);
+      const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[i].qs + 64 * j));
+      const __m256i y1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[i].qs + 64 * j + 32));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q0, y0), _mm256_set1_epi16(sc0)));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q1, y1), _mm256_set1_epi16(sc1)));
+      msum += m0 * (xb[i].bsums[4 * j] + xb[i].bsums[4 * j + 1]) + mm1 * (xb[i].bsums[4 * j + 2] + xb[i].bsums[4 * j + 3]);
+    }
+    acc += (h2f(wb[i].d) * xb[i].d) * static_cast<float>(hsum_i32(isum));
+    acc_m += (-h2f(wb[i].dmin) * xb[i].d) * static_cast<float>(msum);
+  }
+  return acc + acc_m;
+}
+
+// IQ4_XS: per 32-element sub-block the code book values times y, scaled by ls - 32.
+float dot_iq4_xs_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
+  auto wb = reinterpret_cast<const block_iq4_xs*>(w);
+  auto xb = reinterpret_cast<const block_q8_k*>(x);
+  const __m256i t = table16(kvalues_iq4nl);
+  float acc = 0;
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    __m256i isum = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib) {
+      const __m256i q = _mm256_shuffle_epi8(t, nibbles(wb[i].qs + 16 * ib));
+      const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[i].qs + 32 * ib));
+      const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_set1_epi16(static_cast<int16_t>(iq4_xs_scale(wb[i], ib) - 32))));
+    }
+    acc += (h2f(wb[i].d) * xb[i].d) * static_cast<float>(hsum_i32(isum));
+  }
+  return acc;
+}
+
+}  // namespace agentq::kernels::detail
+
+#endif  // AGENTQ_DOTS_MORE_AVX2
