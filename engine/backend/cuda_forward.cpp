@@ -117,11 +117,9 @@ bool cuda_forward::upload_matrix(const std::string& name, int64_t n_in, int64_t 
     return false;
   }
   // NOTE: same ggml ids. create() ran model::load first, which refuses a type the CPU does not
-  // support (gguf::is_supported); the CUDA kernels take fewer, refused here by name.
+  // support (gguf::is_supported); cu::supported is the same set today, checked here by name.
   if (!cu::supported(static_cast<int32_t>(t->type))) {
-    *error = "tensor " + name + " has weight type " + gguf::name_of(t->type) +
-             ", which the CUDA backend does not support (CUDA: F32, F16, BF16, Q8_0, Q4_K, Q6_K; the CPU backend "
-             "takes every type)";
+    *error = "tensor " + name + " has weight type " + gguf::name_of(t->type) + ", which the CUDA backend does not support";
     return false;
   }
   w->type = static_cast<cu::weight_type>(static_cast<int32_t>(t->type));
