@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 namespace agentq::kernels::detail {
 
@@ -128,12 +129,129 @@ float dot_affine32_avx2(const uint8_t* w, const uint8_t* x, int64_t n, Q quants)
   return lane_sum8(lanes);
 }
 
+// B inputs against one row: the row's quants and scales unpacked once per 8 blocks, then each
+// input's lanes computed exactly as dot_sym32_avx2's (same operations per input, same bits).
+template <int B, class Block, class Q, class D>
+void tile_sym32_avx2(const uint8_t* w, const uint8_t* const* x, int64_t n, float* out, Q quants, D scale) {
+  auto wb = reinterpret_cast<const Block*>(w);
+  const block_q8_0x* xb[B];
+  for (int k = 0; k < B; ++k) xb[k] = reinterpret_cast<const block_q8_0x*>(x[k]);
+  const int64_t nb = n / 32;
+  __m256 acc[B];
+  for (int k = 0; k < B; ++k) acc[k] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= nb; i += 8) {
+    __m256i q[8];
+    alignas(32) float d[8];
+    for (int b = 0; b < 8; ++b) q[b] = quants(wb[i + b]), d[b] = scale(wb[i + b]);
+    const __m256 vd = _mm256_load_ps(d);
+    for (int k = 0; k < B; ++k) {
+      __m256i p[8];
+      alignas(32) float dx[8];
+      for (int b = 0; b < 8; ++b) p[b] = dot_s8(q[b], load_y(xb[k][i + b])), dx[b] = xb[k][i + b].d;
+      acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(_mm256_mul_ps(vd, _mm256_load_ps(dx)), _mm256_cvtepi32_ps(sums8(p))));
+    }
+  }
+  for (int k = 0; k < B; ++k) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc[k]);
+    for (int64_t j = i; j < nb; ++j)
+      lanes[j % 8] += (scale(wb[j]) * xb[k][j].d) * static_cast<float>(hsum_i32(dot_s8(quants(wb[j]), load_y(xb[k][j]))));
+    out[k] = lane_sum8(lanes);
+  }
+}
+
+template <int B, class Block, class Q>
+void tile_affine32_avx2(const uint8_t* w, const uint8_t* const* x, int64_t n, float* out, Q quants) {
+  auto wb = reinterpret_cast<const Block*>(w);
+  const block_q8_0x* xb[B];
+  for (int k = 0; k < B; ++k) xb[k] = reinterpret_cast<const block_q8_0x*>(x[k]);
+  const int64_t nb = n / 32;
+  const __m256i ones = _mm256_set1_epi8(1);
+  __m256 acc[B];
+  for (int k = 0; k < B; ++k) acc[k] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= nb; i += 8) {
+    __m256i q[8];
+    alignas(32) float d[8], m[8];
+    for (int b = 0; b < 8; ++b) q[b] = quants(wb[i + b]), d[b] = h2f(wb[i + b].d), m[b] = h2f(wb[i + b].m);
+    const __m256 vd = _mm256_load_ps(d), vm = _mm256_load_ps(m);
+    for (int k = 0; k < B; ++k) {
+      __m256i p[8], sy[8];
+      alignas(32) float dx[8];
+      for (int b = 0; b < 8; ++b) {
+        const __m256i y = load_y(xb[k][i + b]);
+        p[b] = dot_u8(q[b], y), sy[b] = dot_u8(ones, y), dx[b] = xb[k][i + b].d;
+      }
+      const __m256 vdx = _mm256_load_ps(dx);
+      const __m256 dq = _mm256_mul_ps(vd, vdx), dm = _mm256_mul_ps(vm, vdx);
+      const __m256 t = _mm256_add_ps(_mm256_mul_ps(dq, _mm256_cvtepi32_ps(sums8(p))), _mm256_mul_ps(dm, _mm256_cvtepi32_ps(sums8(sy))));
+      acc[k] = _mm256_add_ps(acc[k], t);
+    }
+  }
+  for (int k = 0; k < B; ++k) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc[k]);
+    for (int64_t j = i; j < nb; ++j) {
+      const __m256i y = load_y(xb[k][j]);
+      const float dq = h2f(wb[j].d) * xb[k][j].d, dm = h2f(wb[j].m) * xb[k][j].d;
+      lanes[j % 8] += dq * static_cast<float>(hsum_i32(dot_u8(quants(wb[j]), y))) +
+                      dm * static_cast<float>(hsum_i32(dot_u8(ones, y)));
+    }
+    out[k] = lane_sum8(lanes);
+  }
+}
+
+// Runtime B (1..4) to the templates.
+template <class F>
+void by_width(int b, F f) {
+  switch (b) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    default: f(std::integral_constant<int, 4>{}); break;
+  }
+}
+
 inline __m256i table16(const int8_t* t) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t));
   return _mm256_set_m128i(v, v);
 }
 
 }  // namespace
+
+namespace {
+struct q4_0_q { __m256i operator()(const block_q4_0& b) const { return _mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8)); } };
+struct q5_0_q {
+  __m256i operator()(const block_q5_0& b) const {
+    return _mm256_sub_epi8(_mm256_or_si256(nibbles(b.qs), bits_to_0x10(b.qh)), _mm256_set1_epi8(16));
+  }
+};
+struct iq4_nl_q { __m256i operator()(const block_iq4_nl& b) const { return _mm256_shuffle_epi8(table16(kvalues_iq4nl), nibbles(b.qs)); } };
+struct mxfp4_q { __m256i operator()(const block_mxfp4& b) const { return _mm256_shuffle_epi8(table16(kvalues_mxfp4), nibbles(b.qs)); } };
+struct q4_1_q { __m256i operator()(const block_q4_1& b) const { return nibbles(b.qs); } };
+struct q5_1_q { __m256i operator()(const block_q5_1& b) const { return _mm256_or_si256(nibbles(b.qs), bits_to_0x10(b.qh)); } };
+struct d16 {
+  template <class Blk>
+  float operator()(const Blk& b) const { return h2f(b.d); }
+};
+struct d_e8m0 { float operator()(const block_mxfp4& b) const { return e8m0_to_fp32_half(b.e); } };
+}  // namespace
+
+void tile_more_avx2(weight_type t, const uint8_t* w, const uint8_t* const* x, int64_t n, float* out, int n_x) {
+  by_width(n_x, [&](auto B) {
+    constexpr int b = decltype(B)::value;
+    switch (t) {
+      case weight_type::q4_0: tile_sym32_avx2<b, block_q4_0>(w, x, n, out, q4_0_q{}, d16{}); break;
+      case weight_type::q5_0: tile_sym32_avx2<b, block_q5_0>(w, x, n, out, q5_0_q{}, d16{}); break;
+      case weight_type::iq4_nl: tile_sym32_avx2<b, block_iq4_nl>(w, x, n, out, iq4_nl_q{}, d16{}); break;
+      case weight_type::mxfp4: tile_sym32_avx2<b, block_mxfp4>(w, x, n, out, mxfp4_q{}, d_e8m0{}); break;
+      case weight_type::q4_1: tile_affine32_avx2<b, block_q4_1>(w, x, n, out, q4_1_q{}); break;
+      case weight_type::q5_1: tile_affine32_avx2<b, block_q5_1>(w, x, n, out, q5_1_q{}); break;
+      default: for (int k = 0; k < b; ++k) out[k] = dot_more(t)(w, x[k], n); break;
+    }
+  });
+}
 
 float dot_q4_0_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
   return dot_sym32_avx2<block_q4_0>(

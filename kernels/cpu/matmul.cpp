@@ -209,8 +209,33 @@ struct scalar_tiles {
   struct t { static constexpr tile_fn f = tile_scalar<D, B>; };
 };
 
+#if AGENTQ_DOTS_MORE_AVX2
+// AVX2 tiles of the 32-element formats: one row's blocks unpacked once for up to 4 inputs.
+template <weight_type T>
+struct more_avx2_tiles {
+  template <int B>
+  struct t {
+    static void run(const uint8_t* w, const uint8_t* const* x, int64_t n, float* out) {
+      detail::tile_more_avx2(T, w, x, n, out, B);
+    }
+    static constexpr tile_fn f = run;
+  };
+};
+#endif
+
 // The quants_more formats: tiles of 1 row x up to 4 inputs over their generic dots.
 tile_set more_set(weight_type t) {
+#if AGENTQ_DOTS_MORE_AVX2
+  switch (t) {
+    case weight_type::q4_0: return make_set<more_avx2_tiles<weight_type::q4_0>::t>(4);
+    case weight_type::q4_1: return make_set<more_avx2_tiles<weight_type::q4_1>::t>(4);
+    case weight_type::q5_0: return make_set<more_avx2_tiles<weight_type::q5_0>::t>(4);
+    case weight_type::q5_1: return make_set<more_avx2_tiles<weight_type::q5_1>::t>(4);
+    case weight_type::iq4_nl: return make_set<more_avx2_tiles<weight_type::iq4_nl>::t>(4);
+    case weight_type::mxfp4: return make_set<more_avx2_tiles<weight_type::mxfp4>::t>(4);
+    default: break;
+  }
+#endif
   switch (t) {
     case weight_type::q4_0: return make_set<scalar_tiles<detail::dot_q4_0>::t>(4);
     case weight_type::q4_1: return make_set<scalar_tiles<detail::dot_q4_1>::t>(4);
