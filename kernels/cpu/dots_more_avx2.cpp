@@ -238,21 +238,6 @@ struct d16 {
 struct d_e8m0 { float operator()(const block_mxfp4& b) const { return e8m0_to_fp32_half(b.e); } };
 }  // namespace
 
-void tile_more_avx2(weight_type t, const uint8_t* w, const uint8_t* const* x, int64_t n, float* out, int n_x) {
-  by_width(n_x, [&](auto B) {
-    constexpr int b = decltype(B)::value;
-    switch (t) {
-      case weight_type::q4_0: tile_sym32_avx2<b, block_q4_0>(w, x, n, out, q4_0_q{}, d16{}); break;
-      case weight_type::q5_0: tile_sym32_avx2<b, block_q5_0>(w, x, n, out, q5_0_q{}, d16{}); break;
-      case weight_type::iq4_nl: tile_sym32_avx2<b, block_iq4_nl>(w, x, n, out, iq4_nl_q{}, d16{}); break;
-      case weight_type::mxfp4: tile_sym32_avx2<b, block_mxfp4>(w, x, n, out, mxfp4_q{}, d_e8m0{}); break;
-      case weight_type::q4_1: tile_affine32_avx2<b, block_q4_1>(w, x, n, out, q4_1_q{}); break;
-      case weight_type::q5_1: tile_affine32_avx2<b, block_q5_1>(w, x, n, out, q5_1_q{}); break;
-      default: for (int k = 0; k < b; ++k) out[k] = dot_more(t)(w, x[k], n); break;
-    }
-  });
-}
-
 float dot_q4_0_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
   return dot_sym32_avx2<block_q4_0>(
       w, x, n, [](const block_q4_0& b) { return _mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8)); },
@@ -291,17 +276,22 @@ float dot_q5_1_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
       w, x, n, [](const block_q5_1& b) { return _mm256_or_si256(nibbles(b.qs), bits_to_0x10(b.qh)); });
 }
 
+namespace {
+
 // Q5_K: per pair of sub-blocks (64 elements), low nibbles + bit 2j of qh -> sub-block 2j, high
-// nibbles + bit 2j+1 -> 2j+1; isum exact in int32 as the scalar dot's.
-float dot_q5_k_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
+// nibbles + bit 2j+1 -> 2j+1; isum exact in int32 as the scalar dot's. B inputs share the unpacking.
+template <int B>
+void tile_q5_k(const uint8_t* w, const uint8_t* const* x, int64_t n, float* out) {
   auto wb = reinterpret_cast<const block_q5_k*>(w);
-  auto xb = reinterpret_cast<const block_q8_k*>(x);
+  const block_q8_k* xb[B];
+  for (int k = 0; k < B; ++k) xb[k] = reinterpret_cast<const block_q8_k*>(x[k]);
   const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1);
-  float acc = 0, acc_m = 0;
+  float acc[B] = {}, acc_m[B] = {};
   for (int64_t i = 0; i < n / qk_k; ++i) {
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[i].qh));
-    __m256i isum = _mm256_setzero_si256();
-    int32_t msum = 0;
+    __m256i isum[B];
+    int32_t msum[B] = {};
+    for (int k = 0; k < B; ++k) isum[k] = _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j) {
       uint8_t sc0, m0, sc1, mm1;
       get_scale_min_k4(2 * j, wb[i].scales, &sc0, &m0);
@@ -311,35 +301,80 @@ float dot_q5_k_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
       const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), m1), 4);
       const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql, m4), h0);
       const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), h1);
-      const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[i].qs + 64 * j));
-      const __m256i y1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[i].qs + 64 * j + 32));
-      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q0, y0), _mm256_set1_epi16(sc0)));
-      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q1, y1), _mm256_set1_epi16(sc1)));
-      msum += m0 * (xb[i].bsums[4 * j] + xb[i].bsums[4 * j + 1]) + mm1 * (xb[i].bsums[4 * j + 2] + xb[i].bsums[4 * j + 3]);
+      const __m256i s0 = _mm256_set1_epi16(sc0), s1 = _mm256_set1_epi16(sc1);
+      for (int k = 0; k < B; ++k) {
+        const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[k][i].qs + 64 * j));
+        const __m256i y1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[k][i].qs + 64 * j + 32));
+        isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(_mm256_maddubs_epi16(q0, y0), s0));
+        isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(_mm256_maddubs_epi16(q1, y1), s1));
+        const int16_t* bs = xb[k][i].bsums + 4 * j;
+        msum[k] += m0 * (bs[0] + bs[1]) + mm1 * (bs[2] + bs[3]);
+      }
     }
-    acc += (h2f(wb[i].d) * xb[i].d) * static_cast<float>(hsum_i32(isum));
-    acc_m += (-h2f(wb[i].dmin) * xb[i].d) * static_cast<float>(msum);
+    const float d = h2f(wb[i].d), dmin = h2f(wb[i].dmin);
+    for (int k = 0; k < B; ++k) {
+      acc[k] += (d * xb[k][i].d) * static_cast<float>(hsum_i32(isum[k]));
+      acc_m[k] += (-dmin * xb[k][i].d) * static_cast<float>(msum[k]);
+    }
   }
-  return acc + acc_m;
+  for (int k = 0; k < B; ++k) out[k] = acc[k] + acc_m[k];
 }
 
 // IQ4_XS: per 32-element sub-block the code book values times y, scaled by ls - 32.
-float dot_iq4_xs_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
+template <int B>
+void tile_iq4_xs(const uint8_t* w, const uint8_t* const* x, int64_t n, float* out) {
   auto wb = reinterpret_cast<const block_iq4_xs*>(w);
-  auto xb = reinterpret_cast<const block_q8_k*>(x);
+  const block_q8_k* xb[B];
+  for (int k = 0; k < B; ++k) xb[k] = reinterpret_cast<const block_q8_k*>(x[k]);
   const __m256i t = table16(kvalues_iq4nl);
-  float acc = 0;
+  float acc[B] = {};
   for (int64_t i = 0; i < n / qk_k; ++i) {
-    __m256i isum = _mm256_setzero_si256();
+    __m256i isum[B];
+    for (int k = 0; k < B; ++k) isum[k] = _mm256_setzero_si256();
     for (int ib = 0; ib < 8; ++ib) {
       const __m256i q = _mm256_shuffle_epi8(t, nibbles(wb[i].qs + 16 * ib));
-      const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[i].qs + 32 * ib));
-      const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
-      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_set1_epi16(static_cast<int16_t>(iq4_xs_scale(wb[i], ib) - 32))));
+      const __m256i aq = _mm256_sign_epi8(q, q);
+      const __m256i sc = _mm256_set1_epi16(static_cast<int16_t>(iq4_xs_scale(wb[i], ib) - 32));
+      for (int k = 0; k < B; ++k) {
+        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[k][i].qs + 32 * ib));
+        isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(y, q)), sc));
+      }
     }
-    acc += (h2f(wb[i].d) * xb[i].d) * static_cast<float>(hsum_i32(isum));
+    const float d = h2f(wb[i].d);
+    for (int k = 0; k < B; ++k) acc[k] += (d * xb[k][i].d) * static_cast<float>(hsum_i32(isum[k]));
   }
-  return acc;
+  for (int k = 0; k < B; ++k) out[k] = acc[k];
+}
+
+}  // namespace
+
+float dot_q5_k_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
+  float out;
+  tile_q5_k<1>(w, &x, n, &out);
+  return out;
+}
+
+float dot_iq4_xs_avx2(const uint8_t* w, const uint8_t* x, int64_t n) {
+  float out;
+  tile_iq4_xs<1>(w, &x, n, &out);
+  return out;
+}
+
+void tile_more_avx2(weight_type t, const uint8_t* w, const uint8_t* const* x, int64_t n, float* out, int n_x) {
+  by_width(n_x, [&](auto B) {
+    constexpr int b = decltype(B)::value;
+    switch (t) {
+      case weight_type::q4_0: tile_sym32_avx2<b, block_q4_0>(w, x, n, out, q4_0_q{}, d16{}); break;
+      case weight_type::q5_0: tile_sym32_avx2<b, block_q5_0>(w, x, n, out, q5_0_q{}, d16{}); break;
+      case weight_type::iq4_nl: tile_sym32_avx2<b, block_iq4_nl>(w, x, n, out, iq4_nl_q{}, d16{}); break;
+      case weight_type::mxfp4: tile_sym32_avx2<b, block_mxfp4>(w, x, n, out, mxfp4_q{}, d_e8m0{}); break;
+      case weight_type::q4_1: tile_affine32_avx2<b, block_q4_1>(w, x, n, out, q4_1_q{}); break;
+      case weight_type::q5_1: tile_affine32_avx2<b, block_q5_1>(w, x, n, out, q5_1_q{}); break;
+      case weight_type::q5_k: tile_q5_k<b>(w, x, n, out); break;
+      case weight_type::iq4_xs: tile_iq4_xs<b>(w, x, n, out); break;
+      default: for (int k = 0; k < b; ++k) out[k] = dot_more(t)(w, x[k], n); break;
+    }
+  });
 }
 
 }  // namespace agentq::kernels::detail

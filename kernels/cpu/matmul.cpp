@@ -210,7 +210,7 @@ struct scalar_tiles {
 };
 
 #if AGENTQ_DOTS_MORE_AVX2
-// AVX2 tiles of the 32-element formats: one row's blocks unpacked once for up to 4 inputs.
+// AVX2 tiles (32-element formats, Q5_K, IQ4_XS): one row's blocks unpacked once for up to 4 inputs.
 template <weight_type T>
 struct more_avx2_tiles {
   template <int B>
@@ -233,6 +233,8 @@ tile_set more_set(weight_type t) {
     case weight_type::q5_1: return make_set<more_avx2_tiles<weight_type::q5_1>::t>(4);
     case weight_type::iq4_nl: return make_set<more_avx2_tiles<weight_type::iq4_nl>::t>(4);
     case weight_type::mxfp4: return make_set<more_avx2_tiles<weight_type::mxfp4>::t>(4);
+    case weight_type::q5_k: return make_set<more_avx2_tiles<weight_type::q5_k>::t>(4);
+    case weight_type::iq4_xs: return make_set<more_avx2_tiles<weight_type::iq4_xs>::t>(4);
     default: break;
   }
 #endif

@@ -110,7 +110,7 @@ float dot_mxfp4_avx2(const uint8_t* w, const uint8_t* x, int64_t n);
 float dot_q5_k_avx2(const uint8_t* w, const uint8_t* x, int64_t n);
 float dot_iq4_xs_avx2(const uint8_t* w, const uint8_t* x, int64_t n);
 // n_x (1..4) inputs against one row, out[k] = dot_more(t)(w, x[k], n) bit for bit; the
-// 32-element formats unpack each block once for all inputs (prefill tiles).
+// 32-element formats, Q5_K and IQ4_XS unpack each block once for all inputs (prefill tiles).
 void tile_more_avx2(weight_type t, const uint8_t* w, const uint8_t* const* x, int64_t n, float* out, int n_x);
 #endif
 float dot_q4_0(const uint8_t* w, const uint8_t* x, int64_t n);
