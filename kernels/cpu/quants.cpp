@@ -505,6 +505,7 @@ bool has_quantizer(weight_type t) {
     case weight_type::f32: case weight_type::f16: case weight_type::bf16: case weight_type::q8_0:
     case weight_type::q4_k: case weight_type::q5_k: case weight_type::q6_k: case weight_type::q4_0:
     case weight_type::q4_1: case weight_type::q5_0: case weight_type::q5_1: case weight_type::mxfp4:
+    case weight_type::iq4_nl: case weight_type::iq4_xs:
       return true;
     default:
       return false;

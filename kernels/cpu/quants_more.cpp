@@ -1,5 +1,7 @@
 // The ggml block formats beyond Q8_0/Q4_K/Q6_K: dequantizers (ggml's dequantize_row_*, bit
-// for bit) and the reference quantizers of the 32-element formats (quantize_row_*_ref).
+// for bit) and quantizers: the 32-element formats' quantize_row_*_ref, IQ4_NL/IQ4_XS as
+// llama-quantize runs them (quantize_iq4_nl / quantize_iq4_xs without an importance matrix).
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -258,6 +260,119 @@ void quantize_mxfp4(const float* x, block_mxfp4* y, int64_t n) {
   }
 }
 
+// ---- IQ4_NL / IQ4_XS: ggml's quantize_row_iq4_nl_impl with ntry = 7 and no importance
+// matrix, as llama-quantize (quantize_iq4_nl / quantize_iq4_xs) writes them.
+
+int best_index_int8(int n, const int8_t* val, float x) {
+  if (x <= val[0]) return 0;
+  if (x >= val[n - 1]) return n - 1;
+  int ml = 0, mu = n - 1;
+  while (mu - ml > 1) {
+    const int mav = (ml + mu) / 2;
+    if (x < val[mav]) mu = mav;
+    else ml = mav;
+  }
+  return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
+}
+
+void iq4_impl(int super_block_size, const float* x, uint16_t* dh, uint8_t* q4, uint16_t* scales_h, uint8_t* scales_l,
+              float* scales, uint8_t* L) {
+  constexpr int block_size = 32, ntry = 7;
+  const int8_t* values = kvalues_iq4nl;
+  float weight[32];
+  std::memset(q4, 0, static_cast<size_t>(super_block_size / 2));
+  dh[0] = fp32_to_fp16(0.f);
+  float max_scale = 0, amax_scale = 0;
+  for (int ib = 0; ib < super_block_size / block_size; ++ib) {
+    const float* xb = x + ib * block_size;
+    uint8_t* Lb = L + ib * block_size;
+    for (int j = 0; j < block_size; ++j) weight[j] = xb[j] * xb[j];
+    float amax = 0, max = 0;
+    for (int j = 0; j < block_size; ++j) {
+      const float ax = std::fabs(xb[j]);
+      if (ax > amax) amax = ax, max = xb[j];
+    }
+    if (amax < 1e-15f) {
+      scales[ib] = 0;
+      continue;
+    }
+    float d = -max / values[0];
+    float id = 1 / d;
+    float sumqx = 0, sumq2 = 0;
+    for (int j = 0; j < block_size; ++j) {
+      const float al = id * xb[j];
+      const int l = best_index_int8(16, values, al);
+      Lb[j] = static_cast<uint8_t>(l);
+      const float q = values[l];
+      const float w = weight[j];
+      sumqx += w * q * xb[j];
+      sumq2 += w * q * q;
+    }
+    d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+    float best = d * sumqx;
+    for (int itry = -ntry; itry <= ntry; ++itry) {
+      id = (itry + values[0]) / max;
+      sumqx = sumq2 = 0;
+      for (int j = 0; j < block_size; ++j) {
+        const float al = id * xb[j];
+        const int l = best_index_int8(16, values, al);
+        const float q = values[l];
+        const float w = weight[j];
+        sumqx += w * q * xb[j];
+        sumq2 += w * q * q;
+      }
+      if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+        d = sumqx / sumq2;
+        best = d * sumqx;
+      }
+    }
+    scales[ib] = d;
+    const float abs_d = std::fabs(d);
+    if (abs_d > amax_scale) amax_scale = abs_d, max_scale = d;
+  }
+  if (super_block_size / block_size > 1) {
+    const int nb = super_block_size / block_size;
+    std::memset(scales_h, 0, static_cast<size_t>((nb + 7) / 8) * sizeof(uint16_t));
+    const float d = -max_scale / 32;
+    dh[0] = fp32_to_fp16(d);
+    const float id = d ? 1 / d : 0.f;
+    for (int ib = 0; ib < nb; ++ib) {
+      int l = nearest_int(id * scales[ib]);
+      l = std::max(-32, std::min(31, l));
+      const float dl = d * l;
+      const float idl = dl ? 1 / dl : 0.f;
+      uint8_t* Lb = L + ib * block_size;
+      const float* xb = x + ib * block_size;
+      for (int j = 0; j < block_size; ++j) Lb[j] = static_cast<uint8_t>(best_index_int8(16, values, idl * xb[j]));
+      l += 32;
+      const uint8_t l_l = static_cast<uint8_t>(l & 0xf), l_h = static_cast<uint8_t>(l >> 4);
+      if (ib % 2 == 0) scales_l[ib / 2] = l_l;
+      else scales_l[ib / 2] |= static_cast<uint8_t>(l_l << 4);
+      scales_h[ib / 8] = static_cast<uint16_t>(scales_h[ib / 8] | (l_h << 2 * (ib % 8)));
+    }
+  } else {
+    dh[0] = fp32_to_fp16(scales[0]);
+    const float id = scales[0] ? 1 / scales[0] : 0;
+    for (int j = 0; j < super_block_size; ++j) L[j] = static_cast<uint8_t>(best_index_int8(16, values, id * x[j]));
+  }
+  for (int i = 0; i < super_block_size / 32; ++i)
+    for (int j = 0; j < 16; ++j) q4[16 * i + j] = static_cast<uint8_t>(L[32 * i + j] | (L[32 * i + 16 + j] << 4));
+}
+
+void quantize_iq4_nl(const float* x, block_iq4_nl* y, int64_t n) {
+  uint8_t L[32] = {};
+  float scale;
+  uint16_t unused_h;
+  for (int64_t i = 0; i < n / 32; ++i) iq4_impl(32, x + 32 * i, &y[i].d, y[i].qs, &unused_h, nullptr, &scale, L);
+}
+
+void quantize_iq4_xs(const float* x, block_iq4_xs* y, int64_t n) {
+  uint8_t L[qk_k] = {};
+  float scales[qk_k / 32];
+  for (int64_t i = 0; i < n / qk_k; ++i)
+    iq4_impl(qk_k, x + qk_k * i, &y[i].d, y[i].qs, &y[i].scales_h, y[i].scales_l, scales, L);
+}
+
 }  // namespace
 
 bool dequantize_more(weight_type t, const void* src, float* dst, int64_t n) {
@@ -283,6 +398,8 @@ bool quantize_more(weight_type t, const float* src, void* dst, int64_t n) {
     case weight_type::q5_0: quantize_q5_0(src, static_cast<block_q5_0*>(dst), n); return true;
     case weight_type::q5_1: quantize_q5_1(src, static_cast<block_q5_1*>(dst), n); return true;
     case weight_type::mxfp4: quantize_mxfp4(src, static_cast<block_mxfp4*>(dst), n); return true;
+    case weight_type::iq4_nl: quantize_iq4_nl(src, static_cast<block_iq4_nl*>(dst), n); return true;
+    case weight_type::iq4_xs: quantize_iq4_xs(src, static_cast<block_iq4_xs*>(dst), n); return true;
     default: return false;
   }
 }

@@ -130,8 +130,9 @@ void dequantize_row(weight_type t, const void* src, float* dst, int64_t n);
 // Pack n floats into t's format; the quantizers are ggml's reference ones
 // (quantize_row_*_ref), so files written with them match llama.cpp's.
 void quantize_row(weight_type t, const float* src, void* dst, int64_t n);
-// Whether quantize_row has a quantizer for t: every file type but Q2_K, Q3_K, IQ4_NL and
-// IQ4_XS (files of those come from llama.cpp's llama-quantize).
+// Whether quantize_row has a quantizer for t: every file type but Q2_K and Q3_K (files of
+// those come from llama.cpp's llama-quantize). IQ4_NL / IQ4_XS: llama-quantize's search
+// (ntry 7, no importance matrix), not ggml's quantize_row_*_ref.
 bool has_quantizer(weight_type t);
 
 // ---------------------------------------------------------------------------
