@@ -1,6 +1,6 @@
 // agentq-mkgguf: writes a synthetic Llama/Qwen2-architecture GGUF with deterministic
 // pseudo-random weights and a real tokenizer copied from a vocab GGUF (tests, benchmarks).
-//   agentq-mkgguf --out PATH --shape {tiny,15m,110m,1b,8b} --type {f32,f16,bf16,q8_0,q4_k,q6_k,q4_0,q4_1,q5_0,q5_1,q5_k,mxfp4,iq4_nl,iq4_xs}
+//   agentq-mkgguf --out PATH --shape {tiny,15m,110m,1b,8b} --type {f32,f16,bf16,q8_0,q4_k,q6_k,q4_0,q4_1,q5_0,q5_1,q5_k,mxfp4,iq4_nl,iq4_xs,q2_k,q3_k}
 //                 [--vocab VOCAB_GGUF] [--seed N] [--arch llama|qwen2] [--threads N]
 #include <algorithm>
 #include <chrono>
@@ -52,6 +52,8 @@ uint32_t file_type_of(k::weight_type t) {
     case k::weight_type::mxfp4: return 38;  // MXFP4_MOE
     case k::weight_type::iq4_nl: return 25;
     case k::weight_type::iq4_xs: return 30;
+    case k::weight_type::q2_k: return 10;
+    case k::weight_type::q3_k: return 12;  // Q3_K_M
     default: break;  // load-time CPU layouts, or types without a quantizer here
   }
   return 0;
@@ -119,7 +121,7 @@ void generate(const tensor_plan& p, uint64_t seed, size_t idx, int n_threads, st
 
 int usage() {
   std::fprintf(stderr,
-               "usage: agentq-mkgguf --out PATH --shape {tiny,15m,110m,1b,8b} --type {f32,f16,bf16,q8_0,q4_k,q6_k,q4_0,q4_1,q5_0,q5_1,q5_k,mxfp4,iq4_nl,iq4_xs}\n"
+               "usage: agentq-mkgguf --out PATH --shape {tiny,15m,110m,1b,8b} --type {f32,f16,bf16,q8_0,q4_k,q6_k,q4_0,q4_1,q5_0,q5_1,q5_k,mxfp4,iq4_nl,iq4_xs,q2_k,q3_k}\n"
                "                     [--vocab VOCAB_GGUF] [--seed N] [--arch llama|qwen2] [--threads N]\n");
   return 2;
 }
@@ -154,7 +156,7 @@ int main(int argc, char** argv) {
   for (auto t : {k::weight_type::f32, k::weight_type::f16, k::weight_type::bf16, k::weight_type::q8_0,
                  k::weight_type::q4_k, k::weight_type::q6_k, k::weight_type::q4_0, k::weight_type::q4_1,
                  k::weight_type::q5_0, k::weight_type::q5_1, k::weight_type::q5_k, k::weight_type::mxfp4,
-                 k::weight_type::iq4_nl, k::weight_type::iq4_xs})
+                 k::weight_type::iq4_nl, k::weight_type::iq4_xs, k::weight_type::q2_k, k::weight_type::q3_k})
     if (type_name == k::name_of(t)) { wt = t; type_ok = true; }
   if (out.empty() || !sh || !type_ok || (arch != "llama" && arch != "qwen2")) return usage();
 

@@ -263,6 +263,153 @@ void dequantize_q4_k(const block_q4_k* x, float* y, int64_t n) {
   }
 }
 
+// ---- Q2_K, Q3_K (dequantizers: quants_more.cpp) ------------------------------
+
+void quantize_q2_k(const float* x, block_q2_k* y, int64_t n) {
+  uint8_t L[qk_k];
+  uint8_t Laux[16];
+  float weights[16];
+  float mins[qk_k / 16];
+  float scales[qk_k / 16];
+  const float q4scale = 15.f;
+  for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < qk_k / 16; ++j) {
+      for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
+      scales[j] = make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
+      if (scales[j] > max_scale) max_scale = scales[j];
+      if (mins[j] > max_min) max_min = mins[j];
+    }
+    if (max_scale > 0) {
+      const float iscale = q4scale / max_scale;
+      for (int j = 0; j < qk_k / 16; ++j) y[i].scales[j] = static_cast<uint8_t>(nearest_int(iscale * scales[j]));
+      y[i].d = fp32_to_fp16(max_scale / q4scale);
+    } else {
+      for (int j = 0; j < qk_k / 16; ++j) y[i].scales[j] = 0;
+      y[i].d = fp32_to_fp16(0.f);
+    }
+    if (max_min > 0) {
+      const float iscale = q4scale / max_min;
+      for (int j = 0; j < qk_k / 16; ++j) y[i].scales[j] |= static_cast<uint8_t>(nearest_int(iscale * mins[j]) << 4);
+      y[i].dmin = fp32_to_fp16(max_min / q4scale);
+    } else {
+      y[i].dmin = fp32_to_fp16(0.f);
+    }
+    for (int j = 0; j < qk_k / 16; ++j) {
+      const float d = fp16_to_fp32(y[i].d) * (y[i].scales[j] & 0xF);
+      if (!d) continue;
+      const float dm = fp16_to_fp32(y[i].dmin) * (y[i].scales[j] >> 4);
+      for (int ii = 0; ii < 16; ++ii) {
+        const int l = nearest_int((x[16 * j + ii] + dm) / d);
+        L[16 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(3, l)));
+      }
+    }
+    for (int j = 0; j < qk_k; j += 128)
+      for (int l = 0; l < 32; ++l)
+        y[i].qs[j / 4 + l] =
+            static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+  }
+}
+
+float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) amax = ax, max = x[i];
+  }
+  if (amax < group_max_eps) {
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    return 0.f;
+  }
+  const float iscale = -nmax / max;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    int l = nearest_int(iscale * x[i]);
+    l = std::max(-nmax, std::min(nmax - 1, l));
+    L[i] = static_cast<int8_t>(l);
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * l;
+    suml2 += w * l * l;
+  }
+  for (int itry = 0; itry < 5; ++itry) {
+    int n_changed = 0;
+    for (int i = 0; i < n; ++i) {
+      const float w = x[i] * x[i];
+      float slx = sumlx - w * x[i] * L[i];
+      if (slx > 0) {
+        float sl2 = suml2 - w * L[i] * L[i];
+        int new_l = nearest_int(x[i] * sl2 / slx);
+        new_l = std::max(-nmax, std::min(nmax - 1, new_l));
+        if (new_l != L[i]) {
+          slx += w * x[i] * new_l;
+          sl2 += w * new_l * new_l;
+          if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+            L[i] = static_cast<int8_t>(new_l);
+            sumlx = slx;
+            suml2 = sl2;
+            ++n_changed;
+          }
+        }
+      }
+    }
+    if (!n_changed) break;
+  }
+  for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(L[i] + nmax);
+  return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+void quantize_q3_k(const float* x, block_q3_k* y, int64_t n) {
+  int8_t L[qk_k];
+  float scales[qk_k / 16];
+  for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
+    float max_scale = 0, amax = 0;
+    for (int j = 0; j < qk_k / 16; ++j) {
+      scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+      const float scale = std::fabs(scales[j]);
+      if (scale > amax) amax = scale, max_scale = scales[j];
+    }
+    std::memset(y[i].scales, 0, 12);
+    if (max_scale) {
+      const float iscale = -32.f / max_scale;
+      for (int j = 0; j < qk_k / 16; ++j) {
+        int8_t l = static_cast<int8_t>(nearest_int(iscale * scales[j]));
+        l = static_cast<int8_t>(std::max<int>(-32, std::min<int>(31, l)) + 32);
+        if (j < 8) y[i].scales[j] = static_cast<uint8_t>(l & 0xF);
+        else y[i].scales[j - 8] |= static_cast<uint8_t>((l & 0xF) << 4);
+        l = static_cast<int8_t>(l >> 4);
+        y[i].scales[j % 4 + 8] |= static_cast<uint8_t>(l << (2 * (j / 4)));
+      }
+      y[i].d = fp32_to_fp16(1 / iscale);
+    } else {
+      y[i].d = fp32_to_fp16(0.f);
+    }
+    for (int j = 0; j < qk_k / 16; ++j) {
+      int8_t sc = static_cast<int8_t>(j < 8 ? y[i].scales[j] & 0xF : y[i].scales[j - 8] >> 4);
+      sc = static_cast<int8_t>((sc | (((y[i].scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32);
+      const float d = fp16_to_fp32(y[i].d) * sc;
+      if (!d) continue;
+      for (int ii = 0; ii < 16; ++ii) {
+        const int l = nearest_int(x[16 * j + ii] / d);
+        L[16 * j + ii] = static_cast<int8_t>(std::max(-4, std::min(3, l)) + 4);
+      }
+    }
+    std::memset(y[i].hmask, 0, qk_k / 8);
+    int m = 0;
+    uint8_t hm = 1;
+    for (int j = 0; j < qk_k; ++j) {
+      if (L[j] > 3) {
+        y[i].hmask[m] |= hm;
+        L[j] = static_cast<int8_t>(L[j] - 4);
+      }
+      if (++m == qk_k / 8) m = 0, hm = static_cast<uint8_t>(hm << 1);
+    }
+    for (int j = 0; j < qk_k; j += 128)
+      for (int l = 0; l < 32; ++l)
+        y[i].qs[j / 4 + l] =
+            static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+  }
+}
+
 // ---- Q5_K (dequantize_q5_k: quants_more.cpp) --------------------------------
 
 void quantize_q5_k(const float* x, block_q5_k* y, int64_t n) {
@@ -505,7 +652,7 @@ bool has_quantizer(weight_type t) {
     case weight_type::f32: case weight_type::f16: case weight_type::bf16: case weight_type::q8_0:
     case weight_type::q4_k: case weight_type::q5_k: case weight_type::q6_k: case weight_type::q4_0:
     case weight_type::q4_1: case weight_type::q5_0: case weight_type::q5_1: case weight_type::mxfp4:
-    case weight_type::iq4_nl: case weight_type::iq4_xs:
+    case weight_type::iq4_nl: case weight_type::iq4_xs: case weight_type::q2_k: case weight_type::q3_k:
       return true;
     default:
       return false;
@@ -539,6 +686,8 @@ void quantize_row(weight_type t, const float* src, void* dst, int64_t n) {
     case weight_type::q4_k: quantize_q4_k(src, static_cast<block_q4_k*>(dst), n); return;
     case weight_type::q6_k: quantize_q6_k(src, static_cast<block_q6_k*>(dst), n); return;
     case weight_type::q5_k: quantize_q5_k(src, static_cast<block_q5_k*>(dst), n); return;
+    case weight_type::q2_k: quantize_q2_k(src, static_cast<block_q2_k*>(dst), n); return;
+    case weight_type::q3_k: quantize_q3_k(src, static_cast<block_q3_k*>(dst), n); return;
     case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8:
       break;  // layouts made by repack()
     default:

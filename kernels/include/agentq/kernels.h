@@ -130,9 +130,9 @@ void dequantize_row(weight_type t, const void* src, float* dst, int64_t n);
 // Pack n floats into t's format; the quantizers are ggml's reference ones
 // (quantize_row_*_ref), so files written with them match llama.cpp's.
 void quantize_row(weight_type t, const float* src, void* dst, int64_t n);
-// Whether quantize_row has a quantizer for t: every file type but Q2_K and Q3_K (files of
-// those come from llama.cpp's llama-quantize). IQ4_NL / IQ4_XS: llama-quantize's search
-// (ntry 7, no importance matrix), not ggml's quantize_row_*_ref.
+// Whether quantize_row has a quantizer for t: every file type (byte for byte what
+// llama-quantize writes without an importance matrix; IQ4_NL / IQ4_XS: its search with
+// ntry 7, not ggml's quantize_row_*_ref). False for the _x8 layouts.
 bool has_quantizer(weight_type t);
 
 // ---------------------------------------------------------------------------

@@ -311,13 +311,13 @@ TEST_CASE("quantized weights repacked at load are as accurate as the file layout
   }
 }
 
-// The formats of #26 with a quantizer here, as whole models: the forward pass (8-bit
+// The formats of #26 (Q4_0, Q4_1, Q5_0, Q5_1, Q5_K, MXFP4, IQ4_NL, IQ4_XS, Q2_K, Q3_K) as whole models: the forward pass (8-bit
 // activations against the generic / AVX2 dots) stays close to the naive float forward over
 // the same dequantized weights, and batching never changes a logit.
-TEST_CASE("Q4_0, Q4_1, Q5_0, Q5_1, Q5_K, MXFP4, IQ4_NL and IQ4_XS models run close to their dequantized reference") {
+TEST_CASE("models of every #26 format run close to their dequantized reference") {
   for (auto wt : {gguf::tensor_type::q4_0, gguf::tensor_type::q4_1, gguf::tensor_type::q5_0, gguf::tensor_type::q5_1,
                   gguf::tensor_type::q5_k, gguf::tensor_type::mxfp4, gguf::tensor_type::iq4_nl,
-                  gguf::tensor_type::iq4_xs}) {
+                  gguf::tensor_type::iq4_xs, gguf::tensor_type::q2_k, gguf::tensor_type::q3_k}) {
     CAPTURE(gguf::name_of(wt));
     const std::string path =
         (std::filesystem::temp_directory_path() / ("agentq-test-fmt-" + std::string(gguf::name_of(wt)) + ".gguf")).string();
