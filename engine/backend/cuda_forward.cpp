@@ -47,6 +47,11 @@ std::unique_ptr<cuda_forward> cuda_forward::create(std::shared_ptr<const gguf::f
     *error = "head dimension " + std::to_string(hp.head_dim) + " exceeds the CUDA attention limit of 256";
     return nullptr;
   }
+  if (hp.rope_yarn || hp.rope_attn_factor != 1.0f) {
+    *error = "YaRN RoPE scaling and rope.scaling.attn_factor run on the CPU backend only (the CUDA rope "
+             "kernels take a linear scale and rope_freqs)";
+    return nullptr;
+  }
   m->stream_ = cu::stream_create();
   m->cublas_ = m->stream_ ? cu::cublas_create(m->stream_) : nullptr;
   if (!m->cublas_) {
@@ -111,8 +116,12 @@ bool cuda_forward::upload_matrix(const std::string& name, int64_t n_in, int64_t 
     *error = "missing tensor " + name;
     return false;
   }
-  // NOTE: same ggml ids. create() ran model::load first, which refuses a type outside the six
-  // both backends support (gguf::is_supported), naming it.
+  // NOTE: same ggml ids. create() ran model::load first, which refuses a type the CPU does not
+  // support (gguf::is_supported); cu::supported is the same set today, checked here by name.
+  if (!cu::supported(static_cast<int32_t>(t->type))) {
+    *error = "tensor " + name + " has weight type " + gguf::name_of(t->type) + ", which the CUDA backend does not support";
+    return false;
+  }
   w->type = static_cast<cu::weight_type>(static_cast<int32_t>(t->type));
   w->n_in = n_in;
   w->n_out = n_out;

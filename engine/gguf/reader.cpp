@@ -177,7 +177,7 @@ file::~file() {
   if (map_) munmap(map_, size_);
 }
 
-std::unique_ptr<file> file::open(const std::string& path, std::string* error) {
+std::unique_ptr<file> file::open_one(const std::string& path, std::string* error) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (error) *error = "cannot open model file '" + path + "': " + std::strerror(errno);

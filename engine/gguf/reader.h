@@ -57,7 +57,9 @@ struct tensor_info {
 
 class file {
  public:
-  // Open and validate a GGUF file; nullptr with *error set on failure.
+  // Open and validate a GGUF file; nullptr with *error set on failure. A split model
+  // (split.count > 1, files named <prefix>-00001-of-0000N.gguf) opens from its first file:
+  // the other shards are mapped and validated too, and tensors() lists every shard's tensors.
   static std::unique_ptr<file> open(const std::string& path, std::string* error);
   // Parse an in-memory image (not copied; must outlive the result).
   static std::unique_ptr<file> parse(const uint8_t* data, size_t size, std::string* error);
@@ -68,7 +70,9 @@ class file {
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
   const std::string& path() const { return path_; }
-  uint64_t size() const { return size_; }
+  uint64_t size() const { return size_; }  // of the first file only, for a split model
+  // Number of files the model spans (1 unless split).
+  size_t n_files() const { return 1 + shards_.size(); }
 
   const std::vector<std::pair<std::string, value>>& metadata() const { return kv_; }
   const value* find(std::string_view key) const;
@@ -84,6 +88,8 @@ class file {
  private:
   file() = default;
   void parse_all();
+  static std::unique_ptr<file> open_one(const std::string& path, std::string* error);
+  bool open_shards(std::string* error);
 
   std::string path_;
   const uint8_t* base_ = nullptr;
@@ -95,6 +101,7 @@ class file {
   std::map<std::string, size_t, std::less<>> kv_index_;
   std::vector<tensor_info> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
+  std::vector<std::unique_ptr<file>> shards_;  // files 2..N of a split model
 };
 
 }  // namespace agentq::gguf

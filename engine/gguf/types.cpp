@@ -45,6 +45,9 @@ bool is_supported(tensor_type t) {
   switch (t) {
     case tensor_type::f32: case tensor_type::f16: case tensor_type::bf16:
     case tensor_type::q8_0: case tensor_type::q4_k: case tensor_type::q6_k:
+    case tensor_type::q4_0: case tensor_type::q4_1: case tensor_type::q5_0: case tensor_type::q5_1:
+    case tensor_type::q2_k: case tensor_type::q3_k: case tensor_type::q5_k: case tensor_type::iq4_nl:
+    case tensor_type::iq4_xs: case tensor_type::mxfp4:
       return true;
     default:
       return false;

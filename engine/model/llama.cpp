@@ -16,6 +16,7 @@
 #include "gguf/reader.h"
 #include "model/attention.h"
 #include "model/model.h"
+#include "model/rope_scaling.h"
 #include "model/weights.h"
 #include "util/thread_pool.h"
 
@@ -53,7 +54,9 @@ class llama_model final : public model {
   weight output_;                   // [n_vocab][n_embd] (= tok_embd_ when tied)
   std::vector<float> output_norm_;  // [n_embd]
   std::vector<layer_weights> layers_;
-  std::vector<float> rope_inv_freq_;  // [n_rot/2] angle per position of each rotated pair
+  std::vector<float> rope_inv_freq_;
+  rope_scaling rope_scaling_;
+  float rope_mscale_ = 1.0f;  // YaRN's magnitude scale on cos/sin (1 otherwise)  // [n_rot/2] angle per position of each rotated pair
 
   // Scratch, grown on demand. NOTE: forward() is not reentrant (one engine thread calls it).
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, out_rows_;
@@ -110,15 +113,11 @@ bool llama_model::load_hparams(std::string* error) {
     return false;
   }
   hp_.rope_neox = hp_.arch == "qwen2";
-  hp_.rope_scale = 1.0f;
-  auto scaling = f.get_string(p + "rope.scaling.type");
-  auto factor = f.get_float(p + "rope.scaling.factor");
-  if (scaling && *scaling == "linear" && factor && *factor > 0) {
-    hp_.rope_scale = float(1.0 / *factor);
-  } else if (scaling && *scaling != "none" && *scaling != "linear") {
-    *error = "unsupported rope.scaling.type '" + std::string(*scaling) + "'";
-    return false;
-  }
+  if (!parse_rope_scaling(f, hp_.arch, hp_.n_ctx, &rope_scaling_, error)) return false;
+  // rope_scale: the linear frequency scale the CUDA backend applies (YaRN: see rope_yarn).
+  hp_.rope_scale = rope_scaling_.type == rope_scaling::kind::linear ? 1.0f / rope_scaling_.factor : 1.0f;
+  hp_.rope_yarn = rope_scaling_.type == rope_scaling::kind::yarn;
+  hp_.rope_attn_factor = rope_scaling_.attn_factor;
   return true;
 }
 
@@ -133,7 +132,8 @@ bool llama_model::load_weights(std::string* error) {
     }
     if (!gguf::is_supported(t->type)) {
       *error = "tensor " + name + " has weight type " + gguf::name_of(t->type) +
-               ", which this engine does not support (supported: F32, F16, BF16, Q8_0, Q4_K, Q6_K)";
+               ", which this engine does not support (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
+               "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4)";
       return false;
     }
     int64_t d1 = t->dims.size() > 1 ? t->dims[1] : 1;
@@ -196,13 +196,7 @@ bool llama_model::load_weights(std::string* error) {
   // RoPE angles: theta_i = pos * scale * base^(-2i/n_rot) [/ rope_freqs[i] for Llama 3.1-style scaling].
   std::vector<float> freq_factors;
   if (!get_vec("rope_freqs.weight", hp_.n_rot / 2, &freq_factors, true)) return false;
-  rope_inv_freq_.resize(size_t(hp_.n_rot / 2));
-  const float theta_scale = std::pow(hp_.rope_base, -2.0f / float(hp_.n_rot));
-  float theta = hp_.rope_scale;
-  for (int32_t i = 0; i < hp_.n_rot / 2; ++i) {
-    rope_inv_freq_[size_t(i)] = freq_factors.empty() ? theta : theta / freq_factors[size_t(i)];
-    theta *= theta_scale;
-  }
+  rope_angles(rope_scaling_, hp_.n_rot, hp_.rope_base, freq_factors, &rope_inv_freq_, &rope_mscale_);
   return true;
 }
 
@@ -343,7 +337,7 @@ int32_t llama_model::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
       float* sv = cv + n_rot;
       for (int32_t j = 0; j < half_rot; ++j) {
         const float theta = float(tok_pos_[size_t(i)]) * rope_inv_freq_[size_t(j)];
-        const float c = std::cos(theta), sn = std::sin(theta);
+        const float c = std::cos(theta) * rope_mscale_, sn = std::sin(theta) * rope_mscale_;
         const int32_t d0 = hp_.rope_neox ? j : 2 * j, d1 = hp_.rope_neox ? j + half_rot : 2 * j + 1;
         cv[d0] = cv[d1] = c;
         sv[d0] = sv[d1] = sn;

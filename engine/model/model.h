@@ -30,6 +30,8 @@ struct model_hparams {
   float rms_eps = 1e-5f, rope_base = 10000.0f, rope_scale = 1.0f;
   int32_t n_rot = 0;
   bool rope_neox = false;
+  bool rope_yarn = false;          // YaRN scaling (rope_scaling.h); the CPU backend only
+  float rope_attn_factor = 1.0f;   // rope.scaling.attn_factor: scales cos/sin
 };
 
 class model {

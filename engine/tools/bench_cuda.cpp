@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "agentq/kernels.h"
 #include "agentq/kernels_cuda.h"
 
 #if AGENTQ_HAVE_CUDA
@@ -29,8 +30,8 @@ const char* type_name(weight_type t) {
     case weight_type::q8_0: return "q8_0";
     case weight_type::q4_k: return "q4_k";
     case weight_type::q6_k: return "q6_k";
+    default: return agentq::kernels::name_of(agentq::kernels::weight_type(uint32_t(t)));
   }
-  return "?";
 }
 
 // Bytes that decode well: random quants, scales kept finite (fp16 0x1c00..0x1fff ~ 0.004..0.008).
@@ -49,6 +50,11 @@ std::vector<uint8_t> bench_weights(weight_type t, int64_t n_out, int64_t n_in, s
     if (t == weight_type::q8_0) fix16(base);
     if (t == weight_type::q4_k) fix16(base), fix16(base + 2);
     if (t == weight_type::q6_k) fix16(base + 208);
+    if (t == weight_type::q4_0 || t == weight_type::q5_0 || t == weight_type::iq4_nl || t == weight_type::iq4_xs) fix16(base);
+    if (t == weight_type::q4_1 || t == weight_type::q5_1 || t == weight_type::q5_k) fix16(base), fix16(base + 2);
+    if (t == weight_type::q2_k) fix16(base + 80), fix16(base + 82);
+    if (t == weight_type::q3_k) fix16(base + 108);
+    if (t == weight_type::mxfp4) w[base] = uint8_t(118 + w[base] % 4);
   }
   return w;
 }

@@ -37,7 +37,8 @@ struct options {
 bool parse_type(const std::string& s, k::weight_type* t) {
   for (auto c : {k::weight_type::f32, k::weight_type::f16, k::weight_type::bf16, k::weight_type::q8_0,
                  k::weight_type::q4_k, k::weight_type::q6_k, k::weight_type::q8_0_x8, k::weight_type::q4_k_x8,
-                 k::weight_type::q6_k_x8})
+                 k::weight_type::q6_k_x8, k::weight_type::q4_0, k::weight_type::q4_1, k::weight_type::q5_0,
+                 k::weight_type::q5_1, k::weight_type::q5_k, k::weight_type::mxfp4})
     if (s == k::name_of(c)) { *t = c; return true; }
   return false;
 }

@@ -1,6 +1,6 @@
 // agentq-mkgguf: writes a synthetic Llama/Qwen2-architecture GGUF with deterministic
 // pseudo-random weights and a real tokenizer copied from a vocab GGUF (tests, benchmarks).
-//   agentq-mkgguf --out PATH --shape {tiny,15m,110m,1b,8b} --type {f32,f16,bf16,q8_0,q4_k,q6_k}
+//   agentq-mkgguf --out PATH --shape {tiny,15m,110m,1b,8b} --type {f32,f16,bf16,q8_0,q4_k,q6_k,q4_0,q4_1,q5_0,q5_1,q5_k,mxfp4,iq4_nl,iq4_xs,q2_k,q3_k}
 //                 [--vocab VOCAB_GGUF] [--seed N] [--arch llama|qwen2] [--threads N]
 #include <algorithm>
 #include <chrono>
@@ -44,8 +44,17 @@ uint32_t file_type_of(k::weight_type t) {
     case k::weight_type::q4_k: return 15;  // Q4_K_M
     case k::weight_type::q6_k: return 18;
     case k::weight_type::bf16: return 32;
-    case k::weight_type::q8_0_x8: case k::weight_type::q4_k_x8: case k::weight_type::q6_k_x8:
-      break;  // load-time CPU layouts, not file types
+    case k::weight_type::q4_0: return 2;
+    case k::weight_type::q4_1: return 3;
+    case k::weight_type::q5_0: return 8;
+    case k::weight_type::q5_1: return 9;
+    case k::weight_type::q5_k: return 17;  // Q5_K_M
+    case k::weight_type::mxfp4: return 38;  // MXFP4_MOE
+    case k::weight_type::iq4_nl: return 25;
+    case k::weight_type::iq4_xs: return 30;
+    case k::weight_type::q2_k: return 10;
+    case k::weight_type::q3_k: return 12;  // Q3_K_M
+    default: break;  // load-time CPU layouts, or types without a quantizer here
   }
   return 0;
 }
@@ -81,7 +90,7 @@ struct tensor_plan {
 };
 
 // A weight type the row length allows: k-quants need 256-element rows, Q8_0 32 (as
-// llama.cpp's quantize falls back for such tensors).
+// llama.cpp's quantize falls back for such tensors; its mixes pick Q5_0/Q5_1 for some).
 k::weight_type type_for(k::weight_type want, int64_t n_cols) {
   if (n_cols % k::block_elems(want) == 0) return want;
   if (n_cols % k::qk8_0 == 0) return k::weight_type::q8_0;
@@ -112,7 +121,7 @@ void generate(const tensor_plan& p, uint64_t seed, size_t idx, int n_threads, st
 
 int usage() {
   std::fprintf(stderr,
-               "usage: agentq-mkgguf --out PATH --shape {tiny,15m,110m,1b,8b} --type {f32,f16,bf16,q8_0,q4_k,q6_k}\n"
+               "usage: agentq-mkgguf --out PATH --shape {tiny,15m,110m,1b,8b} --type {f32,f16,bf16,q8_0,q4_k,q6_k,q4_0,q4_1,q5_0,q5_1,q5_k,mxfp4,iq4_nl,iq4_xs,q2_k,q3_k}\n"
                "                     [--vocab VOCAB_GGUF] [--seed N] [--arch llama|qwen2] [--threads N]\n");
   return 2;
 }
@@ -145,7 +154,9 @@ int main(int argc, char** argv) {
   k::weight_type wt = k::weight_type::f32;
   bool type_ok = false;
   for (auto t : {k::weight_type::f32, k::weight_type::f16, k::weight_type::bf16, k::weight_type::q8_0,
-                 k::weight_type::q4_k, k::weight_type::q6_k})
+                 k::weight_type::q4_k, k::weight_type::q6_k, k::weight_type::q4_0, k::weight_type::q4_1,
+                 k::weight_type::q5_0, k::weight_type::q5_1, k::weight_type::q5_k, k::weight_type::mxfp4,
+                 k::weight_type::iq4_nl, k::weight_type::iq4_xs, k::weight_type::q2_k, k::weight_type::q3_k})
     if (type_name == k::name_of(t)) { wt = t; type_ok = true; }
   if (out.empty() || !sh || !type_ok || (arch != "llama" && arch != "qwen2")) return usage();
 

@@ -143,7 +143,7 @@ float dot_q6_k_scalar(const uint8_t* w, const uint8_t* x, int64_t n) {
   return acc;
 }
 
-using dot_fn = float (*)(const uint8_t* w, const uint8_t* x, int64_t n);
+using detail::dot_fn;
 
 dot_fn scalar_dot(weight_type t) {
   switch (t) {
@@ -154,6 +154,9 @@ dot_fn scalar_dot(weight_type t) {
     case weight_type::q4_k: return dot_q4_k_scalar;
     case weight_type::q6_k: return dot_q6_k_scalar;
     case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8: break;  // run_x8
+    default:
+      if (dot_fn d = detail::dot_more_scalar(t)) return d;
+      break;
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return nullptr;
@@ -206,6 +209,52 @@ struct scalar_tiles {
   struct t { static constexpr tile_fn f = tile_scalar<D, B>; };
 };
 
+#if AGENTQ_DOTS_MORE_AVX2
+// AVX2 tiles (32-element formats, Q5_K, IQ4_XS): one row's blocks unpacked once for up to 4 inputs.
+template <weight_type T>
+struct more_avx2_tiles {
+  template <int B>
+  struct t {
+    static void run(const uint8_t* w, const uint8_t* const* x, int64_t n, float* out) {
+      detail::tile_more_avx2(T, w, x, n, out, B);
+    }
+    static constexpr tile_fn f = run;
+  };
+};
+#endif
+
+// The quants_more formats: tiles of 1 row x up to 4 inputs over their generic dots.
+tile_set more_set(weight_type t) {
+#if AGENTQ_DOTS_MORE_AVX2
+  switch (t) {
+    case weight_type::q4_0: return make_set<more_avx2_tiles<weight_type::q4_0>::t>(4);
+    case weight_type::q4_1: return make_set<more_avx2_tiles<weight_type::q4_1>::t>(4);
+    case weight_type::q5_0: return make_set<more_avx2_tiles<weight_type::q5_0>::t>(4);
+    case weight_type::q5_1: return make_set<more_avx2_tiles<weight_type::q5_1>::t>(4);
+    case weight_type::iq4_nl: return make_set<more_avx2_tiles<weight_type::iq4_nl>::t>(4);
+    case weight_type::mxfp4: return make_set<more_avx2_tiles<weight_type::mxfp4>::t>(4);
+    case weight_type::q5_k: return make_set<more_avx2_tiles<weight_type::q5_k>::t>(4);
+    case weight_type::iq4_xs: return make_set<more_avx2_tiles<weight_type::iq4_xs>::t>(4);
+    default: break;
+  }
+#endif
+  switch (t) {
+    case weight_type::q4_0: return make_set<scalar_tiles<detail::dot_q4_0>::t>(4);
+    case weight_type::q4_1: return make_set<scalar_tiles<detail::dot_q4_1>::t>(4);
+    case weight_type::q5_0: return make_set<scalar_tiles<detail::dot_q5_0>::t>(4);
+    case weight_type::q5_1: return make_set<scalar_tiles<detail::dot_q5_1>::t>(4);
+    case weight_type::iq4_nl: return make_set<scalar_tiles<detail::dot_iq4_nl>::t>(4);
+    case weight_type::mxfp4: return make_set<scalar_tiles<detail::dot_mxfp4>::t>(4);
+    case weight_type::q2_k: return make_set<scalar_tiles<detail::dot_q2_k>::t>(4);
+    case weight_type::q3_k: return make_set<scalar_tiles<detail::dot_q3_k>::t>(4);
+    case weight_type::q5_k: return make_set<scalar_tiles<detail::dot_q5_k>::t>(4);
+    case weight_type::iq4_xs: return make_set<scalar_tiles<detail::dot_iq4_xs>::t>(4);
+    default: break;
+  }
+  AGENTQ_KCHECK(!"unknown weight type");
+  return {};
+}
+
 [[maybe_unused]] tile_set scalar_set(weight_type t) {
   switch (t) {
     case weight_type::f32: return make_set<scalar_tiles<dot_f32_scalar>::t>(4);
@@ -215,6 +264,7 @@ struct scalar_tiles {
     case weight_type::q4_k: return make_set<scalar_tiles<dot_q4_k_scalar>::t>(4);
     case weight_type::q6_k: return make_set<scalar_tiles<dot_q6_k_scalar>::t>(4);
     case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8: break;
+    default: return more_set(t);
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return {};
@@ -280,6 +330,7 @@ tile_set fast_set(weight_type t) {
     // tile in prefill (2048x2048, 1 thread); 8 inputs spill.
     case weight_type::q6_k: return with_mk<q6_k_mk, 1, 6>(rows_set<q6_k_rows>());
     case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8: break;
+    default: return more_set(t);
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return {};
@@ -290,9 +341,9 @@ tile_set fast_set(weight_type t) {
 
 // Bytes of one prepared activation vector of n_cols for weight type t.
 size_t activation_row_bytes(weight_type t, int64_t n_cols) {
-  switch (file_type(t)) {  // a repacked layout takes its file type's activations
-    case weight_type::q8_0: return static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x);
-    case weight_type::q4_k: case weight_type::q6_k: return static_cast<size_t>(n_cols / qk_k) * sizeof(block_q8_k);
+  switch (detail::act_format_of(file_type(t))) {  // a repacked layout takes its file type's activations
+    case detail::act_format::q8_0: return static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x);
+    case detail::act_format::q8_k: return static_cast<size_t>(n_cols / qk_k) * sizeof(block_q8_k);
     default: return static_cast<size_t>(n_cols) * sizeof(float);
   }
 }
@@ -514,11 +565,9 @@ void quantize_activations(weight_type t, const float* x, int64_t n_cols, int64_t
   for (int64_t b = 0; b < n_x; ++b) {
     const float* xb = x + b * n_cols;
     uint8_t* d = dst + static_cast<size_t>(b) * stride;
-    switch (file_type(t)) {
-      case weight_type::q8_0: detail::quantize_act_q8_0(xb, reinterpret_cast<block_q8_0x*>(d), n_cols); break;
-      case weight_type::q4_k: case weight_type::q6_k:
-        detail::quantize_act_q8_k(xb, reinterpret_cast<block_q8_k*>(d), n_cols);
-        break;
+    switch (detail::act_format_of(file_type(t))) {
+      case detail::act_format::q8_0: detail::quantize_act_q8_0(xb, reinterpret_cast<block_q8_0x*>(d), n_cols); break;
+      case detail::act_format::q8_k: detail::quantize_act_q8_k(xb, reinterpret_cast<block_q8_k*>(d), n_cols); break;
       default: std::memcpy(d, xb, stride); break;
     }
   }
@@ -552,7 +601,7 @@ void matmul(weight_type t, const void* w, size_t row_stride_bytes, int64_t n_col
             float* y, int64_t row_begin, int64_t row_end, int64_t n_rows) {
   check_args(t, n_cols, n_x, row_begin, row_end, n_rows);
   const void* qx = x;
-  if (const weight_type ft = file_type(t); ft == weight_type::q8_0 || ft == weight_type::q4_k || ft == weight_type::q6_k) {
+  if (detail::act_format_of(file_type(t)) != detail::act_format::f32) {
     auto& buf = scratch();
     buf.resize(activation_bytes(t, n_cols, n_x));
     quantize_activations(t, x, n_cols, n_x, buf.data());

@@ -1,5 +1,6 @@
 // Weight formats: type geometry, ggml's reference quantizers (quantize_row_*_ref)
-// and dequantizers for F32/F16/BF16/Q8_0/Q4_K/Q6_K, plus the 8-bit activation formats.
+// and dequantizers for F32/F16/BF16/Q8_0/Q4_K/Q5_K/Q6_K (the other formats: quants_more.cpp),
+// plus the 8-bit activation formats.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -19,7 +20,10 @@ int64_t block_elems(weight_type t) {
   switch (t) {
     case weight_type::f32: case weight_type::f16: case weight_type::bf16: return 1;
     case weight_type::q8_0: case weight_type::q8_0_x8: return qk8_0;
+    case weight_type::q4_0: case weight_type::q4_1: case weight_type::q5_0: case weight_type::q5_1:
+    case weight_type::iq4_nl: case weight_type::mxfp4: return 32;
     case weight_type::q4_k: case weight_type::q6_k: case weight_type::q4_k_x8: case weight_type::q6_k_x8: return qk_k;
+    case weight_type::q2_k: case weight_type::q3_k: case weight_type::q5_k: case weight_type::iq4_xs: return qk_k;
   }
   return 0;
 }
@@ -31,6 +35,16 @@ size_t block_bytes(weight_type t) {
     case weight_type::q8_0: return sizeof(block_q8_0);
     case weight_type::q4_k: return sizeof(block_q4_k);
     case weight_type::q6_k: return sizeof(block_q6_k);
+    case weight_type::q4_0: return sizeof(block_q4_0);
+    case weight_type::q4_1: return sizeof(block_q4_1);
+    case weight_type::q5_0: return sizeof(block_q5_0);
+    case weight_type::q5_1: return sizeof(block_q5_1);
+    case weight_type::iq4_nl: return sizeof(block_iq4_nl);
+    case weight_type::mxfp4: return sizeof(block_mxfp4);
+    case weight_type::q2_k: return sizeof(block_q2_k);
+    case weight_type::q3_k: return sizeof(block_q3_k);
+    case weight_type::q5_k: return sizeof(block_q5_k);
+    case weight_type::iq4_xs: return sizeof(block_iq4_xs);
     case weight_type::q8_0_x8: return sizeof(block_q8_0x8) / 8;
     case weight_type::q4_k_x8: return sizeof(block_q4_kx8) / 8;
     case weight_type::q6_k_x8: return sizeof(block_q6_kx8) / 8;
@@ -44,7 +58,13 @@ size_t row_bytes(weight_type t, int64_t n) {
 }
 
 bool is_weight_type(uint32_t id) {
-  return id == 0 || id == 1 || id == 8 || id == 12 || id == 14 || id == 30;
+  switch (id) {
+    case 0: case 1: case 2: case 3: case 6: case 7: case 8: case 10: case 11: case 12: case 13: case 14:
+    case 20: case 23: case 30: case 39:
+      return true;
+    default:
+      return false;
+  }
 }
 
 const char* name_of(weight_type t) {
@@ -55,6 +75,16 @@ const char* name_of(weight_type t) {
     case weight_type::q8_0: return "q8_0";
     case weight_type::q4_k: return "q4_k";
     case weight_type::q6_k: return "q6_k";
+    case weight_type::q4_0: return "q4_0";
+    case weight_type::q4_1: return "q4_1";
+    case weight_type::q5_0: return "q5_0";
+    case weight_type::q5_1: return "q5_1";
+    case weight_type::iq4_nl: return "iq4_nl";
+    case weight_type::mxfp4: return "mxfp4";
+    case weight_type::q2_k: return "q2_k";
+    case weight_type::q3_k: return "q3_k";
+    case weight_type::q5_k: return "q5_k";
+    case weight_type::iq4_xs: return "iq4_xs";
     case weight_type::q8_0_x8: return "q8_0_x8";
     case weight_type::q4_k_x8: return "q4_k_x8";
     case weight_type::q6_k_x8: return "q6_k_x8";
@@ -233,6 +263,223 @@ void dequantize_q4_k(const block_q4_k* x, float* y, int64_t n) {
   }
 }
 
+// ---- Q2_K, Q3_K (dequantizers: quants_more.cpp) ------------------------------
+
+void quantize_q2_k(const float* x, block_q2_k* y, int64_t n) {
+  uint8_t L[qk_k];
+  uint8_t Laux[16];
+  float weights[16];
+  float mins[qk_k / 16];
+  float scales[qk_k / 16];
+  const float q4scale = 15.f;
+  for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < qk_k / 16; ++j) {
+      for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
+      scales[j] = make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
+      if (scales[j] > max_scale) max_scale = scales[j];
+      if (mins[j] > max_min) max_min = mins[j];
+    }
+    if (max_scale > 0) {
+      const float iscale = q4scale / max_scale;
+      for (int j = 0; j < qk_k / 16; ++j) y[i].scales[j] = static_cast<uint8_t>(nearest_int(iscale * scales[j]));
+      y[i].d = fp32_to_fp16(max_scale / q4scale);
+    } else {
+      for (int j = 0; j < qk_k / 16; ++j) y[i].scales[j] = 0;
+      y[i].d = fp32_to_fp16(0.f);
+    }
+    if (max_min > 0) {
+      const float iscale = q4scale / max_min;
+      for (int j = 0; j < qk_k / 16; ++j) y[i].scales[j] |= static_cast<uint8_t>(nearest_int(iscale * mins[j]) << 4);
+      y[i].dmin = fp32_to_fp16(max_min / q4scale);
+    } else {
+      y[i].dmin = fp32_to_fp16(0.f);
+    }
+    for (int j = 0; j < qk_k / 16; ++j) {
+      const float d = fp16_to_fp32(y[i].d) * (y[i].scales[j] & 0xF);
+      if (!d) continue;
+      const float dm = fp16_to_fp32(y[i].dmin) * (y[i].scales[j] >> 4);
+      for (int ii = 0; ii < 16; ++ii) {
+        const int l = nearest_int((x[16 * j + ii] + dm) / d);
+        L[16 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(3, l)));
+      }
+    }
+    for (int j = 0; j < qk_k; j += 128)
+      for (int l = 0; l < 32; ++l)
+        y[i].qs[j / 4 + l] =
+            static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+  }
+}
+
+float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) amax = ax, max = x[i];
+  }
+  if (amax < group_max_eps) {
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    return 0.f;
+  }
+  const float iscale = -nmax / max;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    int l = nearest_int(iscale * x[i]);
+    l = std::max(-nmax, std::min(nmax - 1, l));
+    L[i] = static_cast<int8_t>(l);
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * l;
+    suml2 += w * l * l;
+  }
+  for (int itry = 0; itry < 5; ++itry) {
+    int n_changed = 0;
+    for (int i = 0; i < n; ++i) {
+      const float w = x[i] * x[i];
+      float slx = sumlx - w * x[i] * L[i];
+      if (slx > 0) {
+        float sl2 = suml2 - w * L[i] * L[i];
+        int new_l = nearest_int(x[i] * sl2 / slx);
+        new_l = std::max(-nmax, std::min(nmax - 1, new_l));
+        if (new_l != L[i]) {
+          slx += w * x[i] * new_l;
+          sl2 += w * new_l * new_l;
+          if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+            L[i] = static_cast<int8_t>(new_l);
+            sumlx = slx;
+            suml2 = sl2;
+            ++n_changed;
+          }
+        }
+      }
+    }
+    if (!n_changed) break;
+  }
+  for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(L[i] + nmax);
+  return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+void quantize_q3_k(const float* x, block_q3_k* y, int64_t n) {
+  int8_t L[qk_k];
+  float scales[qk_k / 16];
+  for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
+    float max_scale = 0, amax = 0;
+    for (int j = 0; j < qk_k / 16; ++j) {
+      scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+      const float scale = std::fabs(scales[j]);
+      if (scale > amax) amax = scale, max_scale = scales[j];
+    }
+    std::memset(y[i].scales, 0, 12);
+    if (max_scale) {
+      const float iscale = -32.f / max_scale;
+      for (int j = 0; j < qk_k / 16; ++j) {
+        int8_t l = static_cast<int8_t>(nearest_int(iscale * scales[j]));
+        l = static_cast<int8_t>(std::max<int>(-32, std::min<int>(31, l)) + 32);
+        if (j < 8) y[i].scales[j] = static_cast<uint8_t>(l & 0xF);
+        else y[i].scales[j - 8] |= static_cast<uint8_t>((l & 0xF) << 4);
+        l = static_cast<int8_t>(l >> 4);
+        y[i].scales[j % 4 + 8] |= static_cast<uint8_t>(l << (2 * (j / 4)));
+      }
+      y[i].d = fp32_to_fp16(1 / iscale);
+    } else {
+      y[i].d = fp32_to_fp16(0.f);
+    }
+    for (int j = 0; j < qk_k / 16; ++j) {
+      int8_t sc = static_cast<int8_t>(j < 8 ? y[i].scales[j] & 0xF : y[i].scales[j - 8] >> 4);
+      sc = static_cast<int8_t>((sc | (((y[i].scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32);
+      const float d = fp16_to_fp32(y[i].d) * sc;
+      if (!d) continue;
+      for (int ii = 0; ii < 16; ++ii) {
+        const int l = nearest_int(x[16 * j + ii] / d);
+        L[16 * j + ii] = static_cast<int8_t>(std::max(-4, std::min(3, l)) + 4);
+      }
+    }
+    std::memset(y[i].hmask, 0, qk_k / 8);
+    int m = 0;
+    uint8_t hm = 1;
+    for (int j = 0; j < qk_k; ++j) {
+      if (L[j] > 3) {
+        y[i].hmask[m] |= hm;
+        L[j] = static_cast<int8_t>(L[j] - 4);
+      }
+      if (++m == qk_k / 8) m = 0, hm = static_cast<uint8_t>(hm << 1);
+    }
+    for (int j = 0; j < qk_k; j += 128)
+      for (int l = 0; l < 32; ++l)
+        y[i].qs[j / 4 + l] =
+            static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+  }
+}
+
+// ---- Q5_K (dequantize_q5_k: quants_more.cpp) --------------------------------
+
+void quantize_q5_k(const float* x, block_q5_k* y, int64_t n) {
+  uint8_t L[qk_k];
+  uint8_t Laux[32];
+  float weights[32];
+  float mins[qk_k / 32];
+  float scales[qk_k / 32];
+  for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
+    float max_scale = 0;
+    float max_min = 0;
+    for (int j = 0; j < qk_k / 32; ++j) {
+      float sum_x2 = 0;
+      for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+      float av_x = std::sqrt(sum_x2 / 32);
+      for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
+      scales[j] = make_qkx2_quants(32, 31, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.5f, 0.1f, 15, false);
+      if (scales[j] > max_scale) max_scale = scales[j];
+      if (mins[j] > max_min) max_min = mins[j];
+    }
+    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    std::memset(y[i].scales, 0, sizeof(y[i].scales));
+    for (int j = 0; j < qk_k / 32; ++j) {
+      // NOTE: ggml stores nearest_int into a uint8_t before MIN(63, .): the same wrap here.
+      uint8_t ls = static_cast<uint8_t>(nearest_int(inv_scale * scales[j]));
+      uint8_t lm = static_cast<uint8_t>(nearest_int(inv_min * mins[j]));
+      ls = std::min<uint8_t>(63, ls);
+      lm = std::min<uint8_t>(63, lm);
+      if (j < 4) {
+        y[i].scales[j] = ls;
+        y[i].scales[j + 4] = lm;
+      } else {
+        y[i].scales[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+        y[i].scales[j - 4] |= ((ls >> 4) << 6);
+        y[i].scales[j - 0] |= ((lm >> 4) << 6);
+      }
+    }
+    y[i].d = fp32_to_fp16(max_scale / 63.f);
+    y[i].dmin = fp32_to_fp16(max_min / 63.f);
+    uint8_t sc, m;
+    for (int j = 0; j < qk_k / 32; ++j) {
+      detail::get_scale_min_k4(j, y[i].scales, &sc, &m);
+      const float d = fp16_to_fp32(y[i].d) * sc;
+      if (!d) continue;
+      const float dm = fp16_to_fp32(y[i].dmin) * m;
+      for (int ii = 0; ii < 32; ++ii) {
+        int l = nearest_int((x[32 * j + ii] + dm) / d);
+        L[32 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(31, l)));
+      }
+    }
+    uint8_t* qh = y[i].qh;
+    uint8_t* ql = y[i].qs;
+    std::memset(qh, 0, qk_k / 8);
+    uint8_t m1 = 1, m2 = 2;
+    for (int k = 0; k < qk_k; k += 64) {
+      for (int j = 0; j < 32; ++j) {
+        int l1 = L[k + j];
+        if (l1 > 15) l1 -= 16, qh[j] |= m1;
+        int l2 = L[k + j + 32];
+        if (l2 > 15) l2 -= 16, qh[j] |= m2;
+        ql[j] = static_cast<uint8_t>(l1 | (l2 << 4));
+      }
+      m1 <<= 2;
+      m2 <<= 2;
+      ql += 32;
+    }
+  }
+}
+
 // ---- Q6_K ------------------------------------------------------------------
 
 float make_qx_quants(int n, int nmax, const float* x, int8_t* L, int rmse_type) {
@@ -393,8 +640,23 @@ void dequantize_row(weight_type t, const void* src, float* dst, int64_t n) {
     case weight_type::q6_k: dequantize_q6_k(static_cast<const block_q6_k*>(src), dst, n); return;
     case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8:
       break;  // rows interleaved by 8: no single row
+    default:
+      if (detail::dequantize_more(t, src, dst, n)) return;
+      break;
   }
   AGENTQ_KCHECK(!"unknown weight type");
+}
+
+bool has_quantizer(weight_type t) {
+  switch (t) {
+    case weight_type::f32: case weight_type::f16: case weight_type::bf16: case weight_type::q8_0:
+    case weight_type::q4_k: case weight_type::q5_k: case weight_type::q6_k: case weight_type::q4_0:
+    case weight_type::q4_1: case weight_type::q5_0: case weight_type::q5_1: case weight_type::mxfp4:
+    case weight_type::iq4_nl: case weight_type::iq4_xs: case weight_type::q2_k: case weight_type::q3_k:
+      return true;
+    default:
+      return false;
+  }
 }
 
 void quantize_row(weight_type t, const float* src, void* dst, int64_t n) {
@@ -423,10 +685,16 @@ void quantize_row(weight_type t, const float* src, void* dst, int64_t n) {
     case weight_type::q8_0: quantize_q8_0(src, static_cast<block_q8_0*>(dst), n); return;
     case weight_type::q4_k: quantize_q4_k(src, static_cast<block_q4_k*>(dst), n); return;
     case weight_type::q6_k: quantize_q6_k(src, static_cast<block_q6_k*>(dst), n); return;
+    case weight_type::q5_k: quantize_q5_k(src, static_cast<block_q5_k*>(dst), n); return;
+    case weight_type::q2_k: quantize_q2_k(src, static_cast<block_q2_k*>(dst), n); return;
+    case weight_type::q3_k: quantize_q3_k(src, static_cast<block_q3_k*>(dst), n); return;
     case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8:
       break;  // layouts made by repack()
+    default:
+      if (detail::quantize_more(t, src, dst, n)) return;
+      break;
   }
-  AGENTQ_KCHECK(!"unknown weight type");
+  AGENTQ_KCHECK(!"no quantizer for this weight type");
 }
 
 namespace detail {

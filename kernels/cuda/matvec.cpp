@@ -89,6 +89,11 @@ void dequantize(weight_type t, const void* src, float* dst, int64_t n) {
     case weight_type::q6_k:
       for (int64_t i = 0; i < n / 256; ++i) dequant_q6_k(p + 210 * i, dst + 256 * i);
       break;
+    default:
+      // NOTE: the other formats' reference is the CPU library's dequantizer, itself checked bit
+      // for bit against llama.cpp's (test_kernels_formats).
+      agentq::kernels::dequantize_row(agentq::kernels::weight_type(uint32_t(t)), p, dst, n);
+      break;
   }
 }
 

@@ -1,5 +1,6 @@
 // Dequantising matrix-vector products for decode (memory-bound): one warp per
-// weight row, four rows per block, fp32 accumulation. Weights stream once per
+// weight row, four rows per block, fp32 accumulation (Q4_0 ... MXFP4: a generic
+// per-element path, correct but not tuned). Weights stream once per
 // chunk of up to 8 vectors; 128-bit loads where the block layout is 16-byte aligned
 // (f32, f16, bf16, Q4_K); Q8_0 (34 B) and Q6_K (210 B) blocks are only 2-byte aligned.
 #include <cstdio>
@@ -202,6 +203,15 @@ __device__ __forceinline__ void row_dot(const uint8_t* __restrict__ w, int64_t n
         }
         acc[j] = s;
       }
+    }
+  } else {
+    // The other formats (Q4_0 ... MXFP4): lane l takes elements l, l + 32, ... (neighbouring
+    // lanes read neighbouring bytes of a block), each dequantised by ggml's definition.
+    // NOTE: correct and n_x-invariant, not tuned (per-element scale decoding).
+    for (int64_t i = lane; i < n_in; i += 32) {
+      const float wv = detail::dequant_elem_more(T, w, i);
+#pragma unroll
+      for (int j = 0; j < NX; ++j) acc[j] = fmaf(wv, xs[j][i], acc[j]);
     }
   }
 }
@@ -490,7 +500,7 @@ int64_t row_multiple(weight_type t) {
     case weight_type::f16:
     case weight_type::bf16: return 8;
     case weight_type::q8_0: return 32;
-    default: return 256;
+    default: return block_elems(t);
   }
 }
 
@@ -519,6 +529,16 @@ void dispatch(weight_type type, A&&... a) {
     case weight_type::q8_0: Op<weight_type::q8_0>::run(a...); break;
     case weight_type::q4_k: Op<weight_type::q4_k>::run(a...); break;
     case weight_type::q6_k: Op<weight_type::q6_k>::run(a...); break;
+    case weight_type::q4_0: Op<weight_type::q4_0>::run(a...); break;
+    case weight_type::q4_1: Op<weight_type::q4_1>::run(a...); break;
+    case weight_type::q5_0: Op<weight_type::q5_0>::run(a...); break;
+    case weight_type::q5_1: Op<weight_type::q5_1>::run(a...); break;
+    case weight_type::q2_k: Op<weight_type::q2_k>::run(a...); break;
+    case weight_type::q3_k: Op<weight_type::q3_k>::run(a...); break;
+    case weight_type::q5_k: Op<weight_type::q5_k>::run(a...); break;
+    case weight_type::iq4_nl: Op<weight_type::iq4_nl>::run(a...); break;
+    case weight_type::iq4_xs: Op<weight_type::iq4_xs>::run(a...); break;
+    case weight_type::mxfp4: Op<weight_type::mxfp4>::run(a...); break;
   }
 }
 

@@ -1,9 +1,13 @@
 // libFuzzer target: the GGUF reader over arbitrary bytes must never crash, hang
-// or allocate beyond the input; a parsed file's accessors must be safe.
+// or allocate beyond the input; a parsed file's accessors must be safe, and so must
+// dequantizing a row of any weight type the kernels take (seeds: one per block format).
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include <vector>
+
+#include "agentq/kernels.h"
 #include "gguf/reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -17,6 +21,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (const auto& t : f->tensors()) {
     if (t.n_bytes > 0) (void)t.data[t.n_bytes - 1];
+    const auto id = static_cast<uint32_t>(t.type);
+    if (agentq::kernels::is_weight_type(id) && t.dims[0] <= 4096) {
+      std::vector<float> row(static_cast<size_t>(t.dims[0]));
+      agentq::kernels::dequantize_row(static_cast<agentq::kernels::weight_type>(id), t.data, row.data(), t.dims[0]);
+    }
   }
   return 0;
 }

@@ -48,8 +48,10 @@ std::vector<T> from_device(const cu::device_buffer& b, size_t n) {
   return v;
 }
 
-const weight_type all_types[] = {weight_type::f32, weight_type::f16, weight_type::bf16,
-                                 weight_type::q8_0, weight_type::q4_k, weight_type::q6_k};
+const weight_type all_types[] = {weight_type::f32,  weight_type::f16,  weight_type::bf16,   weight_type::q8_0,
+                                 weight_type::q4_k, weight_type::q6_k, weight_type::q4_0,   weight_type::q4_1,
+                                 weight_type::q5_0, weight_type::q5_1, weight_type::q2_k,   weight_type::q3_k,
+                                 weight_type::q5_k, weight_type::iq4_nl, weight_type::iq4_xs, weight_type::mxfp4};
 
 }  // namespace
 

@@ -64,6 +64,25 @@ inline std::vector<uint8_t> random_weights(weight_type t, int64_t n_rows, int64_
         put16(size_t(210 * b + 208), scale(0.0005f, 0.002f));
       }
       break;
+    default: {  // the #26 formats: random quants, the fp16 scales (or MXFP4's exponent) kept small
+      for (auto& v : w) v = uint8_t(byte(rng));
+      const size_t bb = size_t(kernels::cuda::block_bytes(t));
+      for (size_t o = 0; o < w.size(); o += bb) {
+        switch (t) {
+          case weight_type::q4_0: case weight_type::q5_0: case weight_type::iq4_nl: put16(o, scale(0.001f, 0.004f)); break;
+          case weight_type::q4_1: case weight_type::q5_1:
+            put16(o, scale(0.001f, 0.004f)), put16(o + 2, scale(-0.02f, 0.0f));
+            break;
+          case weight_type::q2_k: put16(o + 80, scale(0.001f, 0.004f)), put16(o + 82, scale(0.001f, 0.004f)); break;
+          case weight_type::q3_k: put16(o + 108, scale(0.0002f, 0.001f)); break;
+          case weight_type::q5_k: put16(o, scale(0.0002f, 0.001f)), put16(o + 2, scale(0.0002f, 0.001f)); break;
+          case weight_type::iq4_xs: put16(o, scale(0.00005f, 0.0002f)); break;
+          case weight_type::mxfp4: w[o] = uint8_t(118 + byte(rng) % 4); break;
+          default: break;
+        }
+      }
+      break;
+    }
   }
   return w;
 }

@@ -27,7 +27,9 @@ uint16_t fp32_to_bf16(float f);
 // q8_0_x8, q4_k_x8 and q6_k_x8 are not file formats: they are Q8_0, Q4_K and Q6_K repacked at
 // load for the CPU (see repack()), with ids outside ggml's range.
 enum class weight_type : uint32_t {
-  f32 = 0, f16 = 1, q8_0 = 8, q4_k = 12, q6_k = 14, bf16 = 30, q8_0_x8 = 0x1008, q4_k_x8 = 0x100c, q6_k_x8 = 0x100e
+  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q2_k = 10, q3_k = 11, q4_k = 12,
+  q5_k = 13, q6_k = 14, iq4_nl = 20, iq4_xs = 23, bf16 = 30, mxfp4 = 39,
+  q8_0_x8 = 0x1008, q4_k_x8 = 0x100c, q6_k_x8 = 0x100e
 };
 
 constexpr int64_t qk8_0 = 32;   // elements per Q8_0 block
@@ -54,6 +56,29 @@ struct block_q6_k {
   uint16_t d;            // fp16 super-scale
 };
 static_assert(sizeof(block_q6_k) == 210);
+
+// The other ggml block formats (ggml-common.h), byte for byte; dequantize_row gives ggml's
+// dequantize_row_* values bit for bit (see quants_more.cpp).
+struct block_q4_0 { uint16_t d; uint8_t qs[16]; };                  // x = d * (q - 8)
+struct block_q4_1 { uint16_t d, m; uint8_t qs[16]; };               // x = d * q + m
+struct block_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; };   // x = d * (q - 16), bit 4 in qh
+struct block_q5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; };  // x = d * q + m
+struct block_iq4_nl { uint16_t d; uint8_t qs[16]; };                // x = d * kvalues_iq4nl[q]
+struct block_mxfp4 { uint8_t e; uint8_t qs[16]; };                  // x = 2^(e-128) * kvalues_fp4[q]
+static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 &&
+              sizeof(block_q5_1) == 24 && sizeof(block_iq4_nl) == 18 && sizeof(block_mxfp4) == 17);
+// Q2_K: 16 sub-blocks of 16, 4-bit scale | 4-bit min per sub-block; x = d*sc*q - dmin*m.
+struct block_q2_k { uint8_t scales[qk_k / 16]; uint8_t qs[qk_k / 4]; uint16_t d, dmin; };
+static_assert(sizeof(block_q2_k) == 84);
+// Q3_K: 16 sub-blocks of 16, 6-bit signed scales (packed in 12 bytes), x = d*(sc-32)*(q - 4*!hbit).
+struct block_q3_k { uint8_t hmask[qk_k / 8]; uint8_t qs[qk_k / 4]; uint8_t scales[12]; uint16_t d; };
+static_assert(sizeof(block_q3_k) == 110);
+// Q5_K: Q4_K plus a fifth bit per quant in qh.
+struct block_q5_k { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[qk_k / 8]; uint8_t qs[qk_k / 2]; };
+static_assert(sizeof(block_q5_k) == 176);
+// IQ4_XS: 8 sub-blocks of 32, 6-bit scales (low 4 bits in scales_l, high 2 in scales_h), IQ4_NL values.
+struct block_iq4_xs { uint16_t d; uint16_t scales_h; uint8_t scales_l[qk_k / 64]; uint8_t qs[qk_k / 2]; };
+static_assert(sizeof(block_iq4_xs) == 136);
 
 // Q8_0_x8: one block of 8 consecutive rows of a Q8_0 matrix, interleaved as block_q4_kx8
 // (the same bytes as 8 block_q8_0): one 256-bit vector holds 4 elements of each row.
@@ -105,6 +130,10 @@ void dequantize_row(weight_type t, const void* src, float* dst, int64_t n);
 // Pack n floats into t's format; the quantizers are ggml's reference ones
 // (quantize_row_*_ref), so files written with them match llama.cpp's.
 void quantize_row(weight_type t, const float* src, void* dst, int64_t n);
+// Whether quantize_row has a quantizer for t: every file type (byte for byte what
+// llama-quantize writes without an importance matrix; IQ4_NL / IQ4_XS: its search with
+// ntry 7, not ggml's quantize_row_*_ref). False for the _x8 layouts.
+bool has_quantizer(weight_type t);
 
 // ---------------------------------------------------------------------------
 // Matrix products. W is [n_rows][n_cols] in format t, row r at w + r*row_stride_bytes.

@@ -14,13 +14,19 @@ namespace agentq::kernels::cuda {
 // ---------------------------------------------------------------------------
 // Weight types (ggml ids) and their block geometry.
 // ---------------------------------------------------------------------------
-enum class weight_type : int32_t { f32 = 0, f16 = 1, q8_0 = 8, q4_k = 12, q6_k = 14, bf16 = 30 };
+// NOTE: Q4_0 ... MXFP4 run through one generic per-element dequantising path (matvec,
+// gemm tiles, embedding gather): correct, not tuned; F32/F16/BF16/Q8_0/Q4_K/Q6_K have kernels.
+enum class weight_type : int32_t {
+  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q2_k = 10, q3_k = 11, q4_k = 12,
+  q5_k = 13, q6_k = 14, iq4_nl = 20, iq4_xs = 23, bf16 = 30, mxfp4 = 39
+};
 
 inline int32_t block_elems(weight_type t) {  // elements per block
   switch (t) {
-    case weight_type::q8_0: return 32;
-    case weight_type::q4_k:
-    case weight_type::q6_k: return 256;
+    case weight_type::q8_0: case weight_type::q4_0: case weight_type::q4_1: case weight_type::q5_0:
+    case weight_type::q5_1: case weight_type::iq4_nl: case weight_type::mxfp4: return 32;
+    case weight_type::q4_k: case weight_type::q6_k: case weight_type::q2_k: case weight_type::q3_k:
+    case weight_type::q5_k: case weight_type::iq4_xs: return 256;
     default: return 1;
   }
 }
@@ -32,8 +38,27 @@ inline int32_t block_bytes(weight_type t) {  // bytes per block
     case weight_type::q8_0: return 34;   // fp16 d, int8 qs[32]
     case weight_type::q4_k: return 144;  // fp16 d, fp16 dmin, u8 scales[12], u8 qs[128]
     case weight_type::q6_k: return 210;  // u8 ql[128], u8 qh[64], i8 scales[16], fp16 d
+    case weight_type::q4_0: return 18;
+    case weight_type::q4_1: return 20;
+    case weight_type::q5_0: return 22;
+    case weight_type::q5_1: return 24;
+    case weight_type::iq4_nl: return 18;
+    case weight_type::mxfp4: return 17;
+    case weight_type::q2_k: return 84;
+    case weight_type::q3_k: return 110;
+    case weight_type::q5_k: return 176;
+    case weight_type::iq4_xs: return 136;
   }
   return 0;
+}
+// Whether the CUDA kernels take ggml type id `id` (the same set as the CPU's, kernels.h).
+inline bool supported(int32_t id) {
+  switch (id) {
+    case 0: case 1: case 2: case 3: case 6: case 7: case 8: case 10: case 11: case 12: case 13: case 14:
+    case 20: case 23: case 30: case 39:
+      return true;
+    default: return false;
+  }
 }
 // Bytes of one row of n elements (n a multiple of block_elems(t)).
 inline size_t row_bytes(weight_type t, int64_t n) { return size_t(n / block_elems(t)) * size_t(block_bytes(t)); }

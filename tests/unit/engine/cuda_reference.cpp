@@ -102,7 +102,9 @@ TEST_CASE("dequantize: random Q4_K / Q6_K blocks agree with an element-wise deco
 TEST_CASE("matvec and embedding references agree with dequantize + naive loops") {
   std::mt19937 rng(2);
   for (weight_type t : {weight_type::f32, weight_type::f16, weight_type::bf16, weight_type::q8_0, weight_type::q4_k,
-                        weight_type::q6_k}) {
+                        weight_type::q6_k, weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
+                        weight_type::q2_k, weight_type::q3_k, weight_type::q5_k, weight_type::iq4_nl, weight_type::iq4_xs,
+                        weight_type::mxfp4}) {
     const int64_t n_out = 7, n_in = 512;
     const auto w = test::random_weights(t, n_out, n_in, rng);
     const auto x = test::random_floats(size_t(3 * n_in), rng);

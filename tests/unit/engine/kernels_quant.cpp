@@ -93,7 +93,8 @@ TEST_CASE("type geometry matches ggml") {
   CHECK(row_bytes(weight_type::q4_k, 4096) == 16 * 144);
   CHECK(static_cast<uint32_t>(weight_type::bf16) == 30);
   CHECK(is_weight_type(14));
-  CHECK_FALSE(is_weight_type(2));
+  CHECK(is_weight_type(2));  // Q4_0 (kernels_formats.cpp)
+  CHECK_FALSE(is_weight_type(16));  // IQ2_XXS
 }
 
 TEST_CASE("quantize -> dequantize error bounds") {
