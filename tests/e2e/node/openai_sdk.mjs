@@ -145,7 +145,7 @@ test('responses: background create -> poll -> retrieve, input_items pages, delet
 
 test('responses: cancel a background response', async () => {
   const r = await client.responses.create({
-    model, background: true, input: 'weather?', max_output_tokens: 64,
+    model, background: true, input: 'weather?', max_output_tokens: 200,
     tools: [{ ...weather, execution: { type: 'http', url: toolUrl, timeout_ms: 20000 } }],
     tool_choice: { type: 'function', name: 'get_weather' },
   });
