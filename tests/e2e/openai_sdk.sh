@@ -8,7 +8,8 @@ source "$(dirname "$0")/../support/agentqd_env.sh"
 command -v node >/dev/null || skip "no node (apt-get install nodejs npm)"
 [ -f "$src/tests/e2e/node/node_modules/openai/package.json" ] ||
   skip "no openai npm package (npm ci --prefix tests/e2e/node, or run scripts/setup.sh)"
-agentqd_start openai --allow-addresses 127.0.0.0/8
+# a per-key rate limit the flows stay under, and the 429 case's burst of 400 requests exceeds
+agentqd_start openai --allow-addresses 127.0.0.0/8 --rate-limit 100 --rate-burst 300
 
 set +e
 AGENTQ_ADMIN_KEY="$admin_key" AGENTQ_MODEL_NAME="$(basename "$model" .gguf)" \

@@ -2,7 +2,8 @@
 // and the key change. Chat Completions (sync, stream, tools), Responses in background mode
 // (create -> poll -> retrieve, cancel, delete, input_items pages), function_call ->
 // function_call_output via previous_response_id, stream + disconnect + resume (starting_after),
-// OpenAI-shaped webhooks verified by client.webhooks.unwrap, and the SDK's error classes.
+// OpenAI-shaped webhooks verified by client.webhooks.unwrap, and the SDK's error classes
+// (400 with param, 401, 404, 429).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -265,4 +266,13 @@ test('SDK error classes: 400 names the field, 401, 404', async () => {
   await assert.rejects(client.responses.retrieve('resp_0123456789abcdef01234567'), OpenAI.NotFoundError);
   const models = await client.models.list();
   assert.ok(models.data.some((m) => m.id === model));
+});
+
+test('SDK error classes: 429 past the key\'s rate limit (openai_sdk.sh sets --rate-limit)', async () => {
+  const k = await admin('POST', '/v1/keys', { tenant: 'openai-e2e-429' });
+  const burst = new OpenAI({ apiKey: k.key, baseURL: base + '/v1', maxRetries: 0 });
+  const results = await Promise.allSettled(Array.from({ length: 400 }, () => burst.models.list()));
+  const limited = results.filter((r) => r.status === 'rejected');
+  assert.ok(limited.length > 0, 'no request was rate limited');
+  for (const r of limited) assert.ok(r.reason instanceof OpenAI.RateLimitError, String(r.reason));
 });
