@@ -13,6 +13,7 @@
 #include "api/ui_routes.h"
 #include "api/deletion_routes.h"
 #include "api/observability_routes.h"
+#include "api/openai_routes.h"
 #include "auth/keys.h"
 #include "auth/rate_limiter.h"
 #include "http/errors.h"
@@ -402,8 +403,9 @@ void api::install(http::router& r) {
   r.add("POST", "/v1/keys/{id}/rotate_secret",
         authed([key_action](request& req, const auth::key_info& key) { return key_action(req, key, true); }));
 
-  install_ui_routes(r, options_, deps_, authed);  // /ui dashboard, GET /v1/events
+  install_ui_routes(r, options_, deps_, authed);          // /ui dashboard, GET /v1/events
   install_deletion_routes(r, deps_, authed, admin_only);  // DELETE /v1/jobs/{id}, DELETE /v1/tenants/{tenant}
+  install_openai_routes(r, options_, deps_, authed);      // /v1/chat/completions, /v1/responses, webhook endpoints
 }
 
 }  // namespace agentq::api

@@ -33,6 +33,7 @@ class obs_store;
 namespace agentq::api {
 
 class model_catalog;
+class openai_registry;
 
 // api::install's wrapper for the route files it calls (ui_routes, observability_routes): bearer
 // auth + rate limit around a handler that gets the caller's key.
@@ -57,6 +58,7 @@ struct api_deps {
   const net::ssrf_guard* guard = nullptr;
   webhooks::dispatcher* webhooks = nullptr;        // nullptr = /webhooks lists nothing
   obs::obs_store* obs = nullptr;                   // nullptr = no timelines, engine stats or worker metrics
+  openai_registry* openai = nullptr;               // nullptr = no DELETE /v1/responses, no webhook endpoints
   std::vector<std::pair<std::string, ready_check>> ready_checks;  // "redis", "database", "engine"
   // After a job became a tombstone on request (drop its KV and spill file, checkpoint soon); may be empty.
   std::function<void(const std::string& job_id)> on_job_deleted;

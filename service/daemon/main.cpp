@@ -18,6 +18,7 @@
 #include "api/api.h"
 #include "api/http_metrics.h"
 #include "api/model_catalog.h"
+#include "api/openai_registry.h"
 #include "auth/keys.h"
 #include "auth/rate_limiter.h"
 #include "daemon/config.h"
@@ -200,6 +201,7 @@ int run(const daemon::config& c) {
 
   std::unique_ptr<webhooks::dispatcher> hooks;
   std::unique_ptr<ops::retention> sweeper;
+  std::unique_ptr<api::openai_registry> openai_reg;  // deleted responses, OpenAI webhook endpoints
   std::unique_ptr<auth::rate_limiter> limiter;
   std::unique_ptr<http::server> server;
   std::unique_ptr<api::api> rest;  // outlives the router's handlers (they capture it)
@@ -214,6 +216,11 @@ int run(const daemon::config& c) {
     }
     dopts.timeout = std::chrono::milliseconds(c.webhook_timeout_ms);
     auto* keys_ptr = keys.get();
+    openai_reg = api::openai_registry::open(sopts.path, &err);
+    if (!openai_reg) {
+      spdlog::critical("{}", err);
+      return 1;
+    }
     hooks = webhooks::dispatcher::open(
         dopts, *st, sopts.path, net::http_client(guard),
         [keys_ptr](const std::string& job_id, const std::string& tenant) {
@@ -249,6 +256,7 @@ int run(const daemon::config& c) {
       if (has_worker && !catalog.list().empty()) catalog.find(catalog.list().front().name)->release(h ? h : 1);
       sw->notify_deleted();
     };
+    deps.openai = openai_reg.get();
     deps.ready_checks.emplace_back("database", [&st](std::string* why) {
       try {
         st->get_job("job_readyz_probe");

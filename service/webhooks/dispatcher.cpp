@@ -46,6 +46,53 @@ struct dispatcher::impl {
     return s.step() && s.col_int(0) > 0;
   }
 
+  // OpenAI-shaped webhook endpoints (POST /v1/webhook_endpoints, api/openai_registry.h): a Responses
+  // job's terminal status event becomes a thin {"id","object":"event","created_at","type","data":{"id"}}
+  // delivery to each of its tenant's endpoints subscribed to that type. Returns deliveries enqueued.
+  int32_t fan_out_openai(const store::job_event& e, const store::job_row& job, store::job_status st) {
+    if (!store::is_terminal(st)) return 0;
+    json req = json::parse(job.request_json, nullptr, false);
+    if (!req.is_object() || !req.contains("openai") || !req["openai"].is_object() ||
+        req["openai"].value("surface", "") != "responses")
+      return 0;
+    std::string type = std::string("response.") + store::to_string(st);
+    std::vector<std::pair<std::string, std::string>> endpoints;  // (id, url)
+    try {
+      auto q = db->prepare("SELECT id, url, events_json FROM openai_webhook_endpoints WHERE tenant=? ORDER BY id");
+      q.bind(1, job.tenant);
+      while (q.step()) {
+        json ev = json::parse(q.col_text(2), nullptr, false);
+        bool wanted = false;
+        if (ev.is_array())
+          for (const auto& x : ev) wanted = wanted || (x.is_string() && x.get<std::string>() == type);
+        if (wanted) endpoints.emplace_back(q.col_text(0), q.col_text(1));
+      }
+    } catch (const store::sqlite_error&) {
+      return 0;  // no endpoints table yet: no API process has opened the registry
+    }
+    int32_t n = 0;
+    for (size_t k = 0; k < endpoints.size() && k < 64; ++k) {
+      json body = {{"id", "evt_" + crypto::random_token(16)},
+                   {"object", "event"},
+                   {"created_at", e.created_ms / 1000},
+                   {"type", type},
+                   {"data", {{"id", "resp_" + job.id.substr(4)}}}};
+      int64_t now = store::now_ms();
+      const std::string& url = endpoints[k].second;
+      // NOTE: event_id is UNIQUE (one job webhook per event); endpoint deliveries take negative ids
+      // derived from (event, endpoint index), so a rescan after a crash inserts nothing twice.
+      int64_t event_id = -(e.id * 64 + int64_t(k) + 1);
+      db->prepare(
+            "INSERT OR IGNORE INTO webhook_deliveries(id, event_id, job_id, tenant, event_type, url, payload_json, "
+            "state, next_attempt_ms, created_ms, updated_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
+          .bind_all("msg_" + crypto::random_token(16), event_id, job.id, job.tenant, type, url, body.dump(),
+                    std::string(endpoint_disabled(job.tenant, url) ? "disabled" : "pending"), now, now, now)
+          .run();
+      ++n;
+    }
+    return n;
+  }
+
   int64_t backoff_ms(int32_t n_attempts) {
     auto base = double(options.schedule[size_t(n_attempts - 1)].count());
     std::uniform_real_distribution<double> d(1.0 - options.jitter, 1.0 + options.jitter);
@@ -88,6 +135,7 @@ int32_t dispatcher::scan_once() {
       if (event_type.empty()) continue;
       auto job = m.store.get_job(e.job_id);
       if (!job) continue;
+      n_enqueued += m.fan_out_openai(e, *job, *st);
       json req = json::parse(job->request_json, nullptr, false);
       if (!req.is_object() || !req.contains("webhook") || !req["webhook"].is_object()) continue;
       const json& wh = req["webhook"];

@@ -54,6 +54,10 @@ struct agent_spec {
   // NOTE: tool_choice required/named applies to the first turn only, then reverts to auto,
   // so a forced tool call doesn't loop forever. "tool_choice_every_turn": true keeps it.
   bool tool_choice_every_turn = false;
+  // "client_tool_calls": "finish" (set by the OpenAI surface, docs/openai.md): a turn that calls a
+  // client tool completes the job with the calls in its transcript, instead of requires_action;
+  // the client answers in a new request (previous_response_id / the next chat messages).
+  bool finish_on_client_tools = false;
 
   const tool_spec* find_tool(const std::string& name) const;
 };

@@ -464,6 +464,10 @@ struct worker::impl {
       if (!st.pending.empty()) {
         auto client_calls = run_tools(c, *spec, st.pending);
         if (c.lost || c.cancelled) return on_lost(c);
+        if (!client_calls.empty() && spec->finish_on_client_tools) {
+          finish(c, job_status::completed, st.last_content, "", usage);
+          return;
+        }
         if (!client_calls.empty()) {
           json pending = json::array();
           for (auto& tc : client_calls) pending.push_back({{"id", tc.id}, {"name", tc.name}, {"arguments", tc.arguments_json}});

@@ -260,6 +260,21 @@ TEST_CASE("client-side tool: requires_action, outputs, resume with only new toke
   CHECK(R.w->stats().n_requires_action == 1);
 }
 
+TEST_CASE("client_tool_calls: finish completes the job at a client tool call (the OpenAI surface's flow)") {
+  rig R([](const turn_request&, int32_t idx) {
+    if (idx == 0) return test::call_tool("ask_user", R"({"q":"name?"})");
+    return test::answer("a second turn the client did not ask for");
+  });
+  std::string id = R.submit({{"messages", {user("greet me")}}, {"tools", {client_tool("ask_user")}},
+                             {"client_tool_calls", "finish"}});
+  auto j = R.wait_terminal(id);
+  CHECK(j.status == job_status::completed);
+  auto tr = R.db->read_transcript(id);
+  REQUIRE(tr.size() == 2);
+  CHECK(json::parse(tr[1].tool_calls_json)[0]["name"] == "ask_user");
+  CHECK(R.w->stats().n_requires_action == 0);
+}
+
 TEST_CASE("cancellation reaches a running turn and releases its KV") {
   rig R([](const turn_request&, int32_t) { return test::answer("never"); });
   R.eng->turn_delay_ms = 20000;
