@@ -211,6 +211,16 @@ bool write_synthetic(const synthetic_spec& sp, const std::string& path, syntheti
   const bool v = sp.varied;
   const float s_mat = v ? 0.06f : 0.02f, s_down = v ? 0.04f : 0.02f, s_embd = v ? 0.5f : 0.02f;
   const float s_norm = v ? 0.1f : 0.0f, s_bias = v ? 0.1f : 0.02f;
+  // NOTE: a tied output scores each token by its embedding, so when the token's own embedding
+  // dominates the residual stream greedy decoding repeats the input token. Tied parity models
+  // keep embeddings small beside the layers' outputs (Gemma scales them by sqrt(n_embd)) and
+  // scale the final norm up instead, which keeps the logits spread (~2) without that echo.
+  const bool gemma = arch.rfind("gemma", 0) == 0;
+  float s_embd_used = s_embd, out_norm_fill = 1.0f;
+  if (v && sp.tied) {
+    s_embd_used = gemma ? 0.15f / std::sqrt(static_cast<float>(sp.n_embd)) : 0.05f;
+    out_norm_fill = gemma ? 13.0f : 2.5f;
+  }
   const int64_t n_embd = sp.n_embd, n_q = sp.n_head * hd, n_kv = sp.n_head_kv * hd, n_ff = sp.n_ff;
   std::vector<tensor_plan> plan;
   auto matrix = [&](std::string name, std::vector<int64_t> dims, float sigma) {
@@ -220,7 +230,7 @@ bool write_synthetic(const synthetic_spec& sp, const std::string& path, syntheti
     plan.push_back({std::move(name), k::weight_type::f32, std::move(dims), fill, sigma});
   };
   auto norm = [&](std::string name, int64_t n) { f32(std::move(name), {n}, 1.0f, s_norm); };
-  matrix("token_embd.weight", {n_embd, n_vocab}, s_embd);
+  matrix("token_embd.weight", {n_embd, n_vocab}, s_embd_used);
   if (arch == "phi3") {
     f32("rope_factors_long.weight", {n_rot / 2}, 1.5f, 0.2f);
     f32("rope_factors_short.weight", {n_rot / 2}, 1.0f, 0.05f);
@@ -262,7 +272,7 @@ bool write_synthetic(const synthetic_spec& sp, const std::string& path, syntheti
     }
     if (has({"gemma2", "gemma3"}, arch)) norm(p + "post_ffw_norm.weight", n_embd);
   }
-  norm("output_norm.weight", n_embd);
+  f32("output_norm.weight", {n_embd}, out_norm_fill, s_norm * out_norm_fill);
   if (!sp.tied) matrix("output.weight", {n_embd, n_vocab}, s_mat);
 
   for (const auto& p : plan) w.add_tensor(p.name, static_cast<tensor_type>(static_cast<uint32_t>(p.type)), p.dims);
