@@ -100,12 +100,14 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
   d.kv_type = kv_dtype_name(layout.dtype);
   d.kv_capacity_tokens = int64_t(e->pool_->n_blocks_total()) * layout.block_size;
   e->cache_ = std::make_unique<prefix_cache>(*e->pool_);
-  if (!config.spill_dir.empty()) e->spill_ = std::make_unique<spill_store>(config.spill_dir, d.digest, layout);
+  if (!config.spill_dir.empty())
+    e->spill_ = std::make_unique<spill_store>(config.spill_dir, d.digest, layout, config.spill_budget_bytes);
   residency_config rc;
   rc.idle_ttl_s = config.kv_idle_ttl_s;
   rc.pin_max_wait_s = config.kv_pin_max_wait_s;
-  rc.pin_relaxed_max_wait_s = std::max(rc.pin_relaxed_max_wait_s, config.kv_pin_max_wait_s);
+  rc.pin_relaxed_max_wait_s = std::max(config.kv_pin_relaxed_max_wait_s, config.kv_pin_max_wait_s);
   rc.spill_min_tokens = config.kv_spill_min_tokens;
+  rc.spill_after_s = config.kv_spill_after_s;
   e->residency_ = std::make_unique<residency>(*e->pool_, e->spill_.get(), rc);
   e->residency_->on_move = [raw = e.get()](const kv_move_event& ev) {
     std::function<void(const kv_move_event&)> fn;
@@ -531,6 +533,12 @@ void engine_impl::update_stats(int32_t last_batch_tokens) {
   s.n_evictions = cache_->n_evictions() + residency_->counters().n_reclaimed;
   s.n_spills = residency_->counters().n_spills;
   s.n_restores = residency_->counters().n_restores;
+  s.n_early_spills = residency_->counters().n_early_spills;
+  if (spill_) {
+    s.n_spill_corrupt = spill_->n_corrupt();
+    s.n_spill_bytes = spill_->n_bytes_on_disk();
+    s.n_spill_budget_evictions = spill_->n_budget_evictions();
+  }
   s.n_tokens_prompt = n_tokens_prompt_;
   s.n_tokens_cached = n_tokens_cached_;
   s.n_tokens_computed = n_tokens_computed_;
@@ -542,6 +550,21 @@ void engine_impl::update_stats(int32_t last_batch_tokens) {
   s.healthy = failure_.empty();
   s.failure = failure_;
   stats_ = s;
+}
+
+kv_shutdown_report engine_impl::spill_for_shutdown(double budget_s) {
+  std::lock_guard step_lk(step_mutex_);
+  drain_inbox();  // parks sent just before the stop still apply
+  kv_shutdown_report rep = residency_->shutdown_spill(budget_s);
+  update_stats(0);
+  return rep;
+}
+
+int32_t engine_impl::prune_spill(const std::function<bool(uint64_t job_key)>& live) {
+  std::lock_guard step_lk(step_mutex_);
+  const int32_t n = spill_ ? spill_->prune(live) : 0;
+  update_stats(0);
+  return n;
 }
 
 engine_stats engine_impl::stats() const {

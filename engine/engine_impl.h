@@ -99,6 +99,8 @@ class engine_impl final : public engine {
   void start() override;
   void stop() override;
   engine_stats stats() const override;
+  kv_shutdown_report spill_for_shutdown(double budget_s) override;
+  int32_t prune_spill(const std::function<bool(uint64_t job_key)>& live) override;
   void on_kv_move(std::function<void(const kv_move_event&)> fn) override;
   bool healthy(std::string* why = nullptr) const override;
 

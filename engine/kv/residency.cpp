@@ -30,26 +30,57 @@ park_action residency::park(uint64_t job_key, double expected_wait_s, double now
   if (pin) {
     it->second.state = resident_state::pinned;
     it->second.expires_at = now + expected_wait_s * config_.pin_ttl_factor + 1.0;
+    it->second.parked_at = now;
+    it->second.expected_wait_s = expected_wait_s;
+    it->second.early_tried = false;
     ++counters_.n_pinned;
     return park_action::pinned;
   }
-  const bool spill = spill_ && int32_t(it->second.tokens.size()) >= config_.spill_min_tokens;
-  evict(it, true);
-  return spill ? park_action::spilled : park_action::dropped;
+  it->second.parked_at = now;
+  it->second.expected_wait_s = expected_wait_s;
+  return evict(it, true) ? park_action::spilled : park_action::dropped;
 }
 
-void residency::evict(std::map<uint64_t, resident_seq>::iterator it, bool allow_spill) {
+bool residency::on_disk(const resident_seq& r) const {
+  if (!spill_) return false;
+  auto s = spilled_.find(r.job_key);
+  if (s == spilled_.end()) return false;
+  const spill_store::entry* e = spill_->find_path(s->second);
+  return e && e->tokens == r.tokens;
+}
+
+double residency::resume_at(const resident_seq& r) const {
+  const double wall = wall_now_s();
+  if (r.state != resident_state::pinned && r.parked_at < 0) return wall;  // between turns: resumes at once
+  return wall + std::max(0.0, r.parked_at + r.expected_wait_s - now_);
+}
+
+spill_status residency::write(const resident_seq& r, spill_store::time_point deadline, bool sync_dir) {
+  std::string path;
+  const auto t0 = std::chrono::steady_clock::now();
+  spill_store::write_options o;
+  o.job_key = r.job_key;
+  o.resume_at = resume_at(r);
+  o.deadline = deadline;
+  o.sync_dir = sync_dir;
+  const spill_status st = spill_->write(pool_, r.seq_idx, r.tokens, &path, o);
+  if (st != spill_status::ok) return st;
+  report(kv_move_event::kind::spill, r.job_key, r.tokens.size(), t0);
+  auto old = spilled_.find(r.job_key);
+  if (old != spilled_.end() && old->second != path) spill_->erase(old->second);
+  spilled_[r.job_key] = path;
+  return st;
+}
+
+bool residency::evict(std::map<uint64_t, resident_seq>::iterator it, bool allow_spill) {
   resident_seq& r = it->second;
   bool spilled = false;
   if (allow_spill && spill_ && int32_t(r.tokens.size()) >= config_.spill_min_tokens) {
-    std::string path;
-    const auto t0 = std::chrono::steady_clock::now();
-    spilled = spill_->write(pool_, r.seq_idx, r.tokens, &path);
-    if (spilled) {
-      report(kv_move_event::kind::spill, r.job_key, r.tokens.size(), t0);
-      auto old = spilled_.find(r.job_key);
-      if (old != spilled_.end() && old->second != path) spill_->erase(old->second);
-      spilled_[r.job_key] = path;
+    // NOTE: an early spill already wrote these tokens: nothing to write again (not counted twice)
+    if (on_disk(r)) {
+      spilled = true;
+    } else if (write(r, spill_store::time_point::max()) == spill_status::ok) {
+      spilled = true;
       ++counters_.n_spills;
     }
   }
@@ -58,6 +89,7 @@ void residency::evict(std::map<uint64_t, resident_seq>::iterator it, bool allow_
   // only the partial tail and unregistered blocks return to the free list now.
   pool_.free_seq(r.seq_idx);
   jobs_.erase(it);
+  return spilled;
 }
 
 void residency::release(uint64_t job_key) {
@@ -71,6 +103,8 @@ void residency::release(uint64_t job_key) {
     if (spill_) spill_->erase(s->second);
     spilled_.erase(s);
   }
+  // NOTE: also files a previous process wrote for the job (found by the job key in the file)
+  if (spill_) spill_->erase_job(job_key);
 }
 
 std::optional<resident_seq> residency::take(uint64_t job_key) {
@@ -121,12 +155,66 @@ void residency::expire(double now) {
   now_ = std::max(now_, now);
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     auto next = std::next(it);
-    if (it->second.expires_at <= now_) {
+    resident_seq& r = it->second;
+    if (r.expires_at <= now_) {
       ++counters_.n_expired;
       evict(it, true);
+    } else if (r.state == resident_state::pinned && spill_ && config_.spill_after_s >= 0 && !r.early_tried &&
+               now_ >= r.parked_at + config_.spill_after_s && int32_t(r.tokens.size()) >= config_.spill_min_tokens) {
+      // NOTE: the wait has no known end: a copy on disk now means a crash or kill later loses
+      // nothing; the KV stays pinned, so a resume in this process still reads memory.
+      r.early_tried = true;
+      if (!on_disk(r) && write(r, spill_store::time_point::max()) == spill_status::ok) {
+        ++counters_.n_spills;
+        ++counters_.n_early_spills;
+      }
     }
     it = next;
   }
+}
+
+shutdown_spill_report residency::shutdown_spill(double budget_s) {
+  shutdown_spill_report rep;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(std::max(0.0, budget_s)));
+  std::vector<resident_seq*> order;
+  for (auto& [k, r] : jobs_) order.push_back(&r);
+  // idle first (between turns: their jobs resume as soon as a process takes them), then pinned
+  // waits by soonest expected resume
+  std::stable_sort(order.begin(), order.end(), [](const resident_seq* a, const resident_seq* b) {
+    const bool pa = a->state == resident_state::pinned, pb = b->state == resident_state::pinned;
+    if (pa != pb) return pb;
+    if (!pa) return a->expires_at < b->expires_at;
+    return a->parked_at + a->expected_wait_s < b->parked_at + b->expected_wait_s;
+  });
+  for (resident_seq* r : order) {
+    const int64_t n = int64_t(r->tokens.size());
+    if (!spill_ || n < config_.spill_min_tokens) {
+      ++rep.n_short;
+      continue;
+    }
+    if (on_disk(*r)) {
+      ++rep.n_seqs;
+      rep.n_tokens += n;
+      continue;
+    }
+    // NOTE: one directory fsync for the whole batch (below), not one per file: with many
+    // small files the fsyncs, not the bytes, are what takes the time
+    if (write(*r, deadline, false) == spill_status::ok) {
+      ++counters_.n_spills;
+      ++rep.n_seqs;
+      ++rep.n_written;
+      rep.n_tokens += n;
+      rep.n_bytes += spill_->file_bytes(int32_t(n));
+    } else {
+      ++rep.n_dropped;
+      rep.n_tokens_dropped += n;
+    }
+  }
+  if (rep.n_written > 0) spill_->sync_dir();
+  rep.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
 }
 
 bool residency::reclaim_one() {

@@ -3,6 +3,8 @@
 // spill to the disk tier, or drop and recompute from the prefix cache on resume);
 // memory pressure reclaims resident sequences (idle before pinned, soonest expiry
 // first). The next turn adopts the resident sequence and computes only what it appends.
+// A pinned wait is also written to disk after spill_after_s (crash safety), and
+// shutdown_spill() writes what is resident before the process goes, within a time bound.
 #pragma once
 
 #include <chrono>
@@ -26,6 +28,7 @@ struct residency_config {
   double pin_relaxed_max_wait_s = 300.0;    // ...and waits up to this while the pool is lightly used
   double pin_relaxed_used_fraction = 0.5;   // "lightly used": at most this fraction of blocks in use
   int32_t spill_min_tokens = 64;            // shorter sequences are dropped (cheap to recompute), not spilled
+  double spill_after_s = 5.0;               // a pinned wait this old is also written to disk (stays pinned); < 0 = never
 };
 
 enum class resident_state { idle, pinned };
@@ -38,12 +41,19 @@ struct resident_seq {
   std::vector<uint64_t> hashes;      // prefix-cache chain hashes of its registered full blocks
   resident_state state = resident_state::idle;
   double expires_at = 0;             // seconds (caller's clock)
+  double parked_at = -1;             // pinned: when park() was called (caller's clock)
+  double expected_wait_s = 0;        // pinned: park()'s expected wait
+  bool early_tried = false;          // the early spill ran (done or failed): not retried
 };
 
 struct residency_counters {
   int64_t n_parks = 0, n_pinned = 0, n_spills = 0, n_drops = 0, n_expired = 0, n_reclaimed = 0;
   int64_t n_resumes = 0, n_restores = 0, n_restore_failures = 0;
+  int64_t n_early_spills = 0;        // pinned waits written to disk while kept in memory
 };
+
+// What shutdown_spill() did (also the engine's public kv_shutdown_report).
+using shutdown_spill_report = kv_shutdown_report;
 
 class residency {
  public:
@@ -69,6 +79,11 @@ class residency {
   void expire(double now);
   // Memory pressure (block_pool evictor): spill or drop one resident sequence; false if none.
   bool reclaim_one();
+  // The process is going: write every resident sequence worth it (>= spill_min_tokens, not
+  // already on disk) to the disk tier, idle ones first (their jobs resume first), then pinned
+  // by soonest expected resume, until budget_s has passed; the rest is dropped and counted.
+  // Sequences stay resident (the caller exits).
+  shutdown_spill_report shutdown_spill(double budget_s);
 
   // Called after every successful spill and restore (engine thread); empty = none.
   std::function<void(const kv_move_event&)> on_move;
@@ -86,8 +101,14 @@ class residency {
  private:
   // Tell on_move that n_tokens of job_key's K/V moved, taking the time since t0.
   void report(kv_move_event::kind what, uint64_t job_key, size_t n_tokens, std::chrono::steady_clock::time_point t0);
-  // Spill (when the disk tier takes it) or drop, then free the blocks.
-  void evict(std::map<uint64_t, resident_seq>::iterator it, bool allow_spill);
+  // Spill (when the disk tier takes it) or drop, then free the blocks; true when on disk.
+  bool evict(std::map<uint64_t, resident_seq>::iterator it, bool allow_spill);
+  // Write r's K/V to the disk tier (replacing the job's older file); reports the move.
+  spill_status write(const resident_seq& r, spill_store::time_point deadline, bool sync_dir = true);
+  // The disk tier holds a file with exactly r's tokens, written for r's job.
+  bool on_disk(const resident_seq& r) const;
+  // Wall-clock time r's job is expected to resume (budget eviction order).
+  double resume_at(const resident_seq& r) const;
 
   block_pool& pool_;
   spill_store* spill_;

@@ -87,6 +87,11 @@ def ratios_of(name, run):
         r["submit/s vs GET /healthz/s"] = (t["submit_per_s"], run["healthz_per_s"], "per s")
         lat = run["latency"]
         r[f"submit p99 vs p50 latency at {lat['rate_per_s']:g} req/s"] = (lat["p99_ms"], lat["p50_ms"], "ms")
+    elif name == "retention":
+        r[f"submit p99 during deletion of {run['jobs']} expired jobs vs without"] = (
+            run["submit_p99_ms_during_delete"], run["submit_p99_ms_baseline"], "ms")
+        r["online backup (copy itself) vs cp of the same file"] = (
+            run["backup_copy_only_mb_per_s"], run["copy_mb_per_s"], "MB/s")
     elif name == "sampler":
         for m in run["results"]:
             r[f"{m['vocab']} vocab, {m['mode']}: per token vs a full sort of the row"] = (

@@ -4,7 +4,7 @@
 # min–max per figure, machine and commit), prints each figure beside its same-run baseline
 # as a ratio, and renders charts with gnuplot into DIR/charts/.
 #   scripts/bench/run.sh [--smoke|--quick|--full] [--out DIR] [--reps N] [--only A,B] [--timeout-scale X] [--report]
-#     --quick  (default) reduced set, < 10 min on 2 cores; queue.sh too when $AGENTQ_BIN_DIR has agentqd
+#     --quick  (default) reduced set, < 10 min on 2 cores; queue.sh and retention.sh too when $AGENTQ_BIN_DIR has agentqd
 #     --full   everything the issues ask for: 110M and 1B models x F32/F16/Q8_0/Q4_K, batching
 #              1/4/16/64, residency (resident / spill to disk / re-prefill), queue; 3 runs each
 #              (~18 min on an idle 2-core box once the synthetic models exist, ~20 min writing
@@ -94,6 +94,7 @@ case "$mode" in
     plan+=("sampler|$r|8|scripts/bench/sampler.sh --quick")
     plan+=("engine|$r|25|scripts/bench/engine.sh --quick")  # 110M F16/Q8_0/Q4_K
     if [ -x "$bin/agentqd" ]; then plan+=("queue|$r|25|scripts/bench/queue.sh --quick"); else queue_skip="no $bin/agentqd"; fi
+    [ -x "$bin/agentqd" ] && plan+=("retention|1|45|scripts/bench/retention.sh --quick")
     # Optional: agentq vs a llama-bench the user built (llamacpp.sh never fetches or builds llama.cpp).
     [ -x "${AGENTQ_LLAMA_BENCH:-}" ] && plan+=("llamacpp|1|150|scripts/bench/llamacpp.sh --quick")
     ;;
@@ -109,6 +110,7 @@ case "$mode" in
     # NOTE: 1B: one pp512 + tg128 per run (no best-of inside), repetitions across runs give the spread.
     plan+=("engine_1b|$r|150|scripts/bench/engine.sh --shapes 1b --reps 1")
     if [ -x "$bin/agentqd" ]; then plan+=("queue|$r|35|scripts/bench/queue.sh"); else queue_skip="no $bin/agentqd"; fi
+    [ -x "$bin/agentqd" ] && plan+=("retention|1|200|scripts/bench/retention.sh")
     [ -x "${AGENTQ_LLAMA_BENCH:-}" ] && plan+=("llamacpp|1|1500|scripts/bench/llamacpp.sh --threads 1,2")
     ;;
 esac

@@ -11,6 +11,7 @@
 #include "api/job_view.h"
 #include "api/model_catalog.h"
 #include "api/ui_routes.h"
+#include "api/deletion_routes.h"
 #include "api/observability_routes.h"
 #include "auth/keys.h"
 #include "auth/rate_limiter.h"
@@ -55,7 +56,8 @@ json key_object(const auth::key_info& k) {
           {"prefix", k.prefix},
           {"admin", k.is_admin},
           {"created_at", double(k.created_ms) / 1000.0},
-          {"revoked", k.revoked_ms > 0}};
+          {"revoked", k.revoked_ms > 0},
+          {"retention_days", k.retention_days >= 0 ? json(k.retention_days) : json(nullptr)}};
 }
 
 std::optional<int64_t> parse_i64(const std::string& s) {
@@ -141,6 +143,7 @@ void api::install(http::router& r) {
           nj.tenant = key.tenant;
           nj.request_json = body->dump();
           nj.priority = *store::parse_job_priority(v->priority);
+          nj.store_content = v->store;
           if (v->deadline_seconds > 0) nj.deadline_ms = store::now_ms() + int64_t(v->deadline_seconds * 1000);
           std::string idem = req.header("idempotency-key");
           if (!idem.empty()) {
@@ -354,9 +357,18 @@ void api::install(http::router& r) {
               return error_response(error_kind::invalid_request, "'admin' must be a boolean", "admin");
             admin = (*body)["admin"].get<bool>();
           }
+          int32_t retention_days = -1;  // the server's --retention-days
+          if (auto rd = body->find("retention_days"); rd != body->end() && !rd->is_null()) {
+            if (!rd->is_number_integer() || rd->get<int64_t>() < 0 || rd->get<int64_t>() > 36500)
+              return error_response(error_kind::invalid_request, "'retention_days' must be an integer 0-36500 or null",
+                                    "retention_days");
+            retention_days = int32_t(rd->get<int64_t>());
+          }
           std::string why;
           auto nk = deps_.keys->create((*body)["tenant"].get<std::string>(), admin, &why);
           if (!nk) return error_response(error_kind::internal, why);
+          if (retention_days >= 0 && deps_.keys->set_retention_days(nk->info.id, retention_days))
+            nk->info.retention_days = retention_days;
           json out = key_object(nk->info);
           out["key"] = nk->key;
           out["webhook_secret"] = nk->info.webhook_secret;
@@ -391,6 +403,7 @@ void api::install(http::router& r) {
         authed([key_action](request& req, const auth::key_info& key) { return key_action(req, key, true); }));
 
   install_ui_routes(r, options_, deps_, authed);  // /ui dashboard, GET /v1/events
+  install_deletion_routes(r, deps_, authed, admin_only);  // DELETE /v1/jobs/{id}, DELETE /v1/tenants/{tenant}
 }
 
 }  // namespace agentq::api

@@ -58,6 +58,8 @@ struct api_deps {
   webhooks::dispatcher* webhooks = nullptr;        // nullptr = /webhooks lists nothing
   obs::obs_store* obs = nullptr;                   // nullptr = no timelines, engine stats or worker metrics
   std::vector<std::pair<std::string, ready_check>> ready_checks;  // "redis", "database", "engine"
+  // After a job became a tombstone on request (drop its KV and spill file, checkpoint soon); may be empty.
+  std::function<void(const std::string& job_id)> on_job_deleted;
 };
 
 class api {

@@ -126,6 +126,10 @@ json build() {
         {"priority", {{"type", "string"}, {"enum", {"high", "normal", "low"}}}},
         {"stream_tokens", {{"type", "boolean"}}},
         {"tool_choice_every_turn", {{"type", "boolean"}}},
+        {"store",
+         {{"type", "boolean"},
+          {"description", "false: the job's content is deleted (the job becomes a 404 tombstone) once it is "
+                          "terminal and its result webhook, if any, was delivered or given up; default true"}}},
         {"webhook",
          {{"type", "object"},
           {"properties",
@@ -159,6 +163,10 @@ json build() {
                {{"id", {{"type", "string"}}},
                 {"tenant", {{"type", "string"}}},
                 {"key", {{"type", "string"}, {"description", "only in the create response"}}},
+                {"retention_days",
+                 {{"type", "integer"}, {"nullable", true},
+                  {"description", "finished jobs of this key are deleted this many days after they finish; null: "
+                                  "the server's --retention-days"}}},
                 {"webhook_secret", {{"type", "string"}, {"description", "only on create and rotate"}}}}}};
 
   auto& p = doc["paths"];
@@ -185,6 +193,21 @@ json build() {
   p["/v1/jobs"]["get"] = list;
   p["/v1/jobs/{id}"]["get"] = op("A job with transcript, per-turn usage and timings", 200, ref("Job"), {401, 404, 429});
   p["/v1/jobs/{id}/cancel"]["post"] = op("Cancel a job", 200, ref("Job"), {401, 404, 409, 429});
+  json deleted = object_of({{"id", {{"type", "string"}}}, {"object", {{"type", "string"}, {"enum", {"job.deleted"}}}},
+                            {"deleted", {{"type", "boolean"}}}});
+  p["/v1/jobs/{id}"]["delete"] =
+      op("Delete a job's content now (a running job is cancelled first); it stays a tombstone (id, tenant, final "
+         "status, timestamps) and every route answers 404 for it",
+         200, deleted, {401, 404, 409, 429, 503});
+  json tenant_deleted = op("Delete every job of a tenant (admin); live jobs are cancelled first", 200,
+                           object_of({{"object", {{"type", "string"}, {"enum", {"tenant.deleted"}}}},
+                                      {"tenant", {{"type", "string"}}},
+                                      {"n_jobs_deleted", {{"type", "integer"}}},
+                                      {"n_jobs_cancelled", {{"type", "integer"}}}}),
+                           {401, 403, 429, 503});
+  tenant_deleted["parameters"] = json::array(
+      {{{"name", "tenant"}, {"in", "path"}, {"required", true}, {"schema", {{"type", "string"}}}}});
+  p["/v1/tenants/{tenant}"]["delete"] = tenant_deleted;
   json tool_outputs = op("Answer the pending client-side tool calls", 200, ref("Job"), {400, 401, 404, 409, 429});
   tool_outputs["requestBody"] = body(
       {{"type", "object"},
@@ -224,7 +247,9 @@ json build() {
                        {400, 401, 403, 429});
   create_key["requestBody"] = body({{"type", "object"},
                                     {"required", {"tenant"}},
-                                    {"properties", {{"tenant", {{"type", "string"}}}, {"admin", {{"type", "boolean"}}}}}});
+                                    {"properties", {{"tenant", {{"type", "string"}}}, {"admin", {{"type", "boolean"}}},
+                                                    {"retention_days", {{"type", "integer"}, {"minimum", 0},
+                                                                        {"maximum", 36500}, {"nullable", true}}}}}});
   p["/v1/keys"]["post"] = create_key;
   p["/v1/keys"]["get"] = op("List keys (admin: all tenants)", 200, ref("List"), {401, 429});
   p["/v1/keys/{id}/revoke"]["post"] = op("Revoke a key", 200, ref("Key"), {401, 404, 409, 429});

@@ -231,7 +231,7 @@ validated_job validate_or_throw(const json& b, const model_catalog& catalog, con
             {"model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format", "temperature",
              "top_p", "top_k", "min_p", "seed", "frequency_penalty", "presence_penalty", "repeat_penalty",
              "max_turns", "max_output_tokens", "max_tokens_per_turn", "deadline_seconds", "priority", "webhook",
-             "metadata", "stream_tokens", "stop", "tool_choice_every_turn", "json_whitespace"});
+             "metadata", "stream_tokens", "stop", "tool_choice_every_turn", "json_whitespace", "store"});
   validated_job out;
   out.model = get_string(need(b, "model", "model"), "model", false);
   const model_info* mi = nullptr;
@@ -302,6 +302,7 @@ validated_job validate_or_throw(const json& b, const model_catalog& catalog, con
     tr.json_ws = ws == "free" ? json_whitespace::free : json_whitespace::spaced;
   }
   if (auto v = b.find("stream_tokens"); v != b.end()) get_bool(*v, "stream_tokens");
+  if (auto v = b.find("store"); v != b.end()) out.store = get_bool(*v, "store");
   if (auto v = b.find("tool_choice_every_turn"); v != b.end()) get_bool(*v, "tool_choice_every_turn");
   if (auto rf = b.find("response_format"); rf != b.end()) {
     if (!rf->is_object()) fail("response_format", "'response_format' must be an object");

@@ -41,6 +41,7 @@ struct validated_job {
   std::string priority = "normal";
   double deadline_seconds = 0;  // 0 = none
   std::optional<std::string> webhook_url;
+  bool store = true;            // false: content deleted once the result webhook is delivered (issue 33)
 };
 
 // true if s is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF).

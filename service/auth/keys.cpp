@@ -10,7 +10,8 @@
 namespace agentq::auth {
 
 namespace {
-constexpr const char* k_cols = "id, tenant, key_prefix, is_admin, webhook_secret, created_ms, revoked_ms";
+constexpr const char* k_cols =
+    "id, tenant, key_prefix, is_admin, webhook_secret, created_ms, revoked_ms, COALESCE(retention_days, -1)";
 
 key_info read_key(store::sqlite_stmt& s) {
   key_info k;
@@ -21,6 +22,7 @@ key_info read_key(store::sqlite_stmt& s) {
   k.webhook_secret = s.col_text(4);
   k.created_ms = s.col_int(5);
   k.revoked_ms = s.col_int(6);
+  k.retention_days = int32_t(s.col_int(7));
   return k;
 }
 }  // namespace
@@ -137,6 +139,17 @@ std::optional<std::string> key_store::rotate_secret(const std::string& key_id) {
   db_->prepare("UPDATE api_keys SET webhook_secret=? WHERE id=? AND revoked_ms=0").bind_all(secret, key_id).run();
   if (db_->changes() == 0) return std::nullopt;
   return secret;
+}
+
+bool key_store::set_retention_days(const std::string& key_id, int32_t days) {
+  std::lock_guard lock(mu_);
+  auto s = db_->prepare("UPDATE api_keys SET retention_days=? WHERE id=?");
+  if (days < 0)
+    s.bind_null(1);
+  else
+    s.bind(1, days);
+  s.bind(2, key_id).run();
+  return db_->changes() > 0;
 }
 
 int64_t key_store::count_active() {

@@ -23,6 +23,7 @@ struct key_info {
   std::string webhook_secret;  // whsec_...
   int64_t created_ms = 0;
   int64_t revoked_ms = 0;      // 0 = active
+  int32_t retention_days = -1; // jobs it submits are kept this long after they finish; -1 = the server's
 };
 
 // A freshly created key: the only time the bearer key itself is available.
@@ -51,6 +52,8 @@ class key_store {
   bool revoke(const std::string& key_id);  // false if unknown or already revoked
   // New webhook secret for the key; nullopt if unknown.
   std::optional<std::string> rotate_secret(const std::string& key_id);
+  // Override the retention of the jobs this key submits (days; -1 = back to the server's default).
+  bool set_retention_days(const std::string& key_id, int32_t days);
   int64_t count_active();
   // Remember which key submitted a job (its webhook secret signs the job's webhooks).
   void link_job(const std::string& job_id, const std::string& key_id);

@@ -263,6 +263,32 @@ json build_submit_body(const client::cli_command& cmd, bool* ok) {
   return b;
 }
 
+// `export`: pages GET /v1/jobs (newest first) down to --since, and prints each job with its
+// transcript (GET /v1/jobs/{id}) as one JSON line. NOTE: through the API only, never the file.
+int export_jobs(api_client& api, const client::cli_command& cmd) {
+  int64_t since_ms = cmd.has("--since") ? *client::parse_time_arg(cmd.get("--since")) : 0;
+  int64_t max_jobs = cmd.has("--limit") ? std::stoll(cmd.get("--limit")) : INT64_MAX;
+  std::string cursor;
+  int64_t n = 0;
+  for (;;) {
+    auto page = api.call("GET", "/v1/jobs?limit=100" + (cursor.empty() ? std::string() : "&after=" + cursor));
+    if (!page.status) return int(api.exit());
+    for (const auto& j : page.body["data"]) {
+      if (int64_t(j.value("created_at", 0.0) * 1000.0) < since_ms || n >= max_jobs) return 0;
+      auto full = api.call("GET", "/v1/jobs/" + url_encode(j.value("id", "")));
+      if (!full.status) {
+        if (api.exit() == exit_code::error) continue;  // deleted meanwhile (404): skip it
+        return int(api.exit());
+      }
+      std::printf("%s\n", full.body.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+      ++n;
+    }
+    std::fflush(stdout);
+    if (!page.body.value("has_more", false) || !page.body["next_cursor"].is_string()) return 0;
+    cursor = page.body["next_cursor"].get<std::string>();
+  }
+}
+
 int keys_direct(const client::cli_command& cmd) {
   std::string err;
   std::string db = (std::filesystem::path(cmd.get("--data-dir")) / "agentq.db").string();
@@ -275,11 +301,15 @@ int keys_direct(const client::cli_command& cmd) {
   auto keys = auth::key_store::open(db, &err);
   if (!keys) return fail(exit_code::error, err);
   auto key_json = [](const auth::key_info& k) {
-    return json{{"id", k.id}, {"tenant", k.tenant}, {"prefix", k.prefix}, {"admin", k.is_admin}, {"revoked", k.revoked_ms > 0}};
+    return json{{"id", k.id},         {"tenant", k.tenant},           {"prefix", k.prefix},
+                {"admin", k.is_admin}, {"revoked", k.revoked_ms > 0},
+                {"retention_days", k.retention_days >= 0 ? json(k.retention_days) : json(nullptr)}};
   };
   if (cmd.name == "keys create") {
     auto k = keys->create(cmd.get("--tenant"), cmd.has("--admin"), &err);
     if (!k) return fail(exit_code::error, err);
+    if (cmd.has("--retention-days") && keys->set_retention_days(k->info.id, std::stoi(cmd.get("--retention-days"))))
+      k->info.retention_days = std::stoi(cmd.get("--retention-days"));
     json j = key_json(k->info);
     j["key"] = k->key;
     j["webhook_secret"] = k->info.webhook_secret;
@@ -356,6 +386,14 @@ int run(const client::cli_command& cmd) {
   if (cmd.name == "status") return done(api.call("GET", "/v1/jobs/" + id));
   if (cmd.name == "wait") return int(wait_job(api, cmd, cmd.positional[0], std::stod(cmd.get("--timeout", "0"))));
   if (cmd.name == "cancel") return done(api.call("POST", "/v1/jobs/" + id + "/cancel"));
+  if (cmd.name == "delete") {
+    auto r = api.call("DELETE", "/v1/jobs/" + id);
+    if (!r.status) return int(api.exit());
+    if (cmd.json) print_json(r.body);
+    else std::printf("deleted %s\n", r.body.value("id", "").c_str());
+    return 0;
+  }
+  if (cmd.name == "export") return export_jobs(api, cmd);
   if (cmd.name == "webhooks") {
     auto r = api.call("GET", "/v1/jobs/" + id + "/webhooks");
     if (!r.status) return int(api.exit());
@@ -432,6 +470,7 @@ int run(const client::cli_command& cmd) {
   }
   if (cmd.name == "keys create") {
     json body = {{"tenant", cmd.get("--tenant")}, {"admin", cmd.has("--admin")}};
+    if (cmd.has("--retention-days")) body["retention_days"] = std::stoi(cmd.get("--retention-days"));
     auto r = api.call("POST", "/v1/keys", &body);
     if (!r.status) return int(api.exit());
     if (cmd.json) print_json(r.body);

@@ -1,6 +1,7 @@
 // agentq CLI argument parsing (see cli_args.h).
 #include "client/cli_args.h"
 
+#include <cstdio>
 #include <set>
 #include <string_view>
 
@@ -23,12 +24,14 @@ const std::vector<command_spec>& specs() {
       {"status", 1, 1, {}, {"--timeline"}},
       {"wait", 1, 1, {"--timeout"}, {}},
       {"cancel", 1, 1, {}, {}},
+      {"delete", 1, 1, {}, {}},
+      {"export", 0, 0, {"--since", "--format", "--limit"}, {}},
       {"list", 0, 0, {"--status", "--limit", "--metadata", "--after"}, {}},
       {"events", 1, 1, {"--after"}, {"--follow"}},
       {"tool-outputs", 1, 2, {"--call-id", "--output"}, {}},
       {"webhooks", 1, 1, {}, {}},
       {"models", 0, 0, {}, {}},
-      {"keys create", 0, 0, {"--tenant", "--data-dir"}, {"--admin"}},
+      {"keys create", 0, 0, {"--tenant", "--data-dir", "--retention-days"}, {"--admin"}},
       {"keys list", 0, 0, {"--data-dir", "--tenant"}, {}},
       {"keys revoke", 1, 1, {"--data-dir"}, {}},
       {"keys rotate-secret", 1, 1, {"--data-dir"}, {}},
@@ -46,6 +49,28 @@ std::string cli_command::get(const std::string& opt, const std::string& fallback
 std::vector<std::string> cli_command::all(const std::string& opt) const {
   auto it = options.find(opt);
   return it == options.end() ? std::vector<std::string>{} : it->second;
+}
+
+std::optional<int64_t> parse_time_arg(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  if (s.find_first_not_of("0123456789") == std::string::npos) {
+    if (s.size() > 12) return std::nullopt;
+    return std::stoll(s) * 1000;
+  }
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0;
+  char tail = 0;
+  int n = std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c", &y, &mo, &d, &h, &mi, &sec, &tail);
+  bool date_only = s.size() == 10 && n == 3;
+  bool full = (n == 6 && s.size() == 19) || (n == 7 && tail == 'Z' && s.size() == 20);
+  if (!date_only && !full) return std::nullopt;
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60 || y < 1970) return std::nullopt;
+  // days since the epoch (civil calendar, UTC)
+  int yy = y - (mo <= 2);
+  int era = yy / 400, yoe = yy - era * 400;
+  int doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  int doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  int64_t days = int64_t(era) * 146097 + doe - 719468;
+  return ((days * 24 + h) * 60 + mi) * 60000LL + sec * 1000LL;
 }
 
 exit_code exit_for_status(const std::string& status) {
@@ -68,13 +93,16 @@ commands:
                                                   its time went (queue, prefill, decode, tools, webhooks) as a chart
   wait ID [--timeout S]                           poll until the job stops; exit code = its outcome
   cancel ID
+  delete ID                                       delete the job's content (a running job is cancelled first)
+  export [--since T] [--format jsonl] [--limit N] every job created at or after T (unix seconds or
+                                                  YYYY-MM-DD[THH:MM:SSZ]) with its transcript, one JSON a line
   list [--status S] [--limit N] [--metadata K=V] [--after CURSOR]
   events ID [--follow] [--after N]                the job's events; --follow: live until it ends, exit = outcome
   tool-outputs ID --call-id X --output TEXT       answer a pending client-side tool call
   tool-outputs ID FILE.json                       {"tool_outputs":[{"tool_call_id","output"}]}
   webhooks ID                                     webhook deliveries and attempts of a job
   models
-  keys create --tenant NAME [--admin] [--data-dir DIR]
+  keys create --tenant NAME [--admin] [--retention-days N] [--data-dir DIR]
   keys list [--tenant NAME] [--data-dir DIR]
   keys revoke KEY_ID [--data-dir DIR]
   keys rotate-secret KEY_ID [--data-dir DIR]      (--data-dir: work on the database directly)
@@ -169,6 +197,13 @@ std::optional<cli_command> parse_cli(const std::vector<std::string>& args, const
       return fail("tool-outputs needs --call-id X --output TEXT, or a FILE.json");
   }
   if (name == "keys create" && !cmd.has("--tenant")) return fail("keys create needs --tenant NAME");
+  for (const auto& v : cmd.all("--retention-days"))
+    if (v.empty() || v.size() > 5 || v.find_first_not_of("0123456789") != std::string::npos)
+      return fail("--retention-days must be a whole number of days");
+  for (const auto& v : cmd.all("--format"))
+    if (v != "jsonl") return fail("--format must be jsonl");
+  for (const auto& v : cmd.all("--since"))
+    if (!parse_time_arg(v)) return fail("--since must be unix seconds or YYYY-MM-DD[THH:MM:SS[Z]]");
   for (const auto& v : cmd.all("--timeout"))
     if (v.empty() || v.find_first_not_of("0123456789.") != std::string::npos || v.find('.') != v.rfind('.'))
       return fail("--timeout must be a number");

@@ -3,6 +3,7 @@
 // In the library (not service/cli/) so unit tests can reach it.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -26,6 +27,8 @@ enum class exit_code : int {
 };
 // The exit code for a job's final (or stopping) status.
 exit_code exit_for_status(const std::string& status);
+// A time argument (export --since): unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS[Z] (UTC), as unix ms.
+std::optional<int64_t> parse_time_arg(const std::string& s);
 
 struct cli_command {
   std::string name;                                         // "submit", "keys create", ...

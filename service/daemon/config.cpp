@@ -28,16 +28,25 @@ const char* usage() {
   --config FILE                JSON file with any of: role, listen, data_dir, redis, models,
                                allow_addresses, admin_key, http_threads, max_connections, max_body_bytes,
                                rate_limit, rate_burst, webhook_schedule_ms, webhook_timeout_ms, max_jobs,
-                               kv_budget_mb, kv_type, chat_family, log_level, log_format, metrics_token
+                               kv_budget_mb, kv_type, chat_family, log_level, log_format, metrics_token,
+                               retention_days, shutdown_spill_s, spill_after_s, spill_budget_mb
+                               (and every flag below by name)
   --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
   --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
   --engine-threads N           CPU threads per engine (default 0 = one per core)
+  --shutdown-spill-s S         on SIGTERM / worker drain, write resident KV to disk for S s at most (default 5)
+  --spill-after-s S            a requires_action wait's KV is also written to disk after S s (default 5; -1 = never)
+  --spill-budget-mb N          spill files per model at most; the latest-resuming are evicted (default 4096; 0 = no limit)
+  --kv-idle-ttl-s S (60)  --kv-pin-max-wait-s S (30)  --kv-pin-relaxed-wait-s S (300)
+  --kv-spill-min-tokens N (64)  --client-tool-park-s S (300)   KV residency timings (docs/kv_and_batching.md)
   --webhook-schedule MS,MS,..  retry delays after each failed delivery (default 5s,5m,30m,2h,5h,10h,10h)
   --webhook-timeout-ms MS  --log-level trace|debug|info|warn|error  --port-file FILE
   --log-format text|json       log lines as text (default) or one JSON object each (job_id field)
   --metrics-token TOKEN        GET /metrics needs "Authorization: Bearer TOKEN" (default: open)
   --lease-ms MS (30000)  --heartbeat-ms MS (2000)  --reclaim-idle-ms MS (30000)
   --reclaim-interval-ms MS (5000)  --max-deliveries N (5: then dead-lettered)
+  --retention-days D           finished jobs are deleted D days after they finish (default 30; 0 = never)
+subcommand: agentqd backup --data-dir DIR --to FILE   online, consistent copy of the job store
 environment: AGENTQ_ROLE AGENTQ_LISTEN AGENTQ_DATA_DIR AGENTQ_REDIS AGENTQ_MODEL AGENTQ_ALLOW_ADDRESSES
              AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL AGENTQ_LOG_FORMAT AGENTQ_METRICS_TOKEN
 )";
@@ -63,6 +72,20 @@ std::vector<int64_t> parse_ms_list(const std::string& s) {
     out.push_back(v);
   }
   return out;
+}
+
+// A duration in seconds, at least min_s (-1 allowed only where min_s is -1: "never").
+double parse_seconds(const std::string& name, const std::string& v, double min_s) {
+  size_t idx = 0;
+  double d = 0;
+  try {
+    d = std::stod(v, &idx);
+  } catch (const std::exception&) {
+    idx = 0;
+  }
+  if (idx == 0 || idx != v.size() || !(d >= min_s) || d > 1e9)
+    throw std::invalid_argument("--" + name + " must be a number of seconds >= " + (min_s < 0 ? "-1" : "0"));
+  return d;
 }
 
 // Set one option by name from a string (flags and environment share this).
@@ -91,6 +114,17 @@ void set_option(config& c, const std::string& name, const std::string& v) {
     c.kv_type = v;
   }
   else if (name == "engine-threads") c.engine_threads = std::stoi(v);
+  else if (name == "shutdown-spill-s") c.shutdown_spill_s = parse_seconds(name, v, 0);
+  else if (name == "spill-after-s") c.spill_after_s = parse_seconds(name, v, -1);
+  else if (name == "spill-budget-mb") {
+    c.spill_budget_mb = std::stoll(v);
+    if (c.spill_budget_mb < 0) throw std::invalid_argument("--spill-budget-mb must be >= 0");
+  }
+  else if (name == "kv-idle-ttl-s") c.kv_idle_ttl_s = parse_seconds(name, v, 0);
+  else if (name == "kv-pin-max-wait-s") c.kv_pin_max_wait_s = parse_seconds(name, v, 0);
+  else if (name == "kv-pin-relaxed-wait-s") c.kv_pin_relaxed_wait_s = parse_seconds(name, v, 0);
+  else if (name == "kv-spill-min-tokens") c.kv_spill_min_tokens = std::stoi(v);
+  else if (name == "client-tool-park-s") c.client_tool_park_s = parse_seconds(name, v, 0);
   else if (name == "device") c.device = v;
   else if (name == "chat-family") c.chat_family = v;   // checked when the engines load
   else if (name == "log-level") {
@@ -107,6 +141,10 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "reclaim-idle-ms") c.reclaim_idle_ms = std::stoll(v);
   else if (name == "reclaim-interval-ms") c.reclaim_interval_ms = std::stoll(v);
   else if (name == "max-deliveries") c.max_deliveries = std::stoi(v);
+  else if (name == "retention-days") {
+    c.retention_days = std::stod(v);
+    if (c.retention_days < 0) throw std::invalid_argument("--retention-days must be >= 0");
+  }
   else throw std::invalid_argument("unknown option --" + name);
 }
 

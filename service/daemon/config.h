@@ -27,6 +27,15 @@ struct config {
   int64_t webhook_timeout_ms = 10000;
   int32_t max_jobs = 64;                          // worker: jobs held at once
   int64_t kv_budget_mb = 256;
+  // KV residency and the spill tier (docs/kv_and_batching.md "Restarts and deploys"):
+  double shutdown_spill_s = 5;                    // SIGTERM / drain: write resident KV to disk for this long at most
+  double spill_after_s = 5;                       // a pinned requires_action wait is also written to disk after this
+  int64_t spill_budget_mb = 4096;                 // spill files at most (per model; 0 = unlimited)
+  double kv_idle_ttl_s = 60;                      // a finished turn's KV without a park
+  double kv_pin_max_wait_s = 30;                  // waits up to this stay pinned
+  double kv_pin_relaxed_wait_s = 300;             // ...and up to this while at most half the pool is used
+  int32_t kv_spill_min_tokens = 64;               // shorter sequences are dropped, not spilled
+  double client_tool_park_s = 300;                // expected wait of a requires_action job (the park hint)
   std::string kv_type;                            // f16 | f32; empty = the device's default (cpu f16, cuda f32)
   int32_t engine_threads = 0;                     // CPU threads per engine (0 = one per core)
   std::string device = "cpu";                     // where the engines run: cpu | cuda | cuda:N (no fallback)
@@ -43,6 +52,7 @@ struct config {
   int64_t reclaim_idle_ms = 30000;
   int64_t reclaim_interval_ms = 5000;
   int32_t max_deliveries = 5;
+  double retention_days = 30;                     // finished jobs deleted after this (per-key override); 0 = never
 };
 
 // Parse argv (and the environment, and --config); nullopt with *error (usage) on bad input.

@@ -31,6 +31,8 @@
 #include "obs/log_format.h"
 #include "obs/obs_store.h"
 #include "obs/process_metrics.h"
+#include "ops/backup.h"
+#include "ops/retention.h"
 #include "queue/queue.h"
 #include "queue/redis_client.h"
 #include "store/store.h"
@@ -144,6 +146,12 @@ int run(const daemon::config& c) {
     ec.device = c.device;
     ec.chat_family = c.chat_family;
     ec.spill_dir = (fs::path(c.data_dir) / "kv").string();
+    ec.spill_budget_bytes = c.spill_budget_mb << 20;
+    ec.kv_spill_after_s = c.spill_after_s;
+    ec.kv_idle_ttl_s = c.kv_idle_ttl_s;
+    ec.kv_pin_max_wait_s = c.kv_pin_max_wait_s;
+    ec.kv_pin_relaxed_max_wait_s = c.kv_pin_relaxed_wait_s;
+    ec.kv_spill_min_tokens = c.kv_spill_min_tokens;
     fs::create_directories(ec.spill_dir);
     auto e = worker::load_engine(ec, &err);
     if (!e) {
@@ -174,6 +182,8 @@ int run(const daemon::config& c) {
     wo.heartbeat_ms = c.heartbeat_ms;
     wo.reclaim_interval_ms = c.reclaim_interval_ms;
     wo.max_deliveries = c.max_deliveries;
+    wo.shutdown_spill_s = c.shutdown_spill_s;  // w->stop() below writes resident KV to disk
+    wo.client_tool_park_s = c.client_tool_park_s;
     // a job's tool requests are signed with the whsec_ secret of the key that submitted it
     wo.tool_secret = [k = keys.get()](const std::string& job_id, const std::string& tenant) {
       return k->webhook_secret_for(job_id, tenant);
@@ -189,6 +199,7 @@ int run(const daemon::config& c) {
   }
 
   std::unique_ptr<webhooks::dispatcher> hooks;
+  std::unique_ptr<ops::retention> sweeper;
   std::unique_ptr<auth::rate_limiter> limiter;
   std::unique_ptr<http::server> server;
   std::unique_ptr<api::api> rest;  // outlives the router's handlers (they capture it)
@@ -224,6 +235,20 @@ int run(const daemon::config& c) {
     deps.guard = &guard;
     deps.webhooks = hooks.get();
     deps.obs = obs_db.get();
+    // Retention (issue 33): the API process sweeps; deletions on request drop the job's KV here too.
+    ops::retention_options ropts;
+    ropts.retention_ms = int64_t(c.retention_days * 86400000.0);
+    ropts.spill_dir = (fs::path(c.data_dir) / "kv").string();
+    sweeper = std::make_unique<ops::retention>(ropts, *st, metrics::global());
+    sweeper->start();
+    deps.on_job_deleted = [&catalog, sw = sweeper.get(), has_worker = w != nullptr](const std::string& job_id) {
+      // NOTE: the worker's KV key for a job (worker.cpp job_key_of: FNV-1a of the id); release() frees
+      // its parked KV and removes its spill file. Split-role workers' files go with the retention sweep.
+      uint64_t h = 1469598103934665603ull;
+      for (unsigned char ch : job_id) h = (h ^ ch) * 1099511628211ull;
+      if (has_worker && !catalog.list().empty()) catalog.find(catalog.list().front().name)->release(h ? h : 1);
+      sw->notify_deleted();
+    };
     deps.ready_checks.emplace_back("database", [&st](std::string* why) {
       try {
         st->get_job("job_readyz_probe");
@@ -294,6 +319,7 @@ int run(const daemon::config& c) {
   if (server) server->stop();
   if (w) w->stop();
   if (sampler) sampler->stop();
+  if (sweeper) sweeper->stop();
   if (hooks) hooks->stop();
   q.stop_relay();
   // NOTE: the rest (queue, store, embedded redis last) closes in reverse declaration order.
@@ -304,6 +330,7 @@ int run(const daemon::config& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "backup") return ops::backup_main(argc - 2, argv + 2);
   std::string err;
   bool help = false;
   auto c = daemon::parse_config(argc, argv, &err, &help);

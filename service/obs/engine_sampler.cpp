@@ -43,6 +43,13 @@ void export_engine_stats(const engine_stats& s) {
       .set(double(s.n_evictions));
   r.counter_family("agentq_kv_spills_total", "KV spills to the disk tier.").with().set(double(s.n_spills));
   r.counter_family("agentq_kv_restores_total", "KV restores from the disk tier.").with().set(double(s.n_restores));
+  r.counter_family("agentq_kv_early_spills_total", "Pinned requires_action waits also written to the disk tier.")
+      .with()
+      .set(double(s.n_early_spills));
+  r.counter_family("agentq_kv_spill_corrupt_total", "Spill files that failed their checksum or size check (recomputed).")
+      .with()
+      .set(double(s.n_spill_corrupt));
+  r.gauge_family("agentq_kv_spill_bytes", "Bytes of KV spill files on disk.").with().set(double(s.n_spill_bytes));
 }
 
 }  // namespace

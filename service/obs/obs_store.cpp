@@ -82,7 +82,8 @@ bool obs_store::record(const std::string& job_id, int64_t epoch, const timeline_
   try {
     auto s = db_->prepare(
         "INSERT INTO job_timeline(job_id, is_mark, kind, start_ms, end_ms, turn, label, attrs) "
-        "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE EXISTS (SELECT 1 FROM jobs WHERE id=?1 AND lease_epoch=?9)");
+        "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 "
+        "WHERE EXISTS (SELECT 1 FROM jobs WHERE id=?1 AND lease_epoch=?9 AND deleted_ms=0)");  // not a tombstone
     s.bind_all(job_id, int64_t(e.is_mark ? 1 : 0), e.kind, e.start_ms);
     if (e.end_ms)
       s.bind(5, *e.end_ms);
@@ -106,7 +107,7 @@ bool obs_store::close_open(const std::string& job_id, int64_t epoch, const std::
   try {
     db_->prepare(
            "UPDATE job_timeline SET end_ms=?1 WHERE job_id=?2 AND kind=?3 AND end_ms IS NULL AND is_mark=0 "
-           "AND EXISTS (SELECT 1 FROM jobs WHERE id=?2 AND lease_epoch=?4)")
+           "AND EXISTS (SELECT 1 FROM jobs WHERE id=?2 AND lease_epoch=?4 AND deleted_ms=0)")
         .bind_all(end_ms, job_id, kind, epoch)
         .run();
     return true;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -14,6 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "store/conn.h"
+#include "store/deletion.h"
 #include "store/migrations.h"
 #include "util/crypto.h"
 #include "store/sqlite.h"
@@ -108,34 +111,10 @@ constexpr const char* k_terminal_sql = "('completed','failed','cancelled','incom
 
 std::string new_job_id() { return "job_" + crypto::to_hex(crypto::random_bytes(12)); }
 
-// A connection with a prepared-statement cache (statements are reset after each use).
-class conn {
- public:
-  conn(const std::string& path, int32_t busy_ms) : db(path, busy_ms) {
-    db.exec("PRAGMA journal_mode=WAL");
-    db.exec("PRAGMA synchronous=FULL");
-    db.exec("PRAGMA foreign_keys=ON");
-  }
-  sqlite_stmt& stmt(const std::string& sql) {
-    auto it = cache_.find(sql);
-    if (it == cache_.end()) it = cache_.emplace(sql, std::make_unique<sqlite_stmt>(db.prepare(sql))).first;
-    it->second->reset();
-    return *it->second;
-  }
-  // End every statement so the connection holds no read snapshot between uses.
-  void reset_all() {
-    for (auto& [sql, st] : cache_) st->reset();
-  }
-  sqlite_db db;
-
- private:
-  std::unordered_map<std::string, std::unique_ptr<sqlite_stmt>> cache_;
-};
-
 const char* k_job_cols =
     "id, tenant, status, priority, request_json, result_json, error, usage_json, pending_json, attempts, "
     "lease_epoch, lease_owner, lease_expires_ms, COALESCE(idempotency_key,''), request_hash, created_ms, "
-    "started_ms, finished_ms, updated_ms, deadline_ms";
+    "started_ms, finished_ms, updated_ms, deadline_ms, deleted_ms, store_content";
 
 job_row read_job(const sqlite_stmt& s) {
   job_row j;
@@ -159,6 +138,8 @@ job_row read_job(const sqlite_stmt& s) {
   j.finished_ms = s.col_int(17);
   j.updated_ms = s.col_int(18);
   j.deadline_ms = s.col_int(19);
+  j.deleted_ms = s.col_int(20);
+  j.store_content = s.col_int(21) != 0;
   return j;
 }
 
@@ -223,11 +204,15 @@ class sqlite_store final : public store {
   }
 
   bool open(std::string* error) {
+    if (!options_.clock) options_.clock = [] { return now_ms(); };
     try {
-      writer_conn_ = std::make_unique<conn>(options_.path, options_.busy_timeout_ms);
+      writer_conn_ = std::make_unique<conn>(options_.path, options_.busy_timeout_ms, options_.clock);
+      std::string why;
+      if (!deletion::ensure_incremental_vacuum(writer_conn_->db, &why))
+        spdlog::warn("store: incremental auto-vacuum not enabled yet ({}); retried at the next start", why);
       if (!migrate(writer_conn_->db, latest_schema_version(), error)) return false;
       for (int i = 0; i < std::max(1, options_.n_readers); ++i)
-        readers_.push_back(std::make_unique<conn>(options_.path, options_.busy_timeout_ms));
+        readers_.push_back(std::make_unique<conn>(options_.path, options_.busy_timeout_ms, options_.clock));
     } catch (const sqlite_error& e) {
       *error = e.what();
       return false;
@@ -361,7 +346,7 @@ class sqlite_store final : public store {
     return submit<create_result>(
         [nj = std::move(nj)](conn& c) {
           create_result r;
-          int64_t now = now_ms();
+          int64_t now = c.now();
           if (!nj.idempotency_key.empty()) {
             auto& s = c.stmt(std::string("SELECT ") + k_job_cols + " FROM jobs WHERE tenant=? AND idempotency_key=?");
             s.bind_all(nj.tenant, nj.idempotency_key);
@@ -379,13 +364,13 @@ class sqlite_store final : public store {
           std::string id = new_job_id();
           auto& ins = c.stmt(
               "INSERT INTO jobs(id, tenant, status, priority, request_json, idempotency_key, request_hash, created_ms, "
-              "updated_ms, deadline_ms) VALUES (?,?,'queued',?,?,?,?,?,?,?)");
+              "updated_ms, deadline_ms, store_content) VALUES (?,?,'queued',?,?,?,?,?,?,?,?)");
           ins.bind_all(id, nj.tenant, static_cast<int64_t>(nj.priority), nj.request_json);
           if (nj.idempotency_key.empty())
             ins.bind_null(5);
           else
             ins.bind(5, nj.idempotency_key);
-          ins.bind(6, nj.request_hash).bind(7, now).bind(8, now).bind(9, nj.deadline_ms).run();
+          ins.bind(6, nj.request_hash).bind(7, now).bind(8, now).bind(9, nj.deadline_ms).bind(10, int64_t(nj.store_content)).run();
           insert_status_event(c, id, job_status::queued, json::object(), now);
           insert_outbox(c, "publish", id, priority_payload(nj.priority), "", now);
           r.outcome = create_outcome::created;
@@ -399,6 +384,7 @@ class sqlite_store final : public store {
     return with_reader([&](conn& c) -> std::optional<job_row> {
       auto j = select_job(c, job_id);
       if (j && !tenant.empty() && j->tenant != tenant) return std::nullopt;
+      if (j && j->deleted_ms > 0) return std::nullopt;  // a tombstone: every route answers 404
       return j;
     });
   }
@@ -415,7 +401,7 @@ class sqlite_store final : public store {
         if (s.step()) before_created = s.col_int(0);
       }
       auto& s = c.stmt(std::string("SELECT ") + k_job_cols +
-                       " FROM jobs WHERE (?1='' OR tenant=?1) AND (?2='' OR status=?2) AND "
+                       " FROM jobs WHERE (?1='' OR tenant=?1) AND (?2='' OR status=?2) AND deleted_ms=0 AND "
                        "(created_ms < ?3 OR (created_ms = ?3 AND id < ?4)) ORDER BY created_ms DESC, id DESC LIMIT ?5");
       s.bind_all(tenant, status ? std::string(to_string(*status)) : std::string(), before_created, before,
                  static_cast<int64_t>(limit));
@@ -427,7 +413,7 @@ class sqlite_store final : public store {
   std::future<write_status> cancel_job(const std::string& job_id, const std::string& tenant) override {
     return submit<write_status>(
         [job_id, tenant](conn& c) {
-          int64_t now = now_ms();
+          int64_t now = c.now();
           auto& u = c.stmt(std::string("UPDATE jobs SET status='cancelled', error='cancelled by request', "
                                        "finished_ms=?1, updated_ms=?1, lease_expires_ms=0, pending_json='' "
                                        "WHERE id=?2 AND (?3='' OR tenant=?3) AND status NOT IN ") +
@@ -448,7 +434,7 @@ class sqlite_store final : public store {
                                                 const std::string& tenant) override {
     return submit<write_status>(
         [job_id, outputs = std::move(outputs), tenant](conn& c) {
-          int64_t now = now_ms();
+          int64_t now = c.now();
           auto j = select_job(c, job_id);
           if (!j || (!tenant.empty() && j->tenant != tenant)) return write_status::not_found;
           if (j->status != job_status::requires_action) return write_status::fenced;
@@ -578,7 +564,7 @@ class sqlite_store final : public store {
       auto& s = c.stmt(
           "SELECT id, kind, job_id, payload_json, target, attempts, created_ms FROM outbox "
           "WHERE kind=? AND next_attempt_ms<=? ORDER BY id LIMIT ?");
-      s.bind_all(kind, now_ms(), static_cast<int64_t>(limit));
+      s.bind_all(kind, c.now(), static_cast<int64_t>(limit));
       while (s.step()) {
         outbox_row r;
         r.id = s.col_int(0);
@@ -617,7 +603,7 @@ class sqlite_store final : public store {
   std::vector<job_row> list_dispatchable(int64_t grace_ms, int32_t limit) override {
     return with_reader([&](conn& c) {
       std::vector<job_row> out;
-      int64_t cutoff = now_ms() - grace_ms;
+      int64_t cutoff = c.now() - grace_ms;
       auto& s = c.stmt(std::string("SELECT ") + k_job_cols +
                        " FROM jobs WHERE (status='queued' AND updated_ms<?1) OR "
                        "(status='running' AND lease_expires_ms<?1) ORDER BY priority, created_ms LIMIT ?2");
@@ -630,7 +616,7 @@ class sqlite_store final : public store {
   std::future<write_status> fail_job(const std::string& job_id, std::string reason, job_status status) override {
     return submit<write_status>(
         [job_id, reason = std::move(reason), status](conn& c) {
-          int64_t now = now_ms();
+          int64_t now = c.now();
           auto& u = c.stmt(std::string("UPDATE jobs SET status=?1, error=?2, finished_ms=?3, updated_ms=?3, "
                                        "lease_expires_ms=0 WHERE id=?4 AND status NOT IN ") +
                            k_terminal_sql);
@@ -650,7 +636,7 @@ class sqlite_store final : public store {
     return submit<claim_result>(
         [=](conn& c) {
           claim_result r;
-          int64_t now = now_ms();
+          int64_t now = c.now();
           auto j = select_job(c, job_id);
           if (!j) {
             r.outcome = claim_outcome::not_found;
@@ -699,7 +685,7 @@ class sqlite_store final : public store {
     return submit<std::vector<std::string>>(
         [jobs = std::move(jobs), lease_ms](conn& c) {
           std::vector<std::string> lost;
-          int64_t now = now_ms();
+          int64_t now = c.now();
           for (auto& [id, epoch] : jobs) {
             c.stmt("UPDATE jobs SET lease_expires_ms=? WHERE id=? AND lease_epoch=? AND status='running'")
                 .bind_all(now + lease_ms, id, epoch)
@@ -720,7 +706,7 @@ class sqlite_store final : public store {
           s.bind(1, job_id);
           s.step();
           if (s.col_int(0) > 0) return write_status::ok;
-          int64_t now = now_ms();
+          int64_t now = c.now();
           for (auto r : input) {
             r.turn_idx = -1;
             insert_transcript(c, job_id, r, now);
@@ -733,7 +719,7 @@ class sqlite_store final : public store {
   std::future<write_status> commit_turn(const std::string& job_id, int64_t epoch, turn_commit t) override {
     return submit<write_status>(
         [job_id, epoch, t = std::move(t)](conn& c) {
-          int64_t now = now_ms();
+          int64_t now = c.now();
           auto& s = c.stmt("SELECT 1 FROM transcript WHERE job_id=? AND turn_idx=? AND role='assistant'");
           s.bind_all(job_id, t.turn_idx);
           bool exists = s.step();
@@ -761,7 +747,7 @@ class sqlite_store final : public store {
     return submit<write_status>(
         [job_id, epoch, o = std::move(o), name = std::move(name)](conn& c) {
           if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
-          int64_t now = now_ms();
+          int64_t now = c.now();
           c.stmt("INSERT OR IGNORE INTO tool_results(job_id, call_id, name, output, is_error, created_ms) "
                  "VALUES (?,?,?,?,?,?)")
               .bind_all(job_id, o.call_id, name, o.output, static_cast<int64_t>(o.is_error), now)
@@ -784,7 +770,7 @@ class sqlite_store final : public store {
                                            std::string pending_calls_json) override {
     return submit<write_status>(
         [job_id, epoch, pending = std::move(pending_calls_json)](conn& c) {
-          int64_t now = now_ms();
+          int64_t now = c.now();
           c.stmt("UPDATE jobs SET status='requires_action', pending_json=?1, lease_expires_ms=0, attempts=0, "
                  "updated_ms=?2 WHERE id=?3 AND lease_epoch=?4 AND status='running'")
               .bind_all(pending, now, job_id, epoch)
@@ -801,7 +787,7 @@ class sqlite_store final : public store {
                                        std::string result_json, std::string error, usage_totals usage) override {
     return submit<write_status>(
         [=, result_json = std::move(result_json), error = std::move(error)](conn& c) {
-          int64_t now = now_ms();
+          int64_t now = c.now();
           c.stmt("UPDATE jobs SET status=?1, result_json=?2, error=?3, usage_json=?4, finished_ms=?5, updated_ms=?5, "
                  "lease_expires_ms=0 WHERE id=?6 AND lease_epoch=?7 AND status='running'")
               .bind_all(to_string(status), result_json, error, usage.to_json(), now, job_id, epoch)
@@ -819,7 +805,7 @@ class sqlite_store final : public store {
   std::future<write_status> release_job(const std::string& job_id, int64_t epoch) override {
     return submit<write_status>(
         [job_id, epoch](conn& c) {
-          int64_t now = now_ms();
+          int64_t now = c.now();
           c.stmt("UPDATE jobs SET status='queued', lease_expires_ms=0, attempts=MAX(attempts-1,0), updated_ms=?1 "
                  "WHERE id=?2 AND lease_epoch=?3 AND status='running'")
               .bind_all(now, job_id, epoch)
@@ -838,7 +824,7 @@ class sqlite_store final : public store {
     return submit<write_status>(
         [job_id, epoch, type = std::move(type), data = std::move(data_json)](conn& c) {
           if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
-          insert_event(c, job_id, type, data, now_ms());
+          insert_event(c, job_id, type, data, c.now());
           return write_status::ok;
         },
         write_status::error);
@@ -866,6 +852,79 @@ class sqlite_store final : public store {
       return out;
     });
   }
+
+  // --- deletion and retention (SQL in store/deletion.cpp) ---------------------------------
+
+  std::future<write_status> delete_job(const std::string& job_id, const std::string& tenant) override {
+    return submit<write_status>(
+        [job_id, tenant](conn& c) {
+          auto j = select_job(c, job_id);
+          if (!j || j->deleted_ms > 0 || (!tenant.empty() && j->tenant != tenant)) return write_status::not_found;
+          if (!is_terminal(j->status)) return write_status::fenced;
+          return deletion::tombstone(c, job_id, c.now()) ? write_status::ok : write_status::fenced;
+        },
+        write_status::error);
+  }
+
+  std::future<int64_t> delete_jobs(std::vector<std::string> job_ids) override {
+    return submit<int64_t>(
+        [job_ids = std::move(job_ids)](conn& c) {
+          int64_t n = 0, now = c.now();
+          for (const auto& id : job_ids) n += deletion::tombstone(c, id, now) ? 1 : 0;
+          return n;
+        },
+        int64_t{-1});
+  }
+
+  std::vector<std::string> list_expired(int64_t default_retention_ms, int32_t limit) override {
+    return with_reader([&](conn& c) { return deletion::select_expired(c, c.now(), default_retention_ms, limit); });
+  }
+
+  std::vector<std::string> list_unstored_done(int32_t limit) override {
+    return with_reader([&](conn& c) { return deletion::select_unstored_done(c, limit); });
+  }
+
+  std::vector<job_row> list_tenant_jobs(const std::string& tenant, int32_t limit) override {
+    return with_reader([&](conn& c) {
+      std::vector<job_row> out;
+      auto& s = c.stmt(std::string("SELECT ") + k_job_cols + " FROM jobs WHERE tenant=? AND deleted_ms=0 LIMIT ?");
+      s.bind_all(tenant, int64_t(limit));
+      while (s.step()) out.push_back(read_job(s));
+      return out;
+    });
+  }
+
+  std::future<int64_t> reclaim_space(int32_t max_pages) override {
+    return submit<int64_t>([max_pages](conn& c) { return deletion::incremental_vacuum(c, max_pages); }, int64_t{-1});
+  }
+
+  bool checkpoint() override {
+    return with_reader([](conn& c) {
+      auto& s = c.stmt("PRAGMA wal_checkpoint(TRUNCATE)");
+      return s.step() && s.col_int(0) == 0;  // column 0: 1 when a reader or writer kept it from finishing
+    });
+  }
+
+  store_space space() override {
+    store_space sp;
+    with_reader([&](conn& c) {
+      auto pragma = [&c](const char* sql) {
+        auto& s = c.stmt(sql);
+        return s.step() ? s.col_int(0) : int64_t{0};
+      };
+      sp.page_size = pragma("PRAGMA page_size");
+      sp.n_pages = pragma("PRAGMA page_count");
+      sp.n_free_pages = pragma("PRAGMA freelist_count");
+      return 0;
+    });
+    sp.db_bytes = sp.page_size * sp.n_pages;
+    std::error_code ec;
+    auto wal = std::filesystem::file_size(options_.path + "-wal", ec);
+    sp.wal_bytes = ec ? 0 : int64_t(wal);
+    return sp;
+  }
+
+  int64_t now() const override { return options_.clock(); }
 
   store_stats stats() const override { return {n_write_ops_.load(), n_transactions_.load(), n_write_errors_.load()}; }
 

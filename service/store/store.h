@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -46,6 +47,8 @@ struct job_row {
   std::string request_hash;        // hash of the request for idempotency conflicts
   int64_t created_ms = 0, started_ms = 0, finished_ms = 0, updated_ms = 0;
   int64_t deadline_ms = 0;         // absolute; 0 = none
+  int64_t deleted_ms = 0;          // > 0: a tombstone (content gone); the API treats it as absent
+  bool store_content = true;       // false: store:false, content deleted once the result is delivered
 };
 
 struct new_job {
@@ -55,6 +58,7 @@ struct new_job {
   std::string idempotency_key;     // optional; unique per tenant
   std::string request_hash;        // required with idempotency_key
   int64_t deadline_ms = 0;         // absolute; 0 = none
+  bool store_content = true;       // false: the request's "store": false
 };
 
 enum class create_outcome { created, existing, conflict, error };
@@ -145,6 +149,14 @@ struct store_options {
   int32_t max_batch_ops = 512;           // write ops per transaction at most
   int32_t n_readers = 4;                 // reader connection pool size
   bool group_commit = true;              // false = one transaction per write op (benchmark baseline)
+  std::function<int64_t()> clock;        // ms since the epoch for every timestamp; empty = now_ms() (tests: fake)
+};
+
+// The database file's size and free space (metrics, retention).
+struct store_space {
+  int64_t page_size = 0, n_pages = 0, n_free_pages = 0;
+  int64_t db_bytes = 0;                  // the main file (n_pages * page_size)
+  int64_t wal_bytes = 0;                 // the -wal file on disk
 };
 
 struct store_stats {
@@ -238,6 +250,31 @@ class store {
   virtual std::vector<std::string> cancelled_among(const std::vector<std::string>& job_ids) = 0;
   // Tool results recorded for a job, keyed by call id (crash resume).
   virtual std::vector<tool_output> read_tool_results(const std::string& job_id) = 0;
+
+  // --- Deletion and retention (store/deletion.cpp; issue 33) ----------------------------
+  // Make a terminal job a tombstone: its content (request, result, error, transcript, tool results,
+  // events, timeline, webhook deliveries and attempts, outbox rows, idempotency key) is deleted; id,
+  // tenant, final status and timestamps stay. ok; not_found (none, other tenant, already deleted);
+  // fenced (not terminal: cancel it first).
+  virtual std::future<write_status> delete_job(const std::string& job_id, const std::string& tenant = {}) = 0;
+  // Tombstone these jobs (terminal ones only; others are skipped) in one write op: the number deleted,
+  // -1 on a write failure. Keep batches small (a few hundred): one op is one write transaction.
+  virtual std::future<int64_t> delete_jobs(std::vector<std::string> job_ids) = 0;
+  // Live terminal jobs past their retention: finished before now - retention, where retention is the
+  // submitting key's retention_days if set, else default_retention_ms. Oldest first, at most limit.
+  virtual std::vector<std::string> list_expired(int64_t default_retention_ms, int32_t limit) = 0;
+  // store:false jobs whose content may go: terminal, and their terminal webhook (if any) delivered or
+  // given up. At most limit.
+  virtual std::vector<std::string> list_unstored_done(int32_t limit) = 0;
+  // Live jobs of a tenant, any status (deleting everything of a tenant), at most limit.
+  virtual std::vector<job_row> list_tenant_jobs(const std::string& tenant, int32_t limit) = 0;
+  // Give up to max_pages free pages back to the file system (incremental auto-vacuum): pages freed.
+  virtual std::future<int64_t> reclaim_space(int32_t max_pages) = 0;
+  // Checkpoint the WAL into the main file and truncate it; false when readers kept it from finishing.
+  virtual bool checkpoint() = 0;
+  virtual store_space space() = 0;
+  // The store's clock (store_options::clock, else now_ms()).
+  virtual int64_t now() const = 0;
 
   virtual store_stats stats() const = 0;
 };

@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -191,6 +192,7 @@ struct worker::impl {
 
   std::atomic<int64_t> n_claimed{0}, n_completed{0}, n_failed{0}, n_cancelled{0}, n_requires_action{0}, n_turns{0},
       n_tool_calls{0}, n_fenced{0}, n_resumed{0};
+  std::atomic<int64_t> n_spill_corrupt_seen{0};
 
   impl(worker_options o, std::shared_ptr<engine> e, store::store& s, queue::queue& qq, bool se)
       : options(std::move(o)), eng(std::move(e)), db(s), q(qq), start_engine(se) {
@@ -522,6 +524,7 @@ struct worker::impl {
       fault_point("mid_decode", c.fault_subject);
       turn_result res = fut.get();
       c.request_id = 0;
+      note_spill_corruption();
 
       if (res.finish == finish_reason::cancelled) {
         if (c.cancelled || c.lost) return on_lost(c);
@@ -591,6 +594,51 @@ struct worker::impl {
         return;
       }
     }
+  }
+
+  // --- KV across restarts (docs/kv_and_batching.md "Restarts and deploys") ----------------
+
+  // Start-up: spill files of jobs that are no longer queued, running or waiting (they ended
+  // while no process held their KV, e.g. cancelled in requires_action across a restart) go.
+  void prune_spill() {
+    std::set<uint64_t> live;
+    try {
+      for (auto st : {job_status::requires_action, job_status::queued, job_status::running}) {
+        std::string before;
+        for (;;) {
+          auto rows = db.list_jobs("", st, 1000, before);
+          for (const auto& r : rows) live.insert(job_key_of(r.id));
+          if (rows.size() < 1000) break;
+          before = rows.back().id;
+        }
+      }
+    } catch (const std::exception& e) {
+      spdlog::warn("worker {}: listing live jobs for the KV spill sweep failed ({}); keeping every file", id, e.what());
+      return;
+    }
+    // NOTE: three reads, not one snapshot: a job changing state between them may be missed and
+    // its file deleted; the cost is a re-prefill of that job, never a wrong answer.
+    const int32_t n = eng->prune_spill([&live](uint64_t k) { return live.count(k) != 0; });
+    if (n > 0) spdlog::info("worker {}: removed {} KV spill file(s) of jobs that are over", id, n);
+  }
+
+  // stop(): the resident KV goes to disk (bounded by shutdown_spill_s) so a restart resumes it.
+  void shutdown_spill() {
+    if (options.shutdown_spill_s < 0) return;
+    const kv_shutdown_report r = eng->spill_for_shutdown(options.shutdown_spill_s);
+    const double gbps = r.ms > 0 ? double(r.n_bytes) / (r.ms * 1e6) : 0;
+    spdlog::info("worker {}: shutdown spill: {} sequence(s) on disk ({} written now), {} tokens, {} bytes in {:.1f} ms "
+                 "({:.3f} GB/s); {} dropped ({} tokens) past --shutdown-spill-s {}; {} too short to keep",
+                 id, r.n_seqs, r.n_written, r.n_tokens, r.n_bytes, r.ms, gbps, r.n_dropped, r.n_tokens_dropped,
+                 options.shutdown_spill_s, r.n_short);
+  }
+
+  // A spill file failed its checksum (torn or corrupted): the turn recomputed; say so once per file.
+  void note_spill_corruption() {
+    const int64_t n = eng->stats().n_spill_corrupt;
+    const int64_t before = n_spill_corrupt_seen.exchange(n);
+    if (n > before)
+      spdlog::warn("worker {}: {} KV spill file(s) failed the checksum and were recomputed ({} in all)", id, n - before, n);
   }
 
   // --- timeline (obs/obs_store.h): fenced on the job's epoch, best effort ---------------
@@ -729,6 +777,7 @@ worker::~worker() { stop(); }
 
 void worker::start() {
   if (impl_->running.exchange(true)) return;
+  impl_->prune_spill();
   impl_->eng->on_kv_move([impl = impl_.get()](const kv_move_event& e) { impl->kv_moves.on_move(e); });
   if (impl_->start_engine) impl_->eng->start();
   impl_->q.ensure_groups(impl_->id);
@@ -752,6 +801,7 @@ void worker::stop() {
   }
   if (impl_->housekeeper.joinable()) impl_->housekeeper.join();
   if (impl_->start_engine) impl_->eng->stop();
+  impl_->shutdown_spill();
   impl_->eng->on_kv_move(nullptr);
   if (impl_->options.timeline) impl_->kv_moves.flush(*impl_->options.timeline, impl_->id);
   spdlog::info("worker {} stopped", impl_->id);

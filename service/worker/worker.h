@@ -54,6 +54,9 @@ struct worker_options {
   int32_t read_block_ms = 200;
   int32_t n_tool_threads = 8;
   double client_tool_park_s = 300;     // park() hint while waiting on a client
+  // stop(): write the engine's resident KV to its spill tier for this long at most, so a
+  // restarted worker resumes its jobs without a re-prefill (engine::spill_for_shutdown); < 0 = off.
+  double shutdown_spill_s = -1;
   // The "whsec_" secret that signs a job's server-side tool requests (Standard Webhooks): the
   // secret of the API key that submitted it (auth::key_store::webhook_secret_for); "" = unsigned.
   // Empty function = every request unsigned.
@@ -80,8 +83,10 @@ class worker {
   worker(const worker&) = delete;
   worker& operator=(const worker&) = delete;
 
+  // Also deletes spill files of jobs that ended while no worker held their KV.
   void start();
-  // Stop claiming; release running jobs back to queued (their transcript stays), join threads.
+  // Stop claiming; release running jobs back to queued (their transcript stays), join threads,
+  // then spill resident KV (shutdown_spill_s).
   void stop();
   const std::string& id() const;
   worker_stats stats() const;

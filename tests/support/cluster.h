@@ -110,6 +110,7 @@ class client_driver {
       json b = json::parse(x.response, nullptr, false);
       if (b.is_object() && b.contains("id")) acked_.push_back(b["id"].get<std::string>());
     }
+    if (method == "DELETE" && x.status == 200 && path.starts_with("/v1/jobs/")) deleted_.insert(path.substr(9));
     return x;
   }
   json call_json(const std::string& method, const std::string& path, const json& body = nullptr) {
@@ -133,6 +134,11 @@ class client_driver {
     std::lock_guard lock(mu_);
     return acked_;
   }
+  // Jobs a DELETE /v1/jobs/{id} answered 200 for (tombstones: every later read is a 404).
+  bool deleted(const std::string& id) {
+    std::lock_guard lock(mu_);
+    return deleted_.count(id) > 0;
+  }
   std::vector<exchange> log() {
     std::lock_guard lock(mu_);
     return log_;
@@ -144,6 +150,7 @@ class client_driver {
   std::mutex mu_;
   std::vector<exchange> log_;
   std::vector<std::string> acked_;
+  std::set<std::string> deleted_;
 };
 
 // ---------------------------------------------------------------------------
@@ -319,7 +326,7 @@ class cluster {
     while (!open.empty()) {
       for (auto it = open.begin(); it != open.end();) {
         json j = client_->get_job(*it);
-        if (!j.is_discarded() && is_terminal_status(j.value("status", "")))
+        if ((!j.is_discarded() && is_terminal_status(j.value("status", ""))) || client_->deleted(*it))
           it = open.erase(it);
         else
           ++it;

@@ -2,7 +2,9 @@
 // the 202 acknowledgements and every poll, tool-server and webhook-receiver requests) plus the
 // SQLite file and Redis, and verifies agentq's promises (docs/RELIABILITY.md, "Promises"):
 //   P1 every job acknowledged with 202 reached exactly one terminal state (one terminal status event)
-//   P2 no terminal state or result ever changed (every poll after the first terminal one agrees)
+//   P2 no terminal state or result changed until the job was deleted (every poll after the first
+//      terminal one agrees; after a DELETE answered 200 every poll is a 404, and the tombstone keeps
+//      the terminal status the polls saw)
 //   P3 at most one side effect per tool call id: every call the tool server saw belongs to a
 //      committed turn of its job (ids are stable, turns never re-generated), and no call is sent
 //      again after its result was committed (repeats before that are counted as duplicates)
@@ -33,6 +35,7 @@ struct history_report {
   int64_t n_submitted = 0, n_acked = 0;  // POST /v1/jobs sent / answered 202
   int64_t n_completed = 0, n_incomplete = 0, n_failed = 0, n_cancelled = 0;
   int64_t n_lost = 0;  // acked, not terminal
+  int64_t n_deleted = 0;  // acked jobs that are tombstones (deleted on request or by retention)
   int64_t n_polls = 0;
   int64_t n_tool_requests = 0, n_tool_calls = 0;         // requests / distinct call ids
   int64_t n_tool_duplicates = 0;                         // repeated requests of one call id (absorbed)
@@ -51,6 +54,7 @@ struct history_report {
             {"failed", n_failed},
             {"cancelled", n_cancelled},
             {"lost", n_lost},
+            {"deleted", n_deleted},
             {"polls", n_polls},
             {"tool_requests", n_tool_requests},
             {"tool_calls", n_tool_calls},
@@ -67,7 +71,7 @@ struct history_report {
     std::ostringstream s;
     s << "scenario " << scenario << ": submitted " << n_submitted << ", acked " << n_acked << ", completed "
       << n_completed << ", incomplete " << n_incomplete << ", failed " << n_failed << ", cancelled " << n_cancelled
-      << ", lost " << n_lost << "; tool requests " << n_tool_requests << " for " << n_tool_calls
+      << ", lost " << n_lost << ", deleted " << n_deleted << "; tool requests " << n_tool_requests << " for " << n_tool_calls
       << " call ids (duplicates " << n_tool_duplicates << "); webhooks " << n_webhook_hits << " (duplicates "
       << n_webhook_duplicates << "); dead-lettered " << n_dead_lettered << "; redis pending " << n_redis_pending
       << "; integrity " << integrity;
@@ -144,7 +148,7 @@ inline history_report check_history(cluster& c, const std::string& scenario = ""
   // P1: final state and terminal status events per acked job
   std::map<std::string, std::string> final_status, final_output;
   for (auto& id : acked) {
-    auto row = detail::query(db, "SELECT status, result_json, error FROM jobs WHERE id=?", {id});
+    auto row = detail::query(db, "SELECT status, result_json, error, deleted_ms FROM jobs WHERE id=?", {id});
     if (row.empty()) {
       r.violations.push_back(id + ": acknowledged with 202 but absent from SQLite");
       r.n_lost++;
@@ -162,6 +166,11 @@ inline history_report check_history(cluster& c, const std::string& scenario = ""
      : st == "incomplete" ? r.n_incomplete
      : st == "failed"     ? r.n_failed
                           : r.n_cancelled)++;
+    if (row[0][3] != "0") {
+      // a tombstone: its events went with its content; the kept status is its one terminal state
+      r.n_deleted++;
+      continue;
+    }
     int n_terminal_events = 0;
     for (auto& e : detail::query(db, "SELECT data_json FROM job_events WHERE job_id=? AND type='status'", {id})) {
       json d = json::parse(e[0], nullptr, false);
@@ -171,12 +180,21 @@ inline history_report check_history(cluster& c, const std::string& scenario = ""
       r.violations.push_back(id + ": " + std::to_string(n_terminal_events) + " terminal status events");
   }
 
-  // P2: the poll history never shows a terminal state or result changing
+  // P2: the poll history never shows a terminal state or result changing, until the job is deleted;
+  // after a DELETE answered 200 (completed, in log order) every read of the job is a 404.
+  std::map<std::string, int64_t> deleted_at;  // id -> the DELETE exchange's log seq
+  for (auto& x : log)
+    if (x.method == "DELETE" && x.status == 200 && x.path.starts_with("/v1/jobs/") &&
+        x.path.find('/', 9) == std::string::npos && !deleted_at.count(x.path.substr(9)))
+      deleted_at[x.path.substr(9)] = x.seq;
   std::map<std::string, std::string> first_terminal;  // id -> status|output|error seen first
   for (auto& x : log) {
     if (x.method != "GET" || x.status != 200 || !x.path.starts_with("/v1/jobs/")) continue;
     std::string id = x.path.substr(9);
-    if (id.find('/') != std::string::npos) continue;
+    if (id.find('/') != std::string::npos) id = id.substr(0, id.find('/'));
+    if (auto d = deleted_at.find(id); d != deleted_at.end() && x.t_send_ms > log[size_t(d->second)].t_recv_ms)
+      r.violations.push_back(id + ": " + x.path + " answered 200 after the job was deleted");
+    if (x.path.size() != 9 + id.size()) continue;
     r.n_polls++;
     json j = json::parse(x.response, nullptr, false);
     if (!j.is_object()) continue;

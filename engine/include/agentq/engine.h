@@ -42,6 +42,11 @@ struct engine_config {
   double kv_idle_ttl_s = 60.0;       // a finished turn's KV is kept this long without park()
   double kv_pin_max_wait_s = 30.0;   // park(): waits up to this stay pinned in memory (TTL 2x + 1 s)
   int32_t kv_spill_min_tokens = 64;  // longer waits: spill (spill_dir set) when at least this many tokens, else drop
+  double kv_pin_relaxed_max_wait_s = 300.0;  // ...and waits up to this while at most half the pool is in use
+  // A pinned wait is also written to the disk tier after this long (it stays pinned): a crash
+  // or kill loses nothing that waited longer. < 0 = never.
+  double kv_spill_after_s = 5.0;
+  int64_t spill_budget_bytes = 0;    // size of this model's spill files at most (0 = unlimited)
 };
 
 struct model_desc {
@@ -189,6 +194,10 @@ struct engine_stats {
   int64_t n_blocks_parked = 0;       // held by parked jobs
   int64_t n_blocks_spilled = 0;      // on the disk tier
   int64_t n_evictions = 0, n_spills = 0, n_restores = 0;
+  int64_t n_early_spills = 0;        // of n_spills: pinned waits written to disk while kept in memory
+  int64_t n_spill_corrupt = 0;       // spill files that failed their checksum / size check (recomputed)
+  int64_t n_spill_bytes = 0;         // bytes of spill files on disk
+  int64_t n_spill_budget_evictions = 0;  // files removed to stay within spill_budget_bytes
   int64_t n_tokens_prompt = 0, n_tokens_cached = 0, n_tokens_computed = 0, n_tokens_generated = 0;
   int32_t n_running = 0, n_waiting = 0;
   int32_t last_batch_tokens = 0;     // tokens in the latest step
@@ -205,6 +214,18 @@ struct kv_move_event {
   int32_t n_tokens = 0;              // tokens whose K/V moved
   int64_t n_bytes = 0;               // K/V bytes written or read
   double ms = 0;                     // wall time of the disk write / read
+};
+
+// What engine::spill_for_shutdown did.
+struct kv_shutdown_report {
+  int32_t n_seqs = 0;                // resident sequences now on disk (written now or earlier)
+  int32_t n_written = 0;             // of those, written by this call
+  int64_t n_tokens = 0;              // tokens of the n_seqs
+  int64_t n_bytes = 0;               // bytes written by this call
+  double ms = 0;                     // wall time of this call
+  int32_t n_dropped = 0;             // worth a file but not written (time bound, budget, I/O error)
+  int64_t n_tokens_dropped = 0;
+  int32_t n_short = 0;               // below spill_min_tokens: recomputing them is cheap
 };
 
 // ---------------------------------------------------------------------------
@@ -246,6 +267,21 @@ class engine {
   virtual void stop() = 0;
 
   virtual engine_stats stats() const = 0;
+
+  // The process is going (SIGTERM, a worker's drain): write the resident KV of every parked or
+  // idle job worth it to the disk tier within budget_s seconds, so a restart resumes it; what
+  // does not fit in time is dropped and counted. Call after stop() (or from the stepping
+  // thread). No disk tier: nothing happens.
+  virtual kv_shutdown_report spill_for_shutdown(double budget_s) {
+    (void)budget_s;
+    return {};
+  }
+  // Delete spill files of jobs for which live(job_key) is false (jobs that ended while no
+  // process held their KV). Returns files removed.
+  virtual int32_t prune_spill(const std::function<bool(uint64_t job_key)>& live) {
+    (void)live;
+    return 0;
+  }
 
   // fn runs on the engine thread after every spill and restore (keep it short; nullptr = none).
   // Thread-safe; replaces an earlier listener.

@@ -105,3 +105,23 @@ TEST_CASE("submit's request-field flags: --max-output-tokens, --max-tokens-per-t
   CHECK(parse({"list", "--after", "job_abc"}));
   CHECK_FALSE(parse({"events", "job_1", "--after", "x"}, {}, &err));
 }
+
+TEST_CASE("delete, export and their time argument (issue 33)") {
+  CHECK(parse({"delete", "job_1"})->positional[0] == "job_1");
+  CHECK_FALSE(parse({"delete"}));
+  auto e = parse({"export", "--since", "2024-01-02", "--format", "jsonl"});
+  REQUIRE(e);
+  CHECK(e->get("--since") == "2024-01-02");
+  CHECK_FALSE(parse({"export", "--format", "csv"}));
+  CHECK_FALSE(parse({"export", "--since", "yesterday"}));
+  CHECK(parse({"keys", "create", "--tenant", "a", "--retention-days", "7"}));
+  CHECK_FALSE(parse({"keys", "create", "--tenant", "a", "--retention-days", "-1"}));
+  CHECK(parse_time_arg("0") == 0);
+  CHECK(parse_time_arg("1700000000") == 1700000000000LL);
+  CHECK(parse_time_arg("1970-01-02") == 86400000LL);
+  CHECK(parse_time_arg("2024-03-01T12:30:15Z") == 1709296215000LL);
+  CHECK(parse_time_arg("2024-03-01T12:30:15") == 1709296215000LL);
+  CHECK_FALSE(parse_time_arg("2024-13-01"));
+  CHECK_FALSE(parse_time_arg("2024-03-01T12:30"));
+  CHECK_FALSE(parse_time_arg(""));
+}
