@@ -3,6 +3,7 @@
 #if AGENTQ_HAVE_CUDA
 
 #include "backend/cuda_forward.h"
+#include "model/registry.h"
 
 #include <algorithm>
 #include <cmath>
@@ -35,6 +36,13 @@ std::unique_ptr<cuda_forward> cuda_forward::create(std::shared_ptr<const gguf::f
   // The CPU model validates metadata and shapes; its weights are views into the mapping.
   auto cpu = model::load(file, 1, error, model::weights::validate);
   if (!cpu) return nullptr;
+  // NOTE: this pass implements the llama/qwen2 layer only; other registered families are refused
+  // here rather than run wrong (registry.cpp marks which ones the CUDA pass runs).
+  const arch_entry* arch = find_architecture(cpu->hparams().arch);
+  if (!arch || !arch->cuda) {
+    *error = "architecture " + cpu->hparams().arch + " not supported on cuda yet (run it with device=cpu)";
+    return nullptr;
+  }
   std::unique_ptr<cuda_forward> m(new cuda_forward());
   m->file_ = std::move(file);
   m->hp_ = cpu->hparams();

@@ -22,11 +22,12 @@ enum class template_family {
   mistral,  // Mistral Nemo: [INST], [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS]
   phi3,     // Phi-3 / 3.5 mini: <|user|> ... <|end|> (no native tools: our extension)
   smollm3,  // SmolLM3 (Unsloth template): ChatML with a metadata system header
+  gemma,    // Gemma 2 / 3 instruct: <start_of_turn>user|model ... <end_of_turn> (no native tools: our extension)
 };
 
 const char* to_string(template_family f);
 // "chatml", "qwen2.5", "hermes", "qwen3", "llama3", "llama3.1", "llama3.2", "mistral",
-// "nemo", "phi3", "phi3.5", "smollm3", "plain"; nullopt when unknown.
+// "nemo", "phi3", "phi3.5", "smollm3", "gemma", "gemma2", "gemma3", "plain"; nullopt when unknown.
 std::optional<template_family> family_from_name(std::string_view name);
 // Recognise a model's Jinja chat template by distinctive substrings; plain when
 // empty or unrecognised.

@@ -35,6 +35,7 @@ const char* to_string(template_family f) {
     case template_family::mistral: return "mistral";
     case template_family::phi3: return "phi3";
     case template_family::smollm3: return "smollm3";
+    case template_family::gemma: return "gemma";
   }
   return "?";
 }
@@ -48,6 +49,7 @@ std::optional<template_family> family_from_name(std::string_view n) {
   if (n == "mistral" || n == "nemo" || n == "mistral-nemo") return template_family::mistral;
   if (n == "phi3" || n == "phi3.5" || n == "phi-3") return template_family::phi3;
   if (n == "smollm3") return template_family::smollm3;
+  if (n == "gemma" || n == "gemma2" || n == "gemma3") return template_family::gemma;
   return std::nullopt;
 }
 
@@ -61,6 +63,7 @@ template_family detect_family(std::string_view t) {
   if (has("<|start_header_id|>")) return template_family::llama3;
   if (has("[INST]") || has("[TOOL_CALLS]")) return template_family::mistral;
   if (has("<|user|>") && has("<|end|>")) return template_family::phi3;
+  if (has("<start_of_turn>")) return template_family::gemma;
   return template_family::plain;
 }
 
@@ -71,6 +74,7 @@ const family_traits& traits(template_family f) {
   static const family_traits llama3{true, "<|begin_of_text|>", {"<|eot_id|>", "<|eom_id|>"}, "", ""};
   static const family_traits mistral{true, "<s>", {"</s>"}, "[TOOL_CALLS]", ""};
   static const family_traits phi3{false, "", {"<|end|>", "<|endoftext|>"}, "<tool_call>", "</tool_call>"};
+  static const family_traits gemma{true, "<bos>", {"<end_of_turn>"}, "<tool_call>", "</tool_call>"};
   switch (f) {
     case template_family::plain: return plain;
     case template_family::chatml:
@@ -80,6 +84,7 @@ const family_traits& traits(template_family f) {
     case template_family::llama3: return llama3;
     case template_family::mistral: return mistral;
     case template_family::phi3: return phi3;
+    case template_family::gemma: return gemma;
   }
   return plain;
 }
@@ -490,7 +495,7 @@ std::string render_mistral(const msgs& all, const std::vector<tool_def>& tools, 
 
 // ---------------------------------------------------------------------------
 // Tool extension shared by families whose template has no tool syntax (plain,
-// phi3, smollm3): calls are "<tool_call>\n{json}\n</tool_call>" in the
+// phi3, smollm3, gemma): calls are "<tool_call>\n{json}\n</tool_call>" in the
 // assistant's content, the Qwen/Hermes convention most models were tuned on.
 
 std::string calls_as_text(const chat_message& x, const char* sep_inside) {
@@ -596,6 +601,44 @@ std::string render_smollm3(const msgs& m, const std::vector<tool_def>& tools, bo
 }
 
 // ---------------------------------------------------------------------------
+// Gemma 2 / 3 instruct (shared/templates/google-gemma-2-2b-it.jinja): "<bos>", then
+// "<start_of_turn>user|model\n" + trimmed content + "<end_of_turn>\n" per message.
+// The Gemma 2 template refuses a system message; ours does what Gemma 3's template does
+// and puts it (with the Qwen tool block, our tool extension) at the head of the first user
+// turn. Calls are <tool_call> text in the model turn; results are a user turn holding
+// <tool_response>...</tool_response>.
+
+std::string trim_ws(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && is_space(s[b])) ++b;
+  while (e > b && is_space(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+
+std::string render_gemma(const msgs& m, const std::vector<tool_def>& tools, bool gen) {
+  std::string out = "<bos>";
+  std::string prefix;  // system text (and tools) for the first user turn
+  size_t i = 0;
+  if (!m.empty() && m[0].role == role::system) prefix = m[i++].content;
+  if (!tools.empty()) prefix += (prefix.empty() ? "" : "\n\n") + qwen_tools_block(tools);
+  if (!prefix.empty()) prefix += "\n\n";
+  for (; i < m.size(); i++) {
+    const auto& x = m[i];
+    std::string text;
+    if (x.role == role::assistant) {
+      text = "<start_of_turn>model\n" + trim_ws(x.content + calls_as_text(x, "\n"));
+    } else {
+      const std::string c = x.role == role::tool ? "<tool_response>\n" + x.content + "\n</tool_response>" : x.content;
+      text = "<start_of_turn>user\n" + trim_ws(prefix + c);
+      prefix.clear();
+    }
+    out += text + "<end_of_turn>\n";
+  }
+  if (gen) out += "<start_of_turn>model\n";
+  return out;
+}
+
+// ---------------------------------------------------------------------------
 // plain: a transcript for base models (no template). Tools are described in
 // the system part; calls are <tool_call>{...}</tool_call> lines.
 
@@ -648,6 +691,7 @@ std::string render(template_family family, const std::vector<chat_message>& mess
     case template_family::mistral: return render_mistral(messages, tools, add_generation_prompt);
     case template_family::phi3: return render_phi3(messages, tools, add_generation_prompt);
     case template_family::smollm3: return render_smollm3(messages, tools, add_generation_prompt);
+    case template_family::gemma: return render_gemma(messages, tools, add_generation_prompt);
   }
   return {};
 }

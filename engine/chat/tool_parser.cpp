@@ -1,5 +1,5 @@
 // Tool-call parsing per family (see tool_parser.h). Syntax accepted:
-//   chatml, qwen3, hermes, phi3, smollm3, plain: <tool_call>{"name":..,"arguments":{..}}</tool_call>
+//   chatml, qwen3, hermes, phi3, smollm3, gemma, plain: <tool_call>{"name":..,"arguments":{..}}</tool_call>
 //       (any whitespace inside the tags; a missing closing tag at the very end is tolerated)
 //   llama3: the turn is one or more {"name":..,"parameters":{..}} objects separated by ';'
 //       or whitespace, optionally after <|python_tag|>; a turn not starting with '{' is content

@@ -30,6 +30,24 @@ namespace {
 inline float to_f32(float x) { return x; }
 inline float to_f32(uint16_t h) { return kernels::fp16_to_fp32(h); }
 
+// Sliding window and soft-capping on a query's scores [0, n) (pos = n - 1): masked positions
+// become -inf (weight exactly 0), the rest cap * tanh(s / cap). Returns the max of the rest.
+// NOTE: only models with a window or a cap come here; the others keep the plain path's bits.
+// The positions before a window are still read and scored (a full-context cost); reading only
+// the window, and holding only its K/V, is the next step for long contexts.
+inline float adjust_scores(const attention_args& a, float* scores, int32_t n) {
+  const int32_t first = a.window > 0 ? std::max(0, n - a.window) : 0;
+  for (int32_t t = 0; t < first; ++t) scores[t] = -INFINITY;
+  float mx = -INFINITY;
+  const float cap = a.softcap, inv = cap != 0.0f ? 1.0f / cap : 0.0f;
+  for (int32_t t = first; t < n; ++t) {
+    if (cap != 0.0f) scores[t] = std::tanh(scores[t] * inv) * cap;
+    mx = std::max(mx, scores[t]);
+  }
+  return mx;
+}
+inline bool adjusts(const attention_args& a) { return a.window > 0 || a.softcap != 0.0f; }
+
 template <class T>
 const T* k_row(const attention_args& a, int32_t t) {
   return a.kv->k<T>(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.token_stride + a.head_offset;
@@ -135,6 +153,7 @@ void attend_one_scalar(const attention_args& a, const float* q, int32_t pos, flo
     scores[t] = s * a.scale;
     mx = std::max(mx, scores[t]);
   }
+  if (adjusts(a)) mx = adjust_scores(a, scores, pos + 1);
   double sum = 0.0;
   for (int32_t t = 0; t <= pos; ++t) {
     scores[t] = std::exp(scores[t] - mx);
@@ -257,6 +276,7 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
     scores[n - cnt + i] = sc;
     vmx = _mm256_max_ps(vmx, _mm256_set1_ps(sc));
   }
+  if (adjusts(a)) vmx = _mm256_set1_ps(adjust_scores(a, scores, n));
   const __m256 inv = softmax_scores(scores, n, vmx);
   // out = sum_t p_t V_t, 8 vectors (64 dims) of accumulators at a time, t in order.
   // NOTE: rows are taken 8 at a time and accumulated in add_rows' own registers; updated
@@ -342,6 +362,10 @@ void attend_pair_avx512(const attention_args& a, const packed_rows& rows, const 
   for (int32_t u = t; u < nb; ++u) {
     sb[u] = one(qb, u);
     mxb = _mm256_max_ps(mxb, _mm256_set1_ps(sb[u]));
+  }
+  if (adjusts(a)) {
+    mxa = _mm256_set1_ps(adjust_scores(a, sa, na));
+    mxb = _mm256_set1_ps(adjust_scores(a, sb, nb));
   }
   const __m256 inv_a = softmax_scores(sa, na, mxa), inv_b = softmax_scores(sb, nb, mxb);
   const __m512 inv = kernels::join_halves(inv_a, inv_b);

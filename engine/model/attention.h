@@ -20,11 +20,14 @@ struct attention_args {
                                          // (kv_layout::token_stride / elem_offset(0, kv head))
   int32_t head_dim = 0;
   float scale = 1.0f;  // 1/sqrt(head_dim)
+  int32_t window = 0;  // sliding window: key t is seen from pos iff pos - t < window; 0: all of 0..pos
+  float softcap = 0;   // scores -> softcap * tanh(scores / softcap) before the softmax (gemma2); 0: none
 };
 
 // n_q queries of one head at consecutive positions pos0, pos0 + 1, ... of one sequence:
 // out[j] = softmax(q[j] . K[0..pos0+j] * scale) V[0..pos0+j]. q[j], out[j]: head_dim floats
 // q_stride / out_stride floats apart. scores: scratch of at least pos0 + n_q floats.
+// With a window, the positions before it weigh exactly 0 (their scores are -inf), as if skipped.
 void attend(const attention_args& a, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q, float* out,
             int64_t out_stride, float* scores);
 

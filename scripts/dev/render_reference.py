@@ -24,6 +24,7 @@ FAMILIES = {  # family -> (template file, bos, eos)
     "mistral": ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "<s>", "</s>"),
     "phi3": ("microsoft-Phi-3.5-mini-instruct.jinja", "<s>", "<|endoftext|>"),
     "smollm3": ("HuggingFaceTB-SmolLM3-3B.jinja", "", "<|im_end|>"),
+    "gemma": ("google-gemma-2-2b-it.jinja", "<bos>", "<eos>"),
 }
 
 def raise_exception(msg):

@@ -21,7 +21,7 @@ const char* usage() {
   --redis URL                  redis://host:port; absent = start an embedded redis-server
   --model PATH                 GGUF model (repeatable; name = file stem)
   --device cpu|cuda|cuda:N     where the engines run (default cpu); a CUDA device that is not there fails start-up
-  --chat-family NAME           prompt format (chatml, qwen3, hermes, llama3, mistral, phi3, smollm3, plain);
+  --chat-family NAME           prompt format (chatml, qwen3, hermes, llama3, mistral, phi3, smollm3, gemma, plain);
                                default: detected from the model's chat template
   --allow-addresses CIDRS      comma-separated CIDRs exempt from the SSRF guard (e.g. 127.0.0.0/8)
   --admin-key KEY              make sure this admin key exists (else one is printed on first run)

@@ -91,6 +91,7 @@ TEST_CASE("hand-checked small cases") {
         "<|start_header_id|>assistant<|end_header_id|>\n\n");
   CHECK(chat::render(template_family::mistral, m, {}, true) == "<s>[INST]Hi[/INST]");
   CHECK(chat::render(template_family::phi3, m, {}, true) == "<|user|>\nHi<|end|>\n<|assistant|>\n");
+  CHECK(chat::render(template_family::gemma, m, {}, true) == "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
   CHECK(chat::render(template_family::plain, m, {}, true) == "User: Hi\nAssistant:");
 
   // Llama 3: a tool result is printed as a JSON string (a Jinja string `is iterable`).
@@ -124,6 +125,7 @@ TEST_CASE("detects the family of every shared template") {
       {"mistralai-Mistral-Nemo-Instruct-2407.jinja", template_family::mistral},
       {"microsoft-Phi-3.5-mini-instruct.jinja", template_family::phi3},
       {"HuggingFaceTB-SmolLM3-3B.jinja", template_family::smollm3},
+      {"google-gemma-2-2b-it.jinja", template_family::gemma},
   };
   for (const auto& e : expect) {
     std::string t = slurp(dir / e.file);
@@ -136,7 +138,8 @@ TEST_CASE("detects the family of every shared template") {
   CHECK(chat::family_from_name("llama3.2") == template_family::llama3);
   CHECK_FALSE(chat::family_from_name("gpt"));
   for (auto f : {template_family::plain, template_family::chatml, template_family::hermes, template_family::qwen3,
-                 template_family::llama3, template_family::mistral, template_family::phi3, template_family::smollm3})
+                 template_family::llama3, template_family::mistral, template_family::phi3, template_family::smollm3,
+                 template_family::gemma})
     CHECK(chat::family_from_name(chat::to_string(f)) == f);
 }
 
@@ -186,8 +189,9 @@ TEST_CASE("append-only: prefixes stay prefixes, except the documented breaks") {
   // phi3: without a generation prompt the template ends in "<|endoftext|>", so
   // only appending the assistant's turn to a generation prompt keeps the prefix.
   CHECK(append_breaks(template_family::phi3, m, tools) == v{1, 3, 4, 6, 8});
-  // smollm3, plain: fully append-only.
+  // smollm3, gemma, plain: fully append-only.
   CHECK(append_breaks(template_family::smollm3, m, tools).empty());
+  CHECK(append_breaks(template_family::gemma, m, tools).empty());
   CHECK(append_breaks(template_family::plain, m, tools).empty());
   // mistral: the system prompt and tool list move to the last user message, so
   // every turn after a user message breaks (k = 2, 6, 7, 8).

@@ -1,0 +1,31 @@
+// The mixture-of-experts FFN block (qwen3moe): softmax router, top-k experts with
+// renormalised weights, each expert a SwiGLU over the tokens routed to it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/transformer.h"
+
+namespace agentq {
+
+class thread_pool;
+
+struct moe_scratch {
+  std::vector<float> router;            // [n_x][n_expert]
+  std::vector<int32_t> sel;             // [n_x][k] chosen experts, best first
+  std::vector<float> w;                 // [n_x][k] their weights
+  std::vector<float> xg, g, u, y;       // one expert's gathered rows
+  std::vector<float> out;               // [n_x][k][n_embd] each chosen expert's output
+  std::vector<int32_t> rows;            // (token * k + slot) of the rows routed to one expert
+};
+
+// out = sum over each token's k chosen experts of w_e * down_e(silu(gate_e x) * up_e x).
+// x: [n_x][n_embd]; out: [n_x][n_embd], may alias x.
+// NOTE: tokens are grouped by expert, so prefill reads each chosen expert's rows once and decode
+// reads only the chosen experts' rows. Every row's result depends only on its own input (linear's
+// contract) and the k outputs are summed in rank order, so results are batch-invariant.
+void moe_ffn(thread_pool& pool, const layer_stack& d, const layer_desc& L, const float* x, int32_t n_x, float* out,
+             moe_scratch& s);
+
+}  // namespace agentq
