@@ -329,6 +329,17 @@ TEST_CASE("keep_kv: deleting the response releases its kept KV before the TTL") 
   CHECK(R.eng->n_releases() == 2);
 }
 
+TEST_CASE("keep_kv: a deletion by another process (the store's tombstone) releases the kept KV within the poll") {
+  worker::worker_options wo;
+  wo.response_kv_ttl_s = 600;
+  rig R([](const turn_request&, int32_t) { return test::answer("done"); }, wo);
+  std::string a = R.submit({{"messages", {user("first")}}, {"keep_kv", true}});
+  CHECK(R.wait_terminal(a).status == job_status::completed);
+  REQUIRE(R.db->delete_job(a).get() == store::write_status::ok);  // no job_deleted() call: a split-role API did it
+  for (int i = 0; i < 800 && R.eng->n_releases() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(R.eng->n_releases() == 1);
+}
+
 TEST_CASE("cancellation reaches a running turn and releases its KV") {
   rig R([](const turn_request&, int32_t) { return test::answer("never"); });
   R.eng->turn_delay_ms = 20000;
