@@ -466,6 +466,10 @@ std::optional<openai_job> map_response_request(const json& body, const response_
     ext["input_items"] = std::move(items);
     spec["openai"] = std::move(ext);
     spec["client_tool_calls"] = "finish";  // function_call items end the response (OpenAI's flow)
+    // NOTE: set after validate_job, so /v1/jobs cannot name them: a stored response keeps its KV
+    // (--response-kv-ttl-s) and a continuation runs under its chain's KV key (worker/kv_retention.h).
+    if (store_it) spec["keep_kv"] = true;
+    if (prev && !prev->kv_chain.empty()) spec["kv_chain"] = prev->kv_chain;
     out.spec = std::move(spec);
     return out;
   } catch (const refused& r) {

@@ -34,6 +34,7 @@ std::optional<openai_job> map_chat_request(const nlohmann::json& body, const mod
 struct response_chain {
   std::string previous_id;              // "resp_..."
   nlohmann::json messages = nlohmann::json::array();
+  std::string kv_chain;                 // job id of the chain's first response (its engine KV key)
 };
 
 // POST /v1/responses body -> job. prev: the chain when previous_response_id resolved (the caller

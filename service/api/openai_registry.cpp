@@ -23,32 +23,11 @@ openai_registry::~openai_registry() = default;
 std::unique_ptr<openai_registry> openai_registry::open(const std::string& db_path, std::string* error) {
   try {
     auto db = std::make_unique<store::sqlite_db>(db_path, 5000);
-    // NOTE: created here (IF NOT EXISTS) rather than in migrations/, so this surface merges
-    // independently of other schema work; a later migration may take the same definitions over.
-    db->exec(
-        "CREATE TABLE IF NOT EXISTS openai_deleted_responses ("
-        "  job_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, deleted_ms INTEGER NOT NULL);"
-        "CREATE TABLE IF NOT EXISTS openai_webhook_endpoints ("
-        "  id TEXT PRIMARY KEY, tenant TEXT NOT NULL, url TEXT NOT NULL,"
-        "  events_json TEXT NOT NULL, created_ms INTEGER NOT NULL);"
-        "CREATE INDEX IF NOT EXISTS openai_webhook_endpoints_tenant ON openai_webhook_endpoints(tenant);");
+    // NOTE: the tables come from migrations/0007_openai.sql (the store, opened first, ran it).
     return std::unique_ptr<openai_registry>(new openai_registry(std::move(db)));
   } catch (const std::exception& e) {
     if (error) *error = std::string("opening the OpenAI registry: ") + e.what();
     return nullptr;
-  }
-}
-
-bool openai_registry::mark_deleted(const std::string& job_id, const std::string& tenant) {
-  std::lock_guard lock(mu_);
-  try {
-    db_->prepare("INSERT OR IGNORE INTO openai_deleted_responses(job_id, tenant, deleted_ms) VALUES (?,?,?)")
-        .bind_all(job_id, tenant, store::now_ms())
-        .run();
-    return true;
-  } catch (const std::exception& e) {
-    spdlog::error("openai: mark_deleted {}: {}", job_id, e.what());
-    return false;
   }
 }
 

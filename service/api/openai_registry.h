@@ -1,5 +1,5 @@
 // The OpenAI surface's own records on the job store's SQLite file (own connection, like the key
-// store): deleted responses (DELETE /v1/responses/{id}) and OpenAI-shaped webhook endpoints
+// store): responses deleted by older versions and OpenAI-shaped webhook endpoints
 // (POST/GET/DELETE /v1/webhook_endpoints) that the webhook dispatcher fans response events out to.
 #pragma once
 
@@ -29,12 +29,12 @@ bool is_response_webhook_event(const std::string& name);
 
 class openai_registry {
  public:
-  // Open db_path (the job store's file) and create the tables if missing. nullptr with *error.
+  // Open db_path (the job store's file, migrated by the store: 0007_openai). nullptr with *error.
   static std::unique_ptr<openai_registry> open(const std::string& db_path, std::string* error);
   ~openai_registry();
 
-  // A deleted response stays 404 for its tenant. false on a database error.
-  bool mark_deleted(const std::string& job_id, const std::string& tenant);
+  // A response deleted by an agentq before DELETE /v1/responses/{id} became a job deletion
+  // (store::delete_job): it stays 404 (nothing adds rows any more).
   bool is_deleted(const std::string& job_id);
 
   std::optional<webhook_endpoint> add_endpoint(const std::string& tenant, const std::string& url,

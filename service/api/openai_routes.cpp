@@ -11,6 +11,7 @@
 #include "api/openai_stream.h"
 #include "auth/keys.h"
 #include "http/errors.h"
+#include "ops/retention.h"
 #include "store/store.h"
 #include "util/crypto.h"
 
@@ -245,7 +246,8 @@ void install_openai_routes(http::router& r, const api_options& options, const ap
                                       "response '" + pid + "' is " + response_status(prev->status) +
                                           "; only a completed or incomplete response can be continued",
                                       "previous_response_id");
-              chain = response_chain{pid, chain_messages(*prev, deps.store->read_transcript(prev->id))};
+              chain = response_chain{pid, chain_messages(*prev, deps.store->read_transcript(prev->id)),
+                                     preq.is_object() ? preq.value("kv_chain", prev->id) : prev->id};
             }
           }
           auto j = map_response_request(*body, chain ? &*chain : nullptr, *deps.catalog, *deps.guard, options.limits, &err);
@@ -309,11 +311,23 @@ void install_openai_routes(http::router& r, const api_options& options, const ap
   r.add("DELETE", "/v1/responses/{id}", authed([deps, find_response, not_found](request& req, const auth::key_info& key) {
           std::string id = req.path_param("id");
           auto job = find_response(id, key);
-          if (!job || !deps.openai) return not_found(id);
-          if (!store::is_terminal(job->status)) deps.store->cancel_job(job->id, key.tenant).get();
-          if (!deps.openai->mark_deleted(job->id, key.tenant))
-            return error_response(error_kind::internal, "could not delete the response; retry");
-          return json_response(200, {{"id", id}, {"object", "response"}, {"deleted", true}});
+          if (!job) return not_found(id);
+          // NOTE: #33's deletion, as DELETE /v1/jobs/{id}: a live job is cancelled first, then the job
+          // becomes a tombstone (content gone, every route 404s) and its KV is released.
+          if (!store::is_terminal(job->status) &&
+              deps.store->cancel_job(job->id, key.tenant).get() == store::write_status::error)
+            return error_response(error_kind::unavailable, "could not cancel the response; retry");
+          switch (deps.store->delete_job(job->id, key.tenant).get()) {
+            case store::write_status::ok:
+              ops::count_deleted("request", 1);
+              if (deps.on_job_deleted) deps.on_job_deleted(job->id);
+              spdlog::info("api: response {} (job {}) deleted by key {}", id, job->id, key.id);
+              return json_response(200, {{"id", id}, {"object", "response"}, {"deleted", true}});
+            case store::write_status::not_found: return not_found(id);
+            case store::write_status::fenced:
+              return error_response(error_kind::conflict, "response '" + id + "' is not terminal yet; retry");
+            default: return error_response(error_kind::unavailable, "could not delete the response; retry");
+          }
         }));
 
   r.add("GET", "/v1/responses/{id}/input_items", authed([deps, find_response, not_found](request& req, const auth::key_info& key) {

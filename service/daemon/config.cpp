@@ -29,7 +29,8 @@ const char* usage() {
                                allow_addresses, admin_key, http_threads, max_connections, max_body_bytes,
                                rate_limit, rate_burst, webhook_schedule_ms, webhook_timeout_ms, max_jobs,
                                kv_budget_mb, kv_type, chat_family, log_level, log_format, metrics_token,
-                               retention_days, shutdown_spill_s, spill_after_s, spill_budget_mb
+                               retention_days, shutdown_spill_s, spill_after_s, spill_budget_mb,
+                               response_kv_ttl_s
                                (and every flag below by name)
   --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
   --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
@@ -39,6 +40,8 @@ const char* usage() {
   --spill-budget-mb N          spill files per model at most; the latest-resuming are evicted (default 4096; 0 = no limit)
   --kv-idle-ttl-s S (60)  --kv-pin-max-wait-s S (30)  --kv-pin-relaxed-wait-s S (300)
   --kv-spill-min-tokens N (64)  --client-tool-park-s S (300)   KV residency timings (docs/kv_and_batching.md)
+  --response-kv-ttl-s S        a stored OpenAI response keeps its KV parked this long for previous_response_id
+                               (default 600; 0 = released when it ends; docs/openai.md)
   --webhook-schedule MS,MS,..  retry delays after each failed delivery (default 5s,5m,30m,2h,5h,10h,10h)
   --webhook-timeout-ms MS  --log-level trace|debug|info|warn|error  --port-file FILE
   --log-format text|json       log lines as text (default) or one JSON object each (job_id field)
@@ -125,6 +128,7 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "kv-pin-relaxed-wait-s") c.kv_pin_relaxed_wait_s = parse_seconds(name, v, 0);
   else if (name == "kv-spill-min-tokens") c.kv_spill_min_tokens = std::stoi(v);
   else if (name == "client-tool-park-s") c.client_tool_park_s = parse_seconds(name, v, 0);
+  else if (name == "response-kv-ttl-s") c.response_kv_ttl_s = parse_seconds(name, v, 0);
   else if (name == "device") c.device = v;
   else if (name == "chat-family") c.chat_family = v;   // checked when the engines load
   else if (name == "log-level") {

@@ -36,6 +36,7 @@ struct config {
   double kv_pin_relaxed_wait_s = 300;             // ...and up to this while at most half the pool is used
   int32_t kv_spill_min_tokens = 64;               // shorter sequences are dropped, not spilled
   double client_tool_park_s = 300;                // expected wait of a requires_action job (the park hint)
+  double response_kv_ttl_s = 600;                 // a stored response's KV kept for previous_response_id (0 = not kept)
   std::string kv_type;                            // f16 | f32; empty = the device's default (cpu f16, cuda f32)
   int32_t engine_threads = 0;                     // CPU threads per engine (0 = one per core)
   std::string device = "cpu";                     // where the engines run: cpu | cuda | cuda:N (no fallback)

@@ -185,6 +185,7 @@ int run(const daemon::config& c) {
     wo.max_deliveries = c.max_deliveries;
     wo.shutdown_spill_s = c.shutdown_spill_s;  // w->stop() below writes resident KV to disk
     wo.client_tool_park_s = c.client_tool_park_s;
+    wo.response_kv_ttl_s = c.response_kv_ttl_s;  // a stored response's KV kept for previous_response_id
     // a job's tool requests are signed with the whsec_ secret of the key that submitted it
     wo.tool_secret = [k = keys.get()](const std::string& job_id, const std::string& tenant) {
       return k->webhook_secret_for(job_id, tenant);
@@ -248,12 +249,11 @@ int run(const daemon::config& c) {
     ropts.spill_dir = (fs::path(c.data_dir) / "kv").string();
     sweeper = std::make_unique<ops::retention>(ropts, *st, metrics::global());
     sweeper->start();
-    deps.on_job_deleted = [&catalog, sw = sweeper.get(), has_worker = w != nullptr](const std::string& job_id) {
-      // NOTE: the worker's KV key for a job (worker.cpp job_key_of: FNV-1a of the id); release() frees
-      // its parked KV and removes its spill file. Split-role workers' files go with the retention sweep.
-      uint64_t h = 1469598103934665603ull;
-      for (unsigned char ch : job_id) h = (h ^ ch) * 1099511628211ull;
-      if (has_worker && !catalog.list().empty()) catalog.find(catalog.list().front().name)->release(h ? h : 1);
+    deps.on_job_deleted = [wk = w.get(), sw = sweeper.get()](const std::string& job_id) {
+      // NOTE: the worker knows the job's KV key (its own, or its previous_response_id chain's) and
+      // whether a continuation holds that key now; release() frees parked KV and its spill file.
+      // Split-role workers notice deletions themselves (their retained keys) or the retention sweep does.
+      if (wk) wk->job_deleted(job_id);
       sw->notify_deleted();
     };
     deps.openai = openai_reg.get();

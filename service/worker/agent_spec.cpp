@@ -167,6 +167,7 @@ std::optional<agent_spec> parse_agent_spec(const std::string& request_json, std:
     s.json_ws = get_or<std::string>(j, "json_whitespace", "spaced") == "free" ? json_whitespace::free : json_whitespace::spaced;
     s.tool_choice_every_turn = get_or<bool>(j, "tool_choice_every_turn", false);
     s.finish_on_client_tools = j.contains("client_tool_calls") && j["client_tool_calls"] == "finish";
+    s.keep_kv = get_or<bool>(j, "keep_kv", false);
     if (j.contains("response_format") && j["response_format"].is_object()) {
       const json& rf = j["response_format"];
       if (rf.value("type", "") == "json_schema") {

@@ -58,6 +58,10 @@ struct agent_spec {
   // client tool completes the job with the calls in its transcript, instead of requires_action;
   // the client answers in a new request (previous_response_id / the next chat messages).
   bool finish_on_client_tools = false;
+  // "keep_kv": true (set by the OpenAI surface for a stored response): when the job completes its
+  // KV stays parked for --response-kv-ttl-s for a previous_response_id continuation, which names
+  // the chain's first job in "kv_chain" so it runs under the same engine KV key (kv_retention.h).
+  bool keep_kv = false;
 
   const tool_spec* find_tool(const std::string& name) const;
 };

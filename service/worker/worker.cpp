@@ -36,6 +36,7 @@
 #include "webhooks/signing.h"
 #include "worker/agent_spec.h"
 #include "worker/kv_marks.h"
+#include "worker/kv_retention.h"
 
 namespace agentq::worker {
 
@@ -50,12 +51,6 @@ std::string default_worker_id() {
   char host[128] = {0};
   gethostname(host, sizeof host - 1);
   return std::string(host) + "-" + std::to_string(getpid()) + "-" + crypto::to_hex(crypto::random_bytes(2));
-}
-
-uint64_t job_key_of(const std::string& job_id) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : job_id) h = (h ^ c) * 1099511628211ull;
-  return h ? h : 1;
 }
 
 int32_t engine_priority(store::job_priority p) {
@@ -164,7 +159,8 @@ struct job_ctx {
   std::string job_id;
   int64_t epoch = 0;
   queue::delivery delivery;
-  uint64_t job_key = 0;
+  uint64_t job_key = 0;                    // engine KV key: of the job, or of its previous_response_id chain
+  bool keep_kv = false;                    // a stored response: its KV outlives it (response_kv_ttl_s)
   int64_t created_ms = 0;                  // the job's submission (job latency metric)
   std::string tenant;                      // the job's tenant (with job_id: whose secret signs its tool calls)
   int64_t deadline_ms = 0;                 // wall clock; 0 = none
@@ -189,10 +185,12 @@ struct worker::impl {
   std::mutex latency_mu;
   std::unordered_map<std::string, double> tool_latency_s;  // EWMA per tool name
   kv_marks kv_moves;  // engine spills / restores -> timeline marks (housekeeper writes them)
+  kv_retention retained;  // KV of finished stored responses, kept for a continuation
 
   std::atomic<int64_t> n_claimed{0}, n_completed{0}, n_failed{0}, n_cancelled{0}, n_requires_action{0}, n_turns{0},
       n_tool_calls{0}, n_fenced{0}, n_resumed{0};
   std::atomic<int64_t> n_spill_corrupt_seen{0};
+  clock_type::time_point next_deleted_poll{};  // housekeeper only
 
   impl(worker_options o, std::shared_ptr<engine> e, store::store& s, queue::queue& qq, bool se)
       : options(std::move(o)), eng(std::move(e)), db(s), q(qq), start_engine(se) {
@@ -291,7 +289,11 @@ struct worker::impl {
     ctx->job_id = d.job_id;
     ctx->epoch = c.won->epoch;
     ctx->delivery = d;
-    ctx->job_key = job_key_of(d.job_id);
+    ctx->job_key = job_key_of(kv_chain_of(c.won->job.request_json, d.job_id));
+    // NOTE: the engine runs one turn per key at a time: a second continuation of the same chain
+    // running now (a fork) takes its own key and re-prefills (only this thread adds to active).
+    if (key_in_use(ctx->job_key)) ctx->job_key = job_key_of(d.job_id);
+    retained.claim(ctx->job_key);  // a continuation: the chain's parked KV is this job's now
     ctx->fault_subject = c.won->job.request_json;
     kv_moves.track(ctx->job_key, ctx->job_id, ctx->epoch);
     std::lock_guard lock(mu);
@@ -326,7 +328,7 @@ struct worker::impl {
 
   void housekeeping_loop() {
     auto now = clock_type::now();
-    auto next_heartbeat = now, next_renew = now, next_cancel = now;
+    auto next_heartbeat = now, next_renew = now, next_cancel = now, next_retained = now;
     while (running) {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(20, options.cancel_poll_ms)));
       now = clock_type::now();
@@ -355,6 +357,10 @@ struct worker::impl {
           for (auto& c : jobs)
             if (c->job_id == jid && !c->cancelled.exchange(true)) interrupt(*c);
         next_cancel = now + std::chrono::milliseconds(options.cancel_poll_ms);
+      }
+      if (now >= next_retained) {
+        expire_retained(now);
+        next_retained = now + std::chrono::seconds(1);
       }
       int64_t wall = store::now_ms();
       for (auto& c : jobs)
@@ -408,9 +414,57 @@ struct worker::impl {
     spdlog::info("worker {}: job {} {} after {} turns{}", id, c.job_id, store::to_string(st), usage.turns,
                  error.empty() ? "" : ": " + error);
     if (options.timeline) options.timeline->close_open(c.job_id, c.epoch, "parked", now);
-    release_kv(c);
+    if (c.keep_kv && options.response_kv_ttl_s > 0 && (st == job_status::completed || st == job_status::incomplete))
+      retain_kv(c);
+    else
+      release_kv(c);
     ack(c);
     return true;
+  }
+
+  // --- KV kept for previous_response_id (kv_retention.h) -----------------------------
+
+  // NOTE: parked like a client wait (pinned, spilled or dropped by the residency policy); the
+  // TTL only bounds how long the key may hold memory or a spill file, so it is not the park hint.
+  void retain_kv(job_ctx& c) {
+    eng->park(c.job_key, std::min(options.response_kv_ttl_s, options.client_tool_park_s));
+    kv_moves.forget(c.job_key);
+    retained.hold(c.job_key, c.job_id,
+                  clock_type::now() + std::chrono::milliseconds(int64_t(options.response_kv_ttl_s * 1000)));
+  }
+
+  bool key_in_use(uint64_t key) {
+    std::lock_guard lock(mu);
+    for (auto& [jid, c] : active)
+      if (!c->done && c->job_key == key) return true;
+    return false;
+  }
+
+  // TTL over, or the response deleted (by a route of another process: polled every 5 s).
+  void expire_retained(clock_type::time_point now) {
+    for (uint64_t k : retained.expired(now))
+      if (!key_in_use(k)) eng->release(k);
+    if (now < next_deleted_poll || retained.size() == 0) return;
+    next_deleted_poll = now + std::chrono::seconds(5);
+    for (auto& [k, jid] : retained.held()) {
+      std::optional<store::job_row> row;
+      try {
+        row = db.get_job(jid);
+      } catch (const std::exception&) {
+        continue;  // the store is busy: next poll
+      }
+      if (!row) job_deleted(jid);
+    }
+  }
+
+  void job_deleted(const std::string& job_id) {
+    if (auto k = retained.drop_job(job_id)) {
+      if (!key_in_use(*k)) eng->release(*k);
+      return;
+    }
+    // NOTE: a job's own key, unless a continuation of it (same key) runs or holds it now.
+    uint64_t k = job_key_of(job_id);
+    if (!retained.held_by_other(k, job_id) && !key_in_use(k)) eng->release(k);
   }
 
   void run_job(job_ctx& c, const store::job_row& row) {
@@ -427,6 +481,7 @@ struct worker::impl {
     store::usage_totals usage = store::usage_totals::from_json(row.usage_json);
     c.created_ms = row.created_ms;
     c.tenant = row.tenant;
+    c.keep_kv = spec->keep_kv;
 
     auto rows = db.read_transcript(c.job_id);
     if (rows.empty()) {
@@ -611,7 +666,7 @@ struct worker::impl {
         std::string before;
         for (;;) {
           auto rows = db.list_jobs("", st, 1000, before);
-          for (const auto& r : rows) live.insert(job_key_of(r.id));
+          for (const auto& r : rows) live.insert(job_key_of(kv_chain_of(r.request_json, r.id)));
           if (rows.size() < 1000) break;
           before = rows.back().id;
         }
@@ -812,6 +867,8 @@ void worker::stop() {
 }
 
 const std::string& worker::id() const { return impl_->id; }
+
+void worker::job_deleted(const std::string& job_id) { impl_->job_deleted(job_id); }
 
 worker_stats worker::stats() const {
   worker_stats s;

@@ -54,6 +54,10 @@ struct worker_options {
   int32_t read_block_ms = 200;
   int32_t n_tool_threads = 8;
   double client_tool_park_s = 300;     // park() hint while waiting on a client
+  // A stored OpenAI response ("keep_kv" in its spec) that completes keeps its KV parked this long
+  // for a previous_response_id continuation, then releases it (and its spill file); 0 = release
+  // at the end like any job.
+  double response_kv_ttl_s = 600;
   // stop(): write the engine's resident KV to its spill tier for this long at most, so a
   // restarted worker resumes its jobs without a re-prefill (engine::spill_for_shutdown); < 0 = off.
   double shutdown_spill_s = -1;
@@ -89,6 +93,8 @@ class worker {
   // then spill resident KV (shutdown_spill_s).
   void stop();
   const std::string& id() const;
+  // A job was deleted (DELETE /v1/jobs, /v1/responses): release the KV it holds here, if any.
+  void job_deleted(const std::string& job_id);
   worker_stats stats() const;
 
  private:

@@ -275,6 +275,71 @@ TEST_CASE("client_tool_calls: finish completes the job at a client tool call (th
   CHECK(R.w->stats().n_requires_action == 0);
 }
 
+TEST_CASE("keep_kv: a stored response's KV outlives it for response_kv_ttl_s; a continuation uses the chain's key") {
+  worker::worker_options wo;
+  wo.response_kv_ttl_s = 1.5;
+  rig R([](const turn_request&, int32_t) { return test::answer("done"); }, wo);
+  std::string a = R.submit({{"messages", {user("first")}}, {"keep_kv", true}});
+  CHECK(R.wait_terminal(a).status == job_status::completed);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(R.eng->n_releases() == 0);  // parked, not released, at the terminal state
+  CHECK(R.eng->n_parks() >= 1);
+  // the continuation names the chain's first job: same engine KV key
+  std::string b = R.submit({{"messages", {user("first"), user("second")}}, {"keep_kv", true}, {"kv_chain", a}});
+  CHECK(R.wait_terminal(b).status == job_status::completed);
+  auto reqs = R.eng->requests();
+  REQUIRE(reqs.size() == 2);
+  CHECK(reqs[0].job_key == reqs[1].job_key);
+  CHECK(R.eng->n_releases() == 0);
+  // after the TTL (from b's end) the key is released once
+  for (int i = 0; i < 400 && R.eng->n_releases() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(R.eng->n_releases() == 1);
+  // a job without keep_kv releases at its end, as before
+  std::string c = R.submit({{"messages", {user("plain")}}});
+  CHECK(R.wait_terminal(c).status == job_status::completed);
+  for (int i = 0; i < 400 && R.eng->n_releases() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(R.eng->n_releases() == 2);
+}
+
+TEST_CASE("keep_kv: two continuations of one chain running at once: the second takes its own key") {
+  rig R([](const turn_request&, int32_t) { return test::answer("done"); });
+  std::string a = R.submit({{"messages", {user("first")}}, {"keep_kv", true}});
+  CHECK(R.wait_terminal(a).status == job_status::completed);
+  R.eng->turn_delay_ms = 1500;  // b1 and b2 overlap
+  std::string b1 = R.submit({{"messages", {user("first"), user("x")}}, {"keep_kv", true}, {"kv_chain", a}});
+  std::string b2 = R.submit({{"messages", {user("first"), user("y")}}, {"keep_kv", true}, {"kv_chain", a}});
+  CHECK(R.wait_terminal(b1).status == job_status::completed);
+  CHECK(R.wait_terminal(b2).status == job_status::completed);
+  auto reqs = R.eng->requests();
+  REQUIRE(reqs.size() == 3);
+  CHECK((reqs[1].job_key == reqs[0].job_key) != (reqs[2].job_key == reqs[0].job_key));
+}
+
+TEST_CASE("keep_kv: deleting the response releases its kept KV before the TTL") {
+  worker::worker_options wo;
+  wo.response_kv_ttl_s = 600;
+  rig R([](const turn_request&, int32_t) { return test::answer("done"); }, wo);
+  std::string a = R.submit({{"messages", {user("first")}}, {"keep_kv", true}});
+  CHECK(R.wait_terminal(a).status == job_status::completed);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(R.eng->n_releases() == 0);
+  R.w->job_deleted(a);
+  CHECK(R.eng->n_releases() == 1);
+  R.w->job_deleted(a);  // nothing held any more: the job's own key again (a no-op for the engine)
+  CHECK(R.eng->n_releases() == 2);
+}
+
+TEST_CASE("keep_kv: a deletion by another process (the store's tombstone) releases the kept KV within the poll") {
+  worker::worker_options wo;
+  wo.response_kv_ttl_s = 600;
+  rig R([](const turn_request&, int32_t) { return test::answer("done"); }, wo);
+  std::string a = R.submit({{"messages", {user("first")}}, {"keep_kv", true}});
+  CHECK(R.wait_terminal(a).status == job_status::completed);
+  REQUIRE(R.db->delete_job(a).get() == store::write_status::ok);  // no job_deleted() call: a split-role API did it
+  for (int i = 0; i < 800 && R.eng->n_releases() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(R.eng->n_releases() == 1);
+}
+
 TEST_CASE("cancellation reaches a running turn and releases its KV") {
   rig R([](const turn_request&, int32_t) { return test::answer("never"); });
   R.eng->turn_delay_ms = 20000;
