@@ -50,6 +50,7 @@ TEST_CASE("agentqd end to end") {
     auto models = admin.get("/v1/models");
     REQUIRE(models.status == 200);
     CHECK(models.body["data"][0]["id"] == "stories260K");
+    CHECK(models.body["data"][0]["chat_family"] == "plain");  // no chat template (#25)
     auto [key, secret] = make_tenant(admin, "t-auth");
     api user{d, key};
     CHECK(user.get("/v1/models").status == 200);
