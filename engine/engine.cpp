@@ -88,9 +88,13 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
     if (!fam) return set_err("unknown chat_family '" + config.chat_family + "'");
     e->family_ = *fam;
   } else {
-    e->family_ = chat::detect_family(file->get_string("tokenizer.chat_template").value_or(""));
+    // NOTE: an unrecognised template renders as plain (non-tool jobs still run) but is
+    // reported as "unknown": the API refuses tool jobs for it and the daemon logs it.
+    auto fam = chat::detect_family(file->get_string("tokenizer.chat_template").value_or(""));
+    e->family_ = fam.value_or(chat::template_family::plain);
+    e->family_known_ = fam.has_value();
   }
-  d.chat_family = chat::to_string(e->family_);
+  d.chat_family = e->family_known_ ? chat::to_string(e->family_) : chat::unknown_family_name;
 
   const kv_layout layout = e->backend_->kv_layout_for(config.block_size);
   if (!e->backend_->alloc_kv(config.block_size, block_pool::blocks_for_budget(layout, config.kv_budget_bytes), &err))

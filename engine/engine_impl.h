@@ -161,6 +161,7 @@ class engine_impl final : public engine {
   std::unique_ptr<forward_backend> backend_;
   std::unique_ptr<tokenizer> tok_;
   chat::template_family family_ = chat::template_family::plain;
+  bool family_known_ = true;  // false: the template matched no family (desc_.chat_family "unknown")
   mutable std::shared_ptr<const void> vocab_index_;  // grammar::vocab_index, built on first use (engine_hooks.cpp)
   mutable std::mutex vocab_mutex_;
   // Control tokens that open a tool call in this family, with their text (their pieces are "").

@@ -23,15 +23,22 @@ enum class template_family {
   phi3,     // Phi-3 / 3.5 mini: <|user|> ... <|end|> (no native tools: our extension)
   smollm3,  // SmolLM3 (Unsloth template): ChatML with a metadata system header
   gemma,    // Gemma 2 / 3 instruct: <start_of_turn>user|model ... <end_of_turn> (no native tools: our extension)
+  deepseek_r1,       // DeepSeek-R1 (Llama distill template): <｜User｜> ... <｜Assistant｜><think>\n (tools: our extension)
+  deepseek_r1_qwen,  // DeepSeek-R1 Qwen distill template: as deepseek_r1, generation prompt "<think>\n</think>"
 };
 
 const char* to_string(template_family f);
 // "chatml", "qwen2.5", "hermes", "qwen3", "llama3", "llama3.1", "llama3.2", "mistral",
-// "nemo", "phi3", "phi3.5", "smollm3", "gemma", "gemma2", "gemma3", "plain"; nullopt when unknown.
+// "nemo", "phi3", "phi3.5", "smollm3", "gemma", "gemma2", "gemma3", "deepseek-r1",
+// "deepseek-r1-distill-llama", "deepseek-r1-distill-qwen", "plain"; nullopt when unknown.
 std::optional<template_family> family_from_name(std::string_view name);
-// Recognise a model's Jinja chat template by distinctive substrings; plain when
-// empty or unrecognised.
-template_family detect_family(std::string_view chat_template_jinja);
+// Recognise a model's Jinja chat template by distinctive substrings: plain when the
+// model has no template (base models); nullopt ("unknown") when it has one that no
+// family matches. NOTE: unknown is not plain on purpose: rendering such a model's
+// chats as plain text would silently give it a prompt it was never trained on.
+std::optional<template_family> detect_family(std::string_view chat_template_jinja);
+// The name the engine reports (model_desc::chat_family) for an unrecognised template.
+inline constexpr const char* unknown_family_name = "unknown";
 
 // What the rest of the engine needs to know about a family.
 struct family_traits {

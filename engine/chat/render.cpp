@@ -21,6 +21,7 @@
 #include <cstdio>
 
 #include "chat/chat.h"
+#include "chat/render_internal.h"
 #include "json/json.h"
 
 namespace agentq::chat {
@@ -36,6 +37,8 @@ const char* to_string(template_family f) {
     case template_family::phi3: return "phi3";
     case template_family::smollm3: return "smollm3";
     case template_family::gemma: return "gemma";
+    case template_family::deepseek_r1: return "deepseek-r1";
+    case template_family::deepseek_r1_qwen: return "deepseek-r1-distill-qwen";
   }
   return "?";
 }
@@ -50,10 +53,12 @@ std::optional<template_family> family_from_name(std::string_view n) {
   if (n == "phi3" || n == "phi3.5" || n == "phi-3") return template_family::phi3;
   if (n == "smollm3") return template_family::smollm3;
   if (n == "gemma" || n == "gemma2" || n == "gemma3") return template_family::gemma;
+  if (n == "deepseek-r1" || n == "deepseek-r1-distill-llama") return template_family::deepseek_r1;
+  if (n == "deepseek-r1-distill-qwen") return template_family::deepseek_r1_qwen;
   return std::nullopt;
 }
 
-template_family detect_family(std::string_view t) {
+std::optional<template_family> detect_family(std::string_view t) {
   auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
   if (t.empty()) return template_family::plain;
   if (has("json_to_python_type") || has("You are a function calling AI model")) return template_family::hermes;
@@ -64,7 +69,11 @@ template_family detect_family(std::string_view t) {
   if (has("[INST]") || has("[TOOL_CALLS]")) return template_family::mistral;
   if (has("<|user|>") && has("<|end|>")) return template_family::phi3;
   if (has("<start_of_turn>")) return template_family::gemma;
-  return template_family::plain;
+  // NOTE: the Qwen distill's template differs from DeepSeek's own (the Llama distill's) in its
+  // generation prompt; it is the one that mentions enable_thinking.
+  if (has("<｜Assistant｜>") && has("<｜User｜>"))
+    return has("enable_thinking") ? template_family::deepseek_r1_qwen : template_family::deepseek_r1;
+  return std::nullopt;
 }
 
 const family_traits& traits(template_family f) {
@@ -75,6 +84,8 @@ const family_traits& traits(template_family f) {
   static const family_traits mistral{true, "<s>", {"</s>"}, "[TOOL_CALLS]", ""};
   static const family_traits phi3{false, "", {"<|end|>", "<|endoftext|>"}, "<tool_call>", "</tool_call>"};
   static const family_traits gemma{true, "<bos>", {"<end_of_turn>"}, "<tool_call>", "</tool_call>"};
+  static const family_traits deepseek{true, "<｜begin▁of▁sentence｜>", {"<｜end▁of▁sentence｜>"}, "<tool_call>",
+                                      "</tool_call>"};
   switch (f) {
     case template_family::plain: return plain;
     case template_family::chatml:
@@ -85,6 +96,8 @@ const family_traits& traits(template_family f) {
     case template_family::mistral: return mistral;
     case template_family::phi3: return phi3;
     case template_family::gemma: return gemma;
+    case template_family::deepseek_r1:
+    case template_family::deepseek_r1_qwen: return deepseek;
   }
   return plain;
 }
@@ -674,6 +687,9 @@ std::string render_plain(const msgs& m, const std::vector<tool_def>& tools, bool
 
 }  // namespace
 
+std::string detail::tools_block(const std::vector<tool_def>& tools) { return qwen_tools_block(tools); }
+std::string detail::calls_text(const chat_message& m, const char* sep_inside) { return calls_as_text(m, sep_inside); }
+
 std::string tools_json(const std::vector<tool_def>& tools) {
   auto a = json::value::make_array();
   for (const auto& t : tools) a.push_back(tool_object(t));
@@ -692,6 +708,8 @@ std::string render(template_family family, const std::vector<chat_message>& mess
     case template_family::phi3: return render_phi3(messages, tools, add_generation_prompt);
     case template_family::smollm3: return render_smollm3(messages, tools, add_generation_prompt);
     case template_family::gemma: return render_gemma(messages, tools, add_generation_prompt);
+    case template_family::deepseek_r1: return render_deepseek_r1(messages, tools, add_generation_prompt, false);
+    case template_family::deepseek_r1_qwen: return render_deepseek_r1(messages, tools, add_generation_prompt, true);
   }
   return {};
 }

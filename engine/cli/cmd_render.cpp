@@ -26,10 +26,11 @@ int usage(FILE* f) {
   std::fprintf(f,
                "usage: agentq-engine render [--model PATH] --messages FILE [--tools FILE] [--family NAME]\n"
                "                            [--no-generation-prompt]\n"
-               "  --model    GGUF whose tokenizer.chat_template picks the family (else plain)\n"
+               "  --model    GGUF whose tokenizer.chat_template picks the family (none: plain; unmatched: choose --family)\n"
                "  --messages OpenAI-style messages JSON array\n"
                "  --tools    OpenAI-style tools JSON array\n"
-               "  --family   plain|chatml|hermes|qwen3|llama3|mistral|phi3|smollm3 (overrides detection)\n");
+               "  --family   plain|chatml|hermes|qwen3|llama3|mistral|phi3|smollm3|gemma|deepseek-r1|deepseek-r1-distill-qwen\n"
+               "             (overrides detection)\n");
   return f == stdout ? 0 : 2;
 }
 
@@ -59,7 +60,14 @@ int cmd_render(int argc, char** argv) {
       std::fprintf(stderr, "render: %s\n", err.c_str());
       return 1;
     }
-    if (auto t = f->get_string("tokenizer.chat_template")) family = chat::detect_family(*t);
+    if (auto t = f->get_string("tokenizer.chat_template")) {
+      auto detected = chat::detect_family(*t);
+      if (!detected && !family_name) {
+        std::fprintf(stderr, "render: %s has a chat template no family matches; choose one with --family NAME\n", model);
+        return 2;
+      }
+      if (detected) family = *detected;
+    }
   }
   if (family_name) {
     auto f = chat::family_from_name(family_name);

@@ -25,6 +25,10 @@ FAMILIES = {  # family -> (template file, bos, eos)
     "phi3": ("microsoft-Phi-3.5-mini-instruct.jinja", "<s>", "<|endoftext|>"),
     "smollm3": ("HuggingFaceTB-SmolLM3-3B.jinja", "", "<|im_end|>"),
     "gemma": ("google-gemma-2-2b-it.jinja", "<bos>", "<eos>"),
+    "deepseek-r1-distill-llama": ("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", "<｜begin▁of▁sentence｜>",
+                                  "<｜end▁of▁sentence｜>"),
+    "deepseek-r1-distill-qwen": ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "<｜begin▁of▁sentence｜>",
+                                 "<｜end▁of▁sentence｜>"),
 }
 
 def raise_exception(msg):

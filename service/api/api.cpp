@@ -130,7 +130,7 @@ void api::install(http::router& r) {
           json data = json::array();
           for (const auto& m : deps_.catalog->list())
             data.push_back({{"id", m.name}, {"object", "model"}, {"arch", m.arch}, {"context_length", m.n_ctx},
-                            {"ready", m.ready}});
+                            {"ready", m.ready}, {"chat_family", m.chat_family}});
           return json_response(200, {{"object", "list"}, {"data", data}});
         }));
 

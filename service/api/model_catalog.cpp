@@ -5,7 +5,8 @@ namespace agentq::api {
 
 std::vector<model_info> engine_catalog::list() const {
   std::vector<model_info> out;
-  for (const auto& e : engines_) out.push_back({e->model().name, e->model().arch, e->model().n_ctx, e->healthy()});
+  for (const auto& e : engines_)
+    out.push_back({e->model().name, e->model().arch, e->model().n_ctx, e->healthy(), e->model().chat_family});
   return out;
 }
 

@@ -17,6 +17,9 @@ struct model_info {
   std::string arch;
   int32_t n_ctx = 0;    // tokens
   bool ready = true;    // loaded and not in a failed state
+  // Prompt format (model_desc::chat_family): detected or set with --chat-family;
+  // "unknown" when the model's chat template matches no family (tool jobs refused).
+  std::string chat_family = "plain";
 };
 
 class model_catalog {

@@ -274,6 +274,13 @@ validated_job validate_or_throw(const json& b, const model_catalog& catalog, con
       tr.tools.push_back(std::move(d));
     }
   }
+  // NOTE: a model whose chat template matches no family renders as plain text; that is
+  // tolerable for a chat but not for tool calls (no syntax the model knows), so refuse.
+  if (!tr.tools.empty() && mi->chat_family == "unknown")
+    fail("tools", "model '" + out.model + "' has a chat template that matches no chat family, so agentq cannot "
+                  "format tool definitions or parse tool calls for it; choose a family with agentqd --model " +
+                  out.model + ".gguf --chat-family NAME (chatml, qwen3, hermes, llama3, mistral, phi3, smollm3, "
+                  "gemma, deepseek-r1, plain; see docs/chat_and_grammar.md)");
   if (auto tc = b.find("tool_choice"); tc != b.end()) {
     if (tc->is_string()) {
       std::string s = tc->get<std::string>();

@@ -21,11 +21,14 @@ const char* usage() {
   --redis URL                  redis://host:port; absent = start an embedded redis-server
   --model PATH                 GGUF model (repeatable; name = file stem)
   --device cpu|cuda|cuda:N     where the engines run (default cpu); a CUDA device that is not there fails start-up
-  --chat-family NAME           prompt format (chatml, qwen3, hermes, llama3, mistral, phi3, smollm3, gemma, plain);
-                               default: detected from the model's chat template
+  --chat-family NAME           prompt format of the --model before it (chatml, qwen3, hermes, llama3, mistral,
+                               phi3, smollm3, gemma, deepseek-r1, plain); before any --model: the default for all
+                               models; default: detected from the model's chat template ("unknown" when it matches
+                               no family: tool jobs refused)
   --allow-addresses CIDRS      comma-separated CIDRs exempt from the SSRF guard (e.g. 127.0.0.0/8)
   --admin-key KEY              make sure this admin key exists (else one is printed on first run)
-  --config FILE                JSON file with any of: role, listen, data_dir, redis, models,
+  --config FILE                JSON file with any of: role, listen, data_dir, redis, models (paths, or
+                               {"path": P, "chat_family": NAME}),
                                allow_addresses, admin_key, http_threads, max_connections, max_body_bytes,
                                rate_limit, rate_burst, webhook_schedule_ms, webhook_timeout_ms, max_jobs,
                                kv_budget_mb, kv_type, chat_family, log_level, log_format, metrics_token,
@@ -163,7 +166,15 @@ void apply_file(config& c, const std::string& path) {
       if (ch == '_') ch = '-';
     const json& v = it.value();
     if (name == "models") {
-      for (const auto& m : v) c.models.push_back(m.get<std::string>());
+      for (const auto& m : v) {
+        if (m.is_object()) {
+          c.models.push_back(m.at("path").get<std::string>());
+          c.model_chat_families.resize(c.models.size() - 1);
+          c.model_chat_families.push_back(m.value("chat_family", std::string()));
+        } else {
+          c.models.push_back(m.get<std::string>());
+        }
+      }
     } else if (name == "webhook-schedule-ms") {
       c.webhook_schedule_ms = v.get<std::vector<int64_t>>();
     } else if (name == "allow-addresses" && v.is_array()) {
@@ -192,7 +203,7 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
         {"AGENTQ_LOG_FORMAT", "log-format"}, {"AGENTQ_METRICS_TOKEN", "metrics-token"}};
     for (auto [env, name] : k_env)
       if (const char* v = std::getenv(env); v && *v) set_option(c, name, v);
-    std::vector<std::string> flag_models;
+    std::vector<std::string> flag_models, flag_families;
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
       if (a == "--help" || a == "-h") {
@@ -209,10 +220,21 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
         value = argv[++i];
       }
       if (name == "config") continue;
-      if (name == "model") flag_models.push_back(value);
-      else set_option(c, name, value);
+      if (name == "model") {
+        flag_models.push_back(value);
+        flag_families.emplace_back();
+      } else if (name == "chat-family" && !flag_models.empty()) {
+        // NOTE: after a --model it is that model's; before any, the default (the old meaning).
+        if (value.empty()) throw std::invalid_argument("--chat-family needs a family name");
+        flag_families.back() = value;
+      } else {
+        set_option(c, name, value);
+      }
     }
-    if (!flag_models.empty()) c.models = flag_models;  // flags replace file models
+    if (!flag_models.empty()) {  // flags replace file models
+      c.models = flag_models;
+      c.model_chat_families = flag_families;
+    }
     if (c.models.empty()) {
       if (const char* m = std::getenv("AGENTQ_MODEL"); m && *m) c.models.push_back(m);
     }
@@ -229,6 +251,7 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
       }
     }
     if (c.models.empty()) throw std::invalid_argument("no model: pass --model PATH or set AGENTQ_MODEL");
+    c.model_chat_families.resize(c.models.size());
   } catch (const std::exception& e) {
     if (error) *error = e.what();
     return std::nullopt;

@@ -41,6 +41,9 @@ struct config {
   int32_t engine_threads = 0;                     // CPU threads per engine (0 = one per core)
   std::string device = "cpu";                     // where the engines run: cpu | cuda | cuda:N (no fallback)
   std::string chat_family;                        // prompt format for every model; empty = from its template
+  // Per model (same index as models): a --chat-family given after that --model, or a config file
+  // model's "chat_family"; "" = chat_family above.
+  std::vector<std::string> model_chat_families;
   std::string log_level = "info";
   std::string log_format = "text";                // text | json (one object per line, job_id field)
   std::string metrics_token;                      // non-empty: GET /metrics needs this bearer token

@@ -138,14 +138,16 @@ int run(const daemon::config& c) {
 
   // Engines
   api::engine_catalog catalog;
-  for (const auto& path : c.models) {
+  for (size_t mi = 0; mi < c.models.size(); ++mi) {
+    const std::string& path = c.models[mi];
     engine_config ec;
     ec.model_path = path;
     ec.kv_budget_bytes = uint64_t(c.kv_budget_mb) << 20;
     ec.kv_type = c.kv_type;
     ec.n_threads = c.engine_threads;
     ec.device = c.device;
-    ec.chat_family = c.chat_family;
+    ec.chat_family = mi < c.model_chat_families.size() && !c.model_chat_families[mi].empty()
+                         ? c.model_chat_families[mi] : c.chat_family;
     ec.spill_dir = (fs::path(c.data_dir) / "kv").string();
     ec.spill_budget_bytes = c.spill_budget_mb << 20;
     ec.kv_spill_after_s = c.spill_after_s;
@@ -162,6 +164,11 @@ int run(const daemon::config& c) {
     spdlog::info("model '{}' loaded ({}, n_ctx {}, on {}; KV {}: {} tokens in {} MiB)", e->model().name,
                  e->model().arch, e->model().n_ctx, e->model().device, e->model().kv_type,
                  e->model().kv_capacity_tokens, c.kv_budget_mb);
+    spdlog::info("model '{}' chat family: {}{}", e->model().name, e->model().chat_family,
+                 ec.chat_family.empty() ? " (detected from its chat template)" : " (--chat-family)");
+    if (e->model().chat_family == "unknown")
+      spdlog::warn("model '{}': its chat template matches no chat family; chats render as plain text and tool "
+                   "jobs are refused; choose one with --model {} --chat-family NAME", e->model().name, path);
     catalog.add(std::move(e));
   }
 

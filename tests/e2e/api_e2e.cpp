@@ -50,6 +50,7 @@ TEST_CASE("agentqd end to end") {
     auto models = admin.get("/v1/models");
     REQUIRE(models.status == 200);
     CHECK(models.body["data"][0]["id"] == "stories260K");
+    CHECK(models.body["data"][0]["chat_family"] == "plain");  // no chat template (#25)
     auto [key, secret] = make_tenant(admin, "t-auth");
     api user{d, key};
     CHECK(user.get("/v1/models").status == 200);
@@ -363,4 +364,16 @@ TEST_CASE("rate limit: 429 with Retry-After") {
   }
   CHECK(n_429 >= 2);
   CHECK(retry_after == "1");
+}
+
+TEST_CASE("--chat-family after --model sets that model's family, shown by GET /v1/models (#25)") {
+  test::require_tiny_model();
+  // daemon_proc passes "--model <tiny>" first, so this flag is per model, not the default.
+  daemon_proc d({"--chat-family", "deepseek-r1"});
+  api admin{d, k_admin_key};
+  auto models = admin.get("/v1/models");
+  REQUIRE(models.status == 200);
+  CHECK(models.body["data"][0]["chat_family"] == "deepseek-r1");
+  // The start-up log names the family and where it came from.
+  CHECK_MESSAGE(d.log().find("chat family: deepseek-r1 (--chat-family)") != std::string::npos, d.log());
 }

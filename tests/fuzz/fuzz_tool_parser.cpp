@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   using namespace agentq;
   chat::tool_parser_options o;
-  o.family = static_cast<chat::template_family>(data[0] % 8);
+  o.family = static_cast<chat::template_family>(data[0] % 11);  // every family, plain .. deepseek_r1_qwen
   o.choice.mode = static_cast<tool_choice_mode>((data[0] >> 3) % 4);
   o.choice.name = "search";
   o.parallel_tool_calls = data[0] & 0x80;

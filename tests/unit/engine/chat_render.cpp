@@ -55,7 +55,7 @@ TEST_CASE("renders exactly what the real templates render") {
     CHECK_MESSAGE(got == expected, file, "\n--- expected\n", expected, "\n--- got\n", got);
     n_checked++;
   }
-  CHECK(n_checked >= 30);
+  CHECK(n_checked >= 40);
 }
 
 static chat_message msg(role r, std::string content) {
@@ -126,6 +126,8 @@ TEST_CASE("detects the family of every shared template") {
       {"microsoft-Phi-3.5-mini-instruct.jinja", template_family::phi3},
       {"HuggingFaceTB-SmolLM3-3B.jinja", template_family::smollm3},
       {"google-gemma-2-2b-it.jinja", template_family::gemma},
+      {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", template_family::deepseek_r1},
+      {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", template_family::deepseek_r1_qwen},
   };
   for (const auto& e : expect) {
     std::string t = slurp(dir / e.file);
@@ -133,13 +135,14 @@ TEST_CASE("detects the family of every shared template") {
     CHECK_MESSAGE(chat::detect_family(t) == e.f, e.file);
   }
   CHECK(chat::detect_family("") == template_family::plain);
-  CHECK(chat::detect_family("{{ messages }}") == template_family::plain);
+  // A template that matches no family is "unknown", never silently plain.
+  CHECK_FALSE(chat::detect_family("{{ messages }}"));
   CHECK(chat::family_from_name("chatml") == template_family::chatml);
   CHECK(chat::family_from_name("llama3.2") == template_family::llama3);
   CHECK_FALSE(chat::family_from_name("gpt"));
   for (auto f : {template_family::plain, template_family::chatml, template_family::hermes, template_family::qwen3,
                  template_family::llama3, template_family::mistral, template_family::phi3, template_family::smollm3,
-                 template_family::gemma})
+                 template_family::gemma, template_family::deepseek_r1, template_family::deepseek_r1_qwen})
     CHECK(chat::family_from_name(chat::to_string(f)) == f);
 }
 
@@ -193,6 +196,12 @@ TEST_CASE("append-only: prefixes stay prefixes, except the documented breaks") {
   CHECK(append_breaks(template_family::smollm3, m, tools).empty());
   CHECK(append_breaks(template_family::gemma, m, tools).empty());
   CHECK(append_breaks(template_family::plain, m, tools).empty());
+  // deepseek-r1 (both distills): the generation prompt's "<think>\n" (and the reasoning)
+  // is not part of the assistant turn once rendered (k = 2, 7; k = 5 follows tool
+  // results, after which the template prints no prompt), and a second tool result
+  // moves the run's "<｜tool▁outputs▁end｜>" (k=4).
+  CHECK(append_breaks(template_family::deepseek_r1, m, tools) == v{2, 4, 7});
+  CHECK(append_breaks(template_family::deepseek_r1_qwen, m, tools) == v{2, 4, 7});
   // mistral: the system prompt and tool list move to the last user message, so
   // every turn after a user message breaks (k = 2, 6, 7, 8).
   CHECK(append_breaks(template_family::mistral, m, tools) == v{2, 6, 7, 8});

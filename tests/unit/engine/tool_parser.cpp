@@ -302,3 +302,49 @@ TEST_CASE("constrained tool-call turns always parse cleanly") {
     }
   }
 }
+
+// DeepSeek-R1 distills (#25): calls use the <tool_call> extension; the reply starts inside the
+// reasoning the generation prompt opened. Render -> parse round trip, and the same calls whether
+// the text is fed one character at a time or all at once.
+TEST_CASE("deepseek-r1: calls round-trip and parse the same fed per character or at once") {
+  for (auto f : {template_family::deepseek_r1, template_family::deepseek_r1_qwen}) {
+    chat_message user;
+    user.role = role::user;
+    user.content = "weather and news?";
+    chat_message a;
+    a.role = role::assistant;
+    a.tool_calls.push_back({"call00001", "get_weather", R"({"city": "Oslo", "days": 2})"});
+    a.tool_calls.push_back({"call00002", "search", R"({"q": "news \"today\""})"});
+    // The rendered assistant turn: "<｜Assistant｜>" + calls + "<｜end▁of▁sentence｜>".
+    std::string full = render(f, {user, a}, tools(), false);
+    const std::string head = render(f, {user}, tools(), false) + "<｜Assistant｜>";
+    REQUIRE_MESSAGE(full.starts_with(head), to_string(f));
+    std::string calls = full.substr(head.size());
+    REQUIRE(calls.ends_with(traits(f).stop_strings[0]));
+    calls.resize(calls.size() - traits(f).stop_strings[0].size());
+    const std::string reply = "Need both.\n</think>\n\nChecking.\n" + calls;
+    auto whole = parse(f, reply);
+    CHECK_MESSAGE(whole.errors.empty(), to_string(f), ": ", whole.errors.empty() ? "" : whole.errors[0]);
+    REQUIRE(whole.message.tool_calls.size() == 2);
+    CHECK(whole.message.tool_calls[0].name == "get_weather");
+    CHECK(whole.message.tool_calls[1].arguments_json == R"({"q": "news \"today\""})");
+    CHECK(whole.message.content == "Need both.\n</think>\n\nChecking.");
+    for (bool per_char : {true, false}) {
+      auto p = make_tool_parser(f, tools(), {}, true, 42);
+      std::string streamed;
+      if (per_char)
+        for (char ch : reply) streamed += p->feed(std::string_view(&ch, 1));
+      else
+        streamed = p->feed(reply);
+      CHECK(streamed == "Need both.\n</think>\n\nChecking.\n");
+      auto r = p->finish();
+      CHECK(r.errors.empty());
+      REQUIRE(r.message.tool_calls.size() == whole.message.tool_calls.size());
+      for (size_t i = 0; i < r.message.tool_calls.size(); i++) {
+        CHECK(r.message.tool_calls[i].name == whole.message.tool_calls[i].name);
+        CHECK(r.message.tool_calls[i].arguments_json == whole.message.tool_calls[i].arguments_json);
+        CHECK(r.message.tool_calls[i].id == whole.message.tool_calls[i].id);
+      }
+    }
+  }
+}

@@ -218,3 +218,25 @@ TEST_CASE("json_whitespace: spaced (default) or free; anything else names the fi
   CHECK(o.param == "json_whitespace");
   CHECK_FALSE(run(with(good(), "/json_whitespace", 1)).ok);
 }
+
+TEST_CASE("a model whose chat template matches no family: tool jobs refused with 400 naming it (#25)") {
+  struct unknown_catalog : fake_catalog {
+    std::vector<api::model_info> list() const override {
+      return {{"tiny", "llama", 64, true, "plain"}, {"odd", "llama", 64, true, "unknown"}};
+    }
+  } cat;
+  std::string err;
+  net::ssrf_guard guard(*net::parse_cidr_list("127.0.0.0/8", &err));
+  api::validation_error e;
+  json b = good();
+  b["model"] = "odd";
+  CHECK_FALSE(api::validate_job(b, cat, guard, {}, &e));
+  CHECK(http::status_of(e.kind) == 400);
+  CHECK(e.param == "tools");
+  CHECK(e.message.find("'odd'") != std::string::npos);
+  CHECK(e.message.find("--chat-family") != std::string::npos);
+  // Without tools the job runs (rendered as plain text); a known family takes tools.
+  CHECK(api::validate_job(without(b, "tools"), cat, guard, {}, &e));
+  b["model"] = "tiny";
+  CHECK(api::validate_job(b, cat, guard, {}, &e));
+}
