@@ -87,7 +87,11 @@ void engine_impl::splice_turn_prompt(active_request& ar) {
   const auto held = residency_->job_tokens(ar.req.job_key);
   if (held.empty()) return;
   auto s = splice_prompt(*tok_, held, ar.prompt_text, !chat::traits(family_).bos_in_text);
-  if (s.n_kept > 0) ar.req.prompt = std::move(s.tokens);
+  if (s.n_kept == 0) return;
+  // NOTE: kept splits may be longer than the canonical ones; validate() counted the canonical
+  // prompt, so a splice that would not fit the context is not taken.
+  if (desc_.n_ctx > 0 && s.tokens.size() > size_t(desc_.n_ctx) && s.tokens.size() > ar.req.prompt.size()) return;
+  ar.req.prompt = std::move(s.tokens);
 }
 
 void engine_impl::finish_turn(active_request& ar, token_result res) {
