@@ -244,6 +244,7 @@ void engine_impl::admit(std::unique_ptr<active_request> ar) {
   for (auto& [oid, other] : active_)
     if (r.job_key != 0 && other->req.job_key == r.job_key)
       return fail("job " + std::to_string(r.job_key) + " already has a turn running");
+  if (ar->is_turn) splice_turn_prompt(*ar);
   seq_request sr;
   sr.id = id;
   sr.job_key = r.job_key;

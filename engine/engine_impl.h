@@ -69,6 +69,7 @@ struct active_request {
   std::unique_ptr<output_constraint> constraint;
   std::unique_ptr<output_parser> parser;        // turn: splits content from tool calls
   std::string prefix;                           // turn: assistant_prefix, the start of the output text
+  std::string prompt_text;                      // turn: the rendered prompt (+ prefix) req.prompt encodes
   std::string text;                             // decoded output (complete UTF-8)
   size_t n_text_emitted = 0;                    // bytes of text passed on (stop strings hold some back)
   size_t max_stop_len = 0;
@@ -129,6 +130,9 @@ class engine_impl final : public engine {
   // A turn request -> token request + a tool parser (engine_turn.cpp).
   std::unique_ptr<active_request> make_turn(turn_request request, turn_callbacks callbacks, std::string* error) const;
   void finish_turn(active_request& ar, token_result res);
+  // Engine thread, at admission: a turn of a job whose KV is resident or spilled keeps those
+  // token ids where their bytes spell the new prompt (tokenizer/splice.h).
+  void splice_turn_prompt(active_request& ar);
 
   // Hooks into the grammar and tool-call modules (engine_hooks.cpp): nullptr + *error when
   // the schema / tool set cannot be compiled.

@@ -1,6 +1,7 @@
 // Message-level turns: render messages (chat/), tokenize, submit as a token request,
 // and turn the generated text back into an assistant message (tool calls parsed).
 #include "engine_impl.h"
+#include "tokenizer/splice.h"
 
 namespace agentq {
 
@@ -52,7 +53,8 @@ std::unique_ptr<active_request> engine_impl::make_turn(turn_request r, turn_call
   ar->req.arrival_seq = r.arrival_seq;
   ar->req.priority = r.priority;
   ar->prefix = r.assistant_prefix;
-  ar->req.prompt = tok_->encode(render(r.messages, r.tools) + r.assistant_prefix, !tr.bos_in_text, true);
+  ar->prompt_text = render(r.messages, r.tools) + r.assistant_prefix;
+  ar->req.prompt = tok_->encode(ar->prompt_text, !tr.bos_in_text, true);
   ar->req.max_tokens = r.max_tokens;
   ar->req.sampling = r.sampling;
   ar->req.stop = r.stop;
@@ -74,6 +76,22 @@ std::unique_ptr<active_request> engine_impl::make_turn(turn_request r, turn_call
     return nullptr;
   }
   return ar;
+}
+
+// NOTE: the transcript is re-rendered and re-tokenized every turn, but the job's KV holds the
+// tokens the model sampled (constrained decoding picks non-canonical splits such as "a","l","l"
+// for "all"): without the splice the tail of the last reply is computed again every turn. A
+// restarted process reads the same tokens from the spill file, so both take the same prompt.
+void engine_impl::splice_turn_prompt(active_request& ar) {
+  if (ar.req.job_key == 0 || !sched_->config().prefix_reuse || ar.prompt_text.empty()) return;
+  const auto held = residency_->job_tokens(ar.req.job_key);
+  if (held.empty()) return;
+  auto s = splice_prompt(*tok_, held, ar.prompt_text, !chat::traits(family_).bos_in_text);
+  if (s.n_kept == 0) return;
+  // NOTE: kept splits may be longer than the canonical ones; validate() counted the canonical
+  // prompt, so a splice that would not fit the context is not taken.
+  if (desc_.n_ctx > 0 && s.tokens.size() > size_t(desc_.n_ctx) && s.tokens.size() > ar.req.prompt.size()) return;
+  ar.req.prompt = std::move(s.tokens);
 }
 
 void engine_impl::finish_turn(active_request& ar, token_result res) {

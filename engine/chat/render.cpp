@@ -511,6 +511,9 @@ std::string render_mistral(const msgs& all, const std::vector<tool_def>& tools, 
 // phi3, smollm3, gemma): calls are "<tool_call>\n{json}\n</tool_call>" in the
 // assistant's content, the Qwen/Hermes convention most models were tuned on.
 
+// NOTE: the JSON is printed with Python separators (", ", ": "), as the grammar writes a call
+// (json_whitespace::spaced) and the tool parser returns its arguments, so that a committed
+// call renders as the bytes the model sampled and the next turn reuses its KV.
 std::string calls_as_text(const chat_message& x, const char* sep_inside) {
   std::string s;
   for (size_t j = 0; j < x.tool_calls.size(); j++) {
@@ -519,7 +522,7 @@ std::string calls_as_text(const chat_message& x, const char* sep_inside) {
     auto obj = json::value::make_object();
     obj.push_back("name", json::value::make_string(c.name));
     obj.push_back("arguments", parse_or_string(c.arguments_json, true));
-    s += std::string("<tool_call>") + sep_inside + obj.dump() + sep_inside + "</tool_call>";
+    s += std::string("<tool_call>") + sep_inside + obj.dump_py() + sep_inside + "</tool_call>";
   }
   return s;
 }
@@ -678,7 +681,12 @@ std::string render_plain(const msgs& m, const std::vector<tool_def>& tools, bool
       case role::system: out += "System: " + x.content + "\n"; break;
       case role::user: out += "User: " + x.content + "\n"; break;
       case role::tool: out += "Tool: " + x.content + "\n"; break;
-      case role::assistant: out += "Assistant: " + x.content + calls_as_text(x, "") + "\n"; break;
+      // NOTE: a call-only reply follows "Assistant:" directly, as the model writes it (the
+      // generation prompt ends with the colon); text replies keep the space before them.
+      case role::assistant:
+        out += std::string("Assistant:") + (x.content.empty() && !x.tool_calls.empty() ? "" : " ") + x.content +
+               calls_as_text(x, "") + "\n";
+        break;
     }
   }
   if (gen) out += "Assistant:";

@@ -107,6 +107,16 @@ void residency::release(uint64_t job_key) {
   if (spill_) spill_->erase_job(job_key);
 }
 
+std::span<const token_id> residency::job_tokens(uint64_t job_key) const {
+  if (job_key == 0) return {};
+  if (auto it = jobs_.find(job_key); it != jobs_.end()) return it->second.tokens;
+  if (!spill_) return {};
+  const spill_store::entry* best = nullptr;
+  for (const auto& e : spill_->entries())
+    if (e.job_key == job_key && (!best || e.tokens.size() > best->tokens.size())) best = &e;
+  return best ? std::span<const token_id>(best->tokens) : std::span<const token_id>{};
+}
+
 std::optional<resident_seq> residency::take(uint64_t job_key) {
   auto it = jobs_.find(job_key);
   if (it == jobs_.end()) return std::nullopt;

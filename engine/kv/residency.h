@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,10 @@ class residency {
   park_action park(uint64_t job_key, double expected_wait_s, double now);
   // The job is over: drop its resident KV and its spill file (shared prefixes stay cached).
   void release(uint64_t job_key);
+  // The tokens whose K/V the job holds: its resident sequence, else its file in the disk tier
+  // (one per job; also after a restart); empty when neither. Valid until the next call that
+  // changes residency or the disk tier.
+  std::span<const token_id> job_tokens(uint64_t job_key) const;
   // Hand the job's resident sequence to a new turn (removed from residency); nullopt if none.
   std::optional<resident_seq> take(uint64_t job_key);
   // Try the disk tier for tokens into the empty seq seq_idx: restores the longest spilled

@@ -265,8 +265,28 @@ std::vector<token_id> tokenizer::encode(std::string_view text, bool add_special,
   std::vector<token_id> out;
   out.reserve(text.size() / 3 + 4);
   if (add_special && add_bos_ && bos_ >= 0) out.push_back(bos_);
+  encode_into(text, true, parse_special, &out);  // SPM: a space prefix at the start
+  if (add_special && add_eos_ && eos_ >= 0) out.push_back(eos_);
+  return out;
+}
 
-  bool prev_special = true;  // SPM: a space prefix at the start and after each special token
+std::vector<token_id> tokenizer::encode_continuation(std::string_view text, bool after_special,
+                                                     bool parse_special) const {
+  std::vector<token_id> out;
+  out.reserve(text.size() / 3 + 4);
+  encode_into(text, after_special, parse_special, &out);
+  return out;
+}
+
+bool tokenizer::is_special_match(token_id id) const {
+  if (id < 0 || id >= n_vocab()) return false;
+  return types_[size_t(id)] == agentq::token_type::control || types_[size_t(id)] == agentq::token_type::user_defined;
+}
+
+void tokenizer::encode_into(std::string_view text, bool prev_special, bool parse_special,
+                            std::vector<token_id>* out_ptr) const {
+  std::vector<token_id>& out = *out_ptr;
+  // SPM: a space prefix at the start of a fragment after a special token (prev_special)
   auto flush_text = [&](std::string_view frag) {
     if (frag.empty()) return;
     encode_fragment(frag, prev_special, &out);
@@ -304,9 +324,6 @@ std::vector<token_id> tokenizer::encode(std::string_view text, bool add_special,
     }
   }
   flush_text(text.substr(frag_begin));
-
-  if (add_special && add_eos_ && eos_ >= 0) out.push_back(eos_);
-  return out;
 }
 
 void tokenizer::encode_fragment(std::string_view text, bool space_prefix, std::vector<token_id>* out) const {

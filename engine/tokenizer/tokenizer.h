@@ -35,6 +35,13 @@ class tokenizer {
   // false only user-defined added tokens are matched (as llama.cpp and HF do).
   // Any bytes are accepted; invalid UTF-8 is encoded byte by byte.
   std::vector<token_id> encode(std::string_view text, bool add_special, bool parse_special) const;
+  // encode() of text that continues a token sequence (no BOS/EOS): SentencePiece's space
+  // prefix is added only when the text follows a special token (after_special), as it is
+  // inside encode().
+  std::vector<token_id> encode_continuation(std::string_view text, bool after_special, bool parse_special) const;
+  // A token encode() matches in text (control, user-defined): SentencePiece adds a space
+  // prefix to the text after it.
+  bool is_special_match(token_id id) const;
 
   // Bytes of one token: SentencePiece '▁' -> ' ', <0xXX> -> that byte, byte-level
   // BPE characters -> their bytes. Control/unknown/unused tokens give "" unless
@@ -52,6 +59,8 @@ class tokenizer {
   token_id unk() const { return unk_; }
   bool add_bos() const { return add_bos_; }
   bool add_eos() const { return add_eos_; }
+  // SentencePiece: encode() puts a space before the text and after each special token.
+  bool adds_space_prefix() const { return kind_ == vocab_kind::spm && add_space_prefix_; }
   // End of generation: eos, eot, eom and the other end-of-turn tokens.
   bool is_eog(token_id id) const;
   const std::vector<token_id>& eog_ids() const { return eog_ids_; }
@@ -72,6 +81,7 @@ class tokenizer {
   tokenizer() = default;
   bool init(const gguf::file& f, std::string* error);
   void init_special(const gguf::file& f);
+  void encode_into(std::string_view text, bool prev_special, bool parse_special, std::vector<token_id>* out) const;
   void encode_fragment(std::string_view text, bool space_prefix, std::vector<token_id>* out) const;
   void encode_spm(std::string_view text, std::vector<token_id>* out) const;
   void encode_spm_word(std::string_view text, std::vector<token_id>* out) const;

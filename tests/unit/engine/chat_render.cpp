@@ -101,7 +101,8 @@ TEST_CASE("hand-checked small cases") {
   CHECK(l3.ends_with("<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_time\", \"parameters\": "
                      "{\"tz\": \"UTC\"}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n"
                      "\"12:00 \\\"noon\\\"\"<|eot_id|>"));
-  // plain: tools in the system part, calls as compact <tool_call> lines.
+  // plain: tools in the system part, calls as <tool_call> lines right after "Assistant:", spaced
+  // as the grammar writes them (the next turn reuses the sampled call's KV).
   std::string p = chat::render(template_family::plain, t, one_tool(), true);
   CHECK(p ==
         "System: You can call these tools:\n"
@@ -109,7 +110,7 @@ TEST_CASE("hand-checked small cases") {
         "{\"type\":\"object\",\"properties\":{\"tz\":{\"type\":\"string\"}},\"required\":[\"tz\"]}\n"
         "To call a tool, reply with one line per call: <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>\n"
         "User: time?\n"
-        "Assistant: <tool_call>{\"name\":\"get_time\",\"arguments\":{\"tz\":\"UTC\"}}</tool_call>\n"
+        "Assistant:<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}</tool_call>\n"
         "Tool: 12:00 \"noon\"\n"
         "Assistant:");
 }
