@@ -218,7 +218,9 @@ bool write_synthetic(const synthetic_spec& sp, const std::string& path, syntheti
   // norms are 1 so the residual stream is exercised as in real models. Varied (parity) models
   // use larger weights and norms of 1 +- 0.1 so logits spread and greedy output varies.
   const bool v = sp.varied;
-  const float s_mat = v ? 0.06f : 0.02f, s_down = v ? 0.04f : 0.02f, s_embd = v ? 0.5f : 0.02f;
+  const float s_mat = sp.sigma > 0 ? sp.sigma : v ? 0.06f : 0.02f;
+  const float s_down = sp.sigma > 0 ? sp.sigma : v ? 0.04f : 0.02f;
+  const float s_embd = sp.sigma > 0 ? sp.sigma : v ? 0.5f : 0.02f;
   const float s_norm = v ? 0.1f : 0.0f, s_bias = v ? 0.1f : 0.02f;
   // NOTE: a tied output scores each token by its embedding, so when the token's own embedding
   // dominates the residual stream greedy decoding repeats the input token. Tied parity models

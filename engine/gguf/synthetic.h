@@ -24,6 +24,7 @@ struct synthetic_spec {
   // Parity models: larger weights and norm weights around 1 (not all 1), so that logits are
   // spread out and greedy output varies instead of repeating one token.
   bool varied = false;
+  float sigma = 0.0f;  // > 0: the stddev of every matrix instead of the defaults (agentq-mkgguf --sigma)
   kernels::weight_type type = kernels::weight_type::f32;
   uint64_t seed = 1;
   std::string vocab;  // a GGUF whose tokenizer.* metadata is copied
