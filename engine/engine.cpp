@@ -122,6 +122,10 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
   sc.max_running = config.max_running;
   sc.prefix_reuse = config.prefix_reuse;
   sc.n_ctx = d.n_ctx;
+  // NOTE: on the CPU a step of a few tokens costs about what one token does (the weights are read
+  // once); past that, verification tokens cost compute that decode tokens need. CUDA's flat
+  // region is far wider.
+  sc.spec_step_tokens = config.spec_step_tokens > 0 ? config.spec_step_tokens : spec.kind == device_spec::cuda ? 64 : 8;
   e->sched_ = std::make_unique<scheduler>(*e->pool_, *e->cache_, e->residency_.get(), sc);
   e->update_stats(0);
   return e;

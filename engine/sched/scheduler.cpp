@@ -173,7 +173,7 @@ step_plan scheduler::schedule() {
   int32_t n_decoding = 0;
   for (sequence* s : running)
     n_decoding += s->state == seq_state::running && int32_t(s->tokens.size()) - s->n_computed == 1 ? 1 : 0;
-  int32_t spare = budget - n_decoding;
+  int32_t spare = std::min(budget, config_.spec_step_tokens) - n_decoding;
   for (sequence* s : running) {
     if (s->state != seq_state::running || int32_t(s->tokens.size()) - s->n_computed != 1) continue;
     if (budget < 1) break;

@@ -25,6 +25,7 @@ struct sched_config {
   int32_t max_running = 64;       // sequences per step
   bool prefix_reuse = true;       // prefix cache and job residency (false: re-prefill baseline)
   int32_t n_ctx = 0;              // tokens per sequence at most (0 = unbounded)
+  int32_t spec_step_tokens = 1 << 30;  // proposals only while decode tokens + proposals stay within this
 };
 
 enum class seq_state { waiting, running };

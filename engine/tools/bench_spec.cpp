@@ -3,7 +3,8 @@
 //   agentq-bench_spec --model F [--batch 1,8] [--threads N] [--gen N] [--reps R] [--tool N]
 // Workloads: "repetitive": the prompt holds a ~--tool-token text the model wrote (its greedy
 // continuation of a seed, a tool result) with a token edited every 25, then the seed again:
-// the turn rewrites it. "plain": the seed only (no repetition to look up). Each batch runs
+// the turn rewrites it (greedy). "plain": the seed only, sampled at temperature 1 (seeded: no
+// repetition to look up, even where a greedy model would loop). Each batch runs
 // --batch copies (seeds offset per sequence). Median of --reps runs, on and off alternating.
 #include <algorithm>
 #include <chrono>
@@ -35,7 +36,7 @@ struct run_result {
   int64_t generated = 0, accepted = 0, rejected = 0;
 };
 
-run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int gen) {
+run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int gen, float temperature) {
   std::vector<bool> done(prompts.size(), false);
   run_result r;
   const auto t0 = std::chrono::steady_clock::now();
@@ -43,7 +44,8 @@ run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int
     token_request q;
     q.prompt = prompts[i];
     q.max_tokens = gen;
-    q.stop_tokens = {};
+    q.sampling.temperature = temperature;
+    q.sampling.seed = 1234 + i;
     e.submit(q, {nullptr, [&, i](token_result res) {
                    done[i] = true;
                    r.generated += res.usage.n_tokens_generated;
@@ -130,14 +132,15 @@ int main(int argc, char** argv) {
         }
         prompts.push_back(p);
       }
-      run(*on, prompts, 4);  // warm-up
-      run(*off, prompts, 4);
+      const float temp = std::string(workload) == "plain" ? 1.0f : 0.0f;
+      run(*on, prompts, 4, temp);  // warm-up
+      run(*off, prompts, 4, temp);
       std::vector<double> t_on, t_off;
       run_result last_on;
       for (int r = 0; r < reps; ++r) {
-        last_on = run(*on, prompts, gen);
+        last_on = run(*on, prompts, gen, temp);
         t_on.push_back(last_on.tok_per_s);
-        t_off.push_back(run(*off, prompts, gen).tok_per_s);
+        t_off.push_back(run(*off, prompts, gen, temp).tok_per_s);
       }
       const double a = median(t_on), b = median(t_off);
       const int64_t proposed = last_on.accepted + last_on.rejected;

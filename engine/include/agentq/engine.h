@@ -51,6 +51,9 @@ struct engine_config {
   // context, verified in one batched forward; the output is the same as without it.
   bool spec = true;
   int32_t spec_max_draft = 8;        // proposed tokens per sequence per step at most
+  // Proposals are verified only while the step (decode tokens + proposals) stays within this
+  // many tokens: under load k shrinks to nothing. 0 = the device's default (cpu 8, cuda 64).
+  int32_t spec_step_tokens = 0;
 };
 
 struct model_desc {
