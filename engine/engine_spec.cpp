@@ -7,6 +7,14 @@
 namespace agentq {
 
 void engine_impl::propose_drafts() {
+  // NOTE: no room for proposals this step (a decode token per sequence fills the speculation
+  // budget): skip the suffix searches too, so a busy engine pays nothing.
+  int32_t n_decoding = 0;
+  for (auto& [id, arp] : active_) {
+    const sequence* s = sched_->find(id);
+    n_decoding += s && s->state == seq_state::running && int32_t(s->tokens.size()) - s->n_computed == 1 ? 1 : 0;
+  }
+  if (n_decoding >= std::min(sched_->config().spec_step_tokens, sched_->config().max_step_tokens)) return;
   std::vector<token_id> draft;
   std::vector<uint32_t> mask;
   for (auto& [id, arp] : active_) {
