@@ -126,6 +126,10 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
   sc.max_running = config.max_running;
   sc.prefix_reuse = config.prefix_reuse;
   sc.n_ctx = d.n_ctx;
+  // NOTE: on the CPU a step of a few tokens costs about what one token does (the weights are read
+  // once); past that, verification tokens cost compute that decode tokens need. CUDA's flat
+  // region is far wider.
+  sc.spec_step_tokens = config.spec_step_tokens > 0 ? config.spec_step_tokens : spec.kind == device_spec::cuda ? 64 : 8;
   e->sched_ = std::make_unique<scheduler>(*e->pool_, *e->cache_, e->residency_.get(), sc);
   e->update_stats(0);
   return e;
@@ -255,6 +259,11 @@ void engine_impl::admit(std::unique_ptr<active_request> ar) {
   ar->decoder = std::make_unique<stream_decoder>(*tok_);
   for (const auto& s : r.stop) ar->max_stop_len = std::max(ar->max_stop_len, s.size());
   ar->sampling = std::make_unique<sampler>(r.sampling);
+  if (config_.spec && config_.spec_max_draft > 0) {
+    spec_params sp;
+    sp.k_max = config_.spec_max_draft;
+    ar->proposer = std::make_unique<ngram_proposer>(sp);
+  }
   // NOTE: the prompt's tail is in the penalty window, as llama.cpp does
   const size_t n_last = size_t(std::max(0, r.sampling.penalty_last_n));
   for (size_t i = r.prompt.size() > n_last ? r.prompt.size() - n_last : 0; i < r.prompt.size(); ++i)
@@ -279,6 +288,7 @@ bool engine_impl::step() {
     return did;
   }
   residency_->expire(now_s());
+  propose_drafts();
   step_plan plan = sched_->schedule();
   for (uint64_t id : plan.out_of_memory) {
     finish(id, finish_reason::length);
@@ -290,13 +300,17 @@ bool engine_impl::step() {
   }
   const auto now = engine_clock::now();
   std::vector<batch_seq> batch(plan.items.size());
+  std::vector<size_t> row0(plan.items.size());   // item i's first logits row
+  size_t n_rows = 0;
   for (size_t i = 0; i < plan.items.size(); ++i) {
     const auto& it = plan.items[i];
     batch[i].block_table = it.block_table;
     batch[i].n_past = it.n_past;
     batch[i].tokens = it.tokens;
     batch[i].n_tokens = it.n_tokens;
-    batch[i].all_logits = false;
+    batch[i].all_logits = it.n_draft > 0;   // a verify item: a row per position
+    row0[i] = n_rows;
+    n_rows += it.n_draft > 0 ? size_t(it.n_tokens) : 1;
     auto& ar = *active_.at(it.id);
     if (!ar.scheduled) {
       ar.scheduled = true;
@@ -304,9 +318,9 @@ bool engine_impl::step() {
     }
   }
   const size_t n_vocab = size_t(desc_.n_vocab);
-  float* logits = backend_->logits_buffer(plan.items.size() * n_vocab);
+  float* logits = backend_->logits_buffer(n_rows * n_vocab);
   if (!logits) {
-    logits_.resize(plan.items.size() * n_vocab);
+    logits_.resize(n_rows * n_vocab);
     logits = logits_.data();
   }
   if (backend_->forward(batch, logits) < 0) {
@@ -323,18 +337,31 @@ bool engine_impl::step() {
   }
 
   std::vector<token_id> sampled(plan.items.size(), -1);
+  std::vector<int32_t> n_accepted(plan.items.size(), 0);
+  std::vector<std::vector<token_id>> emitted(plan.items.size());
+  std::vector<std::vector<pre_advanced>> pre(plan.items.size());
   for (size_t i = 0; i < plan.items.size(); ++i) {
     const auto& it = plan.items[i];
     if (!it.sample) continue;
-    sampled[i] = sample(*active_.at(it.id), logits + i * n_vocab);
+    active_request& ar = *active_.at(it.id);
+    if (it.n_draft > 0) {
+      verify_draft(ar, it, logits + row0[i] * n_vocab, emitted[i], pre[i]);
+      sampled[i] = emitted[i].back();
+      n_accepted[i] = int32_t(emitted[i].size()) - 1;
+    } else {
+      sampled[i] = sample(ar, logits + row0[i] * n_vocab);
+      emitted[i].assign(1, sampled[i]);
+    }
   }
-  sched_->update(plan, sampled);
+  sched_->update(plan, sampled, n_accepted);
   for (size_t i = 0; i < plan.items.size(); ++i) {
     const auto& it = plan.items[i];
     if (!it.sample) continue;
-    auto found = active_.find(it.id);
-    if (found == active_.end()) continue;
-    on_token(*found->second, sampled[i], *sched_->find(it.id));
+    for (size_t k = 0; k < emitted[i].size(); ++k) {
+      auto found = active_.find(it.id);
+      if (found == active_.end()) break;   // finished by an earlier token of this step
+      on_token(*found->second, emitted[i][k], *sched_->find(it.id), k < pre[i].size() ? &pre[i][k] : nullptr);
+    }
   }
   update_stats(plan.n_tokens);
   return true;
@@ -364,7 +391,7 @@ void engine_impl::emit_text(active_request& ar, size_t upto) {
   }
 }
 
-bool engine_impl::on_token(active_request& ar, token_id tok, const sequence& seq) {
+bool engine_impl::on_token(active_request& ar, token_id tok, const sequence& seq, const pre_advanced* pre) {
   if (!ar.got_token) {
     ar.got_token = true;
     ar.t_first_token = engine_clock::now();
@@ -374,7 +401,7 @@ bool engine_impl::on_token(active_request& ar, token_id tok, const sequence& seq
     finish(ar.id, finish_reason::stop);
     return true;
   }
-  ar.sampling->accept(tok);
+  if (!pre) ar.sampling->accept(tok);
   const bool eog = tok_->is_eog(tok) || std::find(r.stop_tokens.begin(), r.stop_tokens.end(), tok) != r.stop_tokens.end();
   if (eog) {
     finish(ar.id, finish_reason::stop);
@@ -382,9 +409,14 @@ bool engine_impl::on_token(active_request& ar, token_id tok, const sequence& seq
   }
   ar.output_ids.push_back(tok);
   // A token is call text if a tool call was open before it or is open after it.
-  bool in_call = ar.constraint && ar.constraint->in_call();
-  if (ar.constraint) ar.constraint->accept(tok);
-  in_call = in_call || (ar.constraint && ar.constraint->in_call());
+  bool in_call = false;
+  if (pre) {
+    in_call = pre->in_call;
+  } else {
+    in_call = ar.constraint && ar.constraint->in_call();
+    if (ar.constraint) ar.constraint->accept(tok);
+    in_call = in_call || (ar.constraint && ar.constraint->in_call());
+  }
   const size_t before = ar.text.size();
   ar.text += ar.decoder->push(tok);
   // NOTE: the tool-call parser must see a control-token opening ([TOOL_CALLS]); it strips it from content.
@@ -411,7 +443,7 @@ bool engine_impl::on_token(active_request& ar, token_id tok, const sequence& seq
   } else {
     emit_text(ar, ar.text.size());
   }
-  if (ar.constraint && ar.constraint->is_finished()) {
+  if (pre ? pre->finished : ar.constraint && ar.constraint->is_finished()) {
     finish(ar.id, finish_reason::stop);
     return true;
   }
@@ -450,6 +482,10 @@ void engine_impl::finish(uint64_t id, finish_reason reason, const std::string& e
     n_tokens_cached_ += s->n_tokens_cached;
     n_tokens_computed_ += s->n_tokens_computed;
     n_tokens_generated_ += int32_t(res.output_ids.size());
+    res.usage.n_tokens_draft_accepted = ar.n_draft_accepted;
+    res.usage.n_tokens_draft_rejected = ar.n_draft_rejected;
+    n_tokens_draft_accepted_ += ar.n_draft_accepted;
+    n_tokens_draft_rejected_ += ar.n_draft_rejected;
     // NOTE: a cancelled or failed turn's KV is freed; a finished one stays resident for the job.
     const bool keep = reason != finish_reason::cancelled && reason != finish_reason::error;
     sched_->finish(id, keep, now_s());
@@ -548,6 +584,8 @@ void engine_impl::update_stats(int32_t last_batch_tokens) {
   s.n_tokens_cached = n_tokens_cached_;
   s.n_tokens_computed = n_tokens_computed_;
   s.n_tokens_generated = n_tokens_generated_;
+  s.n_tokens_draft_accepted = n_tokens_draft_accepted_;
+  s.n_tokens_draft_rejected = n_tokens_draft_rejected_;
   s.n_running = sched_->n_running();
   s.n_waiting = sched_->n_waiting();
   s.last_batch_tokens = last_batch_tokens;

@@ -25,6 +25,7 @@
 #include "model/model.h"
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
+#include "spec/ngram_proposer.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -75,6 +76,8 @@ struct active_request {
   size_t max_stop_len = 0;
   std::vector<token_id> output_ids;
   std::unique_ptr<sampler> sampling;           // penalties window + seeded PRNG, per request
+  std::unique_ptr<ngram_proposer> proposer;    // speculation (null: off)
+  int32_t n_draft_accepted = 0, n_draft_rejected = 0;
   engine_clock::time_point t_submit, t_first_sched, t_first_token;
   bool scheduled = false, got_token = false;
 };
@@ -149,7 +152,21 @@ class engine_impl final : public engine {
 
   token_id sample(active_request& ar, float* logits);
   // Handle a sampled token: stop conditions, streaming. true when the request finished.
-  bool on_token(active_request& ar, token_id tok, const sequence& seq);
+  // pre: the sampler and constraint already accepted tok (a verified proposal, advance()),
+  // with what the constraint said then.
+  struct pre_advanced {
+    bool in_call = false;   // tok was call text
+    bool finished = false;  // the constraint was finished after tok
+  };
+  bool on_token(active_request& ar, token_id tok, const sequence& seq, const pre_advanced* pre = nullptr);
+  // Speculation (engine_spec.cpp): set proposals for the running decoders before schedule().
+  void propose_drafts();
+  // Verify item it's proposals against its logits rows: the tokens to emit (accepted
+  // proposals, then one sampled token) and, for the leading ones advance()d, their state.
+  void verify_draft(active_request& ar, const plan_item& it, const float* rows, std::vector<token_id>& emitted,
+                    std::vector<pre_advanced>& pre);
+  // Feed an accepted token to the sampler's penalty window and the constraint; returns whether it is call text.
+  bool advance(active_request& ar, token_id tok);
   void emit_text(active_request& ar, size_t upto);
   void finish(uint64_t id, finish_reason reason, const std::string& error = {});
   // A sticky device error: the engine turns failed (healthy() false) and every request ends
@@ -184,6 +201,7 @@ class engine_impl final : public engine {
 
   // counters (engine thread)
   int64_t n_tokens_prompt_ = 0, n_tokens_cached_ = 0, n_tokens_computed_ = 0, n_tokens_generated_ = 0;
+  int64_t n_tokens_draft_accepted_ = 0, n_tokens_draft_rejected_ = 0;
 
   mutable std::mutex inbox_mutex_;
   std::deque<op> inbox_;

@@ -62,6 +62,7 @@ void scheduler::preempt(sequence& s) {
   // NOTE: recompute, not spill: its full blocks are registered in the prefix cache, so a
   // readmission gets back whatever has not been evicted meanwhile.
   drop_kv(s);
+  s.draft.clear();
   s.state = seq_state::waiting;
   ++s.n_preemptions;
 }
@@ -165,11 +166,30 @@ step_plan scheduler::schedule() {
     budget -= n;
   };
 
-  // 1. one decode token for every running sequence that has finished its prompt
+  // 1. one decode token for every running sequence that has finished its prompt, then its
+  // proposed tokens from what budget is left after every decode token.
+  // NOTE: proposals never preempt or take a decode token's place: under load they shrink to
+  // nothing, so speculation cannot starve a neighbour.
+  int32_t n_decoding = 0;
+  for (sequence* s : running)
+    n_decoding += s->state == seq_state::running && int32_t(s->tokens.size()) - s->n_computed == 1 ? 1 : 0;
+  int32_t spare = std::min(budget, config_.spec_step_tokens) - n_decoding;
   for (sequence* s : running) {
     if (s->state != seq_state::running || int32_t(s->tokens.size()) - s->n_computed != 1) continue;
     if (budget < 1) break;
-    if (reserve(*s, s->n_computed + 1)) add_item(*s, 1);
+    if (!reserve(*s, s->n_computed + 1)) continue;
+    int32_t nd = std::min<int32_t>(int32_t(s->draft.size()), std::max(0, spare));
+    if (config_.n_ctx > 0) nd = std::min(nd, std::max(0, config_.n_ctx - s->n_computed - 1));
+    if (nd > 0 && !pool_.reserve(s->seq_idx, s->n_computed + 1 + nd)) nd = 0;
+    add_item(*s, 1 + nd);
+    if (nd > 0) {
+      spare -= nd;
+      s->verify.assign(1, s->tokens.back());
+      s->verify.insert(s->verify.end(), s->draft.begin(), s->draft.begin() + nd);
+      plan.items.back().n_draft = nd;
+      plan.items.back().sample = true;
+    }
+    s->draft.clear();
   }
   // 2. prefill chunks of running sequences
   for (sequence* s : running) {
@@ -204,19 +224,37 @@ step_plan scheduler::schedule() {
   // 4. pointers last: block tables may have moved while reserving
   for (auto& it : plan.items) {
     const sequence& s = seqs_.at(it.id);
-    it.tokens = s.tokens.data() + it.n_past;
+    it.tokens = it.n_draft > 0 ? s.verify.data() : s.tokens.data() + it.n_past;
     it.block_table = pool_.seq(s.seq_idx).blocks.data();
     plan.n_tokens += it.n_tokens;
   }
   return plan;
 }
 
-void scheduler::update(const step_plan& plan, std::span<const token_id> sampled) {
+void scheduler::set_draft(uint64_t id, std::vector<token_id> draft) {
+  auto found = seqs_.find(id);
+  if (found == seqs_.end() || found->second.state != seq_state::running) return;
+  found->second.draft = std::move(draft);
+}
+
+void scheduler::update(const step_plan& plan, std::span<const token_id> sampled, std::span<const int32_t> n_accepted) {
   AGENTQ_KV_ASSERT(sampled.size() >= plan.items.size());
   for (size_t i = 0; i < plan.items.size(); ++i) {
     const plan_item& it = plan.items[i];
     sequence& s = seqs_.at(it.id);
     AGENTQ_KV_ASSERT(s.state == seq_state::running && s.n_computed == it.n_past);
+    if (it.n_draft > 0) {
+      // KV holds the last known token and the accepted proposals (they equal what was
+      // sampled at their positions); positions past them are forgotten.
+      const int32_t na = i < n_accepted.size() ? n_accepted[i] : 0;
+      AGENTQ_KV_ASSERT(na >= 0 && na <= it.n_draft);
+      s.tokens.insert(s.tokens.end(), s.verify.begin() + 1, s.verify.begin() + 1 + na);
+      s.n_computed += 1 + na;
+      pool_.set_n_tokens(s.seq_idx, s.n_computed);
+      register_blocks(s);
+      s.tokens.push_back(sampled[i]);
+      continue;
+    }
     s.n_computed += it.n_tokens;
     pool_.set_n_tokens(s.seq_idx, s.n_computed);
     s.n_tokens_computed += std::max(0, std::min(s.n_computed, s.n_prompt) - it.n_past);

@@ -25,6 +25,7 @@ struct sched_config {
   int32_t max_running = 64;       // sequences per step
   bool prefix_reuse = true;       // prefix cache and job residency (false: re-prefill baseline)
   int32_t n_ctx = 0;              // tokens per sequence at most (0 = unbounded)
+  int32_t spec_step_tokens = 1 << 30;  // proposals only while decode tokens + proposals stay within this
 };
 
 enum class seq_state { waiting, running };
@@ -50,6 +51,10 @@ struct sequence {
   int32_t n_tokens_cached = 0;    // prompt tokens served from resident / cached / restored KV (first admission)
   int32_t n_tokens_computed = 0;  // prompt tokens prefilled (recompute after preemption included)
   int32_t n_preemptions = 0;
+  // Speculation: tokens proposed to follow tokens.back() (set_draft), verified in the next
+  // step's decode item; verify holds {tokens.back(), draft...} for the plan to point at.
+  std::vector<token_id> draft;
+  std::vector<token_id> verify;
   int32_t n_generated() const { return int32_t(tokens.size()) - n_prompt; }
 };
 
@@ -58,6 +63,7 @@ struct plan_item {
   int32_t n_past = 0;              // tokens already in KV
   int32_t n_tokens = 0;            // tokens to compute: positions n_past..n_past+n_tokens-1
   bool sample = false;             // the chunk ends at the last known token: sample the next
+  int32_t n_draft = 0;             // of n_tokens, proposed tokens after the last known one (verify: logits for all)
   const token_id* tokens = nullptr;     // valid until the next schedule()/update()/finish()
   const int32_t* block_table = nullptr; // same
 };
@@ -81,9 +87,14 @@ class scheduler {
   std::optional<std::string> add(seq_request request);
   // Plan one step. Mutates block tables (reservations, admissions, preemptions).
   step_plan schedule();
+  // Propose tokens to follow a running, decoding sequence's last token; the next schedule()
+  // verifies as many as the step's spare budget and KV allow (decode tokens come first).
+  void set_draft(uint64_t id, std::vector<token_id> draft);
   // Apply a step: KV now holds the planned tokens; sampled[i] is item i's new token
-  // (read only where items[i].sample).
-  void update(const step_plan& plan, std::span<const token_id> sampled);
+  // (read only where items[i].sample). With speculation, n_accepted[i] (when given) of
+  // item i's n_draft proposals were accepted: they join the sequence ahead of sampled[i],
+  // and the K/V written for the rejected ones is forgotten (overwritten by later steps).
+  void update(const step_plan& plan, std::span<const token_id> sampled, std::span<const int32_t> n_accepted = {});
   // Remove a sequence (finished, cancelled, failed). keep_kv with a job_key: its K/V becomes
   // the job's resident sequence; otherwise freed (full blocks stay in the prefix cache).
   void finish(uint64_t id, bool keep_kv, double now);

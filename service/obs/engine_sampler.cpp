@@ -38,6 +38,10 @@ void export_engine_stats(const engine_stats& s) {
   r.counter_family("agentq_generated_tokens_total", "Tokens sampled by the engine.")
       .with()
       .set(double(s.n_tokens_generated));
+  auto& spec = r.counter_family("agentq_spec_tokens_total",
+                                "Speculative decoding: proposed tokens the model accepted / rejected.", {"result"});
+  spec.with({"accepted"}).set(double(s.n_tokens_draft_accepted));
+  spec.with({"rejected"}).set(double(s.n_tokens_draft_rejected));
   r.counter_family("agentq_kv_evictions_total", "KV blocks evicted from the prefix cache.")
       .with()
       .set(double(s.n_evictions));

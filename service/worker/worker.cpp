@@ -627,6 +627,10 @@ struct worker::impl {
                                 {"cached_tokens", res.usage.n_tokens_cached},
                                 {"computed_tokens", res.usage.n_tokens_computed},
                                 {"completion_tokens", res.usage.n_tokens_generated},
+                                // speculative decoding (#32), under OpenAI's names
+                                {"completion_tokens_details",
+                                 {{"accepted_prediction_tokens", res.usage.n_tokens_draft_accepted},
+                                  {"rejected_prediction_tokens", res.usage.n_tokens_draft_rejected}}},
                                 {"finish", to_string(res.finish)},
                                 {"queue_ms", res.usage.queue_ms},
                                 {"prefill_ms", res.usage.prefill_ms},

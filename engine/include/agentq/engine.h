@@ -47,6 +47,13 @@ struct engine_config {
   // or kill loses nothing that waited longer. < 0 = never.
   double kv_spill_after_s = 5.0;
   int64_t spill_budget_bytes = 0;    // size of this model's spill files at most (0 = unlimited)
+  // Speculative decoding by prompt lookup (docs/speculative.md): proposals from the job's own
+  // context, verified in one batched forward; the output is the same as without it.
+  bool spec = true;
+  int32_t spec_max_draft = 8;        // proposed tokens per sequence per step at most
+  // Proposals are verified only while the step (decode tokens + proposals) stays within this
+  // many tokens: under load k shrinks to nothing. 0 = the device's default (cpu 8, cuda 64).
+  int32_t spec_step_tokens = 0;
 };
 
 struct model_desc {
@@ -117,6 +124,10 @@ struct turn_usage {
   int32_t n_tokens_cached = 0;       // of those, served from resident / prefix-cached KV
   int32_t n_tokens_computed = 0;     // of those, actually prefilled
   int32_t n_tokens_generated = 0;    // sampled tokens
+  // Speculation: proposed tokens the model agreed with (OpenAI's accepted_prediction_tokens)
+  // and proposed tokens it did not (rejected_prediction_tokens: computed, then discarded).
+  int32_t n_tokens_draft_accepted = 0;
+  int32_t n_tokens_draft_rejected = 0;
   double queue_ms = 0;               // submit -> first scheduled
   double prefill_ms = 0;             // first scheduled -> first token
   double decode_ms = 0;              // first token -> done
@@ -199,6 +210,7 @@ struct engine_stats {
   int64_t n_spill_bytes = 0;         // bytes of spill files on disk
   int64_t n_spill_budget_evictions = 0;  // files removed to stay within spill_budget_bytes
   int64_t n_tokens_prompt = 0, n_tokens_cached = 0, n_tokens_computed = 0, n_tokens_generated = 0;
+  int64_t n_tokens_draft_accepted = 0, n_tokens_draft_rejected = 0;  // speculation, every finished request
   int32_t n_running = 0, n_waiting = 0;
   int32_t last_batch_tokens = 0;     // tokens in the latest step
   bool healthy = true;               // false once the device failed (see engine::healthy)

@@ -1,0 +1,61 @@
+// Prompt-lookup proposer: suffix match over the sequence's context, adaptive k and n.
+#include "spec/ngram_proposer.h"
+
+#include <algorithm>
+
+namespace agentq {
+
+ngram_proposer::ngram_proposer(spec_params params) : params_(params) {
+  params_.k_max = std::max(1, params_.k_max);
+  params_.n_min = std::max(1, params_.n_min);
+  params_.n_max = std::max(params_.n_min, params_.n_max);
+  k_ = std::min(4, params_.k_max);
+  n_ = params_.n_min;
+}
+
+void ngram_proposer::propose(std::span<const token_id> ctx, int32_t cap, std::vector<token_id>& out) {
+  out.clear();
+  if (n_cooldown_ > 0) {
+    --n_cooldown_;
+    return;
+  }
+  const int32_t want = std::min(k_, cap);
+  const int32_t len = int32_t(ctx.size());
+  if (want <= 0) return;
+  // NOTE: longest suffix first, latest occurrence first: a rewrite of a tool result follows
+  // the most recent copy, and a longer match predicts better than a shorter one.
+  for (int32_t n = std::min(params_.n_max, len - 1); n >= n_; --n) {
+    const token_id* suffix = ctx.data() + (len - n);
+    for (int32_t p = len - n - 1; p >= 0; --p) {
+      if (ctx[size_t(p)] != suffix[0] || !std::equal(suffix, suffix + n, ctx.data() + p)) continue;
+      const int32_t from = p + n, to = std::min(len, from + want);
+      out.assign(ctx.begin() + from, ctx.begin() + to);
+      return;
+    }
+  }
+}
+
+void ngram_proposer::on_verified(int32_t n_proposed, int32_t n_accepted) {
+  if (n_proposed <= 0) return;
+  if (n_accepted == 0) {
+    // a miss: ask for a longer match next time, and back off when misses keep coming
+    n_ = std::min(n_ + 1, params_.n_max);
+    k_ = std::max(1, k_ / 2);
+    if (++n_fail_streak_ >= 3) {
+      n_cooldown_ = backoff_;
+      backoff_ = std::min(backoff_ * 2, 512);
+      n_fail_streak_ = 0;
+    }
+    return;
+  }
+  n_fail_streak_ = 0;
+  backoff_ = 16;
+  if (n_accepted == n_proposed) {
+    k_ = std::min(k_ + 2, params_.k_max);
+    n_ = std::max(params_.n_min, n_ - 1);
+  } else {
+    k_ = std::max(1, std::min(params_.k_max, n_accepted + 1));
+  }
+}
+
+}  // namespace agentq

@@ -1,0 +1,43 @@
+// Prompt-lookup (n-gram) speculation: proposes the tokens that followed the latest earlier
+// occurrence of the sequence's last n tokens in its own context (prompt + generated).
+// One per sequence; k and n adapt to its acceptance, and it backs off when proposals fail.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "agentq/engine.h"
+
+namespace agentq {
+
+struct spec_params {
+  int32_t k_max = 8;   // proposed tokens per step at most
+  int32_t n_min = 2;   // shortest suffix matched (tokens)
+  int32_t n_max = 4;   // longest suffix matched (tokens)
+};
+
+class ngram_proposer {
+ public:
+  explicit ngram_proposer(spec_params params);
+
+  // Up to min(k, cap) tokens that may follow ctx (its last token is the next input); empty
+  // when nothing matches, while backing off, or cap <= 0.
+  void propose(std::span<const token_id> ctx, int32_t cap, std::vector<token_id>& out);
+  // The verifier's answer to the last proposal: n_accepted of n_proposed tokens agreed.
+  void on_verified(int32_t n_proposed, int32_t n_accepted);
+
+  int32_t k() const { return k_; }
+  int32_t n() const { return n_; }
+  bool backing_off() const { return n_cooldown_ > 0; }
+
+ private:
+  spec_params params_;
+  int32_t k_ = 4;            // current draft length limit
+  int32_t n_ = 2;            // current shortest suffix to match
+  int32_t n_fail_streak_ = 0;  // verifications in a row with nothing accepted
+  int32_t n_cooldown_ = 0;   // decode steps left without proposing
+  int32_t backoff_ = 16;     // the next cooldown (doubles up to 512 while proposals keep failing)
+};
+
+}  // namespace agentq

@@ -1,0 +1,159 @@
+// agentq-bench_spec: speculative decoding (prompt lookup) on vs off in the same run, one
+// JSON line per (workload, batch): generated tokens/s both ways, their ratio, acceptance.
+//   agentq-bench_spec --model F [--batch 1,8] [--threads N] [--gen N] [--reps R] [--tool N]
+// Workloads: "repetitive": the prompt holds a ~--tool-token text the model wrote (its greedy
+// continuation of a seed, a tool result) with a token edited every 25, then the seed again:
+// the turn rewrites it (greedy). "plain": the seed only, sampled at temperature 1 (seeded: no
+// repetition to look up, even where a greedy model would loop). Each batch runs
+// --batch copies (seeds offset per sequence). Median of --reps runs, on and off alternating.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "agentq/engine.h"
+
+using namespace agentq;
+
+namespace {
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> v;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    v.push_back(std::atoi(s.substr(i, j - i).c_str()));
+    i = j + 1;
+  }
+  return v;
+}
+
+struct run_result {
+  double tok_per_s = 0;
+  int64_t generated = 0, accepted = 0, rejected = 0;
+};
+
+run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int gen, float temperature) {
+  std::vector<bool> done(prompts.size(), false);
+  run_result r;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    token_request q;
+    q.prompt = prompts[i];
+    q.max_tokens = gen;
+    q.sampling.temperature = temperature;
+    q.sampling.seed = 1234 + i;
+    e.submit(q, {nullptr, [&, i](token_result res) {
+                   done[i] = true;
+                   r.generated += res.usage.n_tokens_generated;
+                   r.accepted += res.usage.n_tokens_draft_accepted;
+                   r.rejected += res.usage.n_tokens_draft_rejected;
+                 }});
+  }
+  while (!std::all_of(done.begin(), done.end(), [](bool b) { return b; })) e.step();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.tok_per_s = double(r.generated) / s;
+  return r;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model;
+  std::vector<int> batches = {1, 8};
+  int threads = 2, gen = 128, reps = 3, tool = 300;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--model") model = v;
+    else if (k == "--batch") batches = parse_list(v);
+    else if (k == "--threads") threads = std::atoi(v.c_str());
+    else if (k == "--gen") gen = std::atoi(v.c_str());
+    else if (k == "--reps") reps = std::atoi(v.c_str());
+    else if (k == "--tool") tool = std::atoi(v.c_str());
+    else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
+  }
+  if (model.empty()) {
+    std::fprintf(stderr, "usage: agentq-bench_spec --model F [--batch 1,8] [--threads N] [--gen N] [--reps R] [--tool N]\n");
+    return 2;
+  }
+  std::unique_ptr<engine> on, off;
+  for (bool spec : {true, false}) {
+    engine_config c;
+    c.model_path = model;
+    c.n_threads = threads;
+    c.kv_budget_bytes = 512ull << 20;
+    c.spec = spec;
+    c.prefix_reuse = false;  // NOTE: every run prefills alike; only decoding differs
+    std::string err;
+    auto e = engine::load(c, &err);
+    if (!e) { std::fprintf(stderr, "%s\n", err.c_str()); return 1; }
+    (spec ? on : off) = std::move(e);
+  }
+  const int n_vocab = on->model().n_vocab;
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  // seeds: "Once upon a time" plus a few varied tokens per sequence
+  std::vector<std::vector<token_id>> seeds, tools;
+  for (int b = 0; b < max_batch; ++b) {
+    auto s = on->tokenize("Once upon a time, there was a little", true, false);
+    s.push_back(token_id((1000 + 37 * b) % n_vocab));
+    seeds.push_back(s);
+  }
+  {
+    // the tool results: each seed's greedy continuation (without speculation), edited
+    std::vector<bool> done(seeds.size(), false);
+    tools.resize(seeds.size());
+    for (size_t i = 0; i < seeds.size(); ++i) {
+      token_request q;
+      q.prompt = seeds[i];
+      q.max_tokens = tool;
+      off->submit(q, {nullptr, [&, i](token_result r) { tools[i] = r.output_ids; done[i] = true; }});
+    }
+    while (!std::all_of(done.begin(), done.end(), [](bool b) { return b; })) off->step();
+    for (auto& t : tools)
+      for (size_t j = 12; j < t.size(); j += 25) t[j] = token_id((t[j] + 7) % n_vocab);
+  }
+  std::printf("# model %s, threads %d, gen %d, reps %d\n", model.c_str(), threads, gen, reps);
+  for (const char* workload : {"repetitive", "plain"}) {
+    for (int batch : batches) {
+      std::vector<std::vector<token_id>> prompts;
+      for (int b = 0; b < batch; ++b) {
+        std::vector<token_id> p = seeds[size_t(b)];
+        if (std::string(workload) == "repetitive") {
+          p.insert(p.end(), tools[size_t(b)].begin(), tools[size_t(b)].end());
+          p.insert(p.end(), seeds[size_t(b)].begin(), seeds[size_t(b)].end());
+        }
+        prompts.push_back(p);
+      }
+      const float temp = std::string(workload) == "plain" ? 1.0f : 0.0f;
+      run(*on, prompts, 4, temp);  // warm-up
+      run(*off, prompts, 4, temp);
+      std::vector<double> t_on, t_off;
+      run_result last_on;
+      for (int r = 0; r < reps; ++r) {
+        // NOTE: the order alternates: whichever runs second inherits a warmer machine
+        if (r % 2) t_off.push_back(run(*off, prompts, gen, temp).tok_per_s);
+        last_on = run(*on, prompts, gen, temp);
+        t_on.push_back(last_on.tok_per_s);
+        if (r % 2 == 0) t_off.push_back(run(*off, prompts, gen, temp).tok_per_s);
+      }
+      const double a = median(t_on), b = median(t_off);
+      const int64_t proposed = last_on.accepted + last_on.rejected;
+      std::printf(
+          "{\"bench\":\"spec\",\"workload\":\"%s\",\"batch\":%d,\"tok_per_s_spec\":%.2f,\"tok_per_s_base\":%.2f,"
+          "\"ratio\":%.3f,\"accepted\":%lld,\"rejected\":%lld,\"acceptance\":%.3f,\"accepted_per_generated\":%.3f}\n",
+          workload, batch, a, b, a / b, (long long)last_on.accepted, (long long)last_on.rejected,
+          proposed ? double(last_on.accepted) / double(proposed) : 0.0,
+          last_on.generated ? double(last_on.accepted) / double(last_on.generated) : 0.0);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}

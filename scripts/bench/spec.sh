@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Speculative decoding (prompt lookup, #32): generated tokens/s with and without it in the
+# same run, acceptance and the ratio, on a repetitive workload (a turn rewriting a ~300-token
+# tool result with small edits) and a non-repetitive one (seeded temperature-1 sampling).
+#   scripts/bench/spec.sh [--quick] [--shapes 110m,1b] [--types q8_0,q4_k] [--batch 1,8] [--threads N]
+# --quick: 110m Q8_0, batch 1 and 8, 64 tokens, 1 rep. Default: 110m and 1b x q8_0 and q4_k, 3 reps.
+# Models come from scripts/bench/model.sh. Env: AGENTQ_BUILD_DIR (default build), AGENTQ_BENCH_DIR.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+shapes=110m,1b; types=q8_0,q4_k; batch=1,8; threads=2; gen=128; reps=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) shapes=110m; types=q8_0; gen=64; reps=1 ;;
+    --shapes) shapes="$2"; shift ;;
+    --types) types="$2"; shift ;;
+    --batch) batch="$2"; shift ;;
+    --threads) threads="$2"; shift ;;
+    *) echo "usage: $0 [--quick] [--shapes S,..] [--types T,..] [--batch B,..] [--threads N]" >&2; exit 2 ;;
+  esac
+  shift
+done
+build="${AGENTQ_BUILD_DIR:-build}"
+bench="$build/bin/agentq-bench_spec"
+[ -x "$bench" ] || { echo "missing $bench (cmake --build $build --target agentq-bench_spec)" >&2; exit 1; }
+echo "# host: $(lscpu | sed -n 's/^Model name: *//p' | head -1), threads $threads"
+for s in ${shapes//,/ }; do
+  for t in ${types//,/ }; do
+    m=$(scripts/bench/model.sh "$s:$t" | tail -1)
+    echo "# $s $t"
+    "$bench" --model "$m" --batch "$batch" --threads "$threads" --gen "$gen" --reps "$reps" --tool 300
+  done
+done
