@@ -13,6 +13,7 @@
 #include "api/ui_routes.h"
 #include "api/deletion_routes.h"
 #include "api/observability_routes.h"
+#include "api/reply.h"
 #include "api/openai_routes.h"
 #include "auth/keys.h"
 #include "auth/rate_limiter.h"
@@ -30,15 +31,6 @@ using http::request;
 using http::response;
 
 namespace {
-
-response json_response(int status, const json& body) {
-  response r;
-  r.status = status;
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
-}
-
-response from_validation(const validation_error& e) { return error_response(e.kind, e.message, e.param); }
 
 response job_not_found(const std::string& id) {
   return error_response(error_kind::not_found, "no job '" + id + "'", "id");

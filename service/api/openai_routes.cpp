@@ -9,6 +9,7 @@
 #include "api/openai_map.h"
 #include "api/openai_registry.h"
 #include "api/openai_stream.h"
+#include "api/reply.h"
 #include "auth/keys.h"
 #include "http/errors.h"
 #include "ops/retention.h"
@@ -24,15 +25,6 @@ using http::request;
 using http::response;
 
 namespace {
-
-response json_response(int status, const json& body) {
-  response r;
-  r.status = status;
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
-}
-
-response from_validation(const validation_error& e) { return error_response(e.kind, e.message, e.param); }
 
 // Insert the job (Idempotency-Key honoured as on POST /v1/jobs); the row, or the error response.
 std::optional<store::job_row> submit(const api_deps& deps, const auth::key_info& key, const request& req,

@@ -4,6 +4,7 @@
 
 #include "api/openai_registry.h"
 #include "api/openai_routes.h"
+#include "api/reply.h"
 #include "auth/keys.h"
 #include "http/errors.h"
 #include "net/ssrf_guard.h"
@@ -17,13 +18,6 @@ using http::request;
 using http::response;
 
 namespace {
-response json_response(int status, const json& body) {
-  response r;
-  r.status = status;
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
-}
-
 json endpoint_object(const webhook_endpoint& e) {
   return {{"id", e.id}, {"object", "webhook_endpoint"}, {"url", e.url}, {"events", e.events},
           {"created_at", e.created_ms / 1000},
