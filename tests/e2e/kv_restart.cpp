@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <thread>
 
 #include "cluster.h"
 #include "history_check.h"
@@ -124,9 +125,18 @@ int new_tokens(const outcome& o) {
          (o.turn1_usage["prompt_tokens"].get<int>() + o.turn1_usage["completion_tokens"].get<int>());
 }
 
+// The job's KV marks, once the last is a kv_restore. NOTE: the worker's housekeeper writes them
+// (service/worker/kv_marks.cpp) on its next tick, so the last turn's kv_restore may land just
+// after the job turns terminal; wait up to 10 s for it instead of reading once.
 std::vector<std::vector<std::string>> kv_marks(test::cluster& c, const std::string& id) {
-  return test::query_db(c, "SELECT kind, attrs FROM job_timeline WHERE job_id=? AND kind IN ('kv_spill','kv_restore') "
-                           "ORDER BY id", {id});
+  std::vector<std::vector<std::string>> marks;
+  for (int i = 0; i < 100; ++i) {
+    marks = test::query_db(
+        c, "SELECT kind, attrs FROM job_timeline WHERE job_id=? AND kind IN ('kv_spill','kv_restore') ORDER BY id", {id});
+    if (!marks.empty() && marks.back()[0] == "kv_restore") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return marks;
 }
 
 constexpr int k_block = 64;  // engine_config::block_size
