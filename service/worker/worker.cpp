@@ -292,6 +292,9 @@ struct worker::impl {
     ctx->job_key = job_key_of(kv_chain_of(c.won->job.request_json, d.job_id));
     // NOTE: the engine runs one turn per key at a time: a second continuation of the same chain
     // running now (a fork) takes its own key and re-prefills (only this thread adds to active).
+    // The previous response's job turns terminal in SQLite a moment before its ctx is done here, and
+    // a client continues as soon as it reads that, so wait up to 1 s for the key before forking.
+    for (int i = 0; i < 100 && key_in_use(ctx->job_key); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (key_in_use(ctx->job_key)) ctx->job_key = job_key_of(d.job_id);
     retained.claim(ctx->job_key);  // a continuation: the chain's parked KV is this job's now
     ctx->fault_subject = c.won->job.request_json;
