@@ -83,6 +83,14 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
   d.bos = e->tok_->bos();
   d.eos = e->tok_->eos();
   d.eot = e->tok_->eot();
+  // NOTE: loaded only with speculation on (a draft that never proposes would only cost memory);
+  // a vocabulary that differs from the target's fails the load with both sizes / hashes.
+  if (config.spec && !config.draft_model_path.empty()) {
+    e->draft_ = draft_model::load(config.draft_model_path, config.device, config.n_threads, *e->tok_, hp.n_vocab,
+                                  config.draft_kv_budget_bytes, config.block_size, config.spec_max_draft, &err);
+    if (!e->draft_) return set_err(err);
+    d.draft = e->draft_->name();
+  }
   if (!config.chat_family.empty()) {
     auto fam = chat::family_from_name(config.chat_family);
     if (!fam) return set_err("unknown chat_family '" + config.chat_family + "'");
@@ -260,9 +268,13 @@ void engine_impl::admit(std::unique_ptr<active_request> ar) {
   for (const auto& s : r.stop) ar->max_stop_len = std::max(ar->max_stop_len, s.size());
   ar->sampling = std::make_unique<sampler>(r.sampling);
   if (config_.spec && config_.spec_max_draft > 0) {
-    spec_params sp;
-    sp.k_max = config_.spec_max_draft;
-    ar->proposer = std::make_unique<ngram_proposer>(sp);
+    ar->spec_on = true;
+    if (config_.spec_lookup || !r.prediction.empty()) {
+      spec_params sp;
+      sp.k_max = config_.spec_max_draft;
+      sp.context = config_.spec_lookup;
+      ar->proposer = std::make_unique<ngram_proposer>(sp, r.prediction);
+    }
   }
   // NOTE: the prompt's tail is in the penalty window, as llama.cpp does
   const size_t n_last = size_t(std::max(0, r.sampling.penalty_last_n));
@@ -402,7 +414,7 @@ bool engine_impl::on_token(active_request& ar, token_id tok, const sequence& seq
     return true;
   }
   if (!pre) ar.sampling->accept(tok);
-  const bool eog = tok_->is_eog(tok) || std::find(r.stop_tokens.begin(), r.stop_tokens.end(), tok) != r.stop_tokens.end();
+  const bool eog = (!r.ignore_eos && tok_->is_eog(tok)) || std::find(r.stop_tokens.begin(), r.stop_tokens.end(), tok) != r.stop_tokens.end();
   if (eog) {
     finish(ar.id, finish_reason::stop);
     return true;
@@ -490,6 +502,7 @@ void engine_impl::finish(uint64_t id, finish_reason reason, const std::string& e
     const bool keep = reason != finish_reason::cancelled && reason != finish_reason::error;
     sched_->finish(id, keep, now_s());
   }
+  if (draft_) draft_->release(id);
   if (ar.scheduled) {
     res.usage.queue_ms = ms(ar.t_submit, ar.t_first_sched);
     const auto t_first = ar.got_token ? ar.t_first_token : now;

@@ -25,6 +25,7 @@
 #include "model/model.h"
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
+#include "spec/draft_model.h"
 #include "spec/ngram_proposer.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -76,7 +77,9 @@ struct active_request {
   size_t max_stop_len = 0;
   std::vector<token_id> output_ids;
   std::unique_ptr<sampler> sampling;           // penalties window + seeded PRNG, per request
-  std::unique_ptr<ngram_proposer> proposer;    // speculation (null: off)
+  std::unique_ptr<ngram_proposer> proposer;    // prompt lookup / prediction (null: off)
+  bool spec_on = false;                        // speculation for this request (lookup and / or draft)
+  bool draft_from_model = false;               // the pending proposal came from the draft model
   int32_t n_draft_accepted = 0, n_draft_rejected = 0;
   engine_clock::time_point t_submit, t_first_sched, t_first_token;
   bool scheduled = false, got_token = false;
@@ -181,6 +184,7 @@ class engine_impl final : public engine {
   std::shared_ptr<const gguf::file> file_;
   std::unique_ptr<forward_backend> backend_;
   std::unique_ptr<tokenizer> tok_;
+  std::unique_ptr<draft_model> draft_;         // config_.draft_model_path (null: none)
   chat::template_family family_ = chat::template_family::plain;
   bool family_known_ = true;  // false: the template matched no family (desc_.chat_family "unknown")
   mutable std::shared_ptr<const void> vocab_index_;  // grammar::vocab_index, built on first use (engine_hooks.cpp)

@@ -1,25 +1,22 @@
-// `agentq-engine generate`: run one prompt through the model (CPU, or --device cuda) with the sampler,
-// streaming text to stdout and reporting prompt and decode throughput on stderr
-// (or one JSON object with --json). The smallest end-to-end path through the engine.
-#include <chrono>
-#include <cmath>
-#include <fstream>
-#include <sstream>
+// `agentq-engine generate`: run one prompt through the engine (CPU, or --device cuda), with
+// speculation (--spec / --no-spec, --draft-model), streaming text to stdout and reporting prompt
+// and decode throughput on stderr (or one JSON object with --json).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "agentq/engine.h"
-#include "backend/backend.h"
 #include "cli/commands.h"
 #include "gguf/reader.h"
-#include "grammar/constraint.h"
+#include "kv/kv_store.h"
 #include "model/model.h"
-#include "sample/sampler.h"
-#include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -33,6 +30,7 @@ int usage(FILE* f) {
                "         [--temp T] [--top-k K] [--top-p P] [--min-p M] [--repeat-penalty R]\n"
                "         [--repeat-last-n N] [--seed S] [--threads N] [--ignore-eos] [--json]\n"
                "         [--json-schema FILE [--json-free-whitespace]] [--device cpu|cuda|cuda:N] [--kv-type f16|f32]\n"
+               "         [--spec | --no-spec] [--draft-model PATH] [--draft-max K] [--prediction TEXT]\n"
                "  -n N             tokens to generate at most (default 128)\n"
                "  --temp T         0 = greedy (default 0)\n"
                "  --prompt-ids     token ids, comma-separated, used as given (no BOS added)\n"
@@ -41,7 +39,13 @@ int usage(FILE* f) {
                "                   allows up to 16 whitespace bytes in every gap)\n"
                "  --device D       where the model runs: cpu (default), cuda, cuda:N (no fallback)\n"
                "  --kv-type T      element type of the stored K/V: f16 (cpu default) or f32 (cuda's only)\n"
-               "  --json           print {prompt_ids, output_ids, text, prompt_tokens_per_s, decode_tokens_per_s};\n"
+               "  --spec, --no-spec  speculative decoding on (default) or off; the output is the same\n"
+               "                   either way (docs/speculative.md), only the speed differs\n"
+               "  --draft-model P  a draft model with the same vocabulary proposes tokens (with --spec)\n"
+               "  --draft-max K    tokens proposed per step at most (default 8)\n"
+               "  --prediction T   Predicted Output: text the output is expected to resemble (lookup text)\n"
+               "  --json           print {prompt_ids, output_ids, text, prompt_tokens_per_s, decode_tokens_per_s,\n"
+               "                   accepted_prediction_tokens, rejected_prediction_tokens};\n"
                "                   text is always valid UTF-8: bytes of a character cut off at the end (or\n"
                "                   any invalid byte) become U+FFFD; output_ids are the exact tokens\n");
   return f == stdout ? 0 : 2;
@@ -91,22 +95,13 @@ bool parse_ids(const char* text, std::vector<token_id>* out) {
   return !out->empty();
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-int device_failed(const forward_backend& b) {
-  std::fprintf(stderr, "generate: the forward pass on %s failed: %s\n", b.device().c_str(),
-               b.failure().empty() ? "see above" : b.failure().c_str());
-  return 1;
-}
-
 int cmd_generate(int argc, char** argv) {
   const char *model_path = nullptr, *prompt = nullptr, *prompt_ids_arg = nullptr, *schema_path = nullptr;
+  const char *draft_path = nullptr, *prediction = nullptr;
   std::string device = "cpu";
   const char* kv_type = nullptr;
-  int32_t n_predict = 128, n_threads = 0;
-  bool json = false, ignore_eos = false;
+  int32_t n_predict = 128, n_threads = 0, spec_max_draft = engine_config{}.spec_max_draft;
+  bool json = false, ignore_eos = false, spec = true;
   json_whitespace json_ws = json_whitespace::spaced;
   sampling_params sp;
   for (int i = 1; i < argc; ++i) {
@@ -127,6 +122,11 @@ int cmd_generate(int argc, char** argv) {
     else if (arg("--json-schema")) schema_path = argv[++i];
     else if (arg("--device")) device = argv[++i];
     else if (arg("--kv-type")) kv_type = argv[++i];
+    else if (arg("--draft-model")) draft_path = argv[++i];
+    else if (arg("--draft-max")) spec_max_draft = std::atoi(argv[++i]);
+    else if (arg("--prediction")) prediction = argv[++i];
+    else if (!std::strcmp(argv[i], "--spec")) spec = true;
+    else if (!std::strcmp(argv[i], "--no-spec")) spec = false;
     else if (!std::strcmp(argv[i], "--json")) json = true;
     else if (!std::strcmp(argv[i], "--ignore-eos")) ignore_eos = true;
     else if (!std::strcmp(argv[i], "--json-free-whitespace")) json_ws = json_whitespace::free;
@@ -135,40 +135,59 @@ int cmd_generate(int argc, char** argv) {
       return usage(stderr);
     }
   }
-  if (!model_path || (!prompt && !prompt_ids_arg) || n_predict < 0) return usage(stderr);
+  if (!model_path || (!prompt && !prompt_ids_arg) || n_predict < 0 || spec_max_draft < 1) return usage(stderr);
   kv_dtype kv_dt = kv_dtype::f16;
   if (kv_type && !parse_kv_dtype(kv_type, &kv_dt)) {
     std::fprintf(stderr, "generate: --kv-type must be f16 or f32 (got '%s')\n", kv_type);
     return 2;
   }
+  if (draft_path && !spec) {
+    std::fprintf(stderr, "generate: --draft-model needs speculation (drop --no-spec)\n");
+    return 2;
+  }
 
+  // The model's shape first (a validation load: no weight copies), to check the prompt against
+  // the context and size the engine's KV for this one sequence.
   std::string err;
   std::shared_ptr<const gguf::file> file = gguf::file::open(model_path, &err);
   if (!file) { std::fprintf(stderr, "generate: %s\n", err.c_str()); return 1; }
-  auto tok = tokenizer::load(*file, &err);
-  if (!tok) { std::fprintf(stderr, "generate: %s: %s\n", model_path, err.c_str()); return 1; }
-  auto mdl = forward_backend::create(device, file, n_threads, &err);
-  if (!mdl) { std::fprintf(stderr, "generate: %s: %s\n", model_path, err.c_str()); return 1; }
-  if (kv_type && !mdl->set_kv_type(kv_dt, &err)) { std::fprintf(stderr, "generate: %s\n", err.c_str()); return 2; }
-  const model_hparams& hp = mdl->hparams();
-
-  // --json-schema: constrain the output to one JSON value of the schema (grammar/).
-  std::unique_ptr<grammar::token_constraint> constraint;
+  auto shape = model::load(file, 1, &err, model::weights::validate);
+  if (!shape) { std::fprintf(stderr, "generate: %s: %s\n", model_path, err.c_str()); return 1; }
+  const model_hparams hp = shape->hparams();
+  shape.reset();
+  std::string schema;
   if (schema_path) {
     std::ifstream in(schema_path, std::ios::binary);
     if (!in) { std::fprintf(stderr, "generate: cannot read %s\n", schema_path); return 1; }
     std::stringstream ss;
     ss << in.rdbuf();
-    constraint = grammar::make_json_constraint(ss.str(), grammar::make_vocab_index(tok->pieces(), tok->eog_ids()), &err, json_ws);
-    if (!constraint) { std::fprintf(stderr, "generate: %s: %s\n", schema_path, err.c_str()); return 2; }
+    schema = ss.str();
   }
-  std::vector<uint32_t> allowed;
 
+  // NOTE: generate runs the engine itself (one request, stepped here), so it decodes exactly as
+  // agentqd does: the same scheduler, speculation (--spec, the default), verifier and sampler.
+  engine_config cfg;
+  cfg.model_path = model_path;
+  cfg.device = device;
+  cfg.n_threads = n_threads;
+  if (kv_type) cfg.kv_type = kv_type;
+  cfg.spec = spec;
+  cfg.spec_max_draft = spec_max_draft;
+  if (draft_path) cfg.draft_model_path = draft_path;
+  cfg.kv_idle_ttl_s = 0;
+  cfg.prefix_reuse = false;
+  // KV bytes per token in F32 (the larger element); the budget follows once the prompt is known
+  const uint64_t kv_bytes_per_token = 2ull * uint64_t(hp.n_layer) * uint64_t(hp.n_head_kv) * uint64_t(hp.head_dim) * 4;
   std::vector<token_id> prompt_ids;
-  if (prompt_ids_arg) {
-    if (!parse_ids(prompt_ids_arg, &prompt_ids)) { std::fprintf(stderr, "generate: bad --prompt-ids\n"); return 2; }
-  } else {
-    prompt_ids = tok->encode(prompt, /*add_special=*/true, /*parse_special=*/true);
+  if (prompt_ids_arg && !parse_ids(prompt_ids_arg, &prompt_ids)) {
+    std::fprintf(stderr, "generate: bad --prompt-ids\n");
+    return 2;
+  }
+  {
+    // the tokenizer alone, for --prompt (the engine's is the same file's)
+    auto tok = tokenizer::load(*file, &err);
+    if (!tok) { std::fprintf(stderr, "generate: %s: %s\n", model_path, err.c_str()); return 1; }
+    if (!prompt_ids_arg) prompt_ids = tok->encode(prompt, /*add_special=*/true, /*parse_special=*/true);
   }
   for (token_id id : prompt_ids)
     if (id >= hp.n_vocab) { std::fprintf(stderr, "generate: prompt id %d outside the vocabulary\n", id); return 2; }
@@ -178,70 +197,54 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "generate: prompt + n (%d) exceeds the context length %d\n", n_total, hp.n_ctx);
     return 2;
   }
+  // KV for the prompt + n + a proposal's slack and a partial block
+  cfg.kv_budget_bytes = kv_bytes_per_token * uint64_t(int64_t(n_total) + 2 * cfg.block_size + spec_max_draft);
+  if (draft_path) cfg.draft_kv_budget_bytes = std::max<uint64_t>(cfg.draft_kv_budget_bytes, cfg.kv_budget_bytes);
 
-  // One sequence over a contiguous block table.
-  const int32_t block_size = engine_config{}.block_size;  // the engine's default
-  const int32_t n_blocks = (n_total + block_size - 1) / block_size;
-  if (!mdl->alloc_kv(block_size, n_blocks, &err)) { std::fprintf(stderr, "generate: %s\n", err.c_str()); return 1; }
-  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
-  for (int32_t i = 0; i < n_blocks; ++i) table[size_t(i)] = i;
-  std::vector<float> logits(size_t(hp.n_vocab));
-
-  sampler smp(sp);
-  for (token_id id : prompt_ids) smp.accept(id);
-  stream_decoder stream(*tok);
-
-  // Prefill in chunks of up to 512 tokens.
-  auto t0 = std::chrono::steady_clock::now();
-  constexpr int32_t k_chunk = 512;
-  for (int32_t done = 0; done < int32_t(prompt_ids.size());) {
-    const int32_t n = std::min<int32_t>(k_chunk, int32_t(prompt_ids.size()) - done);
-    batch_seq s{table.data(), done, prompt_ids.data() + done, n, false};
-    if (mdl->forward({&s, 1}, logits.data()) < 0) return device_failed(*mdl);
-    done += n;
+  auto eng = engine::load(cfg, &err);
+  if (!eng) {
+    std::fprintf(stderr, "generate: %s\n", err.c_str());
+    return err.find("vocabulary") != std::string::npos ? 2 : 1;
   }
-  const double prefill_s = seconds_since(t0);
-
-  std::vector<token_id> output_ids;
-  std::string text;
-  int32_t n_past = int32_t(prompt_ids.size());
-  double decode_s = 0;
-  int32_t n_decode_steps = 0;
-  for (int32_t i = 0; i < n_predict; ++i) {
-    if (constraint) {
-      constraint->fill_mask(allowed);
-      for (int32_t t = 0; t < hp.n_vocab; ++t)
-        if (size_t(t / 32) >= allowed.size() || !(allowed[size_t(t / 32)] >> (t % 32) & 1)) logits[size_t(t)] = -INFINITY;
-    }
-    token_id id = smp.sample(logits.data(), hp.n_vocab);
-    if (constraint && id >= 0 && (!constraint->accept(id) || tok->is_eog(id))) break;
-    if (id < 0 || (!ignore_eos && tok->is_eog(id))) break;
-    smp.accept(id);
-    output_ids.push_back(id);
-    std::string piece = stream.push(id);
-    text += piece;
-    if (!json && !piece.empty()) { std::fwrite(piece.data(), 1, piece.size(), stdout); std::fflush(stdout); }
-    if (i + 1 == n_predict) break;
-    auto t1 = std::chrono::steady_clock::now();
-    batch_seq s{table.data(), n_past, &output_ids.back(), 1, false};
-    if (mdl->forward({&s, 1}, logits.data()) < 0) return device_failed(*mdl);
-    decode_s += seconds_since(t1);
-    ++n_decode_steps;
-    ++n_past;
+  token_request req;
+  req.prompt = prompt_ids;
+  req.max_tokens = n_predict;
+  req.sampling = sp;
+  req.json_schema = schema;
+  req.json_ws = json_ws;
+  req.ignore_eos = ignore_eos;
+  if (prediction) req.prediction = eng->tokenize(prediction, false, false);
+  std::optional<token_result> result;
+  token_callbacks cb;
+  if (!json)
+    cb.on_text = [](std::string_view piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    };
+  cb.on_done = [&](token_result r) { result = std::move(r); };
+  eng->submit(std::move(req), std::move(cb));
+  while (!result) eng->step();
+  if (result->finish == finish_reason::error) {
+    std::fprintf(stderr, "generate: %s\n", result->error.c_str());
+    return result->error.starts_with("json_schema") ? 2 : 1;
   }
-  std::string rest = stream.flush();
-  text += rest;
-  const double pp_tps = prefill_s > 0 ? double(prompt_ids.size()) / prefill_s : 0;
-  const double tg_tps = decode_s > 0 ? double(n_decode_steps) / decode_s : 0;
+  const turn_usage& u = result->usage;
+  const std::vector<token_id>& output_ids = result->output_ids;
+  // NOTE: the exact bytes of the ids (a character cut by -n stays cut: json_escape marks it).
+  const std::string text = eng->detokenize(output_ids);
+  const double pp_tps = u.prefill_ms > 0 ? double(prompt_ids.size()) * 1000.0 / u.prefill_ms : 0;
+  const double tg_tps = u.decode_ms > 0 && output_ids.size() > 1 ? double(output_ids.size() - 1) * 1000.0 / u.decode_ms : 0;
   if (json) {
-    std::printf("{\"prompt_ids\":%s,\"output_ids\":%s,\"text\":\"%s\",\"prompt_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.2f}\n",
-                json_ids(prompt_ids).c_str(), json_ids(output_ids).c_str(), json_escape(text).c_str(), pp_tps, tg_tps);
+    std::printf("{\"prompt_ids\":%s,\"output_ids\":%s,\"text\":\"%s\",\"prompt_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.2f,"
+                "\"accepted_prediction_tokens\":%d,\"rejected_prediction_tokens\":%d}\n",
+                json_ids(prompt_ids).c_str(), json_ids(output_ids).c_str(), json_escape(text).c_str(), pp_tps, tg_tps,
+                u.n_tokens_draft_accepted, u.n_tokens_draft_rejected);
   } else {
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::printf("\n");
     std::fflush(stdout);
-    std::fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s | decode: %zu tokens, %.1f tokens/s\n", prompt_ids.size(),
-                 pp_tps, output_ids.size(), tg_tps);
+    std::fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s | decode: %zu tokens, %.1f tokens/s | speculation: %d accepted, %d rejected\n",
+                 prompt_ids.size(), pp_tps, output_ids.size(), tg_tps, u.n_tokens_draft_accepted,
+                 u.n_tokens_draft_rejected);
   }
   return 0;
 }

@@ -5,7 +5,8 @@
 
 namespace agentq {
 
-ngram_proposer::ngram_proposer(spec_params params) : params_(params) {
+ngram_proposer::ngram_proposer(spec_params params, std::vector<token_id> prediction)
+    : params_(params), prediction_(std::move(prediction)) {
   params_.k_max = std::max(1, params_.k_max);
   params_.n_min = std::max(1, params_.n_min);
   params_.n_max = std::max(params_.n_min, params_.n_max);
@@ -13,7 +14,41 @@ ngram_proposer::ngram_proposer(spec_params params) : params_(params) {
   n_ = params_.n_min;
 }
 
-void ngram_proposer::propose(std::span<const token_id> ctx, int32_t cap, std::vector<token_id>& out) {
+bool ngram_proposer::propose_from_prediction(std::span<const token_id> ctx, int32_t n_generated, int32_t want,
+                                             std::vector<token_id>& out) {
+  const int32_t len = int32_t(ctx.size()), n_pred = int32_t(prediction_.size());
+  if (n_pred == 0) return false;
+  // The output so far is a prefix of the prediction (its start, the common case of an edit that
+  // keeps the beginning): continue it, with no suffix to match yet.
+  n_generated = std::min(n_generated, len);
+  if (n_generated < n_pred &&
+      std::equal(ctx.end() - n_generated, ctx.end(), prediction_.begin(), prediction_.begin() + n_generated)) {
+    pred_pos_ = size_t(n_generated);
+    out.assign(prediction_.begin() + n_generated, prediction_.begin() + std::min(n_pred, n_generated + want));
+    return true;
+  }
+  // NOTE: the first occurrence at or after the previous match, then the first anywhere: the
+  // output walks through the prediction front to back (an edited file keeps its order).
+  for (int32_t n = std::min(params_.n_max, len); n >= n_; --n) {
+    const token_id* suffix = ctx.data() + (len - n);
+    for (int32_t pass = 0; pass < 2; ++pass) {
+      const int32_t from0 = pass == 0 ? int32_t(std::min<size_t>(pred_pos_, size_t(n_pred))) : 0;
+      const int32_t to0 = pass == 0 ? n_pred - n : std::min(n_pred - n, from0 - 1);
+      for (int32_t p = from0; p <= to0; ++p) {
+        if (prediction_[size_t(p)] != suffix[0] || !std::equal(suffix, suffix + n, prediction_.begin() + p)) continue;
+        const int32_t from = p + n;
+        if (from >= n_pred) continue;
+        pred_pos_ = size_t(from);
+        out.assign(prediction_.begin() + from, prediction_.begin() + std::min(n_pred, from + want));
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+void ngram_proposer::propose(std::span<const token_id> ctx, int32_t n_generated, int32_t cap,
+                             std::vector<token_id>& out) {
   out.clear();
   if (n_cooldown_ > 0) {
     --n_cooldown_;
@@ -22,6 +57,8 @@ void ngram_proposer::propose(std::span<const token_id> ctx, int32_t cap, std::ve
   const int32_t want = std::min(k_, cap);
   const int32_t len = int32_t(ctx.size());
   if (want <= 0) return;
+  // NOTE: the Predicted Output first: the client said the output looks like it.
+  if (propose_from_prediction(ctx, n_generated, want, out) || !params_.context) return;
   // NOTE: longest suffix first, latest occurrence first: a rewrite of a tool result follows
   // the most recent copy, and a longer match predicts better than a shorter one.
   for (int32_t n = std::min(params_.n_max, len - 1); n >= n_; --n) {

@@ -54,6 +54,14 @@ struct engine_config {
   // Proposals are verified only while the step (decode tokens + proposals) stays within this
   // many tokens: under load k shrinks to nothing. 0 = the device's default (cpu 8, cuda 64).
   int32_t spec_step_tokens = 0;
+  // Prompt-lookup proposals (on by default with spec); with a draft model they are tried first
+  // (they cost nothing) and the draft proposes where lookup finds no match.
+  bool spec_lookup = true;
+  // A draft model (docs/speculative.md): a small GGUF with the same vocabulary as model_path
+  // (size and token texts, checked at load) that proposes spec_max_draft tokens autoregressively
+  // on the same device; the same verifier checks them. Empty = none.
+  std::string draft_model_path;
+  uint64_t draft_kv_budget_bytes = 64ull << 20;  // bytes of the draft's own KV blocks
 };
 
 struct model_desc {
@@ -71,6 +79,7 @@ struct model_desc {
   int32_t n_head = 0;
   int32_t n_head_kv = 0;
   token_id bos = -1, eos = -1, eot = -1;
+  std::string draft;                 // the draft model's name (file stem); empty = none
 };
 
 // ---------------------------------------------------------------------------
@@ -152,6 +161,11 @@ struct token_request {
   std::vector<std::string> stop;     // stop strings (not included in output)
   std::string json_schema;           // non-empty: output constrained to this JSON Schema
   json_whitespace json_ws = json_whitespace::spaced;  // whitespace the constrained JSON may use
+  // Predicted Outputs: tokens the output is expected to resemble (a file being edited). Speculation
+  // proposes from it as extra lookup text (it is not part of the context); it never changes the
+  // output, only how fast it comes.
+  std::vector<token_id> prediction;
+  bool ignore_eos = false;           // EOS / EOT do not end the output (benchmarks, the CLI)
 };
 
 struct token_result {
@@ -179,6 +193,9 @@ struct turn_request {
   sampling_params sampling;
   int32_t max_tokens = 256;          // per turn
   std::vector<std::string> stop;
+  // Predicted Outputs (OpenAI's prediction.content): the text the reply is expected to resemble;
+  // tokenized as plain text and handed to speculation as token_request::prediction.
+  std::string prediction;
 };
 
 struct turn_result {
