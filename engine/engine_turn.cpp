@@ -58,8 +58,14 @@ std::unique_ptr<active_request> engine_impl::make_turn(turn_request r, turn_call
   ar->req.max_tokens = r.max_tokens;
   ar->req.sampling = r.sampling;
   ar->req.stop = r.stop;
-  // NOTE: plain text, no special tokens: a prediction is what the reply's text looks like.
-  if (!r.prediction.empty()) ar->req.prediction = tok_->encode(r.prediction, false, false);
+  // NOTE: plain text, no special tokens: a prediction is what the reply's text looks like. A
+  // SentencePiece vocabulary puts a space before the text; the reply's own first space (" Anna")
+  // is that one, so it is not doubled.
+  if (!r.prediction.empty()) {
+    std::string_view text = r.prediction;
+    if (tok_->adds_space_prefix() && text.starts_with(' ')) text.remove_prefix(1);
+    ar->req.prediction = tok_->encode(text, false, false);
+  }
   for (const auto& s : tr.stop_strings) ar->req.stop.push_back(s);
   const bool tools_on = !r.tools.empty() && r.choice.mode != tool_choice_mode::none;
   if (tools_on) {

@@ -29,12 +29,12 @@ bool ngram_proposer::propose_from_prediction(std::span<const token_id> ctx, int3
   }
   // NOTE: the first occurrence at or after the previous match, then the first anywhere: the
   // output walks through the prediction front to back (an edited file keeps its order).
+  const int32_t start = int32_t(std::min<size_t>(pred_pos_, size_t(n_pred)));
   for (int32_t n = std::min(params_.n_max, len); n >= n_; --n) {
     const token_id* suffix = ctx.data() + (len - n);
     for (int32_t pass = 0; pass < 2; ++pass) {
-      const int32_t from0 = pass == 0 ? int32_t(std::min<size_t>(pred_pos_, size_t(n_pred))) : 0;
-      const int32_t to0 = pass == 0 ? n_pred - n : std::min(n_pred - n, from0 - 1);
-      for (int32_t p = from0; p <= to0; ++p) {
+      const int32_t lo = pass == 0 ? start : 0, hi = pass == 0 ? n_pred - n : std::min(n_pred - n, start - 1);
+      for (int32_t p = lo; p <= hi; ++p) {
         if (prediction_[size_t(p)] != suffix[0] || !std::equal(suffix, suffix + n, prediction_.begin() + p)) continue;
         const int32_t from = p + n;
         if (from >= n_pred) continue;

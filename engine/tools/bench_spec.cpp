@@ -1,6 +1,8 @@
 // agentq-bench_spec: speculative decoding (prompt lookup) on vs off in the same run, one
 // JSON line per (workload, batch): generated tokens/s both ways, their ratio, acceptance.
-//   agentq-bench_spec --model F [--batch 1,8] [--threads N] [--gen N] [--reps R] [--tool N]
+//   agentq-bench_spec --model F [--batch 1,8] [--threads N] [--gen N] [--reps R] [--tool N] [--draft-model D]
+// --draft-model: the "on" engine also has a draft model (same vocabulary) proposing where
+// lookup finds nothing.
 // Workloads: "repetitive": the prompt holds a ~--tool-token text the model wrote (its greedy
 // continuation of a seed, a tool result) with a token edited every 25, then the seed again:
 // the turn rewrites it (greedy). "plain": the seed only, sampled at temperature 1 (seeded: no
@@ -67,7 +69,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model;
+  std::string model, draft;
   std::vector<int> batches = {1, 8};
   int threads = 2, gen = 128, reps = 3, tool = 300;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -78,6 +80,7 @@ int main(int argc, char** argv) {
     else if (k == "--gen") gen = std::atoi(v.c_str());
     else if (k == "--reps") reps = std::atoi(v.c_str());
     else if (k == "--tool") tool = std::atoi(v.c_str());
+    else if (k == "--draft-model") draft = v;
     else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
   }
   if (model.empty()) {
@@ -91,6 +94,7 @@ int main(int argc, char** argv) {
     c.n_threads = threads;
     c.kv_budget_bytes = 512ull << 20;
     c.spec = spec;
+    if (spec) c.draft_model_path = draft;
     c.prefix_reuse = false;  // NOTE: every run prefills alike; only decoding differs
     std::string err;
     auto e = engine::load(c, &err);
@@ -120,7 +124,8 @@ int main(int argc, char** argv) {
     for (auto& t : tools)
       for (size_t j = 12; j < t.size(); j += 25) t[j] = token_id((t[j] + 7) % n_vocab);
   }
-  std::printf("# model %s, threads %d, gen %d, reps %d\n", model.c_str(), threads, gen, reps);
+  std::printf("# model %s, draft %s, threads %d, gen %d, reps %d\n", model.c_str(), draft.empty() ? "none" : draft.c_str(),
+              threads, gen, reps);
   for (const char* workload : {"repetitive", "plain"}) {
     for (int batch : batches) {
       std::vector<std::vector<token_id>> prompts;
@@ -147,9 +152,9 @@ int main(int argc, char** argv) {
       const double a = median(t_on), b = median(t_off);
       const int64_t proposed = last_on.accepted + last_on.rejected;
       std::printf(
-          "{\"bench\":\"spec\",\"workload\":\"%s\",\"batch\":%d,\"tok_per_s_spec\":%.2f,\"tok_per_s_base\":%.2f,"
+          "{\"bench\":\"spec\",\"draft\":%s,\"workload\":\"%s\",\"batch\":%d,\"tok_per_s_spec\":%.2f,\"tok_per_s_base\":%.2f,"
           "\"ratio\":%.3f,\"accepted\":%lld,\"rejected\":%lld,\"acceptance\":%.3f,\"accepted_per_generated\":%.3f}\n",
-          workload, batch, a, b, a / b, (long long)last_on.accepted, (long long)last_on.rejected,
+          draft.empty() ? "false" : "true", workload, batch, a, b, a / b, (long long)last_on.accepted, (long long)last_on.rejected,
           proposed ? double(last_on.accepted) / double(proposed) : 0.0,
           last_on.generated ? double(last_on.accepted) / double(last_on.generated) : 0.0);
       std::fflush(stdout);

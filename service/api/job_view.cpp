@@ -26,10 +26,16 @@ json usage_object(const std::string& usage_json) {
   int64_t prompt = first_int(u, {"prompt_tokens", "n_tokens_prompt"});
   int64_t cached = first_int(u, {"cached_tokens", "n_tokens_cached"});
   int64_t completion = first_int(u, {"completion_tokens", "n_tokens_generated"});
+  json details = u.value("completion_tokens_details", json::object());
+  if (!details.is_object()) details = json::object();
   return {{"prompt_tokens", prompt},
           {"cached_tokens", cached},
           {"completion_tokens", completion},
-          {"total_tokens", prompt + completion}};
+          {"total_tokens", prompt + completion},
+          // speculation (#32): proposed tokens the model accepted / rejected, summed over the turns
+          {"completion_tokens_details",
+           {{"accepted_prediction_tokens", first_int(details, {"accepted_prediction_tokens"})},
+            {"rejected_prediction_tokens", first_int(details, {"rejected_prediction_tokens"})}}}};
 }
 
 std::string webhook_event_for(store::job_status status) {

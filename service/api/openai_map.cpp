@@ -204,8 +204,10 @@ std::optional<openai_job> map_chat_request(const json& body, const model_catalog
         if (v != json::array({"text"})) unsupported("modalities", "text only");
       } else if (k == "logit_bias") {
         if (!v.is_object() || !v.empty()) unsupported("logit_bias");
+      } else if (k == "prediction") {
+        spec["prediction"] = v;  // Predicted Outputs: checked by validate_job (docs/openai.md)
       } else {
-        // top_logprobs, audio, prediction, reasoning_effort, web_search_options, functions, ...
+        // top_logprobs, audio, reasoning_effort, web_search_options, functions, ...
         unsupported(k);
       }
     }
@@ -408,6 +410,8 @@ std::optional<openai_job> map_response_request(const json& body, const response_
           fail("truncation", "'truncation' must be \"disabled\" or \"auto\"");
       } else if (k == "user") {
         ext["user"] = need_string(v, "user");
+      } else if (k == "prediction") {
+        spec["prediction"] = v;  // Predicted Outputs, as on Chat Completions (agentq extension)
       } else if (k == "include") {
         if (!v.is_array() || !v.empty()) unsupported("include");
       } else if (k == "service_tier") {
@@ -551,7 +555,11 @@ json response_object(const store::job_row& job, const std::vector<store::transcr
     usage = {{"input_tokens", in},
              {"input_tokens_details", {{"cached_tokens", u["cached_tokens"]}}},
              {"output_tokens", outn},
-             {"output_tokens_details", {{"reasoning_tokens", 0}}},
+             // NOTE: Chat Completions' speculation names, here too (agentq extension on Responses)
+             {"output_tokens_details",
+              {{"reasoning_tokens", 0},
+               {"accepted_prediction_tokens", u["completion_tokens_details"]["accepted_prediction_tokens"]},
+               {"rejected_prediction_tokens", u["completion_tokens_details"]["rejected_prediction_tokens"]}}},
              {"total_tokens", in + outn}};
   }
   json incomplete = nullptr;
@@ -661,7 +669,10 @@ json chat_completion_object(const store::job_row& job, const std::vector<store::
                      {"completion_tokens", u["completion_tokens"]},
                      {"total_tokens", u["total_tokens"]},
                      {"prompt_tokens_details", {{"cached_tokens", u["cached_tokens"]}}},
-                     {"completion_tokens_details", {{"reasoning_tokens", 0}}}}}};
+                     {"completion_tokens_details",
+                      {{"reasoning_tokens", 0},
+                       {"accepted_prediction_tokens", u["completion_tokens_details"]["accepted_prediction_tokens"]},
+                       {"rejected_prediction_tokens", u["completion_tokens_details"]["rejected_prediction_tokens"]}}}}}};
 }
 
 }  // namespace agentq::api

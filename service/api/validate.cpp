@@ -231,7 +231,7 @@ validated_job validate_or_throw(const json& b, const model_catalog& catalog, con
             {"model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format", "temperature",
              "top_p", "top_k", "min_p", "seed", "frequency_penalty", "presence_penalty", "repeat_penalty",
              "max_turns", "max_output_tokens", "max_tokens_per_turn", "deadline_seconds", "priority", "webhook",
-             "metadata", "stream_tokens", "stop", "tool_choice_every_turn", "json_whitespace", "store"});
+             "metadata", "stream_tokens", "stop", "tool_choice_every_turn", "json_whitespace", "store", "prediction"});
   validated_job out;
   out.model = get_string(need(b, "model", "model"), "model", false);
   const model_info* mi = nullptr;
@@ -327,6 +327,30 @@ validated_job validate_or_throw(const json& b, const model_catalog& catalog, con
     }
   }
   parse_sampling(b, tr.sampling);
+  // Predicted Outputs (OpenAI's prediction): text the reply is expected to resemble, handed to
+  // speculation as lookup text (docs/speculative.md); {"type":"content","content": text or parts}.
+  if (auto pr = b.find("prediction"); pr != b.end() && !pr->is_null()) {
+    if (!pr->is_object()) fail("prediction", "'prediction' must be an object, not " + std::string(type_name(*pr)));
+    only_keys(*pr, "prediction", {"type", "content"});
+    if (get_string(need(*pr, "type", "prediction.type"), "prediction.type") != "content")
+      fail("prediction.type", "'prediction.type' must be \"content\"");
+    const json& c = need(*pr, "content", "prediction.content");
+    if (c.is_string()) {
+      tr.prediction = c.get<std::string>();
+    } else if (c.is_array()) {
+      for (size_t i = 0; i < c.size(); ++i) {
+        const std::string p = "prediction.content[" + std::to_string(i) + "]";
+        if (!c[i].is_object()) fail(p, "'" + p + "' must be an object");
+        only_keys(c[i], p, {"type", "text"});
+        if (get_string(need(c[i], "type", p + ".type"), p + ".type") != "text")
+          fail(p + ".type", "'" + p + ".type' must be \"text\"");
+        tr.prediction += get_string(need(c[i], "text", p + ".text"), p + ".text");
+      }
+    } else {
+      fail("prediction.content", "'prediction.content' must be a string or an array of text parts, not " +
+                                     std::string(type_name(c)));
+    }
+  }
   if (auto st = b.find("stop"); st != b.end()) {
     if (!st->is_array() || st->size() > 8) fail("stop", "'stop' must be an array of at most 8 strings");
     for (size_t i = 0; i < st->size(); ++i) tr.stop.push_back(get_string((*st)[i], "stop[" + std::to_string(i) + "]", false));

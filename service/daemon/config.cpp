@@ -25,10 +25,14 @@ const char* usage() {
                                phi3, smollm3, gemma, deepseek-r1, plain); before any --model: the default for all
                                models; default: detected from the model's chat template ("unknown" when it matches
                                no family: tool jobs refused)
+  --draft-model PATH           a draft model for the --model before it (same vocabulary, checked at load): it
+                               proposes tokens the model verifies (docs/speculative.md)
+  --spec on|off, --no-spec     speculative decoding (prompt lookup, Predicted Outputs, draft models; default on):
+                               the output is the same either way, only its speed differs
   --allow-addresses CIDRS      comma-separated CIDRs exempt from the SSRF guard (e.g. 127.0.0.0/8)
   --admin-key KEY              make sure this admin key exists (else one is printed on first run)
   --config FILE                JSON file with any of: role, listen, data_dir, redis, models (paths, or
-                               {"path": P, "chat_family": NAME}),
+                               {"path": P, "chat_family": NAME, "draft_model": P}),
                                allow_addresses, admin_key, http_threads, max_connections, max_body_bytes,
                                rate_limit, rate_burst, webhook_schedule_ms, webhook_timeout_ms, max_jobs,
                                kv_budget_mb, kv_type, chat_family, log_level, log_format, metrics_token,
@@ -120,6 +124,11 @@ void set_option(config& c, const std::string& name, const std::string& v) {
     c.kv_type = v;
   }
   else if (name == "engine-threads") c.engine_threads = std::stoi(v);
+  else if (name == "spec") {
+    if (v == "on" || v == "true") c.spec = true;
+    else if (v == "off" || v == "false") c.spec = false;
+    else throw std::invalid_argument("--spec must be on or off");
+  }
   else if (name == "shutdown-spill-s") c.shutdown_spill_s = parse_seconds(name, v, 0);
   else if (name == "spill-after-s") c.spill_after_s = parse_seconds(name, v, -1);
   else if (name == "spill-budget-mb") {
@@ -171,6 +180,8 @@ void apply_file(config& c, const std::string& path) {
           c.models.push_back(m.at("path").get<std::string>());
           c.model_chat_families.resize(c.models.size() - 1);
           c.model_chat_families.push_back(m.value("chat_family", std::string()));
+          c.model_drafts.resize(c.models.size() - 1);
+          c.model_drafts.push_back(m.value("draft_model", std::string()));
         } else {
           c.models.push_back(m.get<std::string>());
         }
@@ -203,7 +214,7 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
         {"AGENTQ_LOG_FORMAT", "log-format"}, {"AGENTQ_METRICS_TOKEN", "metrics-token"}};
     for (auto [env, name] : k_env)
       if (const char* v = std::getenv(env); v && *v) set_option(c, name, v);
-    std::vector<std::string> flag_models, flag_families;
+    std::vector<std::string> flag_models, flag_families, flag_drafts;
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
       if (a == "--help" || a == "-h") {
@@ -211,6 +222,10 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
         return c;
       }
       if (!a.starts_with("--")) throw std::invalid_argument("unexpected argument '" + a + "'");
+      if (a == "--no-spec") {  // the one flag without a value
+        c.spec = false;
+        continue;
+      }
       std::string name = a.substr(2), value;
       if (size_t eq = name.find('='); eq != std::string::npos) {
         value = name.substr(eq + 1);
@@ -223,6 +238,12 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
       if (name == "model") {
         flag_models.push_back(value);
         flag_families.emplace_back();
+        flag_drafts.emplace_back();
+      } else if (name == "draft-model") {
+        // NOTE: a draft serves one model: the --model before it.
+        if (flag_models.empty()) throw std::invalid_argument("--draft-model must follow the --model it serves");
+        if (value.empty()) throw std::invalid_argument("--draft-model needs a path");
+        flag_drafts.back() = value;
       } else if (name == "chat-family" && !flag_models.empty()) {
         // NOTE: after a --model it is that model's; before any, the default (the old meaning).
         if (value.empty()) throw std::invalid_argument("--chat-family needs a family name");
@@ -234,6 +255,7 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
     if (!flag_models.empty()) {  // flags replace file models
       c.models = flag_models;
       c.model_chat_families = flag_families;
+      c.model_drafts = flag_drafts;
     }
     if (c.models.empty()) {
       if (const char* m = std::getenv("AGENTQ_MODEL"); m && *m) c.models.push_back(m);
@@ -252,6 +274,7 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
     }
     if (c.models.empty()) throw std::invalid_argument("no model: pass --model PATH or set AGENTQ_MODEL");
     c.model_chat_families.resize(c.models.size());
+    c.model_drafts.resize(c.models.size());
   } catch (const std::exception& e) {
     if (error) *error = e.what();
     return std::nullopt;

@@ -44,6 +44,10 @@ struct config {
   // Per model (same index as models): a --chat-family given after that --model, or a config file
   // model's "chat_family"; "" = chat_family above.
   std::vector<std::string> model_chat_families;
+  // Per model (same index as models): a --draft-model given after that --model (or a config file
+  // model's "draft_model"): a small GGUF with the same vocabulary that proposes tokens; "" = none.
+  std::vector<std::string> model_drafts;
+  bool spec = true;                               // speculative decoding (--spec on|off, --no-spec)
   std::string log_level = "info";
   std::string log_format = "text";                // text | json (one object per line, job_id field)
   std::string metrics_token;                      // non-empty: GET /metrics needs this bearer token

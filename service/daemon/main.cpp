@@ -148,6 +148,8 @@ int run(const daemon::config& c) {
     ec.device = c.device;
     ec.chat_family = mi < c.model_chat_families.size() && !c.model_chat_families[mi].empty()
                          ? c.model_chat_families[mi] : c.chat_family;
+    ec.spec = c.spec;
+    if (mi < c.model_drafts.size()) ec.draft_model_path = c.model_drafts[mi];
     ec.spill_dir = (fs::path(c.data_dir) / "kv").string();
     ec.spill_budget_bytes = c.spill_budget_mb << 20;
     ec.kv_spill_after_s = c.spill_after_s;
@@ -166,6 +168,11 @@ int run(const daemon::config& c) {
                  e->model().kv_capacity_tokens, c.kv_budget_mb);
     spdlog::info("model '{}' chat family: {}{}", e->model().name, e->model().chat_family,
                  ec.chat_family.empty() ? " (detected from its chat template)" : " (--chat-family)");
+    if (!c.spec)
+      spdlog::info("model '{}': speculative decoding off (--no-spec)", e->model().name);
+    else if (!e->model().draft.empty())
+      spdlog::info("model '{}': draft model '{}' (speculation: prompt lookup, then the draft)", e->model().name,
+                   e->model().draft);
     if (e->model().chat_family == "unknown")
       spdlog::warn("model '{}': its chat template matches no chat family; chats render as plain text and tool "
                    "jobs are refused; choose one with --model {} --chat-family NAME", e->model().name, path);

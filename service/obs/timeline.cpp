@@ -142,9 +142,23 @@ void from_turns(store::sqlite_db& db, const std::string& job_id, json& spans, js
                           {"computed_tokens", n_computed},
                           {"duration_ms", prefill_ms}}));
     double tps = decode_ms > 0 ? double(n_gen) * 1000.0 / decode_ms : 0;
+    json details = u.value("completion_tokens_details", json::object());
+    if (!details.is_object()) details = json::object();
+    const int64_t n_acc = details.value("accepted_prediction_tokens", int64_t{0}),
+                  n_rej = details.value("rejected_prediction_tokens", int64_t{0});
     spans.push_back(span(
         "decode", decode_start, end, turn, t + " decode: " + std::to_string(n_gen) + " tokens " + fmt_ms(decode_ms),
-        {{"tokens", n_gen}, {"duration_ms", decode_ms}, {"tokens_per_s", tps}, {"finish", u.value("finish", "")}}));
+        {{"tokens", n_gen}, {"duration_ms", decode_ms}, {"tokens_per_s", tps}, {"finish", u.value("finish", "")},
+         {"accepted_prediction_tokens", n_acc}, {"rejected_prediction_tokens", n_rej}}));
+    // Speculation (#32): how many of the turn's tokens came from verified proposals.
+    if (n_acc + n_rej > 0)
+      marks.push_back(mark("speculation", end,
+                           t + " speculation: " + std::to_string(n_acc) + " proposed tokens accepted, " +
+                               std::to_string(n_rej) + " rejected",
+                           {{"turn", turn},
+                            {"accepted_prediction_tokens", n_acc},
+                            {"rejected_prediction_tokens", n_rej},
+                            {"completion_tokens", n_gen}}));
     if (turn > 0 && n_cached > 0)
       marks.push_back(mark(
           "resumed", prefill_start,

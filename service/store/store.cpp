@@ -89,6 +89,9 @@ std::string usage_totals::to_json() const {
               {"cached_tokens", cached_tokens},
               {"computed_tokens", computed_tokens},
               {"completion_tokens", completion_tokens},
+              {"completion_tokens_details",
+               {{"accepted_prediction_tokens", accepted_prediction_tokens},
+                {"rejected_prediction_tokens", rejected_prediction_tokens}}},
               {"turns", turns}}
       .dump();
 }
@@ -101,6 +104,10 @@ usage_totals usage_totals::from_json(std::string_view text) {
   u.cached_tokens = j.value("cached_tokens", int64_t{0});
   u.computed_tokens = j.value("computed_tokens", int64_t{0});
   u.completion_tokens = j.value("completion_tokens", int64_t{0});
+  if (auto d = j.find("completion_tokens_details"); d != j.end() && d->is_object()) {
+    u.accepted_prediction_tokens = d->value("accepted_prediction_tokens", int64_t{0});
+    u.rejected_prediction_tokens = d->value("rejected_prediction_tokens", int64_t{0});
+  }
   u.turns = j.value("turns", 0);
   return u;
 }

@@ -37,7 +37,8 @@ struct job_row {
   std::string request_json;        // the job spec as submitted (see worker/agent_spec.h)
   std::string result_json;         // final answer ({"content":..,"message":..}); empty until terminal
   std::string error;               // failure reason; empty if none
-  std::string usage_json;          // {"prompt_tokens","cached_tokens","computed_tokens","completion_tokens","turns"}
+  std::string usage_json;          // {"prompt_tokens","cached_tokens","computed_tokens","completion_tokens","turns",
+                                   //  "completion_tokens_details":{"accepted_prediction_tokens","rejected_prediction_tokens"}}
   std::string pending_json;        // requires_action: JSON array of pending tool calls [{id,name,arguments}]
   int32_t attempts = 0;            // claims since the job last waited on a client (poison detection)
   int64_t lease_epoch = 0;         // fencing token: bumped on every claim
@@ -129,6 +130,8 @@ struct tool_output {
 
 struct usage_totals {
   int64_t prompt_tokens = 0, cached_tokens = 0, computed_tokens = 0, completion_tokens = 0;
+  // speculation (#32), OpenAI's completion_tokens_details names: proposals accepted / rejected
+  int64_t accepted_prediction_tokens = 0, rejected_prediction_tokens = 0;
   int32_t turns = 0;
   std::string to_json() const;
   static usage_totals from_json(std::string_view json);  // empty / malformed -> zeros

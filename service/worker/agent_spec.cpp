@@ -186,6 +186,12 @@ std::optional<agent_spec> parse_agent_spec(const std::string& request_json, std:
     s.deadline_seconds = get_or<double>(j, "deadline_seconds", 0.0);
     s.priority = get_or<std::string>(j, "priority", "normal");
     s.stream_tokens = get_or<bool>(j, "stream_tokens", false);
+    if (j.contains("prediction") && j["prediction"].is_object()) {  // validated by the API
+      const json& c = j["prediction"].contains("content") ? j["prediction"]["content"] : json();
+      if (c.is_string()) s.prediction = c.get<std::string>();
+      else if (c.is_array())
+        for (auto& part : c) if (part.is_object()) s.prediction += part.value("text", "");
+    }
     if (j.contains("stop")) {
       if (j["stop"].is_string()) s.stop.push_back(j["stop"].get<std::string>());
       else if (j["stop"].is_array())

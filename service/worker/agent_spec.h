@@ -51,6 +51,7 @@ struct agent_spec {
   std::string priority = "normal";
   bool stream_tokens = false;          // write "token" events
   std::vector<std::string> stop;       // stop strings for every turn
+  std::string prediction;              // Predicted Outputs: lookup text for speculation, every turn
   // NOTE: tool_choice required/named applies to the first turn only, then reverts to auto,
   // so a forced tool call doesn't loop forever. "tool_choice_every_turn": true keeps it.
   bool tool_choice_every_turn = false;

@@ -567,6 +567,7 @@ struct worker::impl {
       req.sampling = spec->sampling;
       req.max_tokens = static_cast<int32_t>(std::min<int64_t>(spec->max_tokens_per_turn, remaining));
       req.stop = spec->stop;
+      req.prediction = spec->prediction;
 
       auto done = std::make_shared<std::promise<turn_result>>();
       auto fut = done->get_future();
@@ -621,6 +622,8 @@ struct worker::impl {
       usage.cached_tokens += res.usage.n_tokens_cached;
       usage.computed_tokens += res.usage.n_tokens_computed;
       usage.completion_tokens += res.usage.n_tokens_generated;
+      usage.accepted_prediction_tokens += res.usage.n_tokens_draft_accepted;
+      usage.rejected_prediction_tokens += res.usage.n_tokens_draft_rejected;
       usage.turns = turn_idx + 1;
       store::turn_commit tc;
       tc.turn_idx = turn_idx;

@@ -2,8 +2,8 @@
 // and the key change. Chat Completions (sync, stream, tools), Responses in background mode
 // (create -> poll -> retrieve, cancel, delete, input_items pages), function_call ->
 // function_call_output via previous_response_id, stream + disconnect + resume (starting_after),
-// OpenAI-shaped webhooks verified by client.webhooks.unwrap, and the SDK's error classes
-// (400 with param, 401, 404, 429).
+// OpenAI-shaped webhooks verified by client.webhooks.unwrap, Predicted Outputs (prediction: the same
+// output, accepted_prediction_tokens in usage), and the SDK's error classes (400 with param, 401, 404, 429).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -276,6 +276,46 @@ test('webhook endpoints: response.completed signed for client.webhooks.unwrap', 
   assert.ok(list.data.some((e) => e.id === ep.id));
   const gone = await fetch(base + '/v1/webhook_endpoints/' + ep.id, { method: 'DELETE', headers: { authorization: `Bearer ${client.apiKey}` } });
   assert.equal(gone.status, 200);
+});
+
+test('chat completions and responses: Predicted Outputs give the same text, faster', async () => {
+  const messages = [{ role: 'user', content: 'Once upon a time' }];
+  const plain = await client.chat.completions.create({ model, messages, max_tokens: 64, temperature: 0 });
+  const text = plain.choices[0].message.content;
+  assert.ok(text.length > 0);
+  // an agent editing a file passes the file: here the answer itself, as a string and as text parts
+  for (const content of [text, [{ type: 'text', text }]]) {
+    const c = await client.chat.completions.create({ model, messages, max_tokens: 64, temperature: 0,
+      prediction: { type: 'content', content } });
+    assert.equal(c.choices[0].message.content, text);
+    const d = c.usage.completion_tokens_details;
+    console.log(`# prediction: accepted ${d.accepted_prediction_tokens}, rejected ${d.rejected_prediction_tokens} of ${c.usage.completion_tokens}`);
+    assert.ok(d.accepted_prediction_tokens > 0, JSON.stringify(c.usage));
+    assert.equal(typeof d.rejected_prediction_tokens, 'number');
+  }
+  // streamed: the usage chunk carries the counters too
+  const stream = await client.chat.completions.create({ model, messages, max_tokens: 64, temperature: 0,
+    prediction: { type: 'content', content: text }, stream: true, stream_options: { include_usage: true } });
+  let streamed = '', usage = null;
+  for await (const chunk of stream) {
+    if (chunk.choices[0]?.delta?.content) streamed += chunk.choices[0].delta.content;
+    if (chunk.usage) usage = chunk.usage;
+  }
+  assert.equal(streamed, text);
+  assert.ok(usage.completion_tokens_details.accepted_prediction_tokens > 0);
+  // Responses (an agentq extension there): the same field, counters in output_tokens_details
+  const r0 = await client.responses.create({ model, input: 'Once upon a time', max_output_tokens: 64, temperature: 0 });
+  const r1 = await client.responses.create({ model, input: 'Once upon a time', max_output_tokens: 64, temperature: 0,
+    prediction: { type: 'content', content: r0.output_text } });
+  assert.equal(r1.output_text, r0.output_text);
+  assert.ok(r1.usage.output_tokens_details.accepted_prediction_tokens > 0, JSON.stringify(r1.usage));
+  // a wrong shape is a 400 naming the field
+  await assert.rejects(client.chat.completions.create({ model, messages, prediction: 'text' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'prediction');
+  await assert.rejects(client.chat.completions.create({ model, messages, prediction: { type: 'file', content: 'x' } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'prediction.type');
+  await assert.rejects(client.responses.create({ model, input: 'hi', prediction: { type: 'content', content: 7 } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'prediction.content');
 });
 
 test('SDK error classes: 400 names the field, 401, 404', async () => {
