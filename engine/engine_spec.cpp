@@ -52,7 +52,7 @@ void engine_impl::propose_drafts() {
         continue;
       }
     }
-    if (draft_ && draft_->ready(id)) model_jobs.push_back({&ar, {id, s->tokens, cap, nullptr}, {}});
+    if (draft_ && draft_->take_turn(id)) model_jobs.push_back({&ar, {id, s->tokens, cap, nullptr}, {}});
   }
   if (model_jobs.empty()) return;
   // NOTE: the draft's proposals share the step's spare budget, so under load it spends no

@@ -66,9 +66,11 @@ std::unique_ptr<draft_model> draft_model::load(const std::string& path, const st
   return d;
 }
 
-bool draft_model::ready(uint64_t id) const {
+bool draft_model::take_turn(uint64_t id) {
   auto it = seqs_.find(id);
-  return it == seqs_.end() || it->second.n_cooldown == 0;
+  if (it == seqs_.end() || it->second.n_cooldown == 0) return true;
+  --it->second.n_cooldown;
+  return false;
 }
 
 bool draft_model::reserve(seq& s, int32_t n_tokens, uint64_t round) {
@@ -116,10 +118,6 @@ bool draft_model::propose(std::span<job> jobs) {
     seq& s = seqs_[j.id];
     s.last_use = round_;
     if (s.k == 0) s.k = k_max_;
-    if (s.n_cooldown > 0) {
-      --s.n_cooldown;
-      continue;
-    }
     const int32_t len = int32_t(j.ctx.size());
     int32_t k = std::min(s.k, j.cap);
     if (n_ctx > 0) k = std::min(k, n_ctx - len);

@@ -34,7 +34,7 @@ class draft_model {
   };
   // For each job: bring the draft's KV of job.id up to ctx (keeping the longest common prefix
   // with what it holds, computing the rest), then min(k, cap) greedy tokens into *out, all jobs
-  // batched in each forward. A job that finds no KV room, or is backing off, gets none.
+  // batched in each forward. A job that finds no KV room gets none. Call take_turn() first.
   // false when the device failed (the caller turns the engine failed).
   bool propose(std::span<job> jobs);
   // The verifier's answer to the last proposal for id: n_accepted of n_proposed agreed.
@@ -46,8 +46,8 @@ class draft_model {
   const model_hparams& hparams() const { return backend_->hparams(); }
   std::string failure() const { return backend_->failure(); }
   int32_t n_blocks_free() const { return int32_t(free_.size()); }
-  // Whether id would get a proposal now (not backing off).
-  bool ready(uint64_t id) const;
+  // Whether id should get a proposal this step: false while it backs off (counting the step).
+  bool take_turn(uint64_t id);
 
  private:
   struct seq {

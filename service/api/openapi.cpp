@@ -71,7 +71,13 @@ json build() {
                  {{"prompt_tokens", {{"type", "integer"}}},
                   {"cached_tokens", {{"type", "integer"}}},
                   {"completion_tokens", {{"type", "integer"}}},
-                  {"total_tokens", {{"type", "integer"}}}}}};
+                  {"total_tokens", {{"type", "integer"}}},
+                  {"completion_tokens_details",
+                   {{"type", "object"},
+                    {"description", "speculative decoding: proposed tokens the model accepted / rejected"},
+                    {"properties",
+                     {{"accepted_prediction_tokens", {{"type", "integer"}}},
+                      {"rejected_prediction_tokens", {{"type", "integer"}}}}}}}}}};
   s["Message"] = {{"type", "object"},
                   {"required", {"role"}},
                   {"properties",
@@ -127,6 +133,10 @@ json build() {
         {"priority", {{"type", "string"}, {"enum", {"high", "normal", "low"}}}},
         {"stream_tokens", {{"type", "boolean"}}},
         {"tool_choice_every_turn", {{"type", "boolean"}}},
+        {"prediction",
+         {{"type", "object"},
+          {"description", "Predicted Outputs: {\"type\": \"content\", \"content\": text or [{\"type\": \"text\", "
+                          "\"text\"}]}, lookup text for speculative decoding; the output is unchanged"}}},
         {"store",
          {{"type", "boolean"},
           {"description", "false: the job's content is deleted (the job becomes a 404 tombstone) once it is "

@@ -309,6 +309,15 @@ test('chat completions and responses: Predicted Outputs give the same text, fast
     prediction: { type: 'content', content: r0.output_text } });
   assert.equal(r1.output_text, r0.output_text);
   assert.ok(r1.usage.output_tokens_details.accepted_prediction_tokens > 0, JSON.stringify(r1.usage));
+  // the job behind it: usage summed over turns, and a speculation mark per turn in the timeline
+  const auth = { headers: { authorization: `Bearer ${client.apiKey}` } };
+  const jobId = 'job_' + r1.id.slice('resp_'.length);
+  const job = await fetch(`${base}/v1/jobs/${jobId}`, auth).then((x) => x.json());
+  assert.equal(job.usage.completion_tokens_details.accepted_prediction_tokens,
+    r1.usage.output_tokens_details.accepted_prediction_tokens, JSON.stringify(job.usage));
+  const tl = await fetch(`${base}/v1/jobs/${jobId}/timeline`, auth).then((x) => x.json());
+  const mark = tl.marks.find((m) => m.kind === 'speculation');
+  assert.ok(mark && mark.attrs.accepted_prediction_tokens > 0, JSON.stringify(tl.marks));
   // a wrong shape is a 400 naming the field
   await assert.rejects(client.chat.completions.create({ model, messages, prediction: 'text' }),
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'prediction');

@@ -144,6 +144,15 @@ TEST_CASE("validation table") {
        with(good(), "/messages/0",
             {{"role", "assistant"}, {"tool_calls", {{{"id", "c1"}, {"function", {{"name", "f"}, {"arguments", "[1]"}}}}}}}),
        400, "messages[0].tool_calls[0].function.arguments"},
+      // Predicted Outputs (#32)
+      {"prediction not an object", with(good(), "/prediction", "text"), 400, "prediction"},
+      {"prediction bad type", with(good(), "/prediction", {{"type", "file"}, {"content", "x"}}), 400, "prediction.type"},
+      {"prediction no content", with(good(), "/prediction", {{"type", "content"}}), 400, "prediction.content"},
+      {"prediction content number", with(good(), "/prediction", {{"type", "content"}, {"content", 1}}), 400,
+       "prediction.content"},
+      {"prediction part not text",
+       with(good(), "/prediction", {{"type", "content"}, {"content", json::array({{{"type", "image"}, {"text", "x"}}})}}),
+       400, "prediction.content[0].type"},
   };
   for (const auto& r : rows) {
     auto o = run(r.body);
@@ -152,6 +161,22 @@ TEST_CASE("validation table") {
     CHECK(o.status == r.status);
     CHECK(o.param == r.param);
   }
+}
+
+TEST_CASE("prediction: a string or text parts become the first turn's prediction (#32)") {
+  fake_catalog cat;
+  std::string err;
+  net::ssrf_guard guard(*net::parse_cidr_list("127.0.0.0/8", &err));
+  api::validation_error e;
+  auto v = api::validate_job(with(good(), "/prediction", {{"type", "content"}, {"content", "old file"}}), cat, guard,
+                             api::validation_limits{}, &e);
+  REQUIRE_MESSAGE(v, e.message);
+  CHECK(v->first_turn.prediction == "old file");
+  json parts = json::array({{{"type", "text"}, {"text", "old "}}, {{"type", "text"}, {"text", "file"}}});
+  v = api::validate_job(with(good(), "/prediction", {{"type", "content"}, {"content", parts}}), cat, guard,
+                        api::validation_limits{}, &e);
+  REQUIRE_MESSAGE(v, e.message);
+  CHECK(v->first_turn.prediction == "old file");
 }
 
 TEST_CASE("body parsing: malformed JSON and bad UTF-8") {

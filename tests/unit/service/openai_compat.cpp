@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/job_view.h"
 #include "api/model_catalog.h"
 #include "api/openai_map.h"
 #include "api/openai_stream.h"
@@ -427,4 +428,63 @@ TEST_CASE("a resumed stream (starting_after) is the suffix of the full one") {
   REQUIRE(full.data.size() > 7);
   std::vector<std::string> suffix(full.data.begin() + 7, full.data.end());
   CHECK(resumed.data == suffix);
+}
+
+TEST_CASE("Predicted Outputs: prediction maps onto the job spec; wrong shapes name the field (#32)") {
+  json base = {{"model", "tiny"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
+  json rbase = {{"model", "tiny"}, {"input", "hi"}};
+  auto with = [](json b, json v) {
+    b["prediction"] = std::move(v);
+    return b;
+  };
+  for (bool is_chat : {true, false}) {
+    const json& b = is_chat ? base : rbase;
+    api::validation_error err;
+    json pred = {{"type", "content"}, {"content", "the file, as it was"}};
+    auto j = is_chat ? chat(with(b, pred), &err) : responses(with(b, pred), &err);
+    REQUIRE_MESSAGE(j, err.message);
+    CHECK(j->spec["prediction"] == pred);
+    json parts = {{"type", "content"}, {"content", json::array({{{"type", "text"}, {"text", "a"}}})}};
+    CHECK(refused_param(with(b, parts), is_chat) == "<accepted>");
+    CHECK(refused_param(with(b, nullptr), is_chat) == "<accepted>");  // null = unset
+    CHECK(refused_param(with(b, "text"), is_chat) == "prediction");
+    CHECK(refused_param(with(b, {{"type", "file"}, {"content", "x"}}), is_chat) == "prediction.type");
+    CHECK(refused_param(with(b, {{"type", "content"}}), is_chat) == "prediction.content");
+    CHECK(refused_param(with(b, {{"type", "content"}, {"content", 7}}), is_chat) == "prediction.content");
+    CHECK(refused_param(with(b, {{"type", "content"}, {"content", "x"}, {"extra", 1}}), is_chat) == "prediction.extra");
+    CHECK(refused_param(with(b, {{"type", "content"}, {"content", json::array({{{"type", "image"}}})}}), is_chat) ==
+          "prediction.content[0].type");
+  }
+}
+
+TEST_CASE("speculation counters: job usage -> chat usage.completion_tokens_details, responses output_tokens_details (#32)") {
+  store::job_row row;
+  row.id = "job_0123456789abcdef01234567";
+  row.status = store::job_status::completed;
+  row.request_json = R"({"model":"tiny","openai":{"surface":"responses"}})";
+  store::usage_totals u;
+  u.prompt_tokens = 10;
+  u.completion_tokens = 40;
+  u.accepted_prediction_tokens = 25;
+  u.rejected_prediction_tokens = 6;
+  u.turns = 2;
+  row.usage_json = u.to_json();
+  CHECK(store::usage_totals::from_json(row.usage_json).accepted_prediction_tokens == 25);
+  CHECK(store::usage_totals::from_json(row.usage_json).rejected_prediction_tokens == 6);
+  store::transcript_row t;
+  t.turn_idx = 1;
+  t.role = "assistant";
+  t.content = "done";
+  const json c = api::chat_completion_object(row, {t});
+  CHECK(c["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] == 25);
+  CHECK(c["usage"]["completion_tokens_details"]["rejected_prediction_tokens"] == 6);
+  CHECK(c["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0);
+  const json r = api::response_object(row, {t});
+  CHECK(r["usage"]["output_tokens_details"]["accepted_prediction_tokens"] == 25);
+  CHECK(r["usage"]["output_tokens_details"]["rejected_prediction_tokens"] == 6);
+  const json job = api::job_object(row, nullptr);
+  CHECK(job["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] == 25);
+  // an older row without the details reads as zeros
+  row.usage_json = R"({"prompt_tokens":3,"completion_tokens":4,"turns":1})";
+  CHECK(api::job_object(row, nullptr)["usage"]["completion_tokens_details"]["rejected_prediction_tokens"] == 0);
 }
