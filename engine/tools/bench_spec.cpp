@@ -6,7 +6,11 @@
 // Workloads: "repetitive": the prompt holds a ~--tool-token text the model wrote (its greedy
 // continuation of a seed, a tool result) with a token edited every 25, then the seed again:
 // the turn rewrites it (greedy). "plain": the seed only, sampled at temperature 1 (seeded: no
-// repetition to look up, even where a greedy model would loop). Each batch runs
+// repetition to look up, even where a greedy model would loop). "predicted": the repetitive
+// prompt with a Predicted Output: the model's own greedy answer to it (measured first, without
+// speculation) with a token edited every 25, as an agent passing the file it is editing; on
+// synthetic random-weight models this is how a rewrite is forced (they do not copy by
+// themselves), so it measures the mechanism at ~96% agreement. Each batch runs
 // --batch copies (seeds offset per sequence). Median of --reps runs, on and off alternating.
 #include <algorithm>
 #include <chrono>
@@ -38,7 +42,9 @@ struct run_result {
   int64_t generated = 0, accepted = 0, rejected = 0;
 };
 
-run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int gen, float temperature) {
+run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int gen, float temperature,
+               const std::vector<std::vector<token_id>>* predictions = nullptr,
+               std::vector<std::vector<token_id>>* outputs = nullptr) {
   std::vector<bool> done(prompts.size(), false);
   run_result r;
   const auto t0 = std::chrono::steady_clock::now();
@@ -48,8 +54,10 @@ run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int
     q.max_tokens = gen;
     q.sampling.temperature = temperature;
     q.sampling.seed = 1234 + i;
+    if (predictions) q.prediction = (*predictions)[i];
     e.submit(q, {nullptr, [&, i](token_result res) {
                    done[i] = true;
+                   if (outputs) (*outputs)[i] = res.output_ids;
                    r.generated += res.usage.n_tokens_generated;
                    r.accepted += res.usage.n_tokens_draft_accepted;
                    r.rejected += res.usage.n_tokens_draft_rejected;
@@ -126,28 +134,38 @@ int main(int argc, char** argv) {
   }
   std::printf("# model %s, draft %s, threads %d, gen %d, reps %d\n", model.c_str(), draft.empty() ? "none" : draft.c_str(),
               threads, gen, reps);
-  for (const char* workload : {"repetitive", "plain"}) {
+  for (const char* workload : {"repetitive", "predicted", "plain"}) {
+    const bool predicted = std::string(workload) == "predicted";
     for (int batch : batches) {
       std::vector<std::vector<token_id>> prompts;
       for (int b = 0; b < batch; ++b) {
         std::vector<token_id> p = seeds[size_t(b)];
-        if (std::string(workload) == "repetitive") {
+        if (std::string(workload) != "plain") {
           p.insert(p.end(), tools[size_t(b)].begin(), tools[size_t(b)].end());
           p.insert(p.end(), seeds[size_t(b)].begin(), seeds[size_t(b)].end());
         }
         prompts.push_back(p);
       }
       const float temp = std::string(workload) == "plain" ? 1.0f : 0.0f;
-      run(*on, prompts, 4, temp);  // warm-up
-      run(*off, prompts, 4, temp);
+      std::vector<std::vector<token_id>> preds;
+      if (predicted) {
+        // the answer itself, edited: what an agent passes when it rewrites a file
+        preds.resize(prompts.size());
+        run(*off, prompts, gen, temp, nullptr, &preds);
+        for (auto& p : preds)
+          for (size_t j = 12; j < p.size(); j += 25) p[j] = token_id((p[j] + 7) % n_vocab);
+      }
+      const auto* pp = predicted ? &preds : nullptr;
+      run(*on, prompts, 4, temp, pp);  // warm-up
+      run(*off, prompts, 4, temp, pp);
       std::vector<double> t_on, t_off;
       run_result last_on;
       for (int r = 0; r < reps; ++r) {
         // NOTE: the order alternates: whichever runs second inherits a warmer machine
-        if (r % 2) t_off.push_back(run(*off, prompts, gen, temp).tok_per_s);
-        last_on = run(*on, prompts, gen, temp);
+        if (r % 2) t_off.push_back(run(*off, prompts, gen, temp, pp).tok_per_s);
+        last_on = run(*on, prompts, gen, temp, pp);
         t_on.push_back(last_on.tok_per_s);
-        if (r % 2 == 0) t_off.push_back(run(*off, prompts, gen, temp).tok_per_s);
+        if (r % 2 == 0) t_off.push_back(run(*off, prompts, gen, temp, pp).tok_per_s);
       }
       const double a = median(t_on), b = median(t_off);
       const int64_t proposed = last_on.accepted + last_on.rejected;

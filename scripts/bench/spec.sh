@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# Speculative decoding (prompt lookup, #32): generated tokens/s with and without it in the
-# same run, acceptance and the ratio, on a repetitive workload (a turn rewriting a ~300-token
-# tool result with small edits) and a non-repetitive one (seeded temperature-1 sampling).
-#   scripts/bench/spec.sh [--quick] [--shapes 110m,1b] [--types q8_0,q4_k] [--batch 1,8] [--threads N] [--draft SHAPE]
+# Speculative decoding (#32): generated tokens/s with and without it in the same run, acceptance
+# and the ratio, on a repetitive workload (a turn rewriting a ~300-token tool result with small
+# edits: prompt lookup), the same with a Predicted Output (the answer with an edit every 25
+# tokens: how a rewrite is forced on random-weight synthetic models), and a non-repetitive one
+# (seeded temperature-1 sampling).
+#   scripts/bench/spec.sh [--quick] [--shapes 110m,1b] [--types q8_0,q4_k] [--batch 1,8] [--threads N] [--gen N] [--reps R] [--draft SHAPE|self]
 # --draft SHAPE: also run with a draft model of that synthetic shape (same type and vocabulary),
 # e.g. --draft 15m; "self" = the model as its own draft (acceptance ~100%, shows the overhead).
-# --quick: 110m Q8_0, batch 1 and 8, 64 tokens, 1 rep. Default: 110m and 1b x q8_0 and q4_k, 3 reps.
+# --quick: 110m Q8_0, batch 1 and 8, 64 tokens, 3 reps. Default: 110m and 1b x q8_0 and q4_k, 3 reps.
 # Models come from scripts/bench/model.sh. Env: AGENTQ_BUILD_DIR (default build), AGENTQ_BENCH_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 shapes=110m,1b; types=q8_0,q4_k; batch=1,8; threads=2; gen=128; reps=3; draft=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --quick) shapes=110m; types=q8_0; gen=64; reps=1 ;;
+    --quick) shapes=110m; types=q8_0; gen=64; reps=3 ;;
+    --gen) gen="$2"; shift ;;
+    --reps) reps="$2"; shift ;;
     --shapes) shapes="$2"; shift ;;
     --types) types="$2"; shift ;;
     --batch) batch="$2"; shift ;;
     --threads) threads="$2"; shift ;;
     --draft) draft="$2"; shift ;;
-    *) echo "usage: $0 [--quick] [--shapes S,..] [--types T,..] [--batch B,..] [--threads N] [--draft SHAPE|self]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--quick] [--shapes S,..] [--types T,..] [--batch B,..] [--threads N] [--gen N] [--reps R] [--draft SHAPE|self]" >&2; exit 2 ;;
   esac
   shift
 done
