@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # agentq-engine generate/info end to end: greedy --json on the tiny model reproduces
-# the first golden prompt's first 16 output ids; --json text stays valid UTF-8 when a character
+# the first golden prompt's first 16 output ids (with and without speculation, with a draft); --json text stays valid UTF-8 when a character
 # is cut; info describes the model and fails with a message (exit 1) on a corrupt file.
 set -euo pipefail
 bin="${AGENTQ_BIN_DIR:-build/bin}/agentq-engine"
@@ -32,6 +32,20 @@ out2=$("$bin" generate --model "$model" --prompt-ids "$want_prompt" -n 16 --json
 "$bin" generate --model "$model" --prompt "$prompt" -n 8 >"$tmp/text" 2>"$tmp/err"
 grep -q "tokens/s" "$tmp/err" || fail "no tokens/s on stderr"
 [ -s "$tmp/text" ] || fail "no text on stdout"
+
+# generate runs the engine: --no-spec, speculation (the default) and a draft model (the tiny model
+# as its own draft) give the same greedy ids; the draft's proposals are counted in --json.
+for flags in "--no-spec" "--spec" "--draft-model $model"; do
+  # shellcheck disable=SC2086
+  o=$("$bin" generate --model "$model" --prompt-ids "$want_prompt" -n 16 --json $flags)
+  [ "$(sed -E 's/.*"output_ids":\[([0-9,]*)\].*/\1/' <<<"$o")" = "$want_out" ] || fail "$flags: output differs"
+done
+grep -Eq '"accepted_prediction_tokens":[1-9]' <<<"$o" || fail "--draft-model: nothing accepted: $o"
+set +e
+"$bin" generate --model "$model" --prompt "$prompt" -n 4 --no-spec --draft-model "$model" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+set -e
+[ $rc -eq 2 ] || fail "--no-spec --draft-model: exit $rc, want 2"
 
 # --kv-type f32 (the F32 cache) gives the same greedy ids; anything but f16/f32 is refused (exit 2).
 out3=$("$bin" generate --model "$model" --prompt-ids "$want_prompt" -n 16 --json --kv-type f32)
