@@ -90,7 +90,9 @@ TEST_CASE("prediction: greedy output is token-identical and a good prediction is
 TEST_CASE("prediction: a turn's prediction text is tokenized and used; batched turns stay exact") {
   auto off = load(false), on = load(true);
   turn_request t;
-  t.messages = {{role::user, "Once upon a time"}};
+  chat_message user;
+  user.content = "Once upon a time";
+  t.messages = {user};
   t.max_tokens = 80;
   auto run_turns = [](engine_impl& e, std::vector<turn_request> reqs) {
     std::vector<turn_result> out(reqs.size());
