@@ -87,9 +87,9 @@ int main(int argc, char** argv) {
   const bool parity = shape_name == "parity";
   if (out.empty() || (!sh && !parity) || !type_ok || !(sigma >= 0) || std::find(archs.begin(), archs.end(), arch) == archs.end())
     return usage();
-  // MoE needs experts: the bench shapes have none, so qwen3moe is written with --shape parity only.
-  if (arch == "qwen3moe" && !parity) {
-    std::fprintf(stderr, "agentq-mkgguf: qwen3moe: only --shape parity has experts\n");
+  // MoE needs experts: the bench shapes have none, so qwen3moe and gpt-oss are written with --shape parity only.
+  if ((arch == "qwen3moe" || arch == "gpt-oss") && !parity) {
+    std::fprintf(stderr, "agentq-mkgguf: %s: only --shape parity has experts\n", arch.c_str());
     return 2;
   }
 
