@@ -171,6 +171,8 @@ std::unique_ptr<model> model::load(std::shared_ptr<const gguf::file> file, int32
     *error = "architecture '" + d.hp.arch + "': incomplete model description";
     return nullptr;
   }
+  d.hp.layer_window.clear();
+  for (const auto& L : d.layers) d.hp.layer_window.push_back(L.window);
   return make_transformer(std::move(file), std::move(store), std::move(d), n_threads);
 }
 
