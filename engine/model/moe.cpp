@@ -4,6 +4,7 @@
 #include "model/moe.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -25,6 +26,8 @@ weight expert_view(const weight& stack, int64_t n_rows, int32_t e) {
   return w;
 }
 
+std::atomic<uint64_t> g_expert_bytes{0};
+
 void add_bias(float* y, const float* b, int32_t n) {
   for (int32_t j = 0; j < n; ++j) y[j] += b[j];
 }
@@ -41,6 +44,8 @@ void swiglu_oai(const float* g, const float* u, float* y, int64_t n) {
 }
 
 }  // namespace
+
+uint64_t moe_expert_bytes_read() { return g_expert_bytes.load(std::memory_order_relaxed); }
 
 void moe_ffn(thread_pool& pool, const layer_stack& d, const layer_desc& L, const float* x, int32_t n_x, float* out,
              moe_scratch& s) {
@@ -116,6 +121,9 @@ void moe_ffn(thread_pool& pool, const layer_stack& d, const layer_desc& L, const
                   sizeof(float) * size_t(n_embd));
     const weight gate = expert_view(L.moe_gate, n_ff, e), up = expert_view(L.moe_up, n_ff, e);
     const weight down = expert_view(L.moe_down, n_embd, e);
+    g_expert_bytes.fetch_add(uint64_t(gate.n_out) * gate.row_bytes + uint64_t(up.n_out) * up.row_bytes +
+                                 uint64_t(down.n_out) * down.row_bytes,
+                             std::memory_order_relaxed);
     const weight* ws[2] = {&gate, &up};
     float* ys[2] = {s.g.data(), s.u.data()};
     linear_many(pool, ws, s.xg.data(), m, ys);

@@ -28,4 +28,8 @@ struct moe_scratch {
 void moe_ffn(thread_pool& pool, const layer_stack& d, const layer_desc& L, const float* x, int32_t n_x, float* out,
              moe_scratch& s);
 
+// Bytes of expert weight rows every moe_ffn call so far has read (process-wide; benchmarks
+// compare it per decoded token with the active-parameter bytes: scripts/bench/families.sh).
+uint64_t moe_expert_bytes_read();
+
 }  // namespace agentq
