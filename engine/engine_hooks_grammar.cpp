@@ -3,6 +3,7 @@
 // grammar becomes an allowed-token mask applied before sampling.
 #include <algorithm>
 
+#include "chat/tool_parser.h"
 #include "engine_impl.h"
 #include "grammar/constraint.h"
 #include "grammar/turn_constraint.h"
@@ -89,7 +90,11 @@ std::unique_ptr<output_constraint> engine_impl::make_lazy_constraint(const turn_
   o.parallel_tool_calls = r.parallel_tool_calls;
   o.response_schema_json = r.response_schema_json;
   o.json_ws = r.json_ws;
-  o.markers = call_markers();
+  // NOTE: only the call openings: Harmony's other structural tokens (also in call_markers(), to be
+  // spelled out) must not open a call where only whitespace came before.
+  const auto openings = chat::call_markers(family_);
+  for (const auto& m : call_markers())
+    if (std::find(openings.begin(), openings.end(), m.second) != openings.end()) o.markers.push_back(m);
   auto c = grammar::turn_constraint::make(std::move(o), vocab_of(vocab_index_, vocab_mutex_, *tok_, family_, call_markers()), error);
   if (!c) return nullptr;
   return std::make_unique<lazy_constraint>(std::move(c));

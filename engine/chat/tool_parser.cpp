@@ -318,11 +318,23 @@ class extractor {
   size_t n_bad_ = 0;
 };
 
+// Whether text is Harmony-structured: it starts (after whitespace) with a "<|" marker, or with
+// " to=" (a recipient continuing the generation prompt's role, "<|start|>assistant to=...").
+// partial: also text that may still become " to=".
+bool harmony_structured(std::string_view text, bool partial = false) {
+  constexpr std::string_view to = " to=";
+  if (text.starts_with(to) || (partial && !text.empty() && to.starts_with(text))) return true;
+  size_t a = 0;
+  while (a < text.size() && is_space(text[a])) a++;
+  return text.substr(a).starts_with("<|");
+}
+
 // Harmony's messages in generated text (see the top of this file): returns the content (final
-// and recipient-less commentary bodies, in order); calls go to ex (when given).
+// and recipient-less commentary bodies, in order); calls go to ex (when given). Text that does
+// not start with a marker, or has no <|message|>, is returned as it is.
 std::string harmony_messages(std::string_view text, extractor* ex) {
   static constexpr std::string_view k_msg = "<|message|>", k_start = "<|start|>";
-  if (text.find(k_msg) == std::string_view::npos) return std::string(text);
+  if (!harmony_structured(text) || text.find(k_msg) == std::string_view::npos) return std::string(text);
   std::string content;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -470,11 +482,12 @@ std::string tool_parser::feed_harmony() {
   const std::string_view seen = t.substr(0, t.size() - hold);
   size_t a = 0;
   while (a < seen.size() && is_space(seen[a])) a++;
-  const std::string_view lead = seen.substr(a);
-  const bool structured = seen.find("<|message|>") != std::string_view::npos || lead.starts_with("<|") ||
-                          (hold > 0 && lead.empty());
-  std::string visible = structured ? harmony_messages(seen, nullptr) : std::string(seen);
-  if (structured && seen.find("<|message|>") == std::string_view::npos) visible.clear();
+  // NOTE: as finish() decides (harmony_messages): structured text shows only message bodies, and
+  // nothing until its first <|message|> (without one, the whole text is the content at the end).
+  const bool structured = harmony_structured(seen, true) || (hold > 0 && a == seen.size());
+  std::string visible;
+  if (!structured) visible = seen;
+  else if (seen.find("<|message|>") != std::string_view::npos) visible = harmony_messages(seen, nullptr);
   visible.resize(visible.size() - incomplete_utf8_tail(visible));
   if (visible.size() <= n_visible_) return {};
   std::string out = visible.substr(n_visible_);
