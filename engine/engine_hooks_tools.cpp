@@ -1,5 +1,7 @@
 // The engine's hook into tool-call parsing (chat/tool_parser.h): content streams while a
 // call is buffered, and the finished turn becomes an assistant message with tool_calls.
+#include <algorithm>
+
 #include "chat/tool_parser.h"
 #include "engine_impl.h"
 
@@ -19,7 +21,10 @@ class chat_parser final : public output_parser {
 
 std::vector<std::pair<token_id, std::string>> find_call_markers(const tokenizer& tok, chat::template_family family) {
   std::vector<std::pair<token_id, std::string>> out;
-  for (const std::string& m : chat::call_markers(family)) {
+  std::vector<std::string> texts = chat::call_markers(family);
+  for (const std::string& c : chat::control_texts(family))
+    if (std::find(texts.begin(), texts.end(), c) == texts.end()) texts.push_back(c);
+  for (const std::string& m : texts) {
     const token_id id = tok.find_token(m);
     // NOTE: only tokens that decode to nothing: a user-defined "<tool_call>" (Qwen) is already text.
     if (id >= 0 && tok.token_to_piece(id, false).empty() && tok.token_to_piece(id, true) == m) out.emplace_back(id, m);

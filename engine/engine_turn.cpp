@@ -79,6 +79,9 @@ std::unique_ptr<active_request> engine_impl::make_turn(turn_request r, turn_call
     ar->constraint = make_schema_constraint(r.response_schema_json, r.json_ws, error);
     if (!ar->constraint) return nullptr;
   }
+  // NOTE: a Harmony turn always goes through the parser: its reasoning (analysis channel) and
+  // message headers are never content, with or without tools.
+  if (!ar->parser && family_ == chat::template_family::harmony) ar->parser = make_parser(r);
   if (ar->constraint && !ar->constraint->accept_text(r.assistant_prefix)) {
     *error = "assistant_prefix: does not fit the forced output format (tool call or response_format)";
     return nullptr;

@@ -25,12 +25,13 @@ enum class template_family {
   gemma,    // Gemma 2 / 3 instruct: <start_of_turn>user|model ... <end_of_turn> (no native tools: our extension)
   deepseek_r1,       // DeepSeek-R1 (Llama distill template): <｜User｜> ... <｜Assistant｜><think>\n (tools: our extension)
   deepseek_r1_qwen,  // DeepSeek-R1 Qwen distill template: as deepseek_r1, generation prompt "<think>\n</think>"
+  harmony,  // GPT-OSS Harmony: <|start|>role<|channel|>ch<|message|>...<|end|>, calls "to=functions.NAME" ... <|call|>
 };
 
 const char* to_string(template_family f);
 // "chatml", "qwen2.5", "hermes", "qwen3", "llama3", "llama3.1", "llama3.2", "mistral",
 // "nemo", "phi3", "phi3.5", "smollm3", "gemma", "gemma2", "gemma3", "deepseek-r1",
-// "deepseek-r1-distill-llama", "deepseek-r1-distill-qwen", "plain"; nullopt when unknown.
+// "deepseek-r1-distill-llama", "deepseek-r1-distill-qwen", "harmony", "gpt-oss", "plain"; nullopt when unknown.
 std::optional<template_family> family_from_name(std::string_view name);
 // Recognise a model's Jinja chat template by distinctive substrings: plain when the
 // model has no template (base models); nullopt ("unknown") when it has one that no
@@ -55,10 +56,16 @@ struct family_traits {
   std::string tool_call_close;             // "</tool_call>" or ""
 };
 const family_traits& traits(template_family f);
+// Texts of the control tokens a family's output is structured by (Harmony's <|channel|>,
+// <|message|>, ...; none for the others). In a vocabulary where they are control tokens (whose
+// pieces are empty), the engine spells them out in generated text and in the grammar's pieces,
+// so the parser sees the structure and a call's grammar can produce it.
+const std::vector<std::string>& control_texts(template_family f);
 
 // Fixed values where a template inserts something variable. NOTE: deterministic
 // on purpose (byte-identical prompts keep the prefix cache hitting).
 inline constexpr const char* llama3_date_string = "26 Jul 2024";  // Llama 3.1's own default
+inline constexpr const char* harmony_date_string = "2025-08-05";  // GPT-OSS's release (Harmony's "Current date")
 
 // Render the prompt. Never fails: where a real template would raise (Llama 3
 // with tools but no user message, Mistral out-of-order roles, >1 Llama 3 call),

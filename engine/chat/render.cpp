@@ -39,6 +39,7 @@ const char* to_string(template_family f) {
     case template_family::gemma: return "gemma";
     case template_family::deepseek_r1: return "deepseek-r1";
     case template_family::deepseek_r1_qwen: return "deepseek-r1-distill-qwen";
+    case template_family::harmony: return "harmony";
   }
   return "?";
 }
@@ -55,6 +56,7 @@ std::optional<template_family> family_from_name(std::string_view n) {
   if (n == "gemma" || n == "gemma2" || n == "gemma3") return template_family::gemma;
   if (n == "deepseek-r1" || n == "deepseek-r1-distill-llama") return template_family::deepseek_r1;
   if (n == "deepseek-r1-distill-qwen") return template_family::deepseek_r1_qwen;
+  if (n == "harmony" || n == "gpt-oss") return template_family::harmony;
   return std::nullopt;
 }
 
@@ -62,6 +64,7 @@ std::optional<template_family> detect_family(std::string_view t) {
   auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
   if (t.empty()) return template_family::plain;
   if (has("json_to_python_type") || has("You are a function calling AI model")) return template_family::hermes;
+  if (has("<|channel|>") && has("<|start|>")) return template_family::harmony;
   if (has("SmolLM") || has("/no_think")) return template_family::smollm3;
   if (has("<|im_start|>") && (has("reasoning_content") || has("</think>"))) return template_family::qwen3;
   if (has("<|im_start|>")) return template_family::chatml;
@@ -84,6 +87,10 @@ const family_traits& traits(template_family f) {
   static const family_traits mistral{true, "<s>", {"</s>"}, "[TOOL_CALLS]", ""};
   static const family_traits phi3{false, "", {"<|end|>", "<|endoftext|>"}, "<tool_call>", "</tool_call>"};
   static const family_traits gemma{true, "<bos>", {"<end_of_turn>"}, "<tool_call>", "</tool_call>"};
+  // Harmony: <|return|> ends a final answer and <|call|> a call (both end the turn); <|end|> only a
+  // message (an analysis message is followed by more). The call marker is the canonical header's start (the
+  // grammar's); the parser also takes the recipient after the role, see tool_parser.cpp.
+  static const family_traits harmony{false, "", {"<|return|>", "<|call|>"}, "<|channel|>commentary to=functions.", ""};
   static const family_traits deepseek{true, "<｜begin▁of▁sentence｜>", {"<｜end▁of▁sentence｜>"}, "<tool_call>",
                                       "</tool_call>"};
   switch (f) {
@@ -98,8 +105,15 @@ const family_traits& traits(template_family f) {
     case template_family::gemma: return gemma;
     case template_family::deepseek_r1:
     case template_family::deepseek_r1_qwen: return deepseek;
+    case template_family::harmony: return harmony;
   }
   return plain;
+}
+
+const std::vector<std::string>& control_texts(template_family f) {
+  static const std::vector<std::string> none, harmony = {"<|start|>", "<|channel|>", "<|constrain|>", "<|message|>",
+                                                         "<|end|>",   "<|call|>",    "<|return|>"};
+  return f == template_family::harmony ? harmony : none;
 }
 
 // ---------------------------------------------------------------------------
@@ -718,6 +732,7 @@ std::string render(template_family family, const std::vector<chat_message>& mess
     case template_family::gemma: return render_gemma(messages, tools, add_generation_prompt);
     case template_family::deepseek_r1: return render_deepseek_r1(messages, tools, add_generation_prompt, false);
     case template_family::deepseek_r1_qwen: return render_deepseek_r1(messages, tools, add_generation_prompt, true);
+    case template_family::harmony: return render_harmony(messages, tools, add_generation_prompt);
   }
   return {};
 }

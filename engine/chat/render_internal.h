@@ -1,5 +1,5 @@
 // Pieces of chat/render.cpp shared with the renderers kept in their own files
-// (render_deepseek.cpp): the tool extension for templates without tool syntax.
+// (render_deepseek.cpp, render_harmony.cpp): the tool extension for templates without tool syntax.
 #pragma once
 
 #include <string>
@@ -21,4 +21,6 @@ namespace agentq::chat {
 // render_deepseek.cpp (both R1-distill templates; qwen_variant: the Qwen-32B one).
 std::string render_deepseek_r1(const std::vector<chat_message>& m, const std::vector<tool_def>& tools, bool gen,
                                bool qwen_variant);
+// render_harmony.cpp (GPT-OSS).
+std::string render_harmony(const std::vector<chat_message>& m, const std::vector<tool_def>& tools, bool gen);
 }  // namespace agentq::chat

@@ -6,6 +6,12 @@
 //   mistral: [TOOL_CALLS][{"name":..,"arguments":{..},"id"?:..}, ...] (or a single object), or
 //       the bare array when every element is an object with a "name" ([TOOL_CALLS] is a
 //       control token that decodes to "")
+//   harmony: messages "[<|start|>assistant]<|channel|>CH[ to=functions.NAME][ <|constrain|>json]<|message|>BODY"
+//       ended by <|end|>, <|call|> or <|return|> (the first one's "<|start|>assistant" is the
+//       generation prompt); the recipient may also follow the role ("assistant to=functions.NAME",
+//       as the template prints calls). A message to functions.NAME is a call with BODY as its
+//       arguments; final (and commentary without a recipient) bodies are the content; analysis
+//       is reasoning, not content. Text with no <|message|> at all is content as it is.
 // "arguments" and "parameters" are both accepted everywhere; arguments given as a
 // JSON string holding an object are unwrapped. Valid calls land in
 // message.tool_calls with arguments re-printed in Python json.dumps spacing (what
@@ -56,6 +62,9 @@ struct raw_call {
   std::string where;   // "call 1" for messages
 };
 
+class extractor;
+std::string harmony_messages(std::string_view text, extractor* ex);
+
 class extractor {
  public:
   extractor(const tool_parser_options& o, parse_result& r) : opt_(o), r_(r) {}
@@ -65,6 +74,7 @@ class extractor {
     switch (opt_.family) {
       case template_family::llama3: content = llama3(text); break;
       case template_family::mistral: content = mistral(text); break;
+      case template_family::harmony: content = harmony_messages(text, this); break;
       default: content = tags(text); break;
     }
     r_.message.role = role::assistant;
@@ -210,6 +220,23 @@ class extractor {
     return content;
   }
 
+  // A Harmony call: {"name": name, "arguments": body}.
+  void add_harmony_call(const std::string& name, std::string_view body) {
+    std::string err;
+    std::string where = "tool call " + std::to_string(raw_.size() + n_bad_ + 1) + " ('" + name + "')";
+    auto v = json::parse(trim(body), &err);
+    if (!v) {
+      n_bad_++;
+      error(where + ": malformed JSON arguments: " + err);
+      return;
+    }
+    auto o = json::value::make_object();
+    o.push_back("name", json::value::make_string(name));
+    o.push_back("arguments", std::move(*v));
+    raw_.push_back({std::move(o), std::move(where)});
+  }
+  friend std::string harmony_messages(std::string_view, extractor*);
+
   const tool_def* find_tool(const std::string& name) const {
     for (const auto& t : opt_.tools) if (t.name == name) return &t;
     return nullptr;
@@ -291,6 +318,62 @@ class extractor {
   size_t n_bad_ = 0;
 };
 
+// Whether text is Harmony-structured: it starts (after whitespace) with a "<|" marker, or with
+// " to=" (a recipient continuing the generation prompt's role, "<|start|>assistant to=...").
+// partial: also text that may still become " to=".
+bool harmony_structured(std::string_view text, bool partial = false) {
+  constexpr std::string_view to = " to=";
+  if (text.starts_with(to) || (partial && !text.empty() && to.starts_with(text))) return true;
+  size_t a = 0;
+  while (a < text.size() && is_space(text[a])) a++;
+  return text.substr(a).starts_with("<|");
+}
+
+// Harmony's messages in generated text (see the top of this file): returns the content (final
+// and recipient-less commentary bodies, in order); calls go to ex (when given). Text that does
+// not start with a marker, or has no <|message|>, is returned as it is.
+std::string harmony_messages(std::string_view text, extractor* ex) {
+  static constexpr std::string_view k_msg = "<|message|>", k_start = "<|start|>";
+  if (!harmony_structured(text) || text.find(k_msg) == std::string_view::npos) return std::string(text);
+  std::string content;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t m = text.find(k_msg, pos);
+    if (m == std::string_view::npos) break;  // a header cut off at the end: nothing to show
+    std::string_view header = text.substr(pos, m - pos);
+    if (const size_t s = header.rfind(k_start); s != std::string_view::npos) header.remove_prefix(s + k_start.size());
+    const size_t body_at = m + k_msg.size();
+    size_t end = text.size(), next = text.size();
+    for (std::string_view e : {std::string_view("<|end|>"), std::string_view("<|call|>"), std::string_view("<|return|>"),
+                               k_start}) {
+      const size_t p = text.find(e, body_at);
+      if (p < end) {
+        end = p;
+        next = e == k_start ? p : p + e.size();
+      }
+    }
+    const std::string_view body = text.substr(body_at, end - body_at);
+    std::string channel, recipient;
+    if (const size_t c = header.find("<|channel|>"); c != std::string_view::npos) {
+      size_t a = c + 11, b = a;
+      while (b < header.size() && !is_space(header[b]) && header[b] != '<') b++;
+      channel = header.substr(a, b - a);
+    }
+    if (const size_t t = header.find("to="); t != std::string_view::npos) {
+      size_t a = t + 3, b = a;
+      while (b < header.size() && !is_space(header[b]) && header[b] != '<') b++;
+      recipient = header.substr(a, b - a);
+    }
+    if (!recipient.empty()) {
+      if (ex && recipient.starts_with("functions.")) ex->add_harmony_call(recipient.substr(10), body);
+    } else if (channel != "analysis") {
+      content.append(body);
+    }
+    pos = next;
+  }
+  return content;
+}
+
 }  // namespace
 
 std::vector<std::string> call_markers(template_family family) {
@@ -362,7 +445,8 @@ parse_result parse_tool_calls(const tool_parser_options& options, std::string_vi
   parse_result r;
   r.message.role = role::assistant;
   if (options.choice.mode == tool_choice_mode::none || options.tools.empty()) {
-    r.message.content = std::string(text);
+    // NOTE: Harmony's reasoning and headers are never content, with or without tools.
+    r.message.content = options.family == template_family::harmony ? trim(harmony_messages(text, nullptr)) : std::string(text);
     if (options.choice.mode == tool_choice_mode::required || options.choice.mode == tool_choice_mode::named)
       r.errors.push_back("tool_choice requires a tool call, but no tools were given");
     return r;
@@ -378,9 +462,43 @@ parse_result parse_tool_calls(const tool_parser_options& options, std::string_vi
 tool_parser::tool_parser(tool_parser_options options) : opt_(std::move(options)) {}
 tool_parser::~tool_parser() = default;
 
+// Harmony streaming: the content of the complete message bodies so far (a trailing "<|..." that
+// may still become a marker is held back); a call's header stops the stream.
+std::string tool_parser::feed_harmony() {
+  const std::string_view t = text_;
+  const bool tools_on = opt_.choice.mode != tool_choice_mode::none && !opt_.tools.empty();
+  if (tools_on) {
+    if (const size_t at = t.find(" to=functions."); at != std::string_view::npos) {
+      in_call_ = true;
+      const size_t s = t.rfind("<|start|>", at), c = t.rfind("<|channel|>", at);
+      call_start_ = s != std::string_view::npos ? s : c != std::string_view::npos ? c : 0;
+      return {};
+    }
+  }
+  size_t hold = 0;
+  if (const size_t lt = t.rfind('<'); lt != std::string_view::npos && t.size() - lt <= 12 &&
+                                      t.find('>', lt) == std::string_view::npos)
+    hold = t.size() - lt;
+  const std::string_view seen = t.substr(0, t.size() - hold);
+  size_t a = 0;
+  while (a < seen.size() && is_space(seen[a])) a++;
+  // NOTE: as finish() decides (harmony_messages): structured text shows only message bodies, and
+  // nothing until its first <|message|> (without one, the whole text is the content at the end).
+  const bool structured = harmony_structured(seen, true) || (hold > 0 && a == seen.size());
+  std::string visible;
+  if (!structured) visible = seen;
+  else if (seen.find("<|message|>") != std::string_view::npos) visible = harmony_messages(seen, nullptr);
+  visible.resize(visible.size() - incomplete_utf8_tail(visible));
+  if (visible.size() <= n_visible_) return {};
+  std::string out = visible.substr(n_visible_);
+  n_visible_ = visible.size();
+  return out;
+}
+
 std::string tool_parser::feed(std::string_view piece) {
   text_.append(piece);
   if (in_call_) return {};
+  if (opt_.family == template_family::harmony) return feed_harmony();
   size_t end = text_.size();
   if (opt_.choice.mode != tool_choice_mode::none && !opt_.tools.empty()) {
     const call_open o = find_call_open(opt_.family, text_, n_streamed_);

@@ -52,9 +52,12 @@ class tool_parser {
   parse_result finish(bool truncated = false) const;
 
  private:
+  std::string feed_harmony();  // feed() for Harmony: only final/commentary bodies stream
+
   tool_parser_options opt_;
   std::string text_;
   size_t n_streamed_ = 0;
+  size_t n_visible_ = 0;  // harmony: bytes of content streamed
   bool in_call_ = false;
   size_t call_start_ = 0;
 };

@@ -1,6 +1,7 @@
 // `agentq-engine info`: what a GGUF model is — architecture, shapes, weight types,
 // tokenizer — after loading it as generate would; a file it cannot load fails
 // with the reason and exit code 1.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -57,6 +58,18 @@ int cmd_info(int argc, char** argv) {
     const double f16 = double(mdl->kv_layout_for(16).block_bytes()) / 16;
     std::printf("kv cache:      %.1f KiB per token (f16, the cpu default; f32 %.1f KiB); %.0f MiB for the full context\n",
                 f16 / 1024, 2 * f16 / 1024, f16 * hp.n_ctx / (1 << 20));
+    // Sliding-window layers need only their window; the paged cache holds them at full length.
+    int32_t n_win = 0, win = 0;
+    double needed = 0;  // layer-tokens of K/V the model reads at full context
+    for (int32_t w : hp.layer_window) {
+      n_win += w > 0;
+      win = std::max(win, w);
+      needed += w > 0 ? std::min(w, hp.n_ctx) : hp.n_ctx;
+    }
+    if (n_win > 0 && !hp.layer_window.empty())
+      std::printf("sliding window: %d of %d layers (window %d): at the full context they need %.1f MiB of the %.1f MiB "
+                  "held (the paged cache keeps every layer at full length)\n",
+                  n_win, hp.n_layer, win, f16 / hp.n_layer * needed / (1 << 20), f16 * hp.n_ctx / (1 << 20));
   }
   std::printf("rope:          %s, base %g, %d dims, scale %g\n", hp.rope_neox ? "neox" : "normal", hp.rope_base, hp.n_rot,
               hp.rope_scale);

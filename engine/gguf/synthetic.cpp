@@ -117,7 +117,8 @@ bool has(std::initializer_list<const char*> archs, const std::string& a) {
 }  // namespace
 
 const std::vector<std::string>& synthetic_archs() {
-  static const std::vector<std::string> a = {"llama", "qwen2", "qwen3", "qwen3moe", "smollm3", "gemma2", "gemma3", "phi3"};
+  static const std::vector<std::string> a = {"llama",  "qwen2",  "qwen3", "qwen3moe", "smollm3",
+                                             "gemma2", "gemma3", "phi3",  "gpt-oss"};
   return a;
 }
 
@@ -153,6 +154,15 @@ synthetic_spec parity_spec(const std::string& arch, uint64_t seed, const std::st
     s.tied = true;
   } else if (arch == "phi3") {
     s.n_rot = 48;  // partial rotation, as Phi-4-mini
+  } else if (arch == "gpt-oss") {
+    s.n_layer = 4;    // local, global, local, global
+    s.n_head = 8;     // 8 x 64 = 512 wide q, not n_embd (as the real 64 x 64 over 2880)
+    s.head_dim = 64;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 128;
+    s.n_swa = 8;
+    s.rope_base = 150000.0f;
   }
   return s;
 }
@@ -165,9 +175,14 @@ bool write_synthetic(const synthetic_spec& sp, const std::string& path, syntheti
   }
   const int64_t hd = sp.head_dim > 0 ? sp.head_dim : sp.n_embd / sp.n_head;
   const int64_t n_rot = sp.n_rot > 0 ? sp.n_rot : hd;
-  const bool moe = arch == "qwen3moe";
+  const bool oss = arch == "gpt-oss";
+  const bool moe = arch == "qwen3moe" || oss;
   if (moe && (sp.n_expert <= 0 || sp.n_expert_used <= 0 || sp.n_ff_exp <= 0)) {
-    *error = "qwen3moe needs n_expert, n_expert_used and n_ff_exp";
+    *error = arch + " needs n_expert, n_expert_used and n_ff_exp";
+    return false;
+  }
+  if (oss && (sp.n_embd % 32 != 0 || sp.n_ff_exp % 32 != 0)) {
+    *error = "gpt-oss's MXFP4 experts need n_embd and n_ff_exp multiples of 32";
     return false;
   }
   auto voc = file::open(sp.vocab, error);
@@ -203,7 +218,12 @@ bool write_synthetic(const synthetic_spec& sp, const std::string& path, syntheti
     w.set_u32(a + "expert_used_count", static_cast<uint32_t>(sp.n_expert_used));
     w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(sp.n_ff_exp));
   }
-  if (sp.n_swa > 0) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(sp.n_swa));
+  if (sp.n_swa > 0 || oss) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(sp.n_swa));
+  if (oss) {  // YaRN as the real files (factor 32 over 4096); here 4 over n_ctx / 4
+    w.set_string(a + "rope.scaling.type", "yarn");
+    w.set_f32(a + "rope.scaling.factor", 4.0f);
+    w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(std::max(1, sp.n_ctx / 4)));
+  }
   // NOTE: caps far below the real 50 / 30 so the tiny model's scores and logits reach tanh's bend.
   if (arch == "gemma2") w.set_f32(a + "attn_logit_softcapping", 2.5f);
   if (arch == "gemma2" || arch == "gemma3") w.set_f32(a + "final_logit_softcapping", 6.0f);
@@ -256,7 +276,7 @@ bool write_synthetic(const synthetic_spec& sp, const std::string& path, syntheti
       matrix(p + "attn_k.weight", {n_embd, n_kv}, s_mat);
       matrix(p + "attn_v.weight", {n_embd, n_kv}, s_mat);
     }
-    if (arch == "qwen2") {
+    if (arch == "qwen2" || oss) {
       f32(p + "attn_q.bias", {n_q}, 0.0f, s_bias);
       f32(p + "attn_k.bias", {n_kv}, 0.0f, s_bias);
       f32(p + "attn_v.bias", {n_kv}, 0.0f, s_bias);
@@ -267,6 +287,23 @@ bool write_synthetic(const synthetic_spec& sp, const std::string& path, syntheti
     }
     matrix(p + "attn_output.weight", {n_q, n_embd}, s_mat);
     if (has({"gemma2", "gemma3"}, arch)) norm(p + "post_attention_norm.weight", n_embd);
+    if (oss) {
+      // NOTE: sinks around the scores' scale, so some heads attend partly to nothing; experts
+      // in MXFP4 whatever the file's type (as the real files: the rest is often BF16/F32).
+      f32(p + "attn_output.bias", {n_embd}, 0.0f, s_bias);
+      f32(p + "attn_sinks.weight", {sp.n_head}, 0.0f, v ? 1.0f : 0.1f);
+      norm(p + "post_attention_norm.weight", n_embd);
+      f32(p + "ffn_gate_inp.weight", {n_embd, sp.n_expert}, 0.0f, v ? 0.1f : 0.02f);
+      f32(p + "ffn_gate_inp.bias", {sp.n_expert}, 0.0f, s_bias);
+      const auto mx = k::weight_type::mxfp4;
+      plan.push_back({p + "ffn_gate_exps.weight", mx, {n_embd, sp.n_ff_exp, sp.n_expert}, 0.0f, s_mat});
+      f32(p + "ffn_gate_exps.bias", {sp.n_ff_exp, sp.n_expert}, 0.0f, s_bias);
+      plan.push_back({p + "ffn_down_exps.weight", mx, {sp.n_ff_exp, n_embd, sp.n_expert}, 0.0f, s_down});
+      f32(p + "ffn_down_exps.bias", {n_embd, sp.n_expert}, 0.0f, s_bias);
+      plan.push_back({p + "ffn_up_exps.weight", mx, {n_embd, sp.n_ff_exp, sp.n_expert}, 0.0f, s_mat});
+      f32(p + "ffn_up_exps.bias", {sp.n_ff_exp, sp.n_expert}, 0.0f, s_bias);
+      continue;
+    }
     norm(p + "ffn_norm.weight", n_embd);
     if (moe) {
       f32(p + "ffn_gate_inp.weight", {n_embd, sp.n_expert}, 0.0f, v ? 0.1f : 0.02f);

@@ -12,14 +12,14 @@
 namespace agentq::gguf {
 
 struct synthetic_spec {
-  std::string arch = "llama";  // llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3
+  std::string arch = "llama";  // llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss
   std::string shape = "tiny";  // recorded in general.name
   int32_t n_embd = 256, n_layer = 2, n_head = 4, n_head_kv = 2, n_ff = 512, n_ctx = 512;
   int32_t head_dim = 0;  // 0: n_embd / n_head (else written as attention.key_length / value_length)
   int32_t n_rot = 0;     // rotated dims per head; 0: head_dim
   float rope_base = 10000.0f;
-  int32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;  // qwen3moe
-  int32_t n_swa = 0;                                      // gemma2/3 attention.sliding_window
+  int32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;  // qwen3moe, gpt-oss
+  int32_t n_swa = 0;                                      // gemma2/3, gpt-oss attention.sliding_window
   bool tied = false;                                      // no output.weight (token_embd reused)
   // Parity models: larger weights and norm weights around 1 (not all 1), so that logits are
   // spread out and greedy output varies instead of repeating one token.

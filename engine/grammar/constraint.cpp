@@ -333,6 +333,7 @@ compile_result compile_tool_call_grammar(chat::template_family family, const std
   try {
     const char* args_key = family == chat::template_family::llama3 ? "parameters" : "arguments";
     std::vector<int32_t> calls;
+    const bool harmony = family == chat::template_family::harmony;
     for (const auto& t : tools) {
       if (choice.mode == tool_choice_mode::named && t.name != choice.name) continue;
       std::string err;
@@ -344,6 +345,13 @@ compile_result compile_tool_call_grammar(chat::template_family family, const std
         args = compile_schema_into(*g, *s);
       } catch (const std::exception& e) {
         throw std::runtime_error("tool '" + t.name + "': " + e.what());
+      }
+      if (harmony) {  // NAME <|constrain|>json<|message|>{arguments}: the name is the recipient
+        gnode s;
+        s.kind = gkind::seq;
+        s.children = {g->literal(t.name + " <|constrain|>json<|message|>"), args};
+        calls.push_back(g->add(std::move(s)));
+        continue;
       }
       std::string name_lit;
       json::append_quoted(name_lit, t.name);
@@ -390,6 +398,17 @@ compile_result compile_tool_call_grammar(chat::template_family family, const std
     using tf = chat::template_family;
     switch (family) {
       case tf::llama3: g->root = seq({repeat(call, "; ")}); break;
+      case tf::harmony:
+      {
+        // One call per message, ended by <|call|> (which ends the turn): see chat/tool_parser.cpp.
+        // NOTE: the closing <|call|> is optional: in the real vocabulary it is an end-of-generation
+        // token, which a complete grammar allows as such (the parser does not need it).
+        gnode end;
+        end.kind = gkind::alt;
+        end.children = {g->literal("<|call|>"), g->literal("")};
+        g->root = seq({g->literal(chat::traits(family).tool_call_open), call, g->add(std::move(end))});
+        break;
+      }
       case tf::mistral: {
         // NOTE: [TOOL_CALLS] is a control token in Mistral vocabularies, whose piece is "" (never
         // text), so the marker is optional here; the parser accepts a bare call array too.

@@ -17,9 +17,10 @@ bool is_space(char c) {
 }
 
 // Families whose calls are closed by a tag: after one call the turn may go on (more
-// calls, or text). Llama 3 and Mistral calls are a block that ends the turn.
+// calls, or text). Llama 3 and Mistral calls are a block that ends the turn; a Harmony
+// call ends with <|call|>, which ends the turn.
 bool tag_family(template_family f) {
-  return f != template_family::llama3 && f != template_family::mistral;
+  return f != template_family::llama3 && f != template_family::mistral && f != template_family::harmony;
 }
 
 bool has_think(template_family f) {

@@ -31,8 +31,9 @@ inline float to_f32(float x) { return x; }
 inline float to_f32(uint16_t h) { return kernels::fp16_to_fp32(h); }
 
 // Sliding window and soft-capping on a query's scores [0, n) (pos = n - 1): masked positions
-// become -inf (weight exactly 0), the rest cap * tanh(s / cap). Returns the max of the rest.
-// NOTE: only models with a window or a cap come here; the others keep the plain path's bits.
+// become -inf (weight exactly 0), the rest cap * tanh(s / cap). Returns the max of the rest
+// and of the sink logit, if any (the softmax's shift, as ggml's flash attention with sinks).
+// NOTE: only models with a window, a cap or a sink come here; the others keep the plain path's bits.
 // The positions before a window are still read and scored (a full-context cost); reading only
 // the window, and holding only its K/V, is the next step for long contexts.
 inline float adjust_scores(const attention_args& a, float* scores, int32_t n) {
@@ -44,9 +45,11 @@ inline float adjust_scores(const attention_args& a, float* scores, int32_t n) {
     if (cap != 0.0f) scores[t] = std::tanh(scores[t] * inv) * cap;
     mx = std::max(mx, scores[t]);
   }
-  return mx;
+  return a.has_sink ? std::max(mx, a.sink) : mx;
 }
-inline bool adjusts(const attention_args& a) { return a.window > 0 || a.softcap != 0.0f; }
+inline bool adjusts(const attention_args& a) { return a.window > 0 || a.softcap != 0.0f || a.has_sink; }
+// The sink's share of the softmax's denominator (exp(sink - max)); 0 without one.
+inline double sink_term(const attention_args& a, float mx) { return a.has_sink ? double(std::exp(a.sink - mx)) : 0.0; }
 
 template <class T>
 const T* k_row(const attention_args& a, int32_t t) {
@@ -159,6 +162,7 @@ void attend_one_scalar(const attention_args& a, const float* q, int32_t pos, flo
     scores[t] = std::exp(scores[t] - mx);
     sum += scores[t];
   }
+  if (a.has_sink) sum += sink_term(a, mx);
   const float inv = float(1.0 / sum);
   std::fill(out, out + hd, 0.0f);
   for (int32_t t = 0; t <= pos; ++t) {
@@ -202,7 +206,7 @@ inline __m256 hsum8x8(const __m256 v[8]) {
 
 // scores[0..n) (their running max in vmx's lanes) -> probabilities exp(s - max), in place;
 // returns 1 / their sum in every lane.
-inline __m256 softmax_scores(float* scores, int32_t n, __m256 vmx) {
+inline __m256 softmax_scores(const attention_args& a, float* scores, int32_t n, __m256 vmx) {
   vmx = _mm256_max_ps(vmx, _mm256_permute2f128_ps(vmx, vmx, 1));
   vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(1, 0, 3, 2)));
   vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(2, 3, 0, 1)));
@@ -229,6 +233,7 @@ inline __m256 softmax_scores(float* scores, int32_t n, __m256 vmx) {
       sum += double(tail[i - t]);
     }
   }
+  if (a.has_sink) sum += sink_term(a, _mm256_cvtss_f32(mx));
   return _mm256_set1_ps(float(1.0 / sum));
 }
 
@@ -277,7 +282,7 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
     vmx = _mm256_max_ps(vmx, _mm256_set1_ps(sc));
   }
   if (adjusts(a)) vmx = _mm256_set1_ps(adjust_scores(a, scores, n));
-  const __m256 inv = softmax_scores(scores, n, vmx);
+  const __m256 inv = softmax_scores(a, scores, n, vmx);
   // out = sum_t p_t V_t, 8 vectors (64 dims) of accumulators at a time, t in order.
   // NOTE: rows are taken 8 at a time and accumulated in add_rows' own registers; updated
   // from the per-row callback, the accumulators were stored to the stack on every row.
@@ -367,7 +372,7 @@ void attend_pair_avx512(const attention_args& a, const packed_rows& rows, const 
     mxa = _mm256_set1_ps(adjust_scores(a, sa, na));
     mxb = _mm256_set1_ps(adjust_scores(a, sb, nb));
   }
-  const __m256 inv_a = softmax_scores(sa, na, mxa), inv_b = softmax_scores(sb, nb, mxb);
+  const __m256 inv_a = softmax_scores(a, sa, na, mxa), inv_b = softmax_scores(a, sb, nb, mxb);
   const __m512 inv = kernels::join_halves(inv_a, inv_b);
   for (int c0 = 0; c0 < NV; c0 += 8) {
     __m512 acc[8];

@@ -22,6 +22,10 @@ struct attention_args {
   float scale = 1.0f;  // 1/sqrt(head_dim)
   int32_t window = 0;  // sliding window: key t is seen from pos iff pos - t < window; 0: all of 0..pos
   float softcap = 0;   // scores -> softcap * tanh(scores / softcap) before the softmax (gemma2); 0: none
+  // An attention sink (gpt-oss): one more logit in the softmax's denominator with no value row,
+  // so a head can attend to nothing. has_sink false: none.
+  bool has_sink = false;
+  float sink = 0;
 };
 
 // n_q queries of one head at consecutive positions pos0, pos0 + 1, ... of one sequence:

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "agentq/engine.h"
 #include "kv/kv_store.h"
@@ -32,6 +33,10 @@ struct model_hparams {
   bool rope_neox = false;
   bool rope_yarn = false;          // YaRN scaling (rope_scaling.h); the CPU backend only
   float rope_attn_factor = 1.0f;   // rope.scaling.attn_factor: scales cos/sin
+  // Per layer: its sliding window in positions (0: attends to the whole context). A windowed
+  // layer needs only its window's K/V; the paged cache still holds every layer at full length
+  // (one block spans all layers), so this is reported (agentq-engine info), not saved.
+  std::vector<int32_t> layer_window;
 };
 
 class model {

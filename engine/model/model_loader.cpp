@@ -122,6 +122,17 @@ bool model_loader::vec(const std::string& name, int64_t n, std::vector<float>* o
   return true;
 }
 
+bool model_loader::vecs(const std::string& name, int64_t n, int64_t n_rows, std::vector<float>* out) {
+  weight w;
+  if (!tensor(name, n, n_rows, 1, &w, false)) return false;
+  // NOTE: from the file's own bytes: a 2-d tensor may have been repacked for the matrix kernels.
+  const gguf::tensor_info* t = w.info;
+  const size_t rb = size_t(n / gguf::traits_of(t->type).block_size) * size_t(gguf::traits_of(t->type).type_size);
+  out->resize(size_t(n * n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) dequantize_row(t->type, t->data + size_t(r) * rb, out->data() + size_t(r * n), n);
+  return true;
+}
+
 std::unique_ptr<model> model::load(std::shared_ptr<const gguf::file> file, int32_t n_threads, std::string* error,
                                    weights mode) {
   if (!file) {
@@ -160,6 +171,8 @@ std::unique_ptr<model> model::load(std::shared_ptr<const gguf::file> file, int32
     *error = "architecture '" + d.hp.arch + "': incomplete model description";
     return nullptr;
   }
+  d.hp.layer_window.clear();
+  for (const auto& L : d.layers) d.hp.layer_window.push_back(L.window);
   return make_transformer(std::move(file), std::move(store), std::move(d), n_threads);
 }
 

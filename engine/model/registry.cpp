@@ -13,6 +13,7 @@ bool build_smollm3(model_loader& ld);   // smollm3.cpp
 bool build_gemma2(model_loader& ld);    // gemma2.cpp
 bool build_gemma3(model_loader& ld);    // gemma3.cpp
 bool build_phi3(model_loader& ld);      // phi3.cpp
+bool build_gpt_oss(model_loader& ld);   // gpt_oss.cpp
 
 namespace {
 const arch_entry k_archs[] = {
@@ -24,6 +25,7 @@ const arch_entry k_archs[] = {
     {"gemma2", build_gemma2},
     {"gemma3", build_gemma3},
     {"phi3", build_phi3},
+    {"gpt-oss", build_gpt_oss},
 };
 }  // namespace
 

@@ -1,6 +1,6 @@
 // The shared transformer forward pass on the CPU over a layer_stack (transformer.h): GQA
 // attention with options (biases, per-head Q/K RMSNorm, NoPE layers, per-layer RoPE sets,
-// sliding windows, score soft-capping), post-norms, SwiGLU / GeGLU / fused gate-up / MoE FFNs.
+// sliding windows, score soft-capping, sinks), post-norms, SwiGLU / GeGLU / fused gate-up / MoE FFNs.
 // K/V live in the paged kv_store, reached through each sequence's block table.
 #include <algorithm>
 #include <cmath>
@@ -338,12 +338,19 @@ int32_t transformer::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
             a.scale = att_scale;
             a.window = L.window;
             a.softcap = d_.attn_softcap;
+            if (!L.sinks.empty()) {
+              a.has_sink = true;
+              a.sink = L.sinks[size_t(h)];
+            }
             attend(a, q + size_t(i0) * n_q + size_t(h) * hd, n_q, pos0, n_run, att + size_t(i0) * n_q + size_t(h) * hd,
                    n_q, scores.data());
           }
         },
         items_per_chunk);
     linear(pool_, L.wo, att, n_x, xb);
+    if (!L.bo.empty())
+      for (int32_t i = 0; i < n_x; ++i)
+        for (int32_t j = 0; j < n_embd; ++j) xb[size_t(i) * n_embd + j] += L.bo[size_t(j)];
     add_norm(xb, &L.attn_post_norm, L.ffn_norm.data());  // [xb = norm(xb)]; x += xb; xb = norm(x)
 
     // Feed-forward: x += W_down (act(W_gate xb) * W_up xb), or the mixture of experts.

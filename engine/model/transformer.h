@@ -15,7 +15,10 @@
 
 namespace agentq {
 
-enum class ffn_act { silu, gelu_tanh };  // the gate's activation (SwiGLU / GeGLU)
+enum class ffn_act { silu, gelu_tanh, swiglu_oai };  // the gate's activation (SwiGLU / GeGLU / GPT-OSS's clamped SwiGLU)
+// How a mixture of experts weighs its chosen experts: softmax over all experts, top-k, the k
+// renormalised (qwen3moe); or top-k of the raw router logits, softmax over those k (gpt-oss).
+enum class moe_gating { softmax_norm, softmax_topk };
 
 // One layer's tensors and options. Empty vectors / null weights are absent tensors.
 struct layer_desc {
@@ -25,6 +28,8 @@ struct layer_desc {
   std::vector<float> bq, bk, bv;       // q/k/v biases (qwen2)
   std::vector<float> q_norm, k_norm;   // [hd] per-head RMSNorm of q and k before RoPE (qwen3, gemma3)
   weight wo;                           // [n_embd][n_head*hd]
+  std::vector<float> bo;               // [n_embd] attention output bias (gpt-oss)
+  std::vector<float> sinks;            // [n_head] per-head attention sink logits (gpt-oss)
   std::vector<float> attn_post_norm;   // [n_embd] RMSNorm of the attention output (gemma2/3)
   std::vector<float> ffn_norm;         // [n_embd]
   weight w_gate, w_up, w_down;         // [n_ff][n_embd] x2, [n_embd][n_ff]
@@ -33,6 +38,8 @@ struct layer_desc {
   // Mixture of experts (qwen3moe): router [n_expert][n_embd]; experts' rows stacked
   // [n_expert][n_ff_exp][n_embd] (gate, up) and [n_expert][n_embd][n_ff_exp] (down).
   weight moe_router, moe_gate, moe_up, moe_down;
+  // Their biases (gpt-oss): router [n_expert]; per expert [n_expert][n_ff_exp] x2, [n_expert][n_embd].
+  std::vector<float> moe_router_b, moe_gate_b, moe_up_b, moe_down_b;
   bool use_rope = true;  // false: NoPE layer (smollm3)
   int32_t rope_set = 0;  // which layer_stack::rope_inv_freq this layer rotates with
   int32_t window = 0;    // sliding window in positions (key t visible from pos iff pos - t < window); 0: none
@@ -46,6 +53,8 @@ struct layer_stack {
   float attn_softcap = 0.0f;   // scores -> cap * tanh(scores / cap) (gemma2); 0: none
   float final_softcap = 0.0f;  // logits -> cap * tanh(logits / cap) (gemma2/3); 0: none
   int32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  moe_gating gating = moe_gating::softmax_norm;
+  ffn_act moe_act = ffn_act::silu;  // the experts' activation (silu or swiglu_oai)
   weight tok_embd;                  // [n_vocab][n_embd]
   weight output;                    // [n_vocab][n_embd] (= tok_embd when tied)
   std::vector<float> output_norm;   // [n_embd]
@@ -92,6 +101,8 @@ class model_loader {
   bool stacked(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_mat, weight* w);
   // A vector of n floats (dequantized).
   bool vec(const std::string& name, int64_t n, std::vector<float>* out, bool optional = false);
+  // n_rows vectors of n floats (ggml dims {n, n_rows}, e.g. per-expert biases), dequantized, row after row.
+  bool vecs(const std::string& name, int64_t n, int64_t n_rows, std::vector<float>* out);
   // Shared layer blocks (llama.cpp's create_tensor_qkv and friends):
   // attn_norm, q/k/v (or a fused attn_qkv when the file has one), q/k/v biases (required
   // when biases, else read when present), attn_output.

@@ -115,10 +115,21 @@ bool tokenizer::init(const gguf::file& f, std::string* error) {
     } else if (pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "smollm" ||
                pre == "codeshell" || pre == "exaone" || pre == "minerva-7b") {
       pre_ = pre_type::gpt2_digits;
-    } else {
-      // NOTE: "default", "gpt-2" and pre-tokenizers we do not implement split as GPT-2 does:
-      // the ids stay valid, a few splits may differ from the reference tokenizer.
+    } else if (pre == "gpt-2" || pre == "phi-2" || pre == "jina-es" || pre == "jina-de" || pre == "gigachat" ||
+               pre == "jina-v2-es" || pre == "jina-v2-de" || pre == "a.x-4.0" || pre == "mellum" ||
+               pre == "modern-bert" || pre == "jina-v1-en" || pre == "jina-v2-code" || pre == "roberta-bpe") {
+      pre_ = pre_type::gpt2;  // llama.cpp's LLAMA_VOCAB_PRE_TYPE_GPT2 names
+    } else if (pre == "default") {
+      // NOTE: "default" (also what an absent key means, as in llama.cpp) splits as GPT-2 does;
+      // llama.cpp's default regex set differs in punctuation and digit runs, so a few splits may differ.
       pre_ = pre_type::gpt2;
+    } else {
+      // NOTE: refused, not split as GPT-2: a wrong pre-tokenizer gives valid ids that are not the
+      // model's, which no error would ever show.
+      *error = "unsupported pre-tokenizer '" + std::string(pre) +
+               "' (tokenizer.ggml.pre; supported: default, gpt-2 and its aliases, llama3/llama-bpe, qwen2, tekken, "
+               "gpt-4o, starcoder/refact/smollm and the other digit-splitting GPT-2 variants)";
+      return false;
     }
     const gguf::value* merges = f.find("tokenizer.ggml.merges");
     if (!merges || !merges->is_array() || merges->elem_type != gguf::value_type::string) {

@@ -26,6 +26,7 @@
 #include "agentq/kernels_cuda.h"
 #include "backend/backend.h"
 #include "gguf/reader.h"
+#include "model/moe.h"
 
 namespace {
 
@@ -46,21 +47,36 @@ struct result {
   std::string model, type, kv_type;
   double pp_tps = 0, tg_tps = 0, bandwidth_gbps = 0, bytes_per_token = 0, roofline_fraction = 0;
   double kv_bytes_per_token = 0;  // K/V one tg step reads, averaged over the steps (not in the roofline)
+  // MoE: expert bytes a decoded token read (measured in moe_ffn), beside the active and all experts' bytes.
+  double moe_read_per_token = 0, moe_active_bytes = 0, moe_all_bytes = 0;
   // The same by CPU clock (tokens per CPU-second per thread): robust on a shared, oversubscribed host.
   double pp_tps_cpu = 0, tg_tps_cpu = 0, bandwidth_cpu_gbps = 0, roofline_fraction_cpu = 0;
 };
 
 // Bytes of weights one decode step reads: every tensor but the embedding table (one row is read),
 // plus the table when it doubles as the output projection.
-double decode_bytes(const gguf::file& f) {
-  double bytes = 0;
+// Weight bytes one decoded token reads: every matrix once, one row of an untied token_embd,
+// and of stacked experts (*_exps) the used share (expert_used_count of expert_count: the
+// active parameters, MoE's roofline). *expert_bytes: those experts' bytes (active, all).
+double decode_bytes(const gguf::file& f, double* active_expert_bytes = nullptr, double* all_expert_bytes = nullptr) {
+  double bytes = 0, active = 0, all = 0;
   bool tied = !f.find_tensor("output.weight");
+  const std::string arch(f.get_string("general.architecture").value_or(""));
+  const double n_exp = double(f.get_int(arch + ".expert_count").value_or(0));
+  const double n_used = double(f.get_int(arch + ".expert_used_count").value_or(0));
   for (const auto& t : f.tensors()) {
-    if (t.name == "token_embd.weight" && !tied)
+    if (t.name == "token_embd.weight" && !tied) {
       bytes += double(t.n_bytes) / double(std::max<int64_t>(1, t.dims.size() > 1 ? t.dims[1] : 1));
-    else
+    } else if (n_exp > 0 && t.name.find("_exps.weight") != std::string::npos) {
+      all += double(t.n_bytes);
+      active += double(t.n_bytes) * n_used / n_exp;
+      bytes += double(t.n_bytes) * n_used / n_exp;
+    } else {
       bytes += double(t.n_bytes);
+    }
   }
+  if (active_expert_bytes) *active_expert_bytes = active;
+  if (all_expert_bytes) *all_expert_bytes = all;
   return bytes;
 }
 
@@ -177,7 +193,7 @@ int main(int argc, char** argv) {
     r.model = std::filesystem::path(path).stem().string();
     r.type = main_type(*file);
     r.kv_type = kv_dtype_name(mdl->kv_type());
-    r.bytes_per_token = decode_bytes(*file);
+    r.bytes_per_token = decode_bytes(*file, &r.moe_active_bytes, &r.moe_all_bytes);
 
     const int32_t n_ctx = std::max(n_pp, depth + n_tg);
     const int32_t n_blocks = (n_ctx + block_size - 1) / block_size;
@@ -227,11 +243,13 @@ int main(int argc, char** argv) {
       best_pp_cpu = std::min(best_pp_cpu, process_cpu_s() - c0);
       t0 = now_s();
       c0 = process_cpu_s();
+      const uint64_t moe0 = moe_expert_bytes_read();
       for (int32_t p = 0; p < n_tg; ++p) {
         batch_seq d{table.data(), depth + p, tokens.data() + depth + p, 1, false};
         forward(d);
       }
       const double tg_s = now_s() - t0, tg_cpu_s = process_cpu_s() - c0;
+      r.moe_read_per_token = double(moe_expert_bytes_read() - moe0) / n_tg;
       best_tg = std::min(best_tg, tg_s);
       best_tg_cpu = std::min(best_tg_cpu, tg_cpu_s);
       if (on_cpu) {
@@ -266,6 +284,9 @@ int main(int argc, char** argv) {
         "tok/s, decode at %.0f%% (median of per-repetition ratios); K/V %.1f MB/token at depth %d\n",
         r.model.c_str(), r.type.c_str(), r.kv_type.c_str(), n_pp, r.pp_tps, n_tg, r.tg_tps, r.bytes_per_token / 1e6,
         r.bandwidth_gbps, roofline_tps, 100.0 * r.roofline_fraction, r.kv_bytes_per_token / 1e6, depth);
+    if (r.moe_all_bytes > 0)
+      std::fprintf(stderr, "%-16s %-5s          MoE: experts read %.1f MB/token (active %.1f MB, all %.1f MB)\n", "", "",
+                   r.moe_read_per_token / 1e6, r.moe_active_bytes / 1e6, r.moe_all_bytes / 1e6);
     if (on_cpu)
       std::fprintf(stderr,
                    "%-16s %-5s          by CPU clock: pp %9.1f tok/s | tg %8.2f tok/s | read bw %.1f GB/s, decode at %.0f%%\n",
@@ -281,10 +302,12 @@ int main(int argc, char** argv) {
         "%s{\"model\":\"%s\",\"type\":\"%s\",\"kv_type\":\"%s\",\"pp512_tokens_per_s\":%.2f,\"tg128_tokens_per_s\":%.3f,"
         "\"bandwidth_gb_per_s\":%.2f,\"weight_bytes_per_token\":%.0f,\"kv_bytes_per_token\":%.0f,"
         "\"roofline_fraction\":%.4f,"
+        "\"moe_expert_bytes_read_per_token\":%.0f,\"moe_active_expert_bytes\":%.0f,\"moe_all_expert_bytes\":%.0f,"
         "\"cpu_clock\":{\"pp512_tokens_per_s\":%.2f,\"tg128_tokens_per_s\":%.3f,\"bandwidth_gb_per_s\":%.2f,"
         "\"roofline_fraction\":%.4f}}",
         i ? "," : "", r.model.c_str(), r.type.c_str(), r.kv_type.c_str(), r.pp_tps, r.tg_tps, r.bandwidth_gbps,
-        r.bytes_per_token, r.kv_bytes_per_token, r.roofline_fraction, r.pp_tps_cpu, r.tg_tps_cpu, r.bandwidth_cpu_gbps, r.roofline_fraction_cpu);
+        r.bytes_per_token, r.kv_bytes_per_token, r.roofline_fraction, r.moe_read_per_token, r.moe_active_bytes,
+        r.moe_all_bytes, r.pp_tps_cpu, r.tg_tps_cpu, r.bandwidth_cpu_gbps, r.roofline_fraction_cpu);
   }
   std::printf("]}\n");
   return 0;

@@ -1,6 +1,6 @@
 // agentq-mkgguf: writes a synthetic GGUF of any architecture the engine runs, with deterministic
 // pseudo-random weights and a real tokenizer copied from a vocab GGUF (tests, benchmarks, parity).
-//   agentq-mkgguf --out PATH --shape {tiny,presets,15m,110m,1b,8b,parity} --type {f32,f16,bf16,q8_0,q4_k,q6_k,q4_0,q4_1,q5_0,q5_1,q5_k,mxfp4,iq4_nl,iq4_xs,q2_k,q3_k}
+//   agentq-mkgguf --out PATH --shape {tiny,presets,15m,110m,1b,8b,moe,parity} --type {f32,f16,bf16,q8_0,q4_k,q6_k,q4_0,q4_1,q5_0,q5_1,q5_k,mxfp4,iq4_nl,iq4_xs,q2_k,q3_k}
 //                 [--vocab VOCAB_GGUF] [--seed N] [--arch ARCH] [--threads N] [--sigma S]
 // --shape parity: the per-architecture shape of the llama.cpp parity tests (gguf/synthetic.cpp).
 #include <algorithm>
@@ -25,6 +25,7 @@ struct shape {
   int32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
   float rope_base;
   bool tied = false;  // no output.weight: the output projection is token_embd (as Qwen2.5-0.5B)
+  int32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;  // MoE shapes (qwen3moe, gpt-oss)
 };
 
 const shape shapes[] = {
@@ -37,13 +38,16 @@ const shape shapes[] = {
     {"110m", 768, 12, 12, 12, 2048, 1024, 10000.0f},
     {"1b", 2048, 16, 32, 8, 8192, 4096, 500000.0f},
     {"8b", 4096, 32, 32, 8, 14336, 8192, 500000.0f},
+    // Qwen3-30B-A3B's expert ratio (8 of 128, expert width 768 there; 512 here, a multiple of
+    // 256 for the k-quants) at a ~1.3B-total, ~0.2B-active size.
+    {"moe", 1024, 8, 16, 4, 4096, 4096, 1000000.0f, false, 128, 8, 512},
 };
 
 int usage() {
   std::string archs;
   for (const auto& a : g::synthetic_archs()) archs += (archs.empty() ? "" : "|") + a;
   std::fprintf(stderr,
-               "usage: agentq-mkgguf --out PATH --shape {tiny,presets,15m,110m,1b,8b,parity} --type {f32,f16,bf16,q8_0,q4_k,q6_k,q4_0,q4_1,q5_0,q5_1,q5_k,mxfp4,iq4_nl,iq4_xs,q2_k,q3_k}\n"
+               "usage: agentq-mkgguf --out PATH --shape {tiny,presets,15m,110m,1b,8b,moe,parity} --type {f32,f16,bf16,q8_0,q4_k,q6_k,q4_0,q4_1,q5_0,q5_1,q5_k,mxfp4,iq4_nl,iq4_xs,q2_k,q3_k}\n"
                "                     [--vocab VOCAB_GGUF] [--seed N] [--arch %s] [--threads N] [--sigma S]\n",
                archs.c_str());
   return 2;
@@ -87,9 +91,11 @@ int main(int argc, char** argv) {
   const bool parity = shape_name == "parity";
   if (out.empty() || (!sh && !parity) || !type_ok || !(sigma >= 0) || std::find(archs.begin(), archs.end(), arch) == archs.end())
     return usage();
-  // MoE needs experts: the bench shapes have none, so qwen3moe is written with --shape parity only.
-  if (arch == "qwen3moe" && !parity) {
-    std::fprintf(stderr, "agentq-mkgguf: qwen3moe: only --shape parity has experts\n");
+  // MoE needs experts: of the bench shapes only "moe" has them (and only MoE architectures take it).
+  const bool moe_arch = arch == "qwen3moe" || arch == "gpt-oss";
+  if (!parity && moe_arch != (sh->n_expert > 0)) {
+    std::fprintf(stderr, "agentq-mkgguf: %s: %s\n", arch.c_str(),
+                 moe_arch ? "only --shape parity and --shape moe have experts" : "--shape moe is for MoE architectures");
     return 2;
   }
 
@@ -106,6 +112,12 @@ int main(int argc, char** argv) {
     spec.n_ctx = sh->n_ctx;
     spec.rope_base = sh->rope_base;
     spec.tied = sh->tied;
+    spec.n_expert = sh->n_expert;
+    spec.n_expert_used = sh->n_expert_used;
+    spec.n_ff_exp = sh->n_ff_exp;
+    // Gemma 3's (1B) sliding window on its local layers; gpt-oss's 128.
+    if (arch == "gemma3" || arch == "gemma2") spec.n_swa = 512;
+    if (arch == "gpt-oss") spec.n_swa = 128;
     spec.seed = seed;
     spec.vocab = vocab;
   }

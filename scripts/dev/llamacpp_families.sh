@@ -22,11 +22,11 @@ seed=25
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$out"
-# A short prompt, a middling one, and one longer than gemma's sliding window of 8 in the parity shapes.
+# A short prompt, a middling one, and one longer than the sliding windows (8) of the gemma and gpt-oss parity shapes.
 short="1,450,4996,1068,338"
 mid="1,15043,29892,590,1024,338,263,11148,29889"
 long="1,306,4966,263,1243,310,8637,322,10200,29892,1497,278,6958,29889,450,1095,338,3802,29892,541,29871"
-for arch in llama qwen2 qwen3 qwen3moe smollm3 gemma2 gemma3 phi3; do
+for arch in llama qwen2 qwen3 qwen3moe smollm3 gemma2 gemma3 phi3 gpt-oss; do
   "$mkgguf" --out "$tmp/$arch.gguf" --shape parity --type f32 --seed "$seed" --arch "$arch" --vocab "$vocab" \
     --threads 2 >/dev/null
   "$ref" --model "$tmp/$arch.gguf" --ids "$short" --ids "$mid" --ids "$long" -n 32 --threads 2 --ctx 512 > "$out/$arch.jsonl"

@@ -29,7 +29,12 @@ FAMILIES = {  # family -> (template file, bos, eos)
                                   "<｜end▁of▁sentence｜>"),
     "deepseek-r1-distill-qwen": ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "<｜begin▁of▁sentence｜>",
                                  "<｜end▁of▁sentence｜>"),
+    "harmony": ("openai-gpt-oss-120b.jinja", "", "<|return|>"),
 }
+
+# The date the Harmony template prints with strftime_now: fixed, as the C++ renderer fixes it
+# (chat::harmony_date_string), so prompts are byte-identical from day to day.
+HARMONY_DATE = "2025-08-05"
 
 def raise_exception(msg):
     raise jinja2.exceptions.TemplateError(msg)
@@ -63,6 +68,8 @@ def main():
                       add_generation_prompt=case.get("add_generation_prompt", True))
             if case.get("tools"):
                 kw["tools"] = case["tools"]
+            if fam == "harmony":  # (Llama 3.2's template also calls strftime_now when defined)
+                kw["strftime_now"] = lambda fmt: HARMONY_DATE
             text = tmpl.render(**kw)
             with open(os.path.join(DATA, f"{fam}.{case['name']}.txt"), "w") as f:
                 f.write(text)

@@ -280,7 +280,7 @@ validated_job validate_or_throw(const json& b, const model_catalog& catalog, con
     fail("tools", "model '" + out.model + "' has a chat template that matches no chat family, so agentq cannot "
                   "format tool definitions or parse tool calls for it; choose a family with agentqd --model " +
                   out.model + ".gguf --chat-family NAME (chatml, qwen3, hermes, llama3, mistral, phi3, smollm3, "
-                  "gemma, deepseek-r1, plain; see docs/chat_and_grammar.md)");
+                  "gemma, deepseek-r1, harmony, plain; see docs/chat_and_grammar.md)");
   if (auto tc = b.find("tool_choice"); tc != b.end()) {
     if (tc->is_string()) {
       std::string s = tc->get<std::string>();

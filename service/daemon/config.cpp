@@ -22,7 +22,7 @@ const char* usage() {
   --model PATH                 GGUF model (repeatable; name = file stem)
   --device cpu|cuda|cuda:N     where the engines run (default cpu); a CUDA device that is not there fails start-up
   --chat-family NAME           prompt format of the --model before it (chatml, qwen3, hermes, llama3, mistral,
-                               phi3, smollm3, gemma, deepseek-r1, plain); before any --model: the default for all
+                               phi3, smollm3, gemma, deepseek-r1, harmony, plain); before any --model: the default for all
                                models; default: detected from the model's chat template ("unknown" when it matches
                                no family: tool jobs refused)
   --draft-model PATH           a draft model for the --model before it (same vocabulary, checked at load): it

@@ -129,6 +129,7 @@ TEST_CASE("detects the family of every shared template") {
       {"google-gemma-2-2b-it.jinja", template_family::gemma},
       {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", template_family::deepseek_r1},
       {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", template_family::deepseek_r1_qwen},
+      {"openai-gpt-oss-120b.jinja", template_family::harmony},
   };
   for (const auto& e : expect) {
     std::string t = slurp(dir / e.file);
@@ -143,8 +144,10 @@ TEST_CASE("detects the family of every shared template") {
   CHECK_FALSE(chat::family_from_name("gpt"));
   for (auto f : {template_family::plain, template_family::chatml, template_family::hermes, template_family::qwen3,
                  template_family::llama3, template_family::mistral, template_family::phi3, template_family::smollm3,
-                 template_family::gemma, template_family::deepseek_r1, template_family::deepseek_r1_qwen})
+                 template_family::gemma, template_family::deepseek_r1, template_family::deepseek_r1_qwen,
+                 template_family::harmony})
     CHECK(chat::family_from_name(chat::to_string(f)) == f);
+  CHECK(chat::family_from_name("gpt-oss") == template_family::harmony);
 }
 
 // Indices k where render(first k messages, generation prompt iff message k is the
@@ -206,6 +209,9 @@ TEST_CASE("append-only: prefixes stay prefixes, except the documented breaks") {
   // mistral: the system prompt and tool list move to the last user message, so
   // every turn after a user message breaks (k = 2, 6, 7, 8).
   CHECK(append_breaks(template_family::mistral, m, tools) == v{2, 6, 7, 8});
+  // harmony: a last assistant answer ends in <|return|> (no generation prompt), <|end|> once
+  // anything follows (k = 6, 8); a call's reasoning is dropped once a final answer follows (none here).
+  CHECK(append_breaks(template_family::harmony, m, tools) == v{6, 8});
   // Without tools and system prompt, mistral is append-only.
   std::vector<chat_message> simple = {msg(role::user, "a"), msg(role::assistant, "b"), msg(role::user, "c"),
                                       msg(role::assistant, "d")};

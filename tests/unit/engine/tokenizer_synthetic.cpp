@@ -158,4 +158,10 @@ TEST_CASE("unsupported or malformed vocabularies are refused with a message") {
   v.types.resize(3);  // shorter than the vocabulary
   CHECK(build(v, &err) == nullptr);
   CHECK(err.find("token_type") != std::string::npos);
+
+  // An unknown pre-tokenizer is a load error naming it, never a silent GPT-2 split (#25).
+  CHECK(build(bpe_vocab("deepseek-coder"), &err) == nullptr);
+  CHECK_MESSAGE(err.find("unsupported pre-tokenizer 'deepseek-coder'") != std::string::npos, err);
+  // An absent key means "default", as in llama.cpp.
+  CHECK(build(bpe_vocab(""), &err) != nullptr);
 }

@@ -348,3 +348,144 @@ TEST_CASE("deepseek-r1: calls round-trip and parse the same fed per character or
     }
   }
 }
+
+// GPT-OSS Harmony (#25): the reply is a run of messages after the "<|start|>assistant" prompt;
+// analysis is reasoning (never content), a message to functions.NAME is a call, final is content.
+TEST_CASE("harmony: channels, calls in either header form, streaming without the reasoning") {
+  const auto f = template_family::harmony;
+  // A call after reasoning, as the model writes it (recipient after the channel).
+  const std::string call_reply =
+      "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\", \"days\": 2}<|call|>";
+  auto r = parse(f, call_reply);
+  CHECK_MESSAGE(r.errors.empty(), (r.errors.empty() ? "" : r.errors[0]));
+  REQUIRE(r.message.tool_calls.size() == 1);
+  CHECK(r.message.tool_calls[0].name == "get_weather");
+  CHECK(r.message.tool_calls[0].arguments_json == R"({"city": "Oslo", "days": 2})");
+  CHECK(r.message.content.empty());
+  // As the template prints calls (recipient after the role), and without the closing <|call|> (a stop string).
+  r = parse(f, "<|channel|>analysis<|message|>x<|end|><|start|>assistant to=functions.search<|channel|>commentary "
+               "json<|message|>{\"q\": \"news\"}");
+  REQUIRE(r.message.tool_calls.size() == 1);
+  CHECK(r.message.tool_calls[0].name == "search");
+  // A final answer: content is the final channel only.
+  r = parse(f, "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>It is 18 C.");
+  CHECK(r.errors.empty());
+  CHECK(r.message.tool_calls.empty());
+  CHECK(r.message.content == "It is 18 C.");
+  // Without tools the reasoning is still not content.
+  tool_parser_options none;
+  none.family = f;
+  CHECK(parse_tool_calls(none, "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>final<|message|>b")
+            .message.content == "b");
+  // Text that is not Harmony at all stays content.
+  CHECK(parse(f, "plain words").message.content == "plain words");
+  // Bad calls are errors, never crashes.
+  CHECK(has_error(parse(f, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":"),
+                  "malformed JSON"));
+  CHECK(has_error(parse(f, "<|channel|>commentary to=functions.nope <|constrain|>json<|message|>{}"), "unknown tool"));
+  CHECK(has_error(parse(f, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"days\": 2}"),
+                  "invalid arguments"));
+  // Render -> parse: a rendered call message parses back to the call.
+  chat_message user{role::user, "weather?", {}, "", ""};
+  chat_message a;
+  a.role = role::assistant;
+  a.tool_calls.push_back({"call00001", "get_weather", R"({"city": "Oslo", "days": 2})"});
+  const std::string prompt = render(f, {user}, tools(), true), full = render(f, {user, a}, tools(), false);
+  REQUIRE(full.starts_with(prompt));
+  r = parse(f, full.substr(prompt.size()));
+  CHECK(r.errors.empty());
+  REQUIRE(r.message.tool_calls.size() == 1);
+  CHECK(r.message.tool_calls[0].arguments_json == R"({"city": "Oslo", "days": 2})");
+  // Streaming: only the final body streams, per character or at once; a call's header stops it.
+  const std::string final_reply =
+      "<|channel|>analysis<|message|>Hmm <b> 2<3.<|end|><|start|>assistant<|channel|>final<|message|>Sunny <b>.";
+  for (bool per_char : {true, false}) {
+    auto p = make_tool_parser(f, tools(), {}, true, 42);
+    std::string streamed;
+    if (per_char)
+      for (char ch : final_reply) streamed += p->feed(std::string_view(&ch, 1));
+    else
+      streamed = p->feed(final_reply);
+    CHECK(streamed == "Sunny <b>.");
+    CHECK(p->finish().message.content == "Sunny <b>.");
+    auto q = make_tool_parser(f, tools(), {}, true, 42);
+    std::string s2;
+    if (per_char)
+      for (char ch : call_reply) s2 += q->feed(std::string_view(&ch, 1));
+    else
+      s2 = q->feed(call_reply);
+    CHECK(s2.empty());
+    CHECK(q->in_call());
+    CHECK(q->finish().message.tool_calls.size() == 1);
+  }
+}
+
+TEST_CASE("harmony: constrained calls always parse cleanly") {
+  grammar::gguf_vocab v;
+  std::string err;
+  REQUIRE_MESSAGE(grammar::load_gguf_vocab((test::shared_dir() / "models/stories260K.gguf").string(), &v, &err), err);
+  auto vocab = grammar::make_vocab_index(v.pieces, v.eos_ids);
+  for (int seed = 0; seed < 8; seed++) {
+    tool_choice choice = seed % 2 ? tool_choice{tool_choice_mode::named, "get_weather"} : tool_choice{tool_choice_mode::required, ""};
+    auto c = grammar::make_tool_call_constraint(template_family::harmony, tools(), choice, true, vocab, &err);
+    REQUIRE_MESSAGE(c, err);
+    std::mt19937_64 rng(seed);
+    std::vector<uint32_t> mask;
+    std::string text;
+    bool done = false;
+    for (int step = 0; step < 1500 && !done; step++) {
+      c->fill_mask(mask);
+      std::vector<token_id> allowed;
+      bool eos = false;
+      for (size_t t = 0; t < v.pieces.size(); t++) {
+        if (!(mask[t / 32] >> (t % 32) & 1)) continue;
+        if (t == static_cast<size_t>(v.eos_ids[0])) eos = true;
+        else allowed.push_back(static_cast<token_id>(t));
+      }
+      REQUIRE((eos || !allowed.empty()));
+      if (eos && (allowed.empty() || rng() % 2 == 0)) {
+        done = true;
+        break;
+      }
+      token_id t = allowed[rng() % allowed.size()];
+      REQUIRE(c->accept(t));
+      text += v.pieces[t];
+    }
+    if (!done) continue;
+    CHECK(text.starts_with("<|channel|>commentary to=functions."));
+    auto r = parse(template_family::harmony, text, choice);
+    CHECK_MESSAGE(r.errors.empty(), (r.errors.empty() ? "" : r.errors[0]), " in ", text);
+    CHECK(r.message.tool_calls.size() == 1);
+  }
+}
+
+// What streams of a Harmony reply always begins its final content, however the text is cut
+// (the fuzz target's property, over random mixes of Harmony pieces).
+TEST_CASE("harmony: streamed content begins the final content for random replies and chunkings") {
+  const char* pieces[] = {"<|channel|>", "analysis", "final", "commentary", " to=functions.search", " to=functions.nope",
+                          " <|constrain|>json", "<|message|>", "<|end|>", "<|start|>assistant", "<|call|>", "<|return|>",
+                          "{\"q\": \"a\"}", "Hello", " ", "\n", "<", "<|", "x<y", "é"};
+  std::mt19937_64 rng(7);
+  for (int it = 0; it < 3000; ++it) {
+    std::string text;
+    const int n = 1 + int(rng() % 12);
+    for (int i = 0; i < n; ++i) text += pieces[rng() % std::size(pieces)];
+    for (int mode = 0; mode < 2; ++mode) {
+      auto p = make_tool_parser(template_family::harmony, tools(), mode ? tool_choice{tool_choice_mode::none, ""} : tool_choice{},
+                                true, 1);
+      std::string streamed;
+      for (size_t i = 0; i < text.size();) {
+        const size_t k = 1 + rng() % 9;
+        streamed += p->feed(std::string_view(text).substr(i, k));
+        i += k;
+      }
+      const std::string content = p->finish().message.content;
+      size_t a = 0, b = streamed.size();
+      while (a < b && std::isspace(static_cast<unsigned char>(streamed[a]))) a++;
+      while (b > a && std::isspace(static_cast<unsigned char>(streamed[b - 1]))) b--;
+      CHECK_MESSAGE(content.starts_with(streamed.substr(a, b - a)), "text: ", text, "\nstreamed: ", streamed,
+                    "\ncontent: ", content);
+    }
+  }
+}

@@ -1,0 +1,82 @@
+// Tokenizers against the vocab test vectors in llama.cpp's own tree (models/ggml-vocab-*.gguf
+// with .inp/.out, read from LLAMA_CPP_DIR, default llama.cpp beside the shared dir; never
+// copied here): exact ids for the pre-tokenizers we implement, a load error naming the
+// pre-tokenizer for those we do not (#25). Skipped (77) without that tree.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "gguf/reader.h"
+#include "test_env.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace agentq;
+namespace fs = std::filesystem;
+
+namespace {
+
+// NOTE: llama.cpp lives beside the checkout, as ../shared does (DEVELOPERS.md).
+fs::path models_dir() {
+  const std::string dir = test::env_or("LLAMA_CPP_DIR", "");
+  return (dir.empty() ? test::shared_dir() / ".." / "llama.cpp" : fs::path(dir)) / "models";
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("llama.cpp's vocab vectors: exact ids, or a load error naming the pre-tokenizer") {
+  // NOTE: the families' own vocabularies (qwen2, gemma, gpt-4o/o200k) are not in llama.cpp's tree
+  // as .gguf (only their .inp/.out), so these are the BPE pre-tokenizers whose vocabularies are.
+  const char* supported[] = {"starcoder", "refact"};
+  const char* unsupported[] = {"deepseek-coder", "deepseek-llm", "falcon", "mpt"};
+  int n_found = 0;
+  for (const char* name : supported) {
+    const fs::path path = models_dir() / ("ggml-vocab-" + std::string(name) + ".gguf");
+    if (!fs::exists(path) || !fs::exists(path.string() + ".inp") || fs::file_size(path) < 4096) continue;  // absent, or an LFS pointer
+    ++n_found;
+    INFO(name);
+    std::string err;
+    auto f = gguf::file::open(path.string(), &err);
+    REQUIRE_MESSAGE(f, err);
+    auto tok = tokenizer::load(*f, &err);
+    REQUIRE_MESSAGE(tok, err);
+    const std::string all = slurp(path.string() + ".inp"), sep = "\n__ggml_vocab_test__\n";
+    std::vector<std::string> texts;
+    for (size_t b = 0, at; (at = all.find(sep, b)) != std::string::npos; b = at + sep.size()) texts.push_back(all.substr(b, at - b));
+    std::ifstream out(path.string() + ".out");
+    std::vector<std::vector<token_id>> want;
+    for (std::string line; std::getline(out, line);) {
+      std::istringstream ss(line);
+      want.emplace_back();
+      for (token_id id; ss >> id;) want.back().push_back(id);
+    }
+    REQUIRE(texts.size() == want.size());
+    REQUIRE(texts.size() > 40);
+    int n_fail = 0;
+    for (size_t i = 0; i < texts.size(); ++i)
+      if (tok->encode(texts[i], false, false) != want[i]) {
+        ++n_fail;
+        FAIL_CHECK("case " << i << " text '" << texts[i] << "'");
+      }
+    CHECK(n_fail == 0);
+    MESSAGE(std::string(name), ": ", texts.size(), " texts tokenized as llama.cpp does");
+  }
+  for (const char* name : unsupported) {
+    const fs::path path = models_dir() / ("ggml-vocab-" + std::string(name) + ".gguf");
+    if (!fs::exists(path) || fs::file_size(path) < 4096) continue;
+    ++n_found;
+    std::string err;
+    auto f = gguf::file::open(path.string(), &err);
+    REQUIRE_MESSAGE(f, err);
+    CHECK(tokenizer::load(*f, &err) == nullptr);
+    CHECK_MESSAGE(err.find("unsupported pre-tokenizer '" + std::string(name) + "'") != std::string::npos, err);
+  }
+  if (n_found == 0) test::skip(models_dir().string() + ": no llama.cpp vocab files (set LLAMA_CPP_DIR)");
+}
