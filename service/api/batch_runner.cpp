@@ -259,6 +259,26 @@ void batch_runner::finalize(const store::batch_row& b, store::batch_status from,
     }
     from_line = rows.back().line_idx + 1;
   }
+  // Lines never accepted (a batch cancelled or expired while validating) are error lines too: one
+  // output line per request, read back from the input file.
+  int64_t n_seen = n_completed + n_failed;
+  if (!why.empty() && n_seen < b.n_total) {
+    auto file = deps_.batches->get_file(b.input_file_id, b.tenant);
+    std::ifstream in;
+    if (file) in.open(fs::path(options_.files_dir) / file->path, std::ios::binary);
+    std::string text;
+    int64_t idx = 0;
+    while (in && idx < b.n_total && std::getline(in, text)) {
+      if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+      int64_t line_idx = idx++;
+      if (line_idx < n_seen) continue;
+      std::string w, param;
+      auto r = parse_batch_line(text, &w, &param);
+      store::batch_result never{line_idx, r ? r->custom_id : "line-" + std::to_string(line_idx + 1), "", ""};
+      errs.add(batch_output_line(b.endpoint, never, nullptr, {}, why).line);
+      ++n_failed;
+    }
+  }
   std::vector<std::pair<std::string, std::string>> cols;
   for (auto* w : {&out, &errs}) {
     if (w->n_lines() == 0) continue;

@@ -9,7 +9,7 @@ source "$(dirname "$0")/../support/agentqd_env.sh"
 command -v node >/dev/null || skip "no node (apt-get install nodejs npm)"
 [ -f "$src/tests/e2e/node/node_modules/openai/package.json" ] ||
   skip "no openai npm package (npm ci --prefix tests/e2e/node, or run scripts/setup.sh)"
-bound=600
+bound=5000
 agentqd_start openai-batch --allow-addresses 127.0.0.0/8 --max-queue-depth-per-tenant $bound
 
 set +e
