@@ -2,9 +2,14 @@
 #include "api/batch_runner.h"
 
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +17,7 @@
 
 #include "api/batch_input.h"
 #include "api/batch_map.h"
+#include "api/model_catalog.h"
 #include "store/store.h"
 #include "util/crypto.h"
 
@@ -71,6 +77,27 @@ class jsonl_writer {
   bool failed_ = false;
   int64_t n_lines_ = 0, bytes_ = 0;
 };
+
+// The models as the upload saw them, minus the engine's prompt check.
+// NOTE: every line passed the engine's check (schemas, prompt length) when its file was uploaded
+// (POST /v1/files); acceptance maps the lines again to build their specs and skips that check,
+// which tokenized every prompt a second time. A model removed since then fails the lines' mapping
+// (error lines); a job that no longer fits fails on its worker like any other.
+class prechecked_catalog : public model_catalog {
+ public:
+  explicit prechecked_catalog(const model_catalog& inner) : models_(inner.list()) {}
+  std::vector<model_info> list() const override { return models_; }
+  std::optional<std::string> validate(const std::string&, const turn_request&) const override { return std::nullopt; }
+
+ private:
+  std::vector<model_info> models_;
+};
+
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+}
 
 std::string errors_list(const std::string& code, const std::string& message, int64_t line) {
   json e = {{"code", code}, {"message", message}, {"param", nullptr}, {"line", line > 0 ? json(line) : json(nullptr)}};
@@ -141,15 +168,66 @@ void batch_runner::ingest(const store::batch_row& b) {
   std::ifstream in(fs::path(options_.files_dir) / file->path, std::ios::binary);
   if (!in) return fail(b, "invalid_file", "the input file " + b.input_file_id + " cannot be read");
   auto t0 = std::chrono::steady_clock::now();
+  prechecked_catalog catalog(*deps_.catalog);
+  double cpu0 = thread_cpu_s();
   int64_t start = b.n_accepted, idx = 0;
   std::vector<store::batch_line> chunk;
   chunk.reserve(size_t(options_.chunk_lines));
   std::string text;
+  // NOTE: parsing and mapping the next chunk overlaps the write transaction of the one before (a
+  // second thread writes; at most one chunk waits, so memory stays bounded by two chunks).
+  std::mutex wmu;
+  std::condition_variable wcv;
+  std::optional<std::pair<std::vector<store::batch_line>, int64_t>> pending;  // (lines, next line)
+  bool writer_done = false, write_failed = false;
+  double write_s = 0;  // in accept_chunk
+  double writer_cpu_s = 0;
+  std::thread writer([&] {
+    struct cpu_note {
+      double& out;
+      ~cpu_note() { out = thread_cpu_s(); }
+    } note{writer_cpu_s};
+    for (;;) {
+      std::pair<std::vector<store::batch_line>, int64_t> job;
+      {
+        std::unique_lock lock(wmu);
+        wcv.wait(lock, [&] { return pending.has_value() || writer_done; });
+        if (!pending) return;
+        job = std::move(*pending);
+        pending.reset();
+      }
+      wcv.notify_all();
+      auto w0 = std::chrono::steady_clock::now();
+      bool ok = deps_.batches->accept_chunk(b, job.first, job.second, store::job_priority::batch);
+      write_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      if (!ok) {
+        std::lock_guard lock(wmu);
+        write_failed = true;  // retried from n_accepted next pass
+        wcv.notify_all();
+        return;
+      }
+    }
+  });
   auto flush = [&]() -> bool {
     if (chunk.empty()) return true;
-    if (!deps_.batches->accept_chunk(b, chunk, idx, store::job_priority::batch)) return false;
-    chunk.clear();
+    std::unique_lock lock(wmu);
+    wcv.wait(lock, [&] { return !pending.has_value() || write_failed; });
+    if (write_failed) return false;
+    pending.emplace(std::move(chunk), idx);
+    chunk = {};
+    chunk.reserve(size_t(options_.chunk_lines));
+    wcv.notify_all();
     return true;
+  };
+  auto finish_writes = [&]() -> bool {
+    {
+      std::unique_lock lock(wmu);
+      wcv.wait(lock, [&] { return !pending.has_value() || write_failed; });
+      writer_done = true;
+    }
+    wcv.notify_all();
+    writer.join();
+    return !write_failed;
   };
   while (std::getline(in, text)) {
     if (!text.empty() && text.back() == '\r') text.pop_back();
@@ -168,7 +246,7 @@ void batch_runner::ingest(const store::batch_row& b) {
         why = "'url' " + r->url + " is not the batch's endpoint " + b.endpoint;
         param = "url";
       } else {
-        spec = batch_line_spec(r->url, r->body, *deps_.catalog, *deps_.guard, options_.limits, &err, &l.store_content);
+        spec = batch_line_spec(r->url, r->body, catalog, *deps_.guard, options_.limits, &err, &l.store_content);
         if (!spec) {
           why = err.message;
           param = err.param.empty() ? "body" : "body." + err.param;
@@ -184,12 +262,15 @@ void batch_runner::ingest(const store::batch_row& b) {
       l.error_json = json{{"code", "invalid_request"}, {"message", why}, {"param", param}}.dump();
     }
     chunk.push_back(std::move(l));
-    if (int32_t(chunk.size()) >= options_.chunk_lines && !flush()) return;  // retried from n_accepted next pass
+    if (int32_t(chunk.size()) >= options_.chunk_lines && !flush()) break;
   }
-  if (!flush()) return;
+  flush();
+  if (!finish_writes()) return;  // a chunk's write failed: retried from n_accepted next pass
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  spdlog::info("batch {}: {} lines accepted as jobs in {:.2f} s ({:.0f} lines/s)", b.id, idx - start, s,
-               s > 0 ? double(idx - start) / s : 0.0);
+  spdlog::info("batch {}: {} lines accepted as jobs in {:.2f} s ({:.0f} lines/s; {:.2f} s writing; CPU {:.2f} s "
+               "reading and mapping, {:.2f} s writing)",
+               b.id, idx - start, s, s > 0 ? double(idx - start) / s : 0.0, write_s, thread_cpu_s() - cpu0,
+               writer_cpu_s);
   deps_.batches->transition(b.id, store::batch_status::validating, store::batch_status::in_progress, {},
                             {{"n_total", idx}});
   if (auto now = deps_.batches->get_batch(b.id, "")) watch(*now, true);
