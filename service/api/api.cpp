@@ -13,6 +13,7 @@
 #include "api/job_view.h"
 #include "api/model_catalog.h"
 #include "api/ui_routes.h"
+#include "api/usage_routes.h"
 #include "api/deletion_routes.h"
 #include "api/observability_routes.h"
 #include "api/reply.h"
@@ -412,6 +413,7 @@ void api::install(http::router& r) {
   install_deletion_routes(r, deps_, authed, admin_only);  // DELETE /v1/jobs/{id}, DELETE /v1/tenants/{tenant}
   install_openai_routes(r, options_, deps_, authed);      // /v1/chat/completions, /v1/responses, webhook endpoints
   install_batch_routes(r, options_, deps_, authed);       // /v1/files, /v1/batches
+  install_usage_routes(r, deps_, authed);                 // /v1/usage
 }
 
 }  // namespace agentq::api

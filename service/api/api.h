@@ -67,6 +67,7 @@ struct api_deps {
   batch_runner* runner = nullptr;                  // woken when a batch is created or cancelled
   std::string files_dir;                           // where files' bytes live (DATA_DIR/files)
   queue_depth* depth = nullptr;                    // nullptr = no --max-queue-depth
+  std::string db_path;                             // the job store's file (GET /v1/usage reads it); "" = none
   std::vector<std::pair<std::string, ready_check>> ready_checks;  // "redis", "database", "engine"
   // After a job became a tombstone on request (drop its KV and spill file, checkpoint soon); may be empty.
   std::function<void(const std::string& job_id)> on_job_deleted;

@@ -67,6 +67,12 @@ void add_batch_openapi(json& doc) {
   lb["parameters"] = json::array({query("limit", integer, "1-100, default 20"), query("after", str, "a batch id")});
   p["/v1/batches"]["get"] = lb;
   p["/v1/batches/{id}"]["get"] = op("A batch", ref("Batch"), {401, 404, 429});
+  json usage = op("Token usage and jobs per UTC day, grouped by key and / or model (OpenAI's usage shape: page of "
+                  "buckets of results)", obj, {400, 401, 429, 503});
+  usage["parameters"] = json::array({query("start", integer, "Unix seconds (required; rounded down to the day)"),
+                                     query("end", integer, "Unix seconds (default now)"),
+                                     query("group_by", str, "key, model or key,model")});
+  p["/v1/usage"]["get"] = usage;
   p["/v1/batches/{id}/cancel"]["post"] = op("Cancel a batch (cancelling, then cancelled)", ref("Batch"), {401, 404, 409, 429});
 }
 

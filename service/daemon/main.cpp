@@ -290,6 +290,7 @@ int run(const daemon::config& c) {
     deps.runner = batch_run.get();
     deps.files_dir = files_dir;
     deps.depth = depth.get();
+    deps.db_path = sopts.path;
     sweeper = std::make_unique<ops::retention>(ropts, *st, metrics::global());
     sweeper->start();
     deps.on_job_deleted = [wk = w.get(), sw = sweeper.get()](const std::string& job_id) {

@@ -100,6 +100,12 @@ test('batch: files.create -> batches.create -> retrieve until completed -> files
     assert.equal(typeof l.response.body.choices[0].message.content, 'string');
     assert.ok(l.response.body.usage.completion_tokens > 0);
   }
+  // usage as OpenAI's usage API shapes it: the batch's jobs by model
+  const usage = await fetch(`${base}/v1/usage?start=${Math.floor(Date.now() / 1000) - 3600}&group_by=model`, { headers: { authorization: `Bearer ${a.apiKey}` } }).then((r) => r.json());
+  assert.equal(usage.object, 'page');
+  const results = usage.data.flatMap((bucket) => bucket.results);
+  const mine = results.find((x) => x.model === model);
+  assert.ok(mine && mine.num_model_requests >= n && mine.output_tokens > 0 && mine.input_tokens > 0, JSON.stringify(usage));
   // the batch.completed webhook, signed with the key's secret
   let got = null;
   for (let i = 0; i < 200 && !got; i++) {

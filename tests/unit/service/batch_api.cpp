@@ -149,6 +149,7 @@ TEST_CASE("routes: bad uploads and batch requests are 400 JSON bodies; files are
   deps.guard = &guard;
   deps.batches = batches.get();
   deps.files_dir = (dir.path() / "files").string();
+  deps.db_path = db;
   api::api a({}, deps);
   http::router r;
   a.install(r);
@@ -239,4 +240,14 @@ TEST_CASE("routes: bad uploads and batch requests are 400 JSON bodies; files are
   CHECK(cancelled["status"] == "cancelling");
   CHECK(call("DELETE", "/v1/files/" + file_id, "", "", key_a->key).first == 200);
   CHECK(call("GET", "/v1/files/" + file_id, "", "", key_a->key).first == 404);
+
+  // GET /v1/usage: a page of daily buckets; bad parameters are 400s naming them
+  CHECK(call("GET", "/v1/usage", "", "", key_a->key).second["error"]["param"] == "start");
+  CHECK(call("GET", "/v1/usage?start=0&group_by=user", "", "", key_a->key).second["error"]["param"] == "group_by");
+  auto [s11, usage] = call("GET", "/v1/usage?start=0&end=172800&group_by=key,model", "", "", key_a->key);
+  CHECK(s11 == 200);
+  CHECK(usage["object"] == "page");
+  REQUIRE(usage["data"].size() == 2);
+  CHECK(usage["data"][1]["start_time"] == 86400);
+  CHECK(usage["data"][0]["results"].empty());
 }
