@@ -6,13 +6,17 @@
 # also states the durability settings the run had ("durability": SQLite journal mode read from
 # the database file, its synchronous level from the store's source, redis-server's persistence
 # settings asked of the running server with CONFIG GET).
-#   scripts/bench/queue.sh [--quick]   (quick: 200 jobs, 20 req/s for 5 s; full: 500 jobs, 50 req/s for 10 s)
+# Then the Batch figure (issue 29, scripts/bench/batch_accept.py): an N-line batch file uploaded
+# (POST /v1/files) and accepted as durable jobs (POST /v1/batches until it leaves "validating"):
+# seconds, lines/s, agentqd CPU seconds (the box's other load does not inflate those) and peak RSS.
+#   scripts/bench/queue.sh [--quick]   (quick: 200 jobs, 20 req/s for 5 s, a 20,000-line batch;
+#                                       full: 500 jobs, 50 req/s for 10 s, a 100,000-line batch)
 # Env: AGENTQ_BIN_DIR (default build/bin), AGENTQ_SHARED_DIR (default ../shared).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 src=$(pwd)
-jobs=500; rate=50; seconds=10
-[ "${1:-}" = "--quick" ] && { jobs=200; rate=20; seconds=5; }
+jobs=500; rate=50; seconds=10; batch_lines=100000
+[ "${1:-}" = "--quick" ] && { jobs=200; rate=20; seconds=5; batch_lines=20000; }
 bin="${AGENTQ_BIN_DIR:-${AGENTQ_BUILD_DIR:-build}/bin}"
 model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
 for b in agentqd; do
@@ -55,6 +59,9 @@ PY
 echo "== agentqd on $url; $jobs jobs, then $rate req/s for $seconds s" >&2
 result=$(python3 scripts/bench/loadgen.py --url "$url" --key "$key" --model stories260K --jobs "$jobs" \
   --rate "$rate" --seconds "$seconds" --clients 4 | tail -n 1)
+echo "== a $batch_lines-line batch: upload and acceptance" >&2
+batch=$(python3 scripts/bench/batch_accept.py --url "$url" --key "$key" --model stories260K --lines "$batch_lines" \
+  --pid "$pid" | tail -n 1)
 # NOTE: the embedded redis-server is agentqd's child (its process title names its port); the
 # settings are asked of it, so they are what the run used.
 redis_cfg=""
@@ -65,10 +72,11 @@ if [ -n "$redis_port" ] && command -v redis-cli >/dev/null; then
     redis_cfg+="--$k $(redis-cli -p "$redis_port" config get "$k" 2>/dev/null | sed -n 2p | tr ' ' _) "
   done
 fi
-sync_level=$(grep -ho 'PRAGMA synchronous=[A-Z]*' service/store/store.cpp | head -n 1 | cut -d= -f2)
-python3 - "$result" "$tmp/data/agentq.db" "$redis_cfg" "${sync_level:-unknown}" <<'PY'
+sync_level=$(grep -ho 'PRAGMA synchronous=[A-Z]*' service/store/conn.h service/store/store.cpp | head -n 1 | cut -d= -f2)
+python3 - "$result" "$tmp/data/agentq.db" "$redis_cfg" "${sync_level:-unknown}" "$batch" <<'PY'
 import json, sys
 out = json.loads(sys.argv[1])
+out["batch"] = json.loads(sys.argv[5])
 db, args, sync = sys.argv[2], sys.argv[3].split(), sys.argv[4]
 try:
     with open(db, "rb") as f:

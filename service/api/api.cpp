@@ -7,10 +7,13 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "api/batch_routes.h"
 #include "api/event_stream.h"
+#include "api/queue_depth.h"
 #include "api/job_view.h"
 #include "api/model_catalog.h"
 #include "api/ui_routes.h"
+#include "api/usage_routes.h"
 #include "api/deletion_routes.h"
 #include "api/observability_routes.h"
 #include "api/reply.h"
@@ -85,6 +88,17 @@ void api::install(http::router& r) {
           response res = error_response(error_kind::rate_limited,
                                         "rate limit exceeded for this key; retry after " + std::to_string(wait_s) + "s");
           res.headers.emplace_back("Retry-After", std::to_string(wait_s));
+          return res;
+        }
+      }
+      // Back-pressure: a submit past --max-queue-depth is a 429 queue_full (POST /v1/batches checks
+      // its whole file in its own handler).
+      if (deps_.depth && req.method == "POST" &&
+          (req.path == "/v1/jobs" || req.path == "/v1/chat/completions" || req.path == "/v1/responses")) {
+        auto v = deps_.depth->admit(key->tenant, 1);
+        if (!v.admitted) {
+          response res = error_response(error_kind::queue_full, v.message);
+          res.headers.emplace_back("Retry-After", std::to_string(v.retry_after_s));
           return res;
         }
       }
@@ -398,6 +412,8 @@ void api::install(http::router& r) {
   install_ui_routes(r, options_, deps_, authed);          // /ui dashboard, GET /v1/events
   install_deletion_routes(r, deps_, authed, admin_only);  // DELETE /v1/jobs/{id}, DELETE /v1/tenants/{tenant}
   install_openai_routes(r, options_, deps_, authed);      // /v1/chat/completions, /v1/responses, webhook endpoints
+  install_batch_routes(r, options_, deps_, authed);       // /v1/files, /v1/batches
+  install_usage_routes(r, deps_, authed);                 // /v1/usage
 }
 
 }  // namespace agentq::api

@@ -14,6 +14,7 @@
 
 namespace agentq::store {
 class store;
+class batch_store;
 }
 namespace agentq::auth {
 class key_store;
@@ -34,6 +35,8 @@ namespace agentq::api {
 
 class model_catalog;
 class openai_registry;
+class batch_runner;
+class queue_depth;
 
 // api::install's wrapper for the route files it calls (ui_routes, observability_routes): bearer
 // auth + rate limit around a handler that gets the caller's key.
@@ -48,6 +51,7 @@ struct api_options {
   int32_t max_list_limit = 100;
   std::chrono::milliseconds sse_keepalive{15000};  // comment line on an idle stream
   std::string metrics_token;                       // non-empty: GET /metrics needs "Bearer <token>"
+  size_t max_batch_line_bytes = 4 << 20;           // one request line of a batch input file
 };
 
 struct api_deps {
@@ -59,6 +63,11 @@ struct api_deps {
   webhooks::dispatcher* webhooks = nullptr;        // nullptr = /webhooks lists nothing
   obs::obs_store* obs = nullptr;                   // nullptr = no timelines, engine stats or worker metrics
   openai_registry* openai = nullptr;               // nullptr = no DELETE /v1/responses, no webhook endpoints
+  store::batch_store* batches = nullptr;           // nullptr = no Files / Batch API (503)
+  batch_runner* runner = nullptr;                  // woken when a batch is created or cancelled
+  std::string files_dir;                           // where files' bytes live (DATA_DIR/files)
+  queue_depth* depth = nullptr;                    // nullptr = no --max-queue-depth
+  std::string db_path;                             // the job store's file (GET /v1/usage reads it); "" = none
   std::vector<std::pair<std::string, ready_check>> ready_checks;  // "redis", "database", "engine"
   // After a job became a tombstone on request (drop its KV and spill file, checkpoint soon); may be empty.
   std::function<void(const std::string& job_id)> on_job_deleted;

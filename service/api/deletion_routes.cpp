@@ -4,9 +4,12 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
+
 #include "auth/keys.h"
 #include "http/errors.h"
 #include "ops/retention.h"
+#include "store/batch_store.h"
 #include "store/store.h"
 
 namespace agentq::api {
@@ -62,7 +65,14 @@ void install_deletion_routes(http::router& r, api_deps& deps, const authed_wrap&
   r.add("DELETE", "/v1/tenants/{tenant}", authed([&deps, admin_only](http::request& req, const auth::key_info& key) {
           if (auto denied = admin_only(key)) return *denied;
           std::string tenant = req.path_param("tenant");
-          int64_t n_deleted = 0, n_cancelled = 0;
+          int64_t n_deleted = 0, n_cancelled = 0, n_files = 0;
+          // Batches and files first (issue 29): a batch still accepting lines stops at its next chunk.
+          if (deps.batches) {
+            auto paths = deps.batches->delete_tenant(tenant);
+            std::error_code ec;
+            for (const auto& p : paths)
+              if (std::filesystem::remove(std::filesystem::path(deps.files_dir) / p, ec)) ++n_files;
+          }
           int32_t idle_rounds = 0;
           // In batches: each delete_jobs is one short write transaction.
           while (idle_rounds < 3) {
@@ -88,7 +98,8 @@ void install_deletion_routes(http::router& r, api_deps& deps, const authed_wrap&
           return json_200({{"object", "tenant.deleted"},
                            {"tenant", tenant},
                            {"n_jobs_deleted", n_deleted},
-                           {"n_jobs_cancelled", n_cancelled}});
+                           {"n_jobs_cancelled", n_cancelled},
+                           {"n_files_deleted", n_files}});
         }));
 }
 

@@ -21,7 +21,7 @@ constexpr int64_t k_worker_stale_ms = 5 * 60 * 1000;     // a worker's share is 
 constexpr int64_t k_default_window_ms = 10 * 60 * 1000;  // /v1/engine/stats without since_ms
 
 const char* k_states[] = {"queued", "running", "requires_action", "completed", "failed", "cancelled", "incomplete"};
-const char* k_priorities[] = {"high", "normal", "low"};
+const char* k_priorities[] = {"high", "normal", "low", "batch"};
 
 http::response json_ok(const json& body) {
   http::response r;
@@ -45,18 +45,18 @@ std::vector<metrics::family> observability_families(const api_deps& deps, int64_
   auto jobs = gauge_family("agentq_jobs", "Jobs in the store by state.");
   auto depth = gauge_family("agentq_queue_depth", "Queued jobs by priority.");
   auto age = gauge_family("agentq_queue_oldest_age_seconds", "Age of the oldest queued job by priority (0 when none).");
-  double by_state[7] = {0}, by_prio[3] = {0};
-  int64_t oldest[3] = {0, 0, 0};
+  double by_state[7] = {0}, by_prio[4] = {0};
+  int64_t oldest[4] = {0, 0, 0, 0};
   for (const auto& c : deps.obs->job_counts()) {
     for (int i = 0; i < 7; ++i)
       if (c.status == k_states[i]) by_state[i] += double(c.n_jobs);
-    if (c.status == "queued" && c.priority >= 0 && c.priority < 3) {
+    if (c.status == "queued" && c.priority >= 0 && c.priority < 4) {
       by_prio[c.priority] += double(c.n_jobs);
       if (oldest[c.priority] == 0 || c.oldest_updated_ms < oldest[c.priority]) oldest[c.priority] = c.oldest_updated_ms;
     }
   }
   for (int i = 0; i < 7; ++i) jobs.samples.push_back(metrics::value_sample({{"state", k_states[i]}}, by_state[i]));
-  for (int p = 0; p < 3; ++p) {
+  for (int p = 0; p < 4; ++p) {
     depth.samples.push_back(metrics::value_sample({{"priority", k_priorities[p]}}, by_prio[p]));
     double a = oldest[p] ? double(std::max<int64_t>(0, now_ms - oldest[p])) / 1000.0 : 0;
     age.samples.push_back(metrics::value_sample({{"priority", k_priorities[p]}}, a));

@@ -14,7 +14,8 @@ using json = nlohmann::json;
 
 bool is_response_webhook_event(const std::string& name) {
   return name == "response.completed" || name == "response.failed" || name == "response.cancelled" ||
-         name == "response.incomplete";
+         name == "response.incomplete" || name == "batch.completed" || name == "batch.failed" ||
+         name == "batch.cancelled" || name == "batch.expired";
 }
 
 openai_registry::openai_registry(std::unique_ptr<store::sqlite_db> db) : db_(std::move(db)) {}

@@ -55,7 +55,8 @@ void install_openai_webhook_routes(http::router& r, const api_deps& deps, const 
               if (!(*ev)[i].is_string() || !is_response_webhook_event((*ev)[i].get<std::string>()))
                 return error_response(error_kind::invalid_request,
                                       "'" + p + "' must be one of response.completed, response.failed, "
-                                      "response.cancelled, response.incomplete", p);
+                                      "response.cancelled, response.incomplete, batch.completed, batch.failed, "
+                                      "batch.cancelled, batch.expired", p);
               events.push_back((*ev)[i].get<std::string>());
             }
           }

@@ -1,6 +1,7 @@
 // The OpenAPI 3 document served at /openapi.json. A unit test checks that its paths
 // and methods are exactly the router's routes.
 #include "api/api.h"
+#include "api/batch_routes.h"
 #include "api/openai_routes.h"
 
 #include <nlohmann/json.hpp>
@@ -306,6 +307,7 @@ json build() {
          "webhook attempts (spans) and lifecycle marks",
          200, ref("JobTimeline"), {401, 404, 429});
   add_openai_openapi(doc);  // /v1/chat/completions, /v1/responses..., /v1/webhook_endpoints
+  add_batch_openapi(doc);   // /v1/files..., /v1/batches...
   for (auto it = p.begin(); it != p.end(); ++it)
     if (it.key().find("{id}") != std::string::npos)
       for (auto m = it->begin(); m != it->end(); ++m) {

@@ -56,6 +56,9 @@ const char* usage() {
   --lease-ms MS (30000)  --heartbeat-ms MS (2000)  --reclaim-idle-ms MS (30000)
   --reclaim-interval-ms MS (5000)  --max-deliveries N (5: then dead-lettered)
   --retention-days D           finished jobs are deleted D days after they finish (default 30; 0 = never)
+  --max-file-bytes N           largest POST /v1/files upload, streamed to disk (default 209715200 = 200 MiB)
+  --max-queue-depth N          queued jobs in all before submits get 429 queue_full + Retry-After (default 0 = none)
+  --max-queue-depth-per-tenant N   the same bound for one tenant's queued jobs (default 0 = none)
 subcommand: agentqd backup --data-dir DIR --to FILE   online, consistent copy of the job store
 environment: AGENTQ_ROLE AGENTQ_LISTEN AGENTQ_DATA_DIR AGENTQ_REDIS AGENTQ_MODEL AGENTQ_ALLOW_ADDRESSES
              AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL AGENTQ_LOG_FORMAT AGENTQ_METRICS_TOKEN
@@ -113,6 +116,16 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "http-threads") c.http_threads = std::stoi(v);
   else if (name == "max-connections") c.max_connections = std::stoi(v);
   else if (name == "max-body-bytes") c.max_body_bytes = std::stoll(v);
+  else if (name == "max-file-bytes") {
+    c.max_file_bytes = std::stoll(v);
+    if (c.max_file_bytes < 1) throw std::invalid_argument("--max-file-bytes must be >= 1");
+  } else if (name == "max-queue-depth") {
+    c.max_queue_depth = std::stoll(v);
+    if (c.max_queue_depth < 0) throw std::invalid_argument("--max-queue-depth must be >= 0");
+  } else if (name == "max-queue-depth-per-tenant") {
+    c.max_queue_depth_per_tenant = std::stoll(v);
+    if (c.max_queue_depth_per_tenant < 0) throw std::invalid_argument("--max-queue-depth-per-tenant must be >= 0");
+  }
   else if (name == "rate-limit") c.rate_limit = std::stod(v);
   else if (name == "rate-burst") c.rate_burst = std::stod(v);
   else if (name == "webhook-schedule") c.webhook_schedule_ms = parse_ms_list(v);

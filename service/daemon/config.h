@@ -61,6 +61,10 @@ struct config {
   int64_t reclaim_interval_ms = 5000;
   int32_t max_deliveries = 5;
   double retention_days = 30;                     // finished jobs deleted after this (per-key override); 0 = never
+  // Batch API and back-pressure (issue 29; docs/openai.md "Batch"):
+  int64_t max_file_bytes = int64_t(200) << 20;    // one POST /v1/files upload (streamed to DATA_DIR/files)
+  int64_t max_queue_depth = 0;                    // queued jobs in all; past it submits get 429 queue_full (0 = none)
+  int64_t max_queue_depth_per_tenant = 0;         // queued jobs of one tenant (0 = none)
 };
 
 // Parse argv (and the environment, and --config); nullopt with *error (usage) on bad input.

@@ -18,7 +18,9 @@
 #include "api/api.h"
 #include "api/http_metrics.h"
 #include "api/model_catalog.h"
+#include "api/batch_runner.h"
 #include "api/openai_registry.h"
+#include "api/queue_depth.h"
 #include "auth/keys.h"
 #include "auth/rate_limiter.h"
 #include "daemon/config.h"
@@ -34,6 +36,7 @@
 #include "obs/process_metrics.h"
 #include "ops/backup.h"
 #include "ops/retention.h"
+#include "store/batch_store.h"
 #include "queue/queue.h"
 #include "queue/redis_client.h"
 #include "store/store.h"
@@ -217,6 +220,10 @@ int run(const daemon::config& c) {
   std::unique_ptr<webhooks::dispatcher> hooks;
   std::unique_ptr<ops::retention> sweeper;
   std::unique_ptr<api::openai_registry> openai_reg;  // deleted responses, OpenAI webhook endpoints
+  std::unique_ptr<store::batch_store> batches;       // Files and Batch API (issue 29)
+  std::unique_ptr<api::batch_runner> batch_run;
+  std::unique_ptr<api::queue_depth> depth;           // --max-queue-depth
+  const std::string files_dir = (fs::path(c.data_dir) / "files").string();
   std::unique_ptr<auth::rate_limiter> limiter;
   std::unique_ptr<http::server> server;
   std::unique_ptr<api::api> rest;  // outlives the router's handlers (they capture it)
@@ -261,6 +268,36 @@ int run(const daemon::config& c) {
     ops::retention_options ropts;
     ropts.retention_ms = int64_t(c.retention_days * 86400000.0);
     ropts.spill_dir = (fs::path(c.data_dir) / "kv").string();
+    std::error_code fec;
+    fs::create_directories(fs::path(files_dir) / "uploads", fec);
+    batches = store::batch_store::open(sopts.path, &err);
+    if (!batches || fec) {
+      spdlog::critical("{}", batches ? "cannot create " + files_dir + ": " + fec.message() : err);
+      return 1;
+    }
+    ropts.sweep_more = [b = batches.get(), files_dir](int64_t cutoff_ms) {
+      auto paths = b->sweep(cutoff_ms, 64);
+      std::error_code ec;
+      for (const auto& p : paths) fs::remove(fs::path(files_dir) / p, ec);
+      return int64_t(paths.size());
+    };
+    api::batch_runner_options bro;
+    bro.files_dir = files_dir;
+    bro.max_line_bytes = size_t(c.max_body_bytes);
+    batch_run = std::make_unique<api::batch_runner>(bro, api::batch_runner_deps{st.get(), batches.get(), &catalog, &guard});
+    batch_run->start();
+    if (c.max_queue_depth > 0 || c.max_queue_depth_per_tenant > 0) {
+      depth = api::queue_depth::open(sopts.path, {c.max_queue_depth, c.max_queue_depth_per_tenant}, &err);
+      if (!depth) {
+        spdlog::critical("{}", err);
+        return 1;
+      }
+    }
+    deps.batches = batches.get();
+    deps.runner = batch_run.get();
+    deps.files_dir = files_dir;
+    deps.depth = depth.get();
+    deps.db_path = sopts.path;
     sweeper = std::make_unique<ops::retention>(ropts, *st, metrics::global());
     sweeper->start();
     deps.on_job_deleted = [wk = w.get(), sw = sweeper.get()](const std::string& job_id) {
@@ -297,6 +334,7 @@ int run(const daemon::config& c) {
     });
     api::api_options aopts;
     aopts.metrics_token = c.metrics_token;
+    aopts.max_batch_line_bytes = size_t(c.max_body_bytes);
     rest = std::make_unique<api::api>(aopts, std::move(deps));
     rest->install(router);
 
@@ -313,6 +351,9 @@ int run(const daemon::config& c) {
     hopts.n_threads = c.http_threads;
     hopts.max_connections = c.max_connections;
     hopts.max_body_bytes = size_t(c.max_body_bytes);
+    hopts.upload_path = "/v1/files";  // streamed to a file, apart from the JSON body limit
+    hopts.upload_dir = (fs::path(files_dir) / "uploads").string();
+    hopts.max_upload_bytes = size_t(c.max_file_bytes);
     hopts.on_rejected = api::rejection_counter();  // 413, 431, ... never reach the router
     server = std::make_unique<http::server>(hopts, api::instrumented(router));
     if (!server->start(&err)) {
@@ -339,6 +380,7 @@ int run(const daemon::config& c) {
 
   // Order: stop accepting requests, release worker claims, drain webhooks, relay, then Redis.
   if (server) server->stop();
+  if (batch_run) batch_run->stop();
   if (w) w->stop();
   if (sampler) sampler->stop();
   if (sweeper) sweeper->stop();

@@ -26,6 +26,7 @@ constexpr row k_table[] = {
     {error_kind::internal, 500, "internal_error"},
     {error_kind::not_implemented, 501, "not_implemented"},
     {error_kind::unavailable, 503, "unavailable"},
+    {error_kind::queue_full, 429, "queue_full"},
 };
 const row& lookup(error_kind kind) {
   for (const row& r : k_table)

@@ -24,6 +24,7 @@ enum class error_kind {
   internal,             // 500
   not_implemented,      // 501
   unavailable,          // 503
+  queue_full,           // 429 the queue is deeper than --max-queue-depth (type "queue_full", not a rate limit)
 };
 
 int status_of(error_kind kind);

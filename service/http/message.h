@@ -20,6 +20,7 @@ struct request {
   std::string query;              // after '?', raw
   header_list headers;            // names lowercased
   std::string body;
+  std::string body_file;          // an upload (server_options::upload_path): the body is in this file
   std::string remote;             // peer address
   std::vector<std::pair<std::string, std::string>> path_params;  // filled by the router
 

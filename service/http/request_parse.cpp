@@ -75,7 +75,18 @@ std::optional<rejection> check_head(const request_parser& parser) {
 
 void init_parser(request_parser& parser, const server_options& options) {
   parser.header_limit(uint32_t(std::min<size_t>(options.max_header_bytes, UINT32_MAX)));
-  parser.body_limit(options.max_body_bytes);
+  // NOTE: an upload's larger limit must hold until the head is parsed (Beast checks Content-Length
+  // against it then); put_head narrows it to max_body_bytes for every other request.
+  parser.body_limit(options.upload_path.empty() ? options.max_body_bytes
+                                                : std::max(options.max_body_bytes, options.max_upload_bytes));
+}
+
+bool is_upload(const request_parser& parser, const server_options& options) {
+  if (options.upload_path.empty() || !parser.is_header_done()) return false;
+  const auto& h = parser.get();
+  if (h.method_string() != options.upload_method) return false;
+  std::string_view target = h.target();
+  return target.substr(0, target.find('?')) == options.upload_path;
 }
 
 head_step put_head(request_parser& parser, std::string_view buffered, const server_options& options, size_t max_buffer,
@@ -108,8 +119,16 @@ head_step put_head(request_parser& parser, std::string_view buffered, const serv
     return reject({error_kind::invalid_request, "obsolete line folding (obs-fold) in request headers"});
   if (!parser.is_header_done()) return out;
   if (auto why = check_head(parser)) return reject(std::move(*why));
-  if (parser.content_length() && *parser.content_length() > options.max_body_bytes)
-    return reject(too_large_body(options));
+  if (is_upload(parser, options)) {
+    if (parser.content_length() && *parser.content_length() > options.max_upload_bytes)
+      return reject({error_kind::payload_too_large,
+                     "the upload exceeds " + std::to_string(options.max_upload_bytes) + " bytes (--max-file-bytes)"});
+    parser.body_limit(options.max_upload_bytes);
+  } else {
+    if (parser.content_length() && *parser.content_length() > options.max_body_bytes)
+      return reject(too_large_body(options));
+    parser.body_limit(options.max_body_bytes);
+  }
   out.st = head_step::status::done;
   return out;
 }
@@ -123,7 +142,12 @@ std::optional<rejection> body_read_rejection(beast::error_code ec, const server_
 }
 
 request to_request(request_parser& parser) {
-  auto& breq = parser.get();
+  request req = to_request_head(parser.get().base());
+  req.body = std::move(parser.get().body());
+  return req;
+}
+
+request to_request_head(const bhttp::request_header<>& breq) {
   request req;
   req.method = std::string(breq.method_string());
   req.target = std::string(breq.target());
@@ -135,7 +159,6 @@ request to_request(request_parser& parser) {
     for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
     req.headers.emplace_back(std::move(name), std::string(f.value()));
   }
-  req.body = std::move(breq.body());
   return req;
 }
 

@@ -51,6 +51,11 @@ std::optional<rejection> body_read_rejection(boost::beast::error_code ec, const 
 
 // The parsed request as handlers see it (header names lowercased); moves the body out.
 request to_request(request_parser& parser);
+// The same from a request head only (an upload's body went to a file).
+request to_request_head(const boost::beast::http::request_header<>& head);
+
+// Whether a parsed head is an upload (server_options::upload_path): its body goes to a file.
+bool is_upload(const request_parser& parser, const server_options& options);
 
 // The whole path over one byte string (fuzzing, tests): the request, or the rejection
 // the server would send; nullopt when the bytes end before the request does.

@@ -12,11 +12,14 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/http/file_body.hpp>
+#include <filesystem>
 #include <condition_variable>
 #include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unistd.h>
 #include <vector>
 
 #include "http/errors.h"
@@ -124,6 +127,7 @@ class session : public std::enable_shared_from_this<session> {
     if (step.st == head_step::status::rejected) return reject(std::move(step.why));
     if (step.st == head_step::status::need_more) return read_head_some();
     idle_ = false;  // a request: stop() lets it finish
+    if (!parser_->is_done() && is_upload(*parser_, state_->options)) return start_upload();
     if (parser_->is_done()) return handle();
     stream_.expires_after(state_->options.body_timeout);
     bhttp::async_read(stream_, buffer_, *parser_,
@@ -142,12 +146,66 @@ class session : public std::enable_shared_from_this<session> {
     handle();
   }
 
+  // --- uploads (server_options::upload_path): the body goes to a file -------------
+  void start_upload() {
+    static std::atomic<uint64_t> n_uploads{0};
+    upload_file_ = (std::filesystem::path(state_->options.upload_dir) /
+                    ("upload-" + std::to_string(::getpid()) + "-" + std::to_string(++n_uploads) + ".part"))
+                       .string();
+    upload_.emplace(std::move(*parser_));
+    upload_->body_limit(state_->options.max_upload_bytes);
+    beast::error_code ec;
+    upload_->get().body().open(upload_file_.c_str(), beast::file_mode::write, ec);
+    if (ec) {
+      spdlog::error("http: cannot create upload file {}: {}", upload_file_, ec.message());
+      upload_.reset();
+      return reject({error_kind::unavailable, "cannot store the upload right now; retry"});
+    }
+    stream_.expires_after(state_->options.upload_body_timeout);
+    bhttp::async_read(stream_, buffer_, *upload_,
+                      beast::bind_front_handler(&session::on_read_upload, shared_from_this()));
+  }
+
+  void on_read_upload(beast::error_code ec, size_t) {
+    upload_->get().body().close();
+    if (ec) {
+      drop_upload();
+      if (ec == bhttp::error::body_limit)
+        return reject({error_kind::payload_too_large, "the upload exceeds " +
+                                                          std::to_string(state_->options.max_upload_bytes) +
+                                                          " bytes (--max-file-bytes)"});
+      auto why = body_read_rejection(ec, state_->options);
+      if (!why) {
+        ++state_->n_rejected;
+        return close();
+      }
+      return reject(std::move(*why));
+    }
+    const auto& breq = upload_->get();
+    keep_alive_ = breq.keep_alive() && !state_->stopping;
+    version_ = breq.version();
+    request req = to_request_head(breq.base());
+    req.body_file = upload_file_;
+    run_handler(std::move(req), false);
+    drop_upload();
+  }
+
+  void drop_upload() {
+    upload_.reset();
+    std::error_code fec;
+    if (!upload_file_.empty()) std::filesystem::remove(upload_file_, fec);
+    upload_file_.clear();
+  }
+
   void handle() {
     auto& breq = parser_->get();
     keep_alive_ = breq.keep_alive() && !state_->stopping;
     version_ = breq.version();
     bool head = breq.method() == bhttp::verb::head;
-    request req = to_request(*parser_);
+    run_handler(to_request(*parser_), head);
+  }
+
+  void run_handler(request req, bool head) {
     beast::error_code ep_ec;
     auto ep = stream_.socket().remote_endpoint(ep_ec);
     if (!ep_ec) req.remote = ep.address().to_string();
@@ -265,6 +323,8 @@ class session : public std::enable_shared_from_this<session> {
   std::shared_ptr<shared_state> state_;
   beast::flat_buffer buffer_;  // max size set in the constructor (room for a whole head)
   std::optional<request_parser> parser_;
+  std::optional<bhttp::request_parser<bhttp::file_body>> upload_;  // an upload's body reader
+  std::string upload_file_;                                           // its file; removed after the handler
   size_t n_head_bytes_ = 0;  // of the request being read, consumed by the parser so far
   bool keep_alive_ = false;
   bool idle_ = false;  // waiting for the next request's head (see close_if_idle)

@@ -25,6 +25,15 @@ struct server_options {
   std::chrono::milliseconds drain_timeout{10000};  // stop(): in-flight requests and streams get this long
   int32_t max_connections = 1024;                  // more -> 503 and close
   int32_t max_streams = 256;                       // concurrent streaming (SSE) responses
+  // Uploads (issue 29, POST /v1/files): a request with upload_method and path upload_path is read
+  // into a file under upload_dir instead of memory (flat memory however large), up to
+  // max_upload_bytes (larger -> 413) within upload_body_timeout; the handler sees
+  // request::body_file, which is removed once the handler returns. Empty upload_path = none.
+  std::string upload_method = "POST";
+  std::string upload_path;
+  std::string upload_dir;
+  size_t max_upload_bytes = size_t(200) << 20;
+  std::chrono::milliseconds upload_body_timeout{30 * 60 * 1000};
   // Called for each response the server writes itself before any handler runs (413, 431, 400
   // on a bad head, 408, 503 at the connection limit): method ("" when the head did not parse)
   // and status. Runs on an io thread; must not block.

@@ -96,6 +96,10 @@ struct retention::state {
     int64_t n = drain([this] { return st.list_unstored_done(options.batch_jobs); }, "unstored", n_unstored);
     if (options.retention_ms > 0)
       n += drain([this] { return st.list_expired(options.retention_ms, options.batch_jobs); }, "expired", n_expired);
+    if (options.retention_ms > 0 && options.sweep_more) {
+      int64_t more = options.sweep_more(st.now() - options.retention_ms);
+      if (more > 0) spdlog::info("retention: {} finished batches deleted with their output files", more);
+    }
     if (options.retention_ms > 0 && !options.spill_dir.empty()) {
       // NOTE: spill files hold KV by token prefix, not by job; one older than the retention period
       // belongs to no job that may still be read (a crash's orphan or a long-expired wait).

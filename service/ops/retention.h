@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,10 @@ struct retention_options {
   std::chrono::milliseconds interval{10000};       // between sweeps
   int32_t vacuum_pages = 256;                      // free pages given back per write transaction
   std::string spill_dir;                           // *.kv files older than retention_ms go; empty = none
+  // Records that hang off jobs but live elsewhere (the Batch API's finished batches and their output
+  // files): called each sweep with the cutoff (ms since the epoch; finished before it = expired);
+  // returns how many records went. Empty = none.
+  std::function<int64_t(int64_t cutoff_ms)> sweep_more;
 };
 
 // Count jobs deleted for a reason ("expired", "unstored", "request", "tenant") in

@@ -73,8 +73,8 @@ queue::queue(queue_options options, store::store& store)
 queue::~queue() { stop_relay(); }
 
 std::string queue::stream_key(int priority_idx) const {
-  static const char* names[] = {"high", "normal", "low"};
-  return options_.prefix + ":jobs:" + names[std::clamp(priority_idx, 0, 2)];
+  static const char* names[] = {"high", "normal", "low", "batch"};
+  return options_.prefix + ":jobs:" + names[std::clamp(priority_idx, 0, 3)];
 }
 std::string queue::worker_stream_key(const std::string& worker_id) const {
   return options_.prefix + ":worker:" + worker_id;
@@ -206,7 +206,8 @@ void queue::stop_relay() {
 bool queue::ensure_groups(const std::string& worker_id) {
   std::lock_guard lock(impl_->consumer_mu);
   bool ok = true;
-  std::vector<std::string> streams = {worker_stream_key(worker_id), stream_key(0), stream_key(1), stream_key(2)};
+  std::vector<std::string> streams = {worker_stream_key(worker_id), stream_key(0), stream_key(1), stream_key(2),
+                                      stream_key(3)};
   for (auto& s : streams) {
     auto r = impl_->consumer.command({"XGROUP", "CREATE", s, options_.group, "0", "MKSTREAM"});
     if (!r.ok() && r.str.find("BUSYGROUP") == std::string::npos) ok = false;
@@ -217,7 +218,8 @@ bool queue::ensure_groups(const std::string& worker_id) {
 std::vector<delivery> queue::read(const std::string& worker_id, int32_t max, int32_t block_ms) {
   std::vector<delivery> out;
   if (max <= 0) return out;
-  std::vector<std::string> streams = {worker_stream_key(worker_id), stream_key(0), stream_key(1), stream_key(2)};
+  std::vector<std::string> streams = {worker_stream_key(worker_id), stream_key(0), stream_key(1), stream_key(2),
+                                      stream_key(3)};
   bool need_groups = false;
   {
     std::lock_guard lock(impl_->consumer_mu);
@@ -253,7 +255,7 @@ std::vector<delivery> queue::read(const std::string& worker_id, int32_t max, int
 std::vector<delivery> queue::reclaim(const std::string& worker_id, int32_t max) {
   std::vector<delivery> out;
   std::lock_guard lock(impl_->consumer_mu);
-  for (int p = 0; p < 3 && static_cast<int32_t>(out.size()) < max; ++p) {
+  for (int p = 0; p < 4 && static_cast<int32_t>(out.size()) < max; ++p) {
     std::string s = stream_key(p);
     auto r = impl_->consumer.command({"XAUTOCLAIM", s, options_.group, worker_id,
                                       std::to_string(options_.reclaim_idle_ms), "0-0", "COUNT",

@@ -1,5 +1,5 @@
 // Dispatch over Redis Streams (transport, not truth): one consumer group per priority stream
-// (agentq:jobs:high|normal|low), a per-worker stream for continuations, XAUTOCLAIM reclaim,
+// (agentq:jobs:high|normal|low|batch), a per-worker stream for continuations, XAUTOCLAIM reclaim,
 // a dead-letter stream, the outbox relay (SQLite -> Redis) and the reconciler.
 #pragma once
 
@@ -54,7 +54,7 @@ class queue {
   queue& operator=(const queue&) = delete;
 
   const queue_options& options() const { return options_; }
-  std::string stream_key(int priority_idx) const;       // 0 high, 1 normal, 2 low
+  std::string stream_key(int priority_idx) const;       // 0 high, 1 normal, 2 low, 3 batch
   std::string worker_stream_key(const std::string& worker_id) const;
   std::string dead_letter_key() const;
 
@@ -69,7 +69,7 @@ class queue {
   // --- Consumer side (a worker; call from one thread) -----------------------
   // Create the consumer groups (idempotent; also re-created after a Redis wipe).
   bool ensure_groups(const std::string& worker_id);
-  // Read up to max entries: own continuation stream first, then high, normal, low;
+  // Read up to max entries: own continuation stream first, then high, normal, low, batch;
   // blocks up to block_ms when nothing is ready. Empty on timeout or Redis error.
   std::vector<delivery> read(const std::string& worker_id, int32_t max, int32_t block_ms);
   // XAUTOCLAIM entries idle > reclaim_idle_ms on the shared streams.

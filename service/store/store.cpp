@@ -58,12 +58,13 @@ const char* to_string(job_priority p) {
     case job_priority::high: return "high";
     case job_priority::normal: return "normal";
     case job_priority::low: return "low";
+    case job_priority::batch: return "batch";
   }
   return "?";
 }
 
 std::optional<job_priority> parse_job_priority(std::string_view s) {
-  for (auto p : {job_priority::high, job_priority::normal, job_priority::low})
+  for (auto p : {job_priority::high, job_priority::normal, job_priority::low, job_priority::batch})
     if (s == to_string(p)) return p;
   return std::nullopt;
 }
@@ -128,7 +129,7 @@ job_row read_job(const sqlite_stmt& s) {
   j.id = s.col_text(0);
   j.tenant = s.col_text(1);
   j.status = parse_job_status(s.col_text(2)).value_or(job_status::failed);
-  j.priority = static_cast<job_priority>(std::clamp<int64_t>(s.col_int(3), 0, 2));
+  j.priority = static_cast<job_priority>(std::clamp<int64_t>(s.col_int(3), 0, 3));
   j.request_json = s.col_text(4);
   j.result_json = s.col_text(5);
   j.error = s.col_text(6);

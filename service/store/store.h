@@ -23,7 +23,8 @@ const char* to_string(job_status s);
 std::optional<job_status> parse_job_status(std::string_view s);
 bool is_terminal(job_status s);
 
-enum class job_priority { high = 0, normal = 1, low = 2 };
+// batch: jobs from a Batch file (POST /v1/batches); below low, fills idle capacity (issue 29).
+enum class job_priority { high = 0, normal = 1, low = 2, batch = 3 };
 const char* to_string(job_priority p);
 std::optional<job_priority> parse_job_priority(std::string_view s);
 

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Batch acceptance figure for scripts/bench/queue.sh (issue 29): write an N-line batch input file
+(chat completions, 1 output token, one shared system prompt), upload it (POST /v1/files, multipart,
+streamed by the client in 1 MiB pieces), create the batch and time it until every line is a durable
+job (status leaves "validating"), then optionally until it is completed. Prints one JSON line:
+upload_s, accept_s, accepted_lines_per_s, end_to_end_jobs_per_s (when --wait), agentqd peak RSS."""
+import argparse, http.client, json, os, sys, tempfile, time, urllib.parse, uuid
+
+
+def rss_kb(pid, field):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_s(pid):
+    """agentqd's CPU time so far (user + system), seconds: a figure the box's other load does not inflate."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            parts = f.read().rsplit(")", 1)[1].split()
+        return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def main():
+    """See the module docstring."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--key", required=True)
+    ap.add_argument("--model", default="stories260K")
+    ap.add_argument("--lines", type=int, default=100000)
+    ap.add_argument("--pid", type=int, default=0, help="agentqd's pid (RSS figures)")
+    ap.add_argument("--wait", action="store_true", help="also time the batch to completed")
+    a = ap.parse_args()
+    u = urllib.parse.urlparse(a.url)
+    path = os.path.join(tempfile.mkdtemp(prefix="agentq-batch-"), "in.jsonl")
+    with open(path, "w") as f:
+        for i in range(a.lines):
+            f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
+                                "body": {"model": a.model, "max_tokens": 1,
+                                         "messages": [{"role": "system", "content": "You summarise documents."},
+                                                      {"role": "user", "content": f"Document {i}: once upon a time"}]}})
+                    + "\n")
+    size = os.path.getsize(path)
+    boundary = uuid.uuid4().hex
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n"
+            f"Content-Type: application/jsonl\r\n\r\n").encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    rss_before = rss_kb(a.pid, "VmRSS")
+    cpu0 = cpu_s(a.pid)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
+    t0 = time.time()
+    c.putrequest("POST", "/v1/files")
+    c.putheader("Authorization", "Bearer " + a.key)
+    c.putheader("Content-Type", "multipart/form-data; boundary=" + boundary)
+    c.putheader("Content-Length", str(len(head) + size + len(tail)))
+    c.endheaders()
+    c.send(head)
+    with open(path, "rb") as f:
+        while True:
+            piece = f.read(1 << 20)
+            if not piece:
+                break
+            c.send(piece)
+    c.send(tail)
+    r = c.getresponse()
+    body = r.read()
+    t_upload = time.time() - t0
+    assert r.status == 200, (r.status, body[:300])
+    file_id = json.loads(body)["id"]
+
+    def call(method, p, payload=None):
+        c.request(method, p, body=json.dumps(payload) if payload is not None else None,
+                  headers={"Authorization": "Bearer " + a.key, "Content-Type": "application/json"})
+        resp = c.getresponse()
+        data = resp.read()
+        assert resp.status == 200, (resp.status, data[:300])
+        return json.loads(data)
+
+    t1 = time.time()
+    cpu1 = cpu_s(a.pid)
+    b = call("POST", "/v1/batches", {"input_file_id": file_id, "endpoint": "/v1/chat/completions",
+                                     "completion_window": "24h"})
+    while b["status"] == "validating":
+        time.sleep(0.05)
+        b = call("GET", "/v1/batches/" + b["id"])
+    t_accept = time.time() - t1
+    cpu2 = cpu_s(a.pid)
+    out = {"batch_lines": a.lines, "batch_file_bytes": size, "upload_s": round(t_upload, 3),
+           "upload_mb_per_s": round(size / 1e6 / t_upload, 1), "upload_cpu_s": round(cpu1 - cpu0, 2),
+           "accept_s": round(t_accept, 3), "accept_cpu_s": round(cpu2 - cpu1, 2),
+           "accepted_lines_per_s": round(a.lines / t_accept), "upload_and_accept_s": round(t_upload + t_accept, 3),
+           "batch_status_after_accept": b["status"],
+           "agentqd_rss_mb_before": round(rss_before / 1024, 1),
+           "agentqd_rss_mb_after_accept": round(rss_kb(a.pid, "VmRSS") / 1024, 1),
+           "agentqd_peak_rss_mb": round(rss_kb(a.pid, "VmHWM") / 1024, 1)}
+    if a.wait:
+        while b["status"] not in ("completed", "failed", "cancelled", "expired"):
+            time.sleep(0.2)
+            b = call("GET", "/v1/batches/" + b["id"])
+        out["end_to_end_s"] = round(time.time() - t0, 3)
+        out["end_to_end_jobs_per_s"] = round(a.lines / (time.time() - t0), 1)
+        out["batch_final"] = b["status"]
+        out["request_counts"] = b["request_counts"]
+    print(json.dumps(out, separators=(",", ":")))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

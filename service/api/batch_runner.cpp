@@ -1,0 +1,385 @@
+// Batch acceptance, progress, cancel / expiry and finalization (see batch_runner.h).
+#include "api/batch_runner.h"
+
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "api/batch_input.h"
+#include "api/batch_map.h"
+#include "api/model_catalog.h"
+#include "store/store.h"
+#include "util/crypto.h"
+
+namespace agentq::api {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// An output file written to `<dir>/<id>.jsonl.part`, fsynced and renamed into place by commit().
+class jsonl_writer {
+ public:
+  jsonl_writer(const std::string& dir, std::string id) : id_(std::move(id)) {
+    path_ = (fs::path(dir) / (id_ + ".jsonl")).string();
+    fd_ = ::open((path_ + ".part").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  }
+  ~jsonl_writer() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return fd_ >= 0 && !failed_; }
+  void add(const json& line) {
+    buf_ += line.dump(-1, ' ', false, json::error_handler_t::replace);
+    buf_ += '\n';
+    ++n_lines_;
+    if (buf_.size() >= (1 << 20)) flush();
+  }
+  bool commit() {
+    flush();
+    if (fd_ < 0 || failed_ || ::fsync(fd_) != 0) return false;
+    ::close(fd_);
+    fd_ = -1;
+    std::error_code ec;
+    fs::rename(path_ + ".part", path_, ec);
+    return !ec;
+  }
+  int64_t n_lines() const { return n_lines_; }
+  int64_t bytes() const { return bytes_; }
+  const std::string& id() const { return id_; }
+
+ private:
+  void flush() {
+    size_t off = 0;
+    while (fd_ >= 0 && off < buf_.size()) {
+      ssize_t n = ::write(fd_, buf_.data() + off, buf_.size() - off);
+      if (n <= 0) {
+        failed_ = true;
+        break;
+      }
+      off += size_t(n);
+    }
+    bytes_ += int64_t(buf_.size());
+    buf_.clear();
+  }
+  std::string id_, path_, buf_;
+  int fd_ = -1;
+  bool failed_ = false;
+  int64_t n_lines_ = 0, bytes_ = 0;
+};
+
+// The models as the upload saw them, minus the engine's prompt check.
+// NOTE: every line passed the engine's check (schemas, prompt length) when its file was uploaded
+// (POST /v1/files); acceptance maps the lines again to build their specs and skips that check,
+// which tokenized every prompt a second time. A model removed since then fails the lines' mapping
+// (error lines); a job that no longer fits fails on its worker like any other.
+class prechecked_catalog : public model_catalog {
+ public:
+  explicit prechecked_catalog(const model_catalog& inner) : models_(inner.list()) {}
+  std::vector<model_info> list() const override { return models_; }
+  std::optional<std::string> validate(const std::string&, const turn_request&) const override { return std::nullopt; }
+
+ private:
+  std::vector<model_info> models_;
+};
+
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+}
+
+std::string errors_list(const std::string& code, const std::string& message, int64_t line) {
+  json e = {{"code", code}, {"message", message}, {"param", nullptr}, {"line", line > 0 ? json(line) : json(nullptr)}};
+  return json{{"object", "list"}, {"data", json::array({e})}}.dump();
+}
+
+}  // namespace
+
+batch_runner::batch_runner(batch_runner_options options, batch_runner_deps deps)
+    : options_(std::move(options)), deps_(deps) {}
+
+batch_runner::~batch_runner() { stop(); }
+
+void batch_runner::start() {
+  if (running_.exchange(true)) return;
+  thread_ = std::thread([this] {
+    while (running_) {
+      try {
+        run_once();
+      } catch (const std::exception& e) {
+        spdlog::error("batch: pass failed: {}", e.what());
+      }
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, options_.poll, [&] { return woken_ || !running_; });
+      woken_ = false;
+    }
+  });
+}
+
+void batch_runner::stop() {
+  if (!running_.exchange(false)) return;
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void batch_runner::wake() {
+  {
+    std::lock_guard lock(mu_);
+    woken_ = true;
+  }
+  cv_.notify_all();
+}
+
+void batch_runner::run_once() {
+  for (const auto& b : deps_.batches->list_open()) {
+    if (!running_ && thread_.joinable()) return;
+    switch (b.status) {
+      case store::batch_status::validating: ingest(b); break;
+      case store::batch_status::in_progress: watch(b, false); break;
+      case store::batch_status::cancelling: cancel_open(b); break;
+      case store::batch_status::finalizing: finalize(b, b.status, store::batch_status::completed, ""); break;
+      default: break;
+    }
+  }
+}
+
+void batch_runner::fail(const store::batch_row& b, const std::string& code, const std::string& message) {
+  spdlog::warn("batch {}: failed: {}", b.id, message);
+  deps_.batches->transition(b.id, b.status, store::batch_status::failed, {{"errors_json", errors_list(code, message, 0)}});
+  auto now = deps_.batches->get_batch(b.id, "");
+  if (now) deps_.batches->enqueue_webhooks(*now, "batch.failed");
+}
+
+// Lines from n_accepted on become jobs, chunk_lines per transaction.
+void batch_runner::ingest(const store::batch_row& b) {
+  auto file = deps_.batches->get_file(b.input_file_id, b.tenant);
+  if (!file) return fail(b, "invalid_file", "the input file " + b.input_file_id + " was deleted");
+  std::ifstream in(fs::path(options_.files_dir) / file->path, std::ios::binary);
+  if (!in) return fail(b, "invalid_file", "the input file " + b.input_file_id + " cannot be read");
+  auto t0 = std::chrono::steady_clock::now();
+  prechecked_catalog catalog(*deps_.catalog);
+  double cpu0 = thread_cpu_s();
+  int64_t start = b.n_accepted, idx = 0;
+  std::vector<store::batch_line> chunk;
+  chunk.reserve(size_t(options_.chunk_lines));
+  std::string text;
+  // NOTE: parsing and mapping the next chunk overlaps the write transaction of the one before (a
+  // second thread writes; at most one chunk waits, so memory stays bounded by two chunks).
+  std::mutex wmu;
+  std::condition_variable wcv;
+  std::optional<std::pair<std::vector<store::batch_line>, int64_t>> pending;  // (lines, next line)
+  bool writer_done = false, write_failed = false;
+  double write_s = 0;  // in accept_chunk
+  double writer_cpu_s = 0;
+  std::thread writer([&] {
+    struct cpu_note {
+      double& out;
+      ~cpu_note() { out = thread_cpu_s(); }
+    } note{writer_cpu_s};
+    for (;;) {
+      std::pair<std::vector<store::batch_line>, int64_t> job;
+      {
+        std::unique_lock lock(wmu);
+        wcv.wait(lock, [&] { return pending.has_value() || writer_done; });
+        if (!pending) return;
+        job = std::move(*pending);
+        pending.reset();
+      }
+      wcv.notify_all();
+      auto w0 = std::chrono::steady_clock::now();
+      bool ok = deps_.batches->accept_chunk(b, job.first, job.second, store::job_priority::batch);
+      write_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      if (!ok) {
+        std::lock_guard lock(wmu);
+        write_failed = true;  // retried from n_accepted next pass
+        wcv.notify_all();
+        return;
+      }
+    }
+  });
+  auto flush = [&]() -> bool {
+    if (chunk.empty()) return true;
+    std::unique_lock lock(wmu);
+    wcv.wait(lock, [&] { return !pending.has_value() || write_failed; });
+    if (write_failed) return false;
+    pending.emplace(std::move(chunk), idx);
+    chunk = {};
+    chunk.reserve(size_t(options_.chunk_lines));
+    wcv.notify_all();
+    return true;
+  };
+  auto finish_writes = [&]() -> bool {
+    {
+      std::unique_lock lock(wmu);
+      wcv.wait(lock, [&] { return !pending.has_value() || write_failed; });
+      writer_done = true;
+    }
+    wcv.notify_all();
+    writer.join();
+    return !write_failed;
+  };
+  while (std::getline(in, text)) {
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (text.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines are not requests
+    int64_t line_idx = idx++;
+    if (line_idx < start) continue;  // accepted before a restart
+    store::batch_line l;
+    l.line_idx = line_idx;
+    std::string why, param;
+    auto r = parse_batch_line(text, &why, &param);
+    validation_error err;
+    std::optional<json> spec;
+    if (r) {
+      l.custom_id = r->custom_id;
+      if (r->url != b.endpoint) {
+        why = "'url' " + r->url + " is not the batch's endpoint " + b.endpoint;
+        param = "url";
+      } else {
+        spec = batch_line_spec(r->url, r->body, catalog, *deps_.guard, options_.limits, &err, &l.store_content);
+        if (!spec) {
+          why = err.message;
+          param = err.param.empty() ? "body" : "body." + err.param;
+        }
+      }
+    } else {
+      l.custom_id = "line-" + std::to_string(line_idx + 1);
+    }
+    if (spec) {
+      (*spec)["batch"] = {{"id", b.id}, {"custom_id", l.custom_id}};
+      l.request_json = spec->dump();
+    } else {
+      l.error_json = json{{"code", "invalid_request"}, {"message", why}, {"param", param}}.dump();
+    }
+    chunk.push_back(std::move(l));
+    if (int32_t(chunk.size()) >= options_.chunk_lines && !flush()) break;
+  }
+  flush();
+  if (!finish_writes()) return;  // a chunk's write failed: retried from n_accepted next pass
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("batch {}: {} lines accepted as jobs in {:.2f} s ({:.0f} lines/s; {:.2f} s writing; CPU {:.2f} s "
+               "reading and mapping, {:.2f} s writing)",
+               b.id, idx - start, s, s > 0 ? double(idx - start) / s : 0.0, write_s, thread_cpu_s() - cpu0,
+               writer_cpu_s);
+  deps_.batches->transition(b.id, store::batch_status::validating, store::batch_status::in_progress, {},
+                            {{"n_total", idx}});
+  if (auto now = deps_.batches->get_batch(b.id, "")) watch(*now, true);
+}
+
+void batch_runner::watch(const store::batch_row& b, bool force_count) {
+  auto now_tp = std::chrono::steady_clock::now();
+  bool expired = deps_.batches->now() >= b.expires_ms;
+  auto& last = last_count_[b.id];
+  if (!force_count && !expired && now_tp - last < options_.count_interval) return;
+  last = now_tp;
+  auto c = deps_.batches->counts(b.id);
+  if (c.n_completed != b.n_completed || c.n_failed != b.n_failed)
+    deps_.batches->set_counts(b.id, c.n_completed, c.n_failed);
+  if (expired) {
+    cancel_open(b);
+    return finalize(b, store::batch_status::in_progress, store::batch_status::expired, "batch_expired");
+  }
+  if (c.n_open == 0 && c.n_lines >= b.n_total) {
+    if (!deps_.batches->transition(b.id, store::batch_status::in_progress, store::batch_status::finalizing)) return;
+    finalize(b, store::batch_status::finalizing, store::batch_status::completed, "");
+  }
+}
+
+// Cancel every job of the batch not yet terminal; a cancelling batch then finalizes as cancelled.
+void batch_runner::cancel_open(const store::batch_row& b) {
+  for (;;) {
+    auto ids = deps_.batches->open_jobs(b.id, 4096);
+    if (ids.empty()) break;
+    std::vector<std::future<store::write_status>> pending;
+    pending.reserve(ids.size());
+    for (const auto& id : ids) pending.push_back(deps_.store->cancel_job(id));
+    int64_t n_failed = 0;
+    for (auto& f : pending)
+      if (f.get() == store::write_status::error) ++n_failed;
+    if (n_failed > 0) return;  // the store is failing writes: next pass
+    if (int32_t(ids.size()) < 4096) break;
+  }
+  if (b.status == store::batch_status::cancelling)
+    finalize(b, store::batch_status::cancelling, store::batch_status::cancelled, "batch_cancelled");
+}
+
+void batch_runner::finalize(const store::batch_row& b, store::batch_status from, store::batch_status to,
+                            const std::string& why) {
+  // NOTE: file ids derive from the batch id, so finalizing again after a crash rewrites the same files.
+  std::string out_id = "file-" + crypto::sha256_hex(b.id + "/output").substr(0, 24);
+  std::string err_id = "file-" + crypto::sha256_hex(b.id + "/errors").substr(0, 24);
+  jsonl_writer out(options_.files_dir, out_id), errs(options_.files_dir, err_id);
+  if (!out.ok() || !errs.ok()) {
+    spdlog::error("batch {}: cannot create output files in {}", b.id, options_.files_dir);
+    return;
+  }
+  int64_t n_completed = 0, n_failed = 0;
+  for (int64_t from_line = 0;;) {
+    auto rows = deps_.batches->results(b.id, from_line, 1000);
+    if (rows.empty()) break;
+    for (const auto& r : rows) {
+      std::optional<store::job_row> job;
+      std::vector<store::transcript_row> transcript;
+      if (!r.job_id.empty()) {
+        job = deps_.store->get_job(r.job_id);
+        if (job) transcript = deps_.store->read_transcript(r.job_id);
+      }
+      auto line = batch_output_line(b.endpoint, r, job ? &*job : nullptr, transcript, why);
+      (line.is_error ? errs : out).add(line.line);
+      (line.is_error ? n_failed : n_completed)++;
+    }
+    from_line = rows.back().line_idx + 1;
+  }
+  // Lines never accepted (a batch cancelled or expired while validating) are error lines too: one
+  // output line per request, read back from the input file.
+  int64_t n_seen = n_completed + n_failed;
+  if (!why.empty() && n_seen < b.n_total) {
+    auto file = deps_.batches->get_file(b.input_file_id, b.tenant);
+    std::ifstream in;
+    if (file) in.open(fs::path(options_.files_dir) / file->path, std::ios::binary);
+    std::string text;
+    int64_t idx = 0;
+    while (in && idx < b.n_total && std::getline(in, text)) {
+      if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+      int64_t line_idx = idx++;
+      if (line_idx < n_seen) continue;
+      std::string w, param;
+      auto r = parse_batch_line(text, &w, &param);
+      store::batch_result never{line_idx, r ? r->custom_id : "line-" + std::to_string(line_idx + 1), "", ""};
+      errs.add(batch_output_line(b.endpoint, never, nullptr, {}, why).line);
+      ++n_failed;
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> cols;
+  for (auto* w : {&out, &errs}) {
+    if (w->n_lines() == 0) continue;
+    if (!w->commit()) {
+      spdlog::error("batch {}: writing {} failed", b.id, w->id());
+      return;
+    }
+    store::file_row f{w->id(), b.tenant, "batch_output", w->id() + ".jsonl", w->bytes(), w->n_lines(), "",
+                      w->id() + ".jsonl", deps_.batches->now()};
+    if (!deps_.batches->add_file(f)) return;
+    cols.emplace_back(w == &out ? "output_file_id" : "error_file_id", w->id());
+  }
+  std::error_code ec;
+  for (auto* w : {&out, &errs})
+    if (w->n_lines() == 0) fs::remove(fs::path(options_.files_dir) / (w->id() + ".jsonl.part"), ec);
+  if (!deps_.batches->transition(b.id, from, to, cols, {{"n_completed", n_completed}, {"n_failed", n_failed}})) return;
+  last_count_.erase(b.id);
+  spdlog::info("batch {}: {} ({} completed, {} failed)", b.id, store::to_string(to), n_completed, n_failed);
+  if (auto now = deps_.batches->get_batch(b.id, ""))
+    deps_.batches->enqueue_webhooks(*now, std::string("batch.") + store::to_string(to));
+}
+
+}  // namespace agentq::api

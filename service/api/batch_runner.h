@@ -1,0 +1,73 @@
+// The Batch API's background work (docs/openai.md "Batch"): accepts a validating batch's lines as
+// jobs in large transactions (resumable after a crash from the batch's n_accepted), keeps
+// request_counts current, cancels and expires, and finalizes: output / error JSONL files and the
+// batch.<status> webhook. One thread in the API process.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "api/validate.h"
+#include "store/batch_store.h"
+
+namespace agentq::store {
+class store;
+}
+namespace agentq::net {
+class ssrf_guard;
+}
+
+namespace agentq::api {
+
+class model_catalog;
+
+struct batch_runner_options {
+  std::string files_dir;                          // where files' bytes live (DATA_DIR/files)
+  int32_t chunk_lines = 5000;                     // lines accepted per write transaction
+  size_t max_line_bytes = 4 << 20;
+  std::chrono::milliseconds poll{200};            // idle pass interval
+  std::chrono::milliseconds count_interval{1000}; // request_counts refresh per open batch
+  validation_limits limits;
+};
+
+struct batch_runner_deps {
+  store::store* store = nullptr;
+  store::batch_store* batches = nullptr;
+  const model_catalog* catalog = nullptr;
+  const net::ssrf_guard* guard = nullptr;
+};
+
+class batch_runner {
+ public:
+  batch_runner(batch_runner_options options, batch_runner_deps deps);
+  ~batch_runner();  // stop()
+  void start();
+  void stop();
+  void wake();      // a batch was created or cancelled: run a pass now
+  // One pass over the open batches (the thread's body; tests).
+  void run_once();
+
+ private:
+  void ingest(const store::batch_row& b);
+  void watch(const store::batch_row& b, bool force_count);
+  void cancel_open(const store::batch_row& b);
+  void finalize(const store::batch_row& b, store::batch_status from, store::batch_status to, const std::string& why);
+  void fail(const store::batch_row& b, const std::string& code, const std::string& message);
+
+  batch_runner_options options_;
+  batch_runner_deps deps_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool woken_ = false;
+  std::atomic<bool> running_{false};
+  std::thread thread_;
+  std::map<std::string, std::chrono::steady_clock::time_point> last_count_;  // batch id -> last counts
+};
+
+}  // namespace agentq::api
