@@ -22,6 +22,7 @@
 #include "cpu/tiles_avx512.h"
 #include "cpu/x8_avx2.h"
 #include "cpu/x8_avx512.h"
+#include "cpu/x8_more_avx512.h"
 
 namespace agentq::kernels {
 
@@ -341,6 +342,8 @@ tile_set fast_set(weight_type t) {
 
 // Bytes of one prepared activation vector of n_cols for weight type t.
 size_t activation_row_bytes(weight_type t, int64_t n_cols) {
+  // q4_0_x8: the Q8_0 blocks and then each block's sum of quants (int32; add_q8_0_sums).
+  if (t == weight_type::q4_0_x8) return static_cast<size_t>(n_cols / qk8_0) * (sizeof(block_q8_0x) + sizeof(int32_t));
   switch (detail::act_format_of(file_type(t))) {  // a repacked layout takes its file type's activations
     case detail::act_format::q8_0: return static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x);
     case detail::act_format::q8_k: return static_cast<size_t>(n_cols / qk_k) * sizeof(block_q8_k);
@@ -483,6 +486,10 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
   static constexpr x8_fn q8_0[mb + 1] = {nullptr, mk_q8_0_x8<1>, mk_q8_0_x8<2>, mk_q8_0_x8<3>, mk_q8_0_x8<4>};
   static constexpr x8_fn q4_k[mb + 1] = {nullptr, mk_q4_k_x8<1>, mk_q4_k_x8<2>, mk_q4_k_x8<3>, mk_q4_k_x8<4>};
   static constexpr x8_fn q6_k[mb + 1] = {nullptr, mk_q6_k_x8<1>, mk_q6_k_x8<2>, mk_q6_k_x8<3>, mk_q6_k_x8<4>};
+  using avx512::mk_q4_0_x8, avx512::mk_q5_k_x8, avx512::mk_iq4_xs_x8;
+  static constexpr x8_fn q4_0[mb + 1] = {nullptr, mk_q4_0_x8<1>, mk_q4_0_x8<2>, mk_q4_0_x8<3>, mk_q4_0_x8<4>};
+  static constexpr x8_fn q5_k[mb + 1] = {nullptr, mk_q5_k_x8<1>, mk_q5_k_x8<2>, mk_q5_k_x8<3>, mk_q5_k_x8<4>};
+  static constexpr x8_fn iq4_xs[mb + 1] = {nullptr, mk_iq4_xs_x8<1>, mk_iq4_xs_x8<2>, mk_iq4_xs_x8<3>, mk_iq4_xs_x8<4>};
 #else
   static constexpr x8_fn q8_0[mb + 1] = {nullptr, mk_q8_0_x8_avx2<1>, mk_q8_0_x8_avx2<2>, mk_q8_0_x8_avx2<3>,
                                          mk_q8_0_x8_avx2<4>};
@@ -491,7 +498,19 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
   static constexpr x8_fn q6_k[mb + 1] = {nullptr, mk_q6_k_x8_avx2<1>, mk_q6_k_x8_avx2<2>, mk_q6_k_x8_avx2<3>,
                                          mk_q6_k_x8_avx2<4>};
 #endif
-  const x8_fn* fns = t == weight_type::q8_0_x8 ? q8_0 : t == weight_type::q4_k_x8 ? q4_k : q6_k;
+  const x8_fn* fns = nullptr;
+  switch (t) {
+    case weight_type::q8_0_x8: fns = q8_0; break;
+    case weight_type::q4_k_x8: fns = q4_k; break;
+    case weight_type::q6_k_x8: fns = q6_k; break;
+#if AGENTQ_KERNELS_AVX512VNNI
+    case weight_type::q4_0_x8: fns = q4_0; break;
+    case weight_type::q5_k_x8: fns = q5_k; break;
+    case weight_type::iq4_xs_x8: fns = iq4_xs; break;
+#endif
+    default: break;
+  }
+  AGENTQ_KCHECK(fns != nullptr);  // q4_0/q5_k/iq4_xs_x8 need the AVX-512 VNNI kernels (preferred_layout knows)
   const size_t group_bytes = 8 * row_stride;
   const int64_t g_begin = row_begin / 8, g_end = (row_end + 7) / 8;
   float o[8 * mb];
@@ -566,7 +585,12 @@ void quantize_activations(weight_type t, const float* x, int64_t n_cols, int64_t
     const float* xb = x + b * n_cols;
     uint8_t* d = dst + static_cast<size_t>(b) * stride;
     switch (detail::act_format_of(file_type(t))) {
-      case detail::act_format::q8_0: detail::quantize_act_q8_0(xb, reinterpret_cast<block_q8_0x*>(d), n_cols); break;
+      case detail::act_format::q8_0:
+        detail::quantize_act_q8_0(xb, reinterpret_cast<block_q8_0x*>(d), n_cols);
+        if (t == weight_type::q4_0_x8)
+          detail::add_q8_0_sums(reinterpret_cast<const block_q8_0x*>(d), n_cols / qk8_0,
+                                reinterpret_cast<int32_t*>(d + static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x)));
+        break;
       case detail::act_format::q8_k: detail::quantize_act_q8_k(xb, reinterpret_cast<block_q8_k*>(d), n_cols); break;
       default: std::memcpy(d, xb, stride); break;
     }
@@ -617,9 +641,12 @@ void matmul_reference(weight_type t, const void* w, size_t row_stride_bytes, int
   quantize_activations(t, x, n_cols, n_x, qx.data());
   const size_t x_stride = activation_row_bytes(t, n_cols);
   if (is_x8(t)) {
-    const auto dot8 = t == weight_type::q8_0_x8   ? detail::dot_q8_0_x8_scalar
-                      : t == weight_type::q4_k_x8 ? detail::dot_q4_k_x8_scalar
-                                                  : detail::dot_q6_k_x8_scalar;
+    const auto dot8 = t == weight_type::q8_0_x8     ? detail::dot_q8_0_x8_scalar
+                      : t == weight_type::q4_k_x8   ? detail::dot_q4_k_x8_scalar
+                      : t == weight_type::q6_k_x8   ? detail::dot_q6_k_x8_scalar
+                      : t == weight_type::q4_0_x8   ? detail::dot_q4_0_x8_scalar
+                      : t == weight_type::q5_k_x8   ? detail::dot_q5_k_x8_scalar
+                                                    : detail::dot_iq4_xs_x8_scalar;
     for (int64_t b = 0; b < n_x; ++b)
       for (int64_t r = row_begin; r < row_end; ++r)
         y[b * n_rows + r] = dot8(
