@@ -342,7 +342,7 @@ tile_set fast_set(weight_type t) {
 
 // Bytes of one prepared activation vector of n_cols for weight type t.
 size_t activation_row_bytes(weight_type t, int64_t n_cols) {
-  // q4_0_x8: the Q8_0 blocks and then each block's sum of quants (int32; add_q8_0_sums).
+  // q4_0_x8: the Q8_0 blocks and then 8 * each block's sum of quants (int32; add_q8_0_sums).
   if (t == weight_type::q4_0_x8) return static_cast<size_t>(n_cols / qk8_0) * (sizeof(block_q8_0x) + sizeof(int32_t));
   switch (detail::act_format_of(file_type(t))) {  // a repacked layout takes its file type's activations
     case detail::act_format::q8_0: return static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x);

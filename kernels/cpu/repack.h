@@ -37,7 +37,7 @@ void repack_q4_0_x8(const block_q4_0* src, int64_t n_rows, int64_t nb, block_q4_
 void repack_q5_k_x8(const block_q5_k* src, int64_t n_rows, int64_t nb, block_q5_kx8* dst);
 void repack_iq4_xs_x8(const block_iq4_xs* src, int64_t n_rows, int64_t nb, block_iq4_xsx8* dst);
 
-// q4_0_x8's activations: the Q8_0 blocks, then sums[i] = the sum of block i's quants.
-void add_q8_0_sums(const block_q8_0x* blocks, int64_t nb, int32_t* sums);
+// q4_0_x8's activations: the Q8_0 blocks, then sums8[i] = 8 * the sum of block i's quants.
+void add_q8_0_sums(const block_q8_0x* blocks, int64_t nb, int32_t* sums8);
 
 }  // namespace agentq::kernels::detail

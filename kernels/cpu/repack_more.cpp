@@ -41,7 +41,9 @@ void repack_q4_0_x8(const block_q4_0* src, int64_t n_rows, int64_t nb, block_q4_
       for (int r = 0; r < 8; ++r) {
         const block_q4_0& b = src[(g * 8 + r) * nb + i];
         o.d[r] = b.d;
-        pack_nibbles_x8(o.qs, r, 32, [&](int e) { return q4_0_quant(b, e); });
+        for (int h = 0; h < 2; ++h)
+          for (int j = 0; j < 8; ++j)
+            o.qs[64 * h + 8 * r + j] = uint8_t(q4_0_quant(b, 16 * h + j) | (q4_0_quant(b, 16 * h + 8 + j) << 4));
       }
     }
 }
@@ -93,7 +95,10 @@ float dot_q4_0_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t
   float acc = 0;
   for (int64_t i = 0; i < n / qk8_0; ++i) {
     int32_t s = 0;
-    for (int e = 0; e < qk8_0; ++e) s += (x8_field(w[i].qs, r, e) - 8) * x[i].qs[e];
+    for (int e = 0; e < qk8_0; ++e) {
+      const uint8_t byte = w[i].qs[64 * (e / 16) + 8 * r + e % 8];
+      s += ((e % 16 < 8 ? byte & 0xF : byte >> 4) - 8) * x[i].qs[e];
+    }
     acc = std::fma(fp16_to_fp32(w[i].d[r]) * x[i].d, static_cast<float>(s), acc);  // the kernel's fmadd
   }
   return acc;
@@ -140,11 +145,11 @@ float dot_iq4_xs_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64
   return acc;
 }
 
-void add_q8_0_sums(const block_q8_0x* blocks, int64_t nb, int32_t* sums) {
+void add_q8_0_sums(const block_q8_0x* blocks, int64_t nb, int32_t* sums8) {
   for (int64_t i = 0; i < nb; ++i) {
     int32_t s = 0;
     for (int j = 0; j < qk8_0; ++j) s += blocks[i].qs[j];
-    sums[i] = s;
+    sums8[i] = 8 * s;
   }
 }
 

@@ -5,27 +5,34 @@
 // offset comes off exactly in int32 (8 * the block's sum of x; 128 * the scaled sums of x per
 // sub-block), so the integer sums, and the bits, are those of the scalar definitions (repack_more.cpp).
 #pragma once
+#include <cstring>
+
 #include "cpu/x8_avx512.h"
 
 #if AGENTQ_KERNELS_AVX512VNNI
 namespace agentq::kernels::avx512 {
 
-// out[b * 8 + r] = dot(row r of the group, x[b]) for B Q8_0 inputs (each followed by its
+// out[b * 8 + r] = dot(row r of the group, x[b]) for B Q8_0 inputs (each followed by 8 * its
 // block sums, add_q8_0_sums); per (row, input) exactly detail::dot_q4_0_x8_scalar's float
-// operations. Per block: two 64-byte loads (chunks 0, 1 and 2, 3), the unsigned nibbles against
-// x's dwords, four vpdpbusd, then 8 * sum(x) off and one fma.
+// operations. Per block: two 64-byte loads (16 elements of each row), the unsigned nibbles
+// against x's 8 bytes broadcast as one qword (lanes 2r, 2r + 1: row r's two dwords), four
+// vpdpbusd, the pairs added, 8 * sum(x) off, one fma.
 template <int B>
 void mk_q4_0_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
   auto w = reinterpret_cast<const block_q4_0x8*>(group);
   const int64_t nb = n / qk8_0;
   const block_q8_0x* x[B];
-  const int32_t* xsum[B];
+  const int32_t* xsum8[B];
   for (int b = 0; b < B; ++b) {
     x[b] = reinterpret_cast<const block_q8_0x*>(xb[b]);
-    xsum[b] = reinterpret_cast<const int32_t*>(xb[b] + nb * int64_t(sizeof(block_q8_0x)));
+    xsum8[b] = reinterpret_cast<const int32_t*>(xb[b] + nb * int64_t(sizeof(block_q8_0x)));
   }
   const __m512i m4 = _mm512_set1_epi8(0xF);
-  const __m512i p02 = pick2(0, 2), p13 = pick2(1, 3), p46 = pick2(4, 6), p57 = pick2(5, 7);
+  auto bcast8 = [](const int8_t* p) {
+    int64_t v;
+    std::memcpy(&v, p, 8);
+    return _mm512_set1_epi64(v);
+  };
   __m256 acc[B];
   for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
@@ -37,12 +44,15 @@ void mk_q4_0_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float
     const __m512i lo1 = _mm512_and_si512(q1, m4), hi1 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
     for (int b = 0; b < B; ++b) {
-      const __m512i xv = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b][i].qs)));
-      __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0, _mm512_permutexvar_epi32(p02, xv));
-      __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo1, _mm512_permutexvar_epi32(p46, xv));
-      a = _mm512_dpbusd_epi32(a, hi0, _mm512_permutexvar_epi32(p13, xv));
-      c = _mm512_dpbusd_epi32(c, hi1, _mm512_permutexvar_epi32(p57, xv));
-      const __m256i s = _mm256_sub_epi32(fold(_mm512_add_epi32(a, c)), _mm256_set1_epi32(8 * xsum[b][i]));
+      const int8_t* xq = x[b][i].qs;
+      __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0, bcast8(xq));
+      __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo1, bcast8(xq + 16));
+      a = _mm512_dpbusd_epi32(a, hi0, bcast8(xq + 8));
+      c = _mm512_dpbusd_epi32(c, hi1, bcast8(xq + 24));
+      a = _mm512_add_epi32(a, c);
+      // Row r's sum in the low dword of qword r, then the 8 qwords narrowed to dwords.
+      const __m256i rows = _mm512_cvtepi64_epi32(_mm512_add_epi64(a, _mm512_srli_epi64(a, 32)));
+      const __m256i s = _mm256_sub_epi32(rows, _mm256_set1_epi32(xsum8[b][i]));
       acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[b][i].d)), _mm256_cvtepi32_ps(s), acc[b]);
     }
   }

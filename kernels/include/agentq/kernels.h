@@ -116,12 +116,13 @@ struct block_q6_kx8 {
 static_assert(sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k));
 
 // Q4_0_x8: one block of 32 of 8 consecutive rows of a Q4_0 matrix (the same 144 bytes as 8
-// block_q4_0), the quants in Q4_K_x8's nibble order: one 512-bit load holds 16 elements of
-// each row. Its activations are Q8_0 blocks followed by each block's sum of quants (int32),
-// so the kernels can take the unsigned nibbles (value + 8) and subtract 8 * sum once per block.
+// block_q4_0): each 64-byte half holds 16 elements of each row, 8 bytes a row, so the low (high)
+// nibbles of all 8 rows meet the same 8 activation bytes (one 64-bit broadcast, no permute).
+// Its activations are Q8_0 blocks followed by 8 * each block's sum of quants (int32), so the
+// kernels take the unsigned nibbles (value + 8) and subtract that once per block.
 struct block_q4_0x8 {
-  uint16_t d[8];        // fp16 scale of each row's block
-  uint8_t qs[qk8_0 * 4];  // [chunk k < 4][row r][j < 4]: q[8k + j] | q[8k + 4 + j] << 4 (unsigned)
+  uint16_t d[8];          // fp16 scale of each row's block
+  uint8_t qs[qk8_0 * 4];  // [half h < 2][row r][j < 8]: q[16h + j] | q[16h + 8 + j] << 4 (unsigned)
 };
 static_assert(sizeof(block_q4_0x8) == 144);
 
