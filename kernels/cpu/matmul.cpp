@@ -480,14 +480,17 @@ using x8_fn = void (*)(const uint8_t* group, const uint8_t* const* x, int64_t n_
 void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, const uint8_t* qx, size_t x_stride, int64_t n_x,
             float* y, int64_t row_begin, int64_t row_end, int64_t n_rows) {
 #if AGENTQ_KERNELS_AVX2
-  constexpr int mb = 4;
+  constexpr int mb = 4, mb_max = 8;  // inputs per kernel call (mb_max: q4_0_x8)
 #if AGENTQ_KERNELS_AVX512VNNI
   using avx512::mk_q4_k_x8, avx512::mk_q6_k_x8, avx512::mk_q8_0_x8;
   static constexpr x8_fn q8_0[mb + 1] = {nullptr, mk_q8_0_x8<1>, mk_q8_0_x8<2>, mk_q8_0_x8<3>, mk_q8_0_x8<4>};
   static constexpr x8_fn q4_k[mb + 1] = {nullptr, mk_q4_k_x8<1>, mk_q4_k_x8<2>, mk_q4_k_x8<3>, mk_q4_k_x8<4>};
   static constexpr x8_fn q6_k[mb + 1] = {nullptr, mk_q6_k_x8<1>, mk_q6_k_x8<2>, mk_q6_k_x8<3>, mk_q6_k_x8<4>};
   using avx512::mk_q4_0_x8, avx512::mk_q5_k_x8, avx512::mk_iq4_xs_x8;
-  static constexpr x8_fn q4_0[mb + 1] = {nullptr, mk_q4_0_x8<1>, mk_q4_0_x8<2>, mk_q4_0_x8<3>, mk_q4_0_x8<4>};
+  // NOTE: Q4_0 takes up to 8 inputs a call: its per-block unpacking is a larger share of the work
+  // than in the 256-element formats, and 8 accumulators still fit the 32 registers.
+  static constexpr x8_fn q4_0[mb_max + 1] = {nullptr,          mk_q4_0_x8<1>, mk_q4_0_x8<2>, mk_q4_0_x8<3>, mk_q4_0_x8<4>,
+                                             mk_q4_0_x8<5>, mk_q4_0_x8<6>, mk_q4_0_x8<7>, mk_q4_0_x8<8>};
   static constexpr x8_fn q5_k[mb + 1] = {nullptr, mk_q5_k_x8<1>, mk_q5_k_x8<2>, mk_q5_k_x8<3>, mk_q5_k_x8<4>};
   static constexpr x8_fn iq4_xs[mb + 1] = {nullptr, mk_iq4_xs_x8<1>, mk_iq4_xs_x8<2>, mk_iq4_xs_x8<3>, mk_iq4_xs_x8<4>};
 #else
@@ -499,12 +502,13 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
                                          mk_q6_k_x8_avx2<4>};
 #endif
   const x8_fn* fns = nullptr;
+  int mb_t = mb;
   switch (t) {
     case weight_type::q8_0_x8: fns = q8_0; break;
     case weight_type::q4_k_x8: fns = q4_k; break;
     case weight_type::q6_k_x8: fns = q6_k; break;
 #if AGENTQ_KERNELS_AVX512VNNI
-    case weight_type::q4_0_x8: fns = q4_0; break;
+    case weight_type::q4_0_x8: fns = q4_0, mb_t = mb_max; break;
     case weight_type::q5_k_x8: fns = q5_k; break;
     case weight_type::iq4_xs_x8: fns = iq4_xs; break;
 #endif
@@ -513,7 +517,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
   AGENTQ_KCHECK(fns != nullptr);  // q4_0/q5_k/iq4_xs_x8 need the AVX-512 VNNI kernels (preferred_layout knows)
   const size_t group_bytes = 8 * row_stride;
   const int64_t g_begin = row_begin / 8, g_end = (row_end + 7) / 8;
-  float o[8 * mb];
+  float o[8 * mb_max];
   auto store = [&](int64_t g, int64_t b, int kb) {
     const int64_t lo = std::max(row_begin, 8 * g), hi = std::min(row_end, 8 * g + 8);
     for (int j = 0; j < kb; ++j)
@@ -533,9 +537,9 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
     }
     return;
   }
-  const int64_t n_l1 = std::max<int64_t>(mb, static_cast<int64_t>((20u << 10) / std::max<size_t>(x_stride, 1)) / mb * mb);
+  const int64_t n_l1 = std::max<int64_t>(mb_t, static_cast<int64_t>((20u << 10) / std::max<size_t>(x_stride, 1)) / mb_t * mb_t);
   const int64_t n_chunk = std::max<int64_t>(1, static_cast<int64_t>((128u << 10) / std::max<size_t>(group_bytes, 1)));
-  const uint8_t* xs[mb];
+  const uint8_t* xs[mb_max];
   for (int64_t g0 = g_begin; g0 < g_end; g0 += n_chunk) {
     const int64_t g0_end = std::min(g_end, g0 + n_chunk);
     for (int64_t b1 = 0; b1 < n_x; b1 += n_l1) {
@@ -543,7 +547,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
       for (int64_t g = g0; g < g0_end; ++g) {
         const uint8_t* wg = w + static_cast<size_t>(g) * group_bytes;
         for (int64_t b = b1; b < b1_end;) {
-          const int kb = static_cast<int>(std::min<int64_t>(mb, b1_end - b));
+          const int kb = static_cast<int>(std::min<int64_t>(mb_t, b1_end - b));
           for (int i = 0; i < kb; ++i) xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
           fns[kb](wg, xs, n_cols, o, nullptr);
           store(g, b, kb);

@@ -24,7 +24,9 @@ float dot_q4_k_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t 
 float dot_q6_k_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
 
 // Row r (< 8) of a group of 8 q4_0_x8 rows against one Q8_0 activation (with its sums): per
-// block the exact int32 s = sum (q - 8) x, then acc = fma(d_r * d_x, s, acc).
+// block two exact int32 sums, s0 over the elements 0..3 mod 8 (less 8 * sum(x)) and s1 over
+// 4..7 mod 8 (the unsigned quants q + 8 against x), then acc_l = fma(d_r * d_x, s_l, acc_l);
+// the result is acc_0 + acc_1.
 float dot_q4_0_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
 // Row r of a group of q5_k_x8 rows against one Q8_K activation: as dot_q4_k_x8_scalar with
 // 5-bit quants.

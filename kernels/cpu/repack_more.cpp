@@ -92,16 +92,18 @@ void repack_iq4_xs_x8(const block_iq4_xs* src, int64_t n_rows, int64_t nb, block
 float dot_q4_0_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t n) {
   auto w = reinterpret_cast<const block_q4_0x8*>(group);
   auto x = reinterpret_cast<const block_q8_0x*>(xq);  // the blocks; the sums after them are not needed here
-  float acc = 0;
+  float acc[2] = {0, 0};
   for (int64_t i = 0; i < n / qk8_0; ++i) {
-    int32_t s = 0;
+    int32_t s[2] = {0, 0};  // elements 0..3 mod 8 (less 8 * sum(x)) and 4..7 mod 8
     for (int e = 0; e < qk8_0; ++e) {
       const uint8_t byte = w[i].qs[64 * (e / 16) + 8 * r + e % 8];
-      s += ((e % 16 < 8 ? byte & 0xF : byte >> 4) - 8) * x[i].qs[e];
+      s[(e % 8) / 4] += (e % 16 < 8 ? byte & 0xF : byte >> 4) * x[i].qs[e];
     }
-    acc = std::fma(fp16_to_fp32(w[i].d[r]) * x[i].d, static_cast<float>(s), acc);  // the kernel's fmadd
+    for (int e = 0; e < qk8_0; ++e) s[0] -= 8 * x[i].qs[e];
+    const float dd = fp16_to_fp32(w[i].d[r]) * x[i].d;
+    for (int l = 0; l < 2; ++l) acc[l] = std::fma(dd, static_cast<float>(s[l]), acc[l]);  // the kernel's fmadd per lane
   }
-  return acc;
+  return acc[0] + acc[1];
 }
 
 float dot_q5_k_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t n) {
