@@ -162,7 +162,7 @@ weight_type preferred_layout(weight_type t, int64_t n_rows, int64_t n_cols) {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
   // NOTE: these three have AVX-512 VNNI kernels only (x8_more_avx512.h); AVX2 builds keep the
   // file layouts' row kernels.
-  if (t == weight_type::q4_0 && groups && n_cols % qk8_0 == 0) return weight_type::q4_0_x8;
+  if (t == weight_type::q4_0 && n_rows > 0 && n_rows % 16 == 0 && n_cols % qk8_0 == 0) return weight_type::q4_0_x16;
   if (t == weight_type::q5_k && groups && n_cols % qk_k == 0) return weight_type::q5_k_x8;
   if (t == weight_type::iq4_xs && groups && n_cols % qk_k == 0) return weight_type::iq4_xs_x8;
 #endif
@@ -178,7 +178,7 @@ weight_type file_type(weight_type t) {
     case weight_type::q8_0_x8: return weight_type::q8_0;
     case weight_type::q4_k_x8: return weight_type::q4_k;
     case weight_type::q6_k_x8: return weight_type::q6_k;
-    case weight_type::q4_0_x8: return weight_type::q4_0;
+    case weight_type::q4_0_x16: return weight_type::q4_0;
     case weight_type::q5_k_x8: return weight_type::q5_k;
     case weight_type::iq4_xs_x8: return weight_type::iq4_xs;
     default: return t;
@@ -204,8 +204,9 @@ void repack(weight_type from, const void* src, int64_t n_rows, int64_t n_cols, w
     repack_q6_k_x8(static_cast<const block_q6_k*>(src), n_rows, n_cols / qk_k, static_cast<block_q6_kx8*>(dst));
     return;
   }
-  if (from == weight_type::q4_0 && to == weight_type::q4_0_x8) {
-    detail::repack_q4_0_x8(static_cast<const block_q4_0*>(src), n_rows, n_cols / qk8_0, static_cast<block_q4_0x8*>(dst));
+  if (from == weight_type::q4_0 && to == weight_type::q4_0_x16) {
+    AGENTQ_KCHECK(n_rows % 16 == 0);
+    detail::repack_q4_0_x16(static_cast<const block_q4_0*>(src), n_rows, n_cols / qk8_0, static_cast<block_q4_0x16*>(dst));
     return;
   }
   if (from == weight_type::q5_k && to == weight_type::q5_k_x8) {

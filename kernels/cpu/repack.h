@@ -23,11 +23,9 @@ float dot_q4_k_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t 
 // acc = fma(d_r * d_x, that, acc).
 float dot_q6_k_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
 
-// Row r (< 8) of a group of 8 q4_0_x8 rows against one Q8_0 activation (with its sums): per
-// block two exact int32 sums, s0 over the elements 0..3 mod 8 (less 8 * sum(x)) and s1 over
-// 4..7 mod 8 (the unsigned quants q + 8 against x), then acc_l = fma(d_r * d_x, s_l, acc_l);
-// the result is acc_0 + acc_1.
-float dot_q4_0_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
+// Row r (< 16) of a group of 16 q4_0_x16 rows against one Q8_0 activation (with its sums): per
+// block the exact int32 s = sum (q - 8) x, then acc = fma(d_r * d_x, s, acc).
+float dot_q4_0_x16_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
 // Row r of a group of q5_k_x8 rows against one Q8_K activation: as dot_q4_k_x8_scalar with
 // 5-bit quants.
 float dot_q5_k_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
@@ -35,11 +33,11 @@ float dot_q5_k_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t 
 // int32 sumi = sum over sub-blocks of (scale - 32) * sum kvalues[q] x, then acc = fma(d_r * d_x, sumi, acc).
 float dot_iq4_xs_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
 
-void repack_q4_0_x8(const block_q4_0* src, int64_t n_rows, int64_t nb, block_q4_0x8* dst);
+void repack_q4_0_x16(const block_q4_0* src, int64_t n_rows, int64_t nb, block_q4_0x16* dst);
 void repack_q5_k_x8(const block_q5_k* src, int64_t n_rows, int64_t nb, block_q5_kx8* dst);
 void repack_iq4_xs_x8(const block_iq4_xs* src, int64_t n_rows, int64_t nb, block_iq4_xsx8* dst);
 
-// q4_0_x8's activations: the Q8_0 blocks, then sums8[i] = 8 * the sum of block i's quants.
+// q4_0_x16's activations: the Q8_0 blocks, then sums8[i] = 8 * the sum of block i's quants.
 void add_q8_0_sums(const block_q8_0x* blocks, int64_t nb, int32_t* sums8);
 
 }  // namespace agentq::kernels::detail

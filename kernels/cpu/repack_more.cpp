@@ -1,4 +1,4 @@
-// The _x8 layouts of Q4_0, Q5_K and IQ4_XS (block_q4_0x8, block_q5_kx8, block_iq4_xsx8):
+// The load-time layouts of Q4_0 (16 rows), Q5_K and IQ4_XS (8 rows) (block_q4_0x16, block_q5_kx8, block_iq4_xsx8):
 // repacking from the file blocks at load, and the scalar dot products that define their math.
 #include <cmath>
 #include <cstring>
@@ -34,16 +34,16 @@ int iq4_xs_index(const block_iq4_xs& b, int e) {
 
 }  // namespace
 
-void repack_q4_0_x8(const block_q4_0* src, int64_t n_rows, int64_t nb, block_q4_0x8* dst) {
-  for (int64_t g = 0; g < n_rows / 8; ++g)
+void repack_q4_0_x16(const block_q4_0* src, int64_t n_rows, int64_t nb, block_q4_0x16* dst) {
+  for (int64_t g = 0; g < n_rows / 16; ++g)
     for (int64_t i = 0; i < nb; ++i) {
-      block_q4_0x8& o = dst[g * nb + i];
-      for (int r = 0; r < 8; ++r) {
-        const block_q4_0& b = src[(g * 8 + r) * nb + i];
+      block_q4_0x16& o = dst[g * nb + i];
+      for (int r = 0; r < 16; ++r) {
+        const block_q4_0& b = src[(g * 16 + r) * nb + i];
         o.d[r] = b.d;
-        for (int h = 0; h < 2; ++h)
-          for (int j = 0; j < 8; ++j)
-            o.qs[64 * h + 8 * r + j] = uint8_t(q4_0_quant(b, 16 * h + j) | (q4_0_quant(b, 16 * h + 8 + j) << 4));
+        for (int k = 0; k < 4; ++k)
+          for (int j = 0; j < 4; ++j)
+            o.qs[64 * k + 4 * r + j] = uint8_t(q4_0_quant(b, 8 * k + j) | (q4_0_quant(b, 8 * k + 4 + j) << 4));
       }
     }
 }
@@ -89,21 +89,19 @@ void repack_iq4_xs_x8(const block_iq4_xs* src, int64_t n_rows, int64_t nb, block
     }
 }
 
-float dot_q4_0_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t n) {
-  auto w = reinterpret_cast<const block_q4_0x8*>(group);
+float dot_q4_0_x16_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t n) {
+  auto w = reinterpret_cast<const block_q4_0x16*>(group);
   auto x = reinterpret_cast<const block_q8_0x*>(xq);  // the blocks; the sums after them are not needed here
-  float acc[2] = {0, 0};
+  float acc = 0;
   for (int64_t i = 0; i < n / qk8_0; ++i) {
-    int32_t s[2] = {0, 0};  // elements 0..3 mod 8 (less 8 * sum(x)) and 4..7 mod 8
+    int32_t s = 0;
     for (int e = 0; e < qk8_0; ++e) {
-      const uint8_t byte = w[i].qs[64 * (e / 16) + 8 * r + e % 8];
-      s[(e % 8) / 4] += (e % 16 < 8 ? byte & 0xF : byte >> 4) * x[i].qs[e];
+      const uint8_t byte = w[i].qs[64 * (e / 8) + 4 * r + e % 4];
+      s += ((e % 8 < 4 ? byte & 0xF : byte >> 4) - 8) * x[i].qs[e];
     }
-    for (int e = 0; e < qk8_0; ++e) s[0] -= 8 * x[i].qs[e];
-    const float dd = fp16_to_fp32(w[i].d[r]) * x[i].d;
-    for (int l = 0; l < 2; ++l) acc[l] = std::fma(dd, static_cast<float>(s[l]), acc[l]);  // the kernel's fmadd per lane
+    acc = std::fma(fp16_to_fp32(w[i].d[r]) * x[i].d, static_cast<float>(s), acc);  // the kernel's fmadd
   }
-  return acc[0] + acc[1];
+  return acc;
 }
 
 float dot_q5_k_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t n) {

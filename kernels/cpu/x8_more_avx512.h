@@ -1,6 +1,6 @@
-// Private to kernels/cpu: AVX-512 VNNI kernels of the Q4_0, Q5_K and IQ4_XS _x8 layouts
-// (block_q4_0x8, block_q5_kx8, block_iq4_xsx8), in the form of x8_avx512.h's: one group of 8
-// rows against B inputs, the 8 rows' sums in the 8 lanes of one register, for decode and prefill.
+// Private to kernels/cpu: AVX-512 VNNI kernels of the Q4_0 (_x16), Q5_K and IQ4_XS (_x8) layouts
+// (block_q4_0x16, block_q5_kx8, block_iq4_xsx8), in the form of x8_avx512.h's: one group of 16
+// or 8 rows against B inputs, the rows' sums in the lanes of one register, for decode and prefill.
 // NOTE: vpdpbusd takes unsigned weights: Q4_0 and IQ4_XS run on value + 8 / value + 128, and the
 // offset comes off exactly in int32 (8 * the block's sum of x; 128 * the scaled sums of x per
 // sub-block), so the integer sums, and the bits, are those of the scalar definitions (repack_more.cpp).
@@ -12,17 +12,14 @@
 #if AGENTQ_KERNELS_AVX512VNNI
 namespace agentq::kernels::avx512 {
 
-// out[b * 8 + r] = dot(row r of the group, x[b]) for B Q8_0 inputs (each followed by 8 * its
-// block sums, add_q8_0_sums); per (row, input) exactly detail::dot_q4_0_x8_scalar's float
-// operations. Per block: two 64-byte loads (16 elements of each row), the unsigned nibbles
-// against x's 8 bytes broadcast as one qword, so lanes 2r and 2r + 1 hold row r's two halves
-// (the elements 4..7 mod 8 in the odd lane); 8 * sum(x) off the even lane, and each lane
-// accumulates in float on its own: two chains per row, added at the end.
-// NOTE: two chains rather than one per row because folding the lane pairs per block cost
-// three ops per input and block; now it is one add per row and call.
+// out[b * 16 + r] = dot(row r of the group of 16, x[b]) for B Q8_0 inputs (each followed by
+// 8 * its block sums, add_q8_0_sums); per (row, input) exactly detail::dot_q4_0_x16_scalar's
+// float operations. Per block: four 64-byte loads (chunk k: 4 bytes of each of the 16 rows), the
+// unsigned nibbles against x's dwords 2k / 2k + 1 broadcast, eight vpdpbusd into the 16 rows'
+// lanes, 8 * sum(x) off, one fma for all 16 rows.
 template <int B>
-void mk_q4_0_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
-  auto w = reinterpret_cast<const block_q4_0x8*>(group);
+void mk_q4_0_x16(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
+  auto w = reinterpret_cast<const block_q4_0x16*>(group);
   const int64_t nb = n / qk8_0;
   const block_q8_0x* x[B];
   const int32_t* xsum8[B];
@@ -31,39 +28,38 @@ void mk_q4_0_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float
     xsum8[b] = reinterpret_cast<const int32_t*>(xb[b] + nb * int64_t(sizeof(block_q8_0x)));
   }
   const __m512i m4 = _mm512_set1_epi8(0xF);
-  const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  auto bcast8 = [](const int8_t* p) {
-    int64_t v;
-    std::memcpy(&v, p, 8);
-    return _mm512_set1_epi64(v);
+  auto bcast4 = [](const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
   };
   __m512 acc[B];
   for (int b = 0; b < B; ++b) acc[b] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const block_q4_0x8& blk = w[i];
-    // NOTE: one line per 64 bytes of stream (a block is 144 bytes, so some lines twice).
-    if (next) prefetch_block(next + i * int64_t(sizeof(block_q4_0x8)), int(sizeof(block_q4_0x8)));
-    const __m512i q0 = _mm512_loadu_si512(blk.qs), q1 = _mm512_loadu_si512(blk.qs + 64);
-    const __m512i lo0 = _mm512_and_si512(q0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
-    const __m512i lo1 = _mm512_and_si512(q1, m4), hi1 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
-    // [d0, d0, d1, d1, ...]: each row's scale in both of its lanes.
-    const __m512 d = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)))));
+    const block_q4_0x16& blk = w[i];
+    if (next) prefetch_block(next + i * int64_t(sizeof(block_q4_0x16)), int(sizeof(block_q4_0x16)));
+    __m512i lo[4], hi[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m512i q = _mm512_loadu_si512(blk.qs + 64 * k);
+      lo[k] = _mm512_and_si512(q, m4);
+      hi[k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.d)));
     for (int b = 0; b < B; ++b) {
       const int8_t* xq = x[b][i].qs;
-      __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0, bcast8(xq));
-      __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo1, bcast8(xq + 16));
-      a = _mm512_dpbusd_epi32(a, hi0, bcast8(xq + 8));
-      c = _mm512_dpbusd_epi32(c, hi1, bcast8(xq + 24));
-      const __m512i s = _mm512_mask_sub_epi32(_mm512_add_epi32(a, c), 0x5555, _mm512_add_epi32(a, c), _mm512_set1_epi32(xsum8[b][i]));
+      __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(xq));
+      __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[1], bcast4(xq + 8));
+      a = _mm512_dpbusd_epi32(a, hi[0], bcast4(xq + 4));
+      c = _mm512_dpbusd_epi32(c, hi[1], bcast4(xq + 12));
+      a = _mm512_dpbusd_epi32(a, lo[2], bcast4(xq + 16));
+      c = _mm512_dpbusd_epi32(c, lo[3], bcast4(xq + 24));
+      a = _mm512_dpbusd_epi32(a, hi[2], bcast4(xq + 20));
+      c = _mm512_dpbusd_epi32(c, hi[3], bcast4(xq + 28));
+      const __m512i s = _mm512_sub_epi32(_mm512_add_epi32(a, c), _mm512_set1_epi32(xsum8[b][i]));
       acc[b] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[b][i].d)), _mm512_cvtepi32_ps(s), acc[b]);
     }
   }
-  // Row r: its even lane's chain + its odd lane's.
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0);
-  for (int b = 0; b < B; ++b)
-    _mm256_storeu_ps(out + 8 * b, _mm256_add_ps(_mm512_castps512_ps256(_mm512_permutexvar_ps(even, acc[b])),
-                                                _mm512_castps512_ps256(_mm512_permutexvar_ps(odd, acc[b]))));
+  for (int b = 0; b < B; ++b) _mm512_storeu_ps(out + 16 * b, acc[b]);
 }
 
 // As mk_q4_k_x8 (x8_avx512.h) with the fifth bits: per 64-byte load, its two byte masks add 16
