@@ -286,6 +286,8 @@ TEST_CASE("_x8 layouts: repacked Q8_0, Q4_K, Q6_K, Q4_0, Q5_K and IQ4_XS against
   CHECK(preferred_layout(weight_type::q4_k, 12, 256) == weight_type::q4_k);
   CHECK(preferred_layout(weight_type::q6_k, 12, 256) == weight_type::q6_k);
   CHECK(preferred_layout(weight_type::f16, 16, 256) == weight_type::f16);
+  CHECK(preferred_layout(weight_type::q4_0, 8, 256) == weight_type::q4_0);  // q4_0_x16 wants whole groups of 16
+  CHECK(preferred_layout(weight_type::iq4_xs, 12, 256) == weight_type::iq4_xs);
   CHECK(matrix_bytes(weight_type::q4_k_x8, 16, 512) == 16 * 2 * 148);
   CHECK(matrix_bytes(weight_type::q8_0_x8, 16, 512) == matrix_bytes(weight_type::q8_0, 16, 512));
   struct kind { weight_type file, x8; std::vector<int64_t> cols; };
