@@ -22,6 +22,7 @@
 #include "cpu/tiles_avx512.h"
 #include "cpu/x8_avx2.h"
 #include "cpu/x8_avx512.h"
+#include "cpu/x8_more_avx512.h"
 
 namespace agentq::kernels {
 
@@ -341,6 +342,8 @@ tile_set fast_set(weight_type t) {
 
 // Bytes of one prepared activation vector of n_cols for weight type t.
 size_t activation_row_bytes(weight_type t, int64_t n_cols) {
+  // q4_0_x16: the Q8_0 blocks and then 8 * each block's sum of quants (int32; add_q8_0_sums).
+  if (t == weight_type::q4_0_x16) return static_cast<size_t>(n_cols / qk8_0) * (sizeof(block_q8_0x) + sizeof(int32_t));
   switch (detail::act_format_of(file_type(t))) {  // a repacked layout takes its file type's activations
     case detail::act_format::q8_0: return static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x);
     case detail::act_format::q8_k: return static_cast<size_t>(n_cols / qk_k) * sizeof(block_q8_k);
@@ -468,21 +471,30 @@ void run_float_packed(const uint8_t* w, size_t row_stride, int64_t n_cols, const
 #endif
 
 bool is_x8(weight_type t) { return file_type(t) != t; }
+// Rows per group of a repacked layout (16 for q4_0_x16, 8 for the _x8 ones).
+int64_t group_rows(weight_type t) { return t == weight_type::q4_0_x16 ? 16 : 8; }
 
-// _x8 layouts: groups of 8 rows (row_stride bytes per row, so a group is 8 * row_stride bytes)
-// x up to 4 inputs per kernel call; a group the row range cuts is computed whole into a
+// _x8 layouts: groups of 8 rows (16 for q4_0_x16; row_stride bytes per row, so a group is
+// 8 * row_stride bytes) x up to 4 inputs (q4_0_x16: 8) per kernel call; a group the row range cuts is computed whole into a
 // buffer and only its rows in range are stored. Blocked like run_tiles: a chunk of groups
 // stays in L2 while blocks of inputs pass over it.
 using x8_fn = void (*)(const uint8_t* group, const uint8_t* const* x, int64_t n_cols, float* out, const uint8_t* next);
 void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, const uint8_t* qx, size_t x_stride, int64_t n_x,
             float* y, int64_t row_begin, int64_t row_end, int64_t n_rows) {
 #if AGENTQ_KERNELS_AVX2
-  constexpr int mb = 4;
+  constexpr int mb = 4, mb_max = 8;  // inputs per kernel call (mb_max: q4_0_x16)
 #if AGENTQ_KERNELS_AVX512VNNI
   using avx512::mk_q4_k_x8, avx512::mk_q6_k_x8, avx512::mk_q8_0_x8;
   static constexpr x8_fn q8_0[mb + 1] = {nullptr, mk_q8_0_x8<1>, mk_q8_0_x8<2>, mk_q8_0_x8<3>, mk_q8_0_x8<4>};
   static constexpr x8_fn q4_k[mb + 1] = {nullptr, mk_q4_k_x8<1>, mk_q4_k_x8<2>, mk_q4_k_x8<3>, mk_q4_k_x8<4>};
   static constexpr x8_fn q6_k[mb + 1] = {nullptr, mk_q6_k_x8<1>, mk_q6_k_x8<2>, mk_q6_k_x8<3>, mk_q6_k_x8<4>};
+  using avx512::mk_q4_0_x16, avx512::mk_q5_k_x8, avx512::mk_iq4_xs_x8;
+  // NOTE: Q4_0 takes up to 8 inputs a call: its per-block unpacking is a larger share of the work
+  // than in the 256-element formats, and 8 accumulators still fit the 32 registers.
+  static constexpr x8_fn q4_0[mb_max + 1] = {nullptr,          mk_q4_0_x16<1>, mk_q4_0_x16<2>, mk_q4_0_x16<3>, mk_q4_0_x16<4>,
+                                             mk_q4_0_x16<5>, mk_q4_0_x16<6>, mk_q4_0_x16<7>, mk_q4_0_x16<8>};
+  static constexpr x8_fn q5_k[mb + 1] = {nullptr, mk_q5_k_x8<1>, mk_q5_k_x8<2>, mk_q5_k_x8<3>, mk_q5_k_x8<4>};
+  static constexpr x8_fn iq4_xs[mb + 1] = {nullptr, mk_iq4_xs_x8<1>, mk_iq4_xs_x8<2>, mk_iq4_xs_x8<3>, mk_iq4_xs_x8<4>};
 #else
   static constexpr x8_fn q8_0[mb + 1] = {nullptr, mk_q8_0_x8_avx2<1>, mk_q8_0_x8_avx2<2>, mk_q8_0_x8_avx2<3>,
                                          mk_q8_0_x8_avx2<4>};
@@ -491,14 +503,28 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
   static constexpr x8_fn q6_k[mb + 1] = {nullptr, mk_q6_k_x8_avx2<1>, mk_q6_k_x8_avx2<2>, mk_q6_k_x8_avx2<3>,
                                          mk_q6_k_x8_avx2<4>};
 #endif
-  const x8_fn* fns = t == weight_type::q8_0_x8 ? q8_0 : t == weight_type::q4_k_x8 ? q4_k : q6_k;
-  const size_t group_bytes = 8 * row_stride;
-  const int64_t g_begin = row_begin / 8, g_end = (row_end + 7) / 8;
-  float o[8 * mb];
+  const x8_fn* fns = nullptr;
+  int mb_t = mb;
+  switch (t) {
+    case weight_type::q8_0_x8: fns = q8_0; break;
+    case weight_type::q4_k_x8: fns = q4_k; break;
+    case weight_type::q6_k_x8: fns = q6_k; break;
+#if AGENTQ_KERNELS_AVX512VNNI
+    case weight_type::q4_0_x16: fns = q4_0, mb_t = mb_max; break;
+    case weight_type::q5_k_x8: fns = q5_k; break;
+    case weight_type::iq4_xs_x8: fns = iq4_xs; break;
+#endif
+    default: break;
+  }
+  AGENTQ_KCHECK(fns != nullptr);  // q4_0_x16, q5_k/iq4_xs_x8 need the AVX-512 VNNI kernels (preferred_layout knows)
+  const int64_t gr = group_rows(t);
+  const size_t group_bytes = static_cast<size_t>(gr) * row_stride;
+  const int64_t g_begin = row_begin / gr, g_end = (row_end + gr - 1) / gr;
+  float o[16 * mb_max];
   auto store = [&](int64_t g, int64_t b, int kb) {
-    const int64_t lo = std::max(row_begin, 8 * g), hi = std::min(row_end, 8 * g + 8);
+    const int64_t lo = std::max(row_begin, gr * g), hi = std::min(row_end, gr * g + gr);
     for (int j = 0; j < kb; ++j)
-      for (int64_t r = lo; r < hi; ++r) y[(b + j) * n_rows + r] = o[8 * j + (r - 8 * g)];
+      for (int64_t r = lo; r < hi; ++r) y[(b + j) * n_rows + r] = o[gr * j + (r - gr * g)];
   };
   if (n_x == 1) {
     for (int64_t g = g_begin; g < g_end; ++g) {
@@ -514,9 +540,9 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
     }
     return;
   }
-  const int64_t n_l1 = std::max<int64_t>(mb, static_cast<int64_t>((20u << 10) / std::max<size_t>(x_stride, 1)) / mb * mb);
+  const int64_t n_l1 = std::max<int64_t>(mb_t, static_cast<int64_t>((20u << 10) / std::max<size_t>(x_stride, 1)) / mb_t * mb_t);
   const int64_t n_chunk = std::max<int64_t>(1, static_cast<int64_t>((128u << 10) / std::max<size_t>(group_bytes, 1)));
-  const uint8_t* xs[mb];
+  const uint8_t* xs[mb_max];
   for (int64_t g0 = g_begin; g0 < g_end; g0 += n_chunk) {
     const int64_t g0_end = std::min(g_end, g0 + n_chunk);
     for (int64_t b1 = 0; b1 < n_x; b1 += n_l1) {
@@ -524,7 +550,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
       for (int64_t g = g0; g < g0_end; ++g) {
         const uint8_t* wg = w + static_cast<size_t>(g) * group_bytes;
         for (int64_t b = b1; b < b1_end;) {
-          const int kb = static_cast<int>(std::min<int64_t>(mb, b1_end - b));
+          const int kb = static_cast<int>(std::min<int64_t>(mb_t, b1_end - b));
           for (int i = 0; i < kb; ++i) xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
           fns[kb](wg, xs, n_cols, o, nullptr);
           store(g, b, kb);
@@ -544,7 +570,7 @@ void check_args(weight_type t, int64_t n_cols, int64_t n_x, int64_t row_begin, i
   AGENTQ_KCHECK(block_elems(t) > 0);
   AGENTQ_KCHECK(n_cols > 0 && n_cols % block_elems(t) == 0);
   AGENTQ_KCHECK(n_x >= 0 && 0 <= row_begin && row_begin <= row_end && row_end <= n_rows);
-  AGENTQ_KCHECK(!is_x8(t) || n_rows % 8 == 0);  // whole groups of 8 rows
+  AGENTQ_KCHECK(!is_x8(t) || n_rows % group_rows(t) == 0);  // whole groups of 8 (16) rows
 }
 
 std::vector<uint8_t>& scratch() {
@@ -566,7 +592,12 @@ void quantize_activations(weight_type t, const float* x, int64_t n_cols, int64_t
     const float* xb = x + b * n_cols;
     uint8_t* d = dst + static_cast<size_t>(b) * stride;
     switch (detail::act_format_of(file_type(t))) {
-      case detail::act_format::q8_0: detail::quantize_act_q8_0(xb, reinterpret_cast<block_q8_0x*>(d), n_cols); break;
+      case detail::act_format::q8_0:
+        detail::quantize_act_q8_0(xb, reinterpret_cast<block_q8_0x*>(d), n_cols);
+        if (t == weight_type::q4_0_x16)
+          detail::add_q8_0_sums(reinterpret_cast<const block_q8_0x*>(d), n_cols / qk8_0,
+                                reinterpret_cast<int32_t*>(d + static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x)));
+        break;
       case detail::act_format::q8_k: detail::quantize_act_q8_k(xb, reinterpret_cast<block_q8_k*>(d), n_cols); break;
       default: std::memcpy(d, xb, stride); break;
     }
@@ -617,13 +648,17 @@ void matmul_reference(weight_type t, const void* w, size_t row_stride_bytes, int
   quantize_activations(t, x, n_cols, n_x, qx.data());
   const size_t x_stride = activation_row_bytes(t, n_cols);
   if (is_x8(t)) {
-    const auto dot8 = t == weight_type::q8_0_x8   ? detail::dot_q8_0_x8_scalar
-                      : t == weight_type::q4_k_x8 ? detail::dot_q4_k_x8_scalar
-                                                  : detail::dot_q6_k_x8_scalar;
+    const int64_t gr = group_rows(t);
+    const auto dot8 = t == weight_type::q8_0_x8     ? detail::dot_q8_0_x8_scalar
+                      : t == weight_type::q4_k_x8   ? detail::dot_q4_k_x8_scalar
+                      : t == weight_type::q6_k_x8   ? detail::dot_q6_k_x8_scalar
+                      : t == weight_type::q4_0_x16   ? detail::dot_q4_0_x16_scalar
+                      : t == weight_type::q5_k_x8   ? detail::dot_q5_k_x8_scalar
+                                                    : detail::dot_iq4_xs_x8_scalar;
     for (int64_t b = 0; b < n_x; ++b)
       for (int64_t r = row_begin; r < row_end; ++r)
         y[b * n_rows + r] = dot8(
-            static_cast<const uint8_t*>(w) + static_cast<size_t>(r / 8) * 8 * row_stride_bytes, static_cast<int>(r % 8),
+            static_cast<const uint8_t*>(w) + static_cast<size_t>(r / gr) * gr * row_stride_bytes, static_cast<int>(r % gr),
             qx.data() + static_cast<size_t>(b) * x_stride, n_cols);
     return;
   }

@@ -1,6 +1,6 @@
 // Weight layouts for the CPU kernels: Q8_0, Q4_K and Q6_K repacked into 8-row interleaved
-// blocks (block_q8_0x8, block_q4_kx8, block_q6_kx8) at load, and the scalar dot products that
-// define their math.
+// blocks (block_q8_0x8, block_q4_kx8, block_q6_kx8) at load, the scalar dot products that define
+// their math, and the layout choice for every type (Q4_0, Q5_K, IQ4_XS: repack_more.cpp).
 #include "cpu/repack.h"
 
 #include <cmath>
@@ -159,6 +159,13 @@ weight_type preferred_layout(weight_type t, int64_t n_rows, int64_t n_cols) {
   if (t == weight_type::q8_0 && groups && n_cols % qk8_0 == 0) return weight_type::q8_0_x8;
   if (t == weight_type::q4_k && groups && n_cols % qk_k == 0) return weight_type::q4_k_x8;
   if (t == weight_type::q6_k && groups && n_cols % qk_k == 0) return weight_type::q6_k_x8;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  // NOTE: these three have AVX-512 VNNI kernels only (x8_more_avx512.h); AVX2 builds keep the
+  // file layouts' row kernels.
+  if (t == weight_type::q4_0 && n_rows > 0 && n_rows % 16 == 0 && n_cols % qk8_0 == 0) return weight_type::q4_0_x16;
+  if (t == weight_type::q5_k && groups && n_cols % qk_k == 0) return weight_type::q5_k_x8;
+  if (t == weight_type::iq4_xs && groups && n_cols % qk_k == 0) return weight_type::iq4_xs_x8;
+#endif
 #else
   (void)n_rows;
   (void)n_cols;
@@ -171,6 +178,9 @@ weight_type file_type(weight_type t) {
     case weight_type::q8_0_x8: return weight_type::q8_0;
     case weight_type::q4_k_x8: return weight_type::q4_k;
     case weight_type::q6_k_x8: return weight_type::q6_k;
+    case weight_type::q4_0_x16: return weight_type::q4_0;
+    case weight_type::q5_k_x8: return weight_type::q5_k;
+    case weight_type::iq4_xs_x8: return weight_type::iq4_xs;
     default: return t;
   }
 }
@@ -192,6 +202,19 @@ void repack(weight_type from, const void* src, int64_t n_rows, int64_t n_cols, w
   }
   if (from == weight_type::q6_k && to == weight_type::q6_k_x8) {
     repack_q6_k_x8(static_cast<const block_q6_k*>(src), n_rows, n_cols / qk_k, static_cast<block_q6_kx8*>(dst));
+    return;
+  }
+  if (from == weight_type::q4_0 && to == weight_type::q4_0_x16) {
+    AGENTQ_KCHECK(n_rows % 16 == 0);
+    detail::repack_q4_0_x16(static_cast<const block_q4_0*>(src), n_rows, n_cols / qk8_0, static_cast<block_q4_0x16*>(dst));
+    return;
+  }
+  if (from == weight_type::q5_k && to == weight_type::q5_k_x8) {
+    detail::repack_q5_k_x8(static_cast<const block_q5_k*>(src), n_rows, n_cols / qk_k, static_cast<block_q5_kx8*>(dst));
+    return;
+  }
+  if (from == weight_type::iq4_xs && to == weight_type::iq4_xs_x8) {
+    detail::repack_iq4_xs_x8(static_cast<const block_iq4_xs*>(src), n_rows, n_cols / qk_k, static_cast<block_iq4_xsx8*>(dst));
     return;
   }
   AGENTQ_KCHECK(from == weight_type::q4_k && to == weight_type::q4_k_x8);

@@ -1,4 +1,5 @@
-// Private to kernels/cpu: the scalar math of the repacked layouts (repack.cpp).
+// Private to kernels/cpu: the scalar math of the repacked layouts (repack.cpp, repack_more.cpp)
+// and the repackers of repack_more.cpp.
 #pragma once
 
 #include <cstdint>
@@ -21,5 +22,22 @@ float dot_q4_k_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t 
 // exact int32 sum of scaled (quant + 32) * x minus 32 * the scaled sums of x per 16, then
 // acc = fma(d_r * d_x, that, acc).
 float dot_q6_k_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
+
+// Row r (< 16) of a group of 16 q4_0_x16 rows against one Q8_0 activation (with its sums): per
+// block the exact int32 s = sum (q - 8) x, then acc = fma(d_r * d_x, s, acc).
+float dot_q4_0_x16_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
+// Row r of a group of q5_k_x8 rows against one Q8_K activation: as dot_q4_k_x8_scalar with
+// 5-bit quants.
+float dot_q5_k_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
+// Row r of a group of iq4_xs_x8 rows against one Q8_K activation: per super-block the exact
+// int32 sumi = sum over sub-blocks of (scale - 32) * sum kvalues[q] x, then acc = fma(d_r * d_x, sumi, acc).
+float dot_iq4_xs_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
+
+void repack_q4_0_x16(const block_q4_0* src, int64_t n_rows, int64_t nb, block_q4_0x16* dst);
+void repack_q5_k_x8(const block_q5_k* src, int64_t n_rows, int64_t nb, block_q5_kx8* dst);
+void repack_iq4_xs_x8(const block_iq4_xs* src, int64_t n_rows, int64_t nb, block_iq4_xsx8* dst);
+
+// q4_0_x16's activations: the Q8_0 blocks, then sums8[i] = 8 * the sum of block i's quants.
+void add_q8_0_sums(const block_q8_0x* blocks, int64_t nb, int32_t* sums8);
 
 }  // namespace agentq::kernels::detail

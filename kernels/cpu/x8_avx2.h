@@ -75,7 +75,9 @@ void mk_q8_0_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
 struct q4_k_x8_tail {
   __m256i mins[4];  // [pair][row][2] widened to int16
   __m256 d, dmin;
-  explicit q4_k_x8_tail(const block_q4_kx8& blk) {
+  // Blk: block_q4_kx8 or block_q5_kx8 (the same d, dmin and mins).
+  template <class Blk>
+  explicit q4_k_x8_tail(const Blk& blk) {
     for (int p = 0; p < 4; ++p)
       mins[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.mins + 16 * p)));
     d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # agentq vs llama.cpp's CPU backend on the same synthetic GGUF files and thread counts:
-# pp512 and tg128 tokens/s from agentq-bench_engine beside llama-bench's, and their ratios.
+# pp512 and tg128 tokens/s from agentq-bench_engine beside llama-bench's, their ratios, and each
+# engine's tg128 as a fraction of the bandwidth roofline (agentq-bench_engine's read probe / file bytes).
 #   scripts/bench/llamacpp.sh [--llama-bench PATH] [--quick] [--threads 1,2] [--reps N] [--model GGUF]...
 # --llama-bench (or $AGENTQ_LLAMA_BENCH): a llama-bench binary the user built (CPU backend).
 #   This script never fetches or builds llama.cpp; without a binary it prints "skipped" and a
@@ -96,13 +97,19 @@ raw, llama_bench, reps, omp_policy = sys.argv[1], sys.argv[2], int(sys.argv[3]),
 samples = {}  # (model, threads) -> {"type", "agentq_pp": [], "agentq_tg": [], "llama_pp": [], "llama_tg": []}
 llama_meta = {}
 for path in glob.glob(os.path.join(raw, "agentq.*.json")):
-    name, t, _ = re.match(r"agentq\.(.+)\.(\d+)\.(\d+)\.json$", os.path.basename(path)).groups()
+    name, t, rep = re.match(r"agentq\.(.+)\.(\d+)\.(\d+)\.json$", os.path.basename(path)).groups()
     r = json.load(open(path))["results"][0]
-    s = samples.setdefault((name, int(t)), {"type": r["type"], "agentq_pp": [], "agentq_tg": [], "llama_pp": [], "llama_tg": []})
+    s = samples.setdefault((name, int(t)), {"type": r["type"], "agentq_pp": [], "agentq_tg": [], "llama_pp": [], "llama_tg": [],
+                                            "bw": [], "bytes": 0})
     s["agentq_pp"].append(r["pp512_tokens_per_s"])
     s["agentq_tg"].append(r["tg128_tokens_per_s"])
+    s.setdefault("by_rep", {}).setdefault(int(rep), {}).update(a_pp=r["pp512_tokens_per_s"], a_tg=r["tg128_tokens_per_s"])
+    # The read probe agentq-bench_engine ran just before this model (same threads), and the
+    # file's weight bytes a decode step reads: the roofline both engines' tg128 is set against.
+    s["bw"].append(r.get("bandwidth_gb_per_s", 0.0))
+    s["bytes"] = r.get("weight_bytes_per_token", 0.0)
 for path in glob.glob(os.path.join(raw, "llama.*.jsonl")):
-    name, t, _ = re.match(r"llama\.(.+)\.(\d+)\.(\d+)\.jsonl$", os.path.basename(path)).groups()
+    name, t, rep = re.match(r"llama\.(.+)\.(\d+)\.(\d+)\.jsonl$", os.path.basename(path)).groups()
     s = samples[(name, int(t))]
     for line in open(path):
         line = line.strip()
@@ -113,25 +120,38 @@ for path in glob.glob(os.path.join(raw, "llama.*.jsonl")):
         ts = statistics.median(r["samples_ts"])
         if r["n_prompt"] > 0 and r["n_gen"] == 0:
             s["llama_pp"].append(ts)
+            s.setdefault("by_rep", {}).setdefault(int(rep), {})["l_pp"] = ts
         elif r["n_gen"] > 0 and r["n_prompt"] == 0:
             s["llama_tg"].append(ts)
+            s.setdefault("by_rep", {}).setdefault(int(rep), {})["l_tg"] = ts
 
 med = lambda v: statistics.median(v) if v else 0.0
 results = []
 print(f"\n{'model':<22}{'type':<6}{'thr':>4} {'pp512 agentq':>13}{'llama.cpp':>11}{'ratio':>7}"
-      f" {'tg128 agentq':>13}{'llama.cpp':>11}{'ratio':>7}", file=sys.stderr)
+      f" {'tg128 agentq':>13}{'llama.cpp':>11}{'ratio':>7} {'paired pp':>10}{'tg':>7} {'roofline agentq':>16}{'llama.cpp':>10}", file=sys.stderr)
 for (name, t), s in sorted(samples.items(), key=lambda kv: (kv[0][1], kv[0][0])):
     a_pp, l_pp, a_tg, l_tg = (med(s[k]) for k in ("agentq_pp", "llama_pp", "agentq_tg", "llama_tg"))
+    bw = med(s["bw"])
+    # Paired: the ratio within each repetition (the two engines ran back to back), then the
+    # median; steadier than the ratio of medians when the host's load swings between repetitions.
+    pair = lambda a, l: med([v[a] / v[l] for v in s.get("by_rep", {}).values() if v.get(a) and v.get(l)])
+    roof = bw * 1e9 / s["bytes"] if bw and s["bytes"] else 0.0  # tokens/s at the probe's bandwidth
     r = {"model": name, "type": s["type"], "threads": t,
          "agentq_pp512_tokens_per_s": round(a_pp, 2), "llamacpp_pp512_tokens_per_s": round(l_pp, 2),
          "pp512_ratio": round(a_pp / l_pp, 4) if l_pp else None,
          "agentq_tg128_tokens_per_s": round(a_tg, 3), "llamacpp_tg128_tokens_per_s": round(l_tg, 3),
          "tg128_ratio": round(a_tg / l_tg, 4) if l_tg else None,
+         "pp512_ratio_paired_median": round(pair("a_pp", "l_pp"), 4), "tg128_ratio_paired_median": round(pair("a_tg", "l_tg"), 4),
+         "probe_gb_per_s": round(bw, 2), "weight_bytes_per_token": s["bytes"],
+         "agentq_tg128_roofline_fraction": round(a_tg / roof, 4) if roof else None,
+         "llamacpp_tg128_roofline_fraction": round(l_tg / roof, 4) if roof else None,
          "samples": {k: [round(x, 2) for x in s[k]] for k in ("agentq_pp", "llama_pp", "agentq_tg", "llama_tg")}}
     results.append(r)
     fmt = lambda x: f"{x:7.3f}" if x is not None else "    n/a"
     print(f"{name:<22}{s['type']:<6}{t:>4} {a_pp:13.1f}{l_pp:11.1f}{fmt(r['pp512_ratio'])}"
-          f" {a_tg:13.2f}{l_tg:11.2f}{fmt(r['tg128_ratio'])}", file=sys.stderr)
+          f" {a_tg:13.2f}{l_tg:11.2f}{fmt(r['tg128_ratio'])} {fmt(r['pp512_ratio_paired_median']):>10}{fmt(r['tg128_ratio_paired_median'])}"
+          f" {fmt(r['agentq_tg128_roofline_fraction']):>16}"
+          f"{fmt(r['llamacpp_tg128_roofline_fraction']):>10}", file=sys.stderr)
 load = [open(os.path.join(raw, f)).read().strip() for f in ("loadavg_start", "loadavg_end")]
 print(json.dumps({"skipped": False, "llama_bench": llama_bench, "llamacpp_commit": llama_meta.get("build_commit"),
                   "llamacpp_build_number": llama_meta.get("build_number"), "cpu_info": llama_meta.get("cpu_info"),

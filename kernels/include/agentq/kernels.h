@@ -24,12 +24,13 @@ uint16_t fp32_to_bf16(float f);
 // ---------------------------------------------------------------------------
 // Weight formats (ggml type ids and block layouts, byte for byte)
 
-// q8_0_x8, q4_k_x8 and q6_k_x8 are not file formats: they are Q8_0, Q4_K and Q6_K repacked at
-// load for the CPU (see repack()), with ids outside ggml's range.
+// The _x8 / _x16 types are not file formats: they are Q8_0, Q4_K, Q6_K (and, where the build has
+// the AVX-512 VNNI kernels, Q4_0, Q5_K and IQ4_XS) repacked at load for the CPU (see repack()), with
+// ids outside ggml's range (0x1000 | the file type's id; 0x2000 | it for 16-row groups).
 enum class weight_type : uint32_t {
   f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q2_k = 10, q3_k = 11, q4_k = 12,
   q5_k = 13, q6_k = 14, iq4_nl = 20, iq4_xs = 23, bf16 = 30, mxfp4 = 39,
-  q8_0_x8 = 0x1008, q4_k_x8 = 0x100c, q6_k_x8 = 0x100e
+  q8_0_x8 = 0x1008, q4_k_x8 = 0x100c, q6_k_x8 = 0x100e, q4_0_x16 = 0x2002, q5_k_x8 = 0x100d, iq4_xs_x8 = 0x1017
 };
 
 constexpr int64_t qk8_0 = 32;   // elements per Q8_0 block
@@ -114,6 +115,42 @@ struct block_q6_kx8 {
 };
 static_assert(sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k));
 
+// Q4_0_x16: one block of 32 of 16 consecutive rows of a Q4_0 matrix (the same 288 bytes as 16
+// block_q4_0): each 64-byte quarter holds 8 elements of each row, 4 bytes a row, so the 16
+// rows' low (high) nibbles meet the same 4 activation bytes (one dword broadcast) and the 16
+// rows' sums land in the 16 lanes of one register.
+// NOTE: 16 rows, not 8 as the other layouts: the per-block float work (scale, convert, fma)
+// then covers 16 rows per op, and a 32-element block has little else to amortize it over.
+// Its activations are Q8_0 blocks followed by 8 * each block's sum of quants (int32), so the
+// kernels take the unsigned nibbles (value + 8) and subtract that once per block.
+struct block_q4_0x16 {
+  uint16_t d[16];         // fp16 scale of each row's block
+  uint8_t qs[qk8_0 * 8];  // [chunk k < 4][row r < 16][j < 4]: q[8k + j] | q[8k + 4 + j] << 4 (unsigned)
+};
+static_assert(sizeof(block_q4_0x16) == 288);
+
+// Q5_K_x8: Q4_K_x8 (the same first five fields, so the same tail code) plus the fifth bits:
+// for each 64-byte load L of qs (chunks 2L, 2L + 1), a 64-bit mask over its bytes for the low
+// nibbles' fifth bit and one for the high nibbles' (an AVX-512 byte mask, applied as +16).
+struct block_q5_kx8 {
+  uint16_t d[8];
+  uint16_t dmin[8];
+  uint8_t scales[64];    // [pair p < 4][row r < 8][2], as block_q4_kx8
+  uint8_t mins[64];
+  uint8_t qs[qk_k * 4];  // as block_q4_kx8: the low 4 bits
+  uint64_t qh[16][2];    // [load L][low / high nibbles]: bit b = fifth bit of qs byte 64 L + b's element
+};
+static_assert(sizeof(block_q5_kx8) == 1440);
+
+// IQ4_XS_x8: one super-block of 8 rows of an IQ4_XS matrix: the 4-bit indices in Q4_K_x8's
+// order, the 6-bit scales unpacked to int8 (ls - 32) in [pair][row][2] order.
+struct block_iq4_xsx8 {
+  uint16_t d[8];
+  int8_t scales[64];     // [pair p < 4][row r < 8][2]: scale - 32 of sub-blocks 2p, 2p + 1
+  uint8_t qs[qk_k * 4];  // [chunk k < 32][row r][j < 4]: index of q[8k + j] | q[8k + 4 + j] << 4
+};
+static_assert(sizeof(block_iq4_xsx8) == 1104);
+
 // Elements per block (1 for float types); 0 for an unknown id.
 int64_t block_elems(weight_type t);
 // Bytes per block; 0 for an unknown id. For the _x8 layouts, one row's share of a block
@@ -162,7 +199,8 @@ void matmul_prequantized(weight_type t, const void* w, size_t row_stride_bytes, 
 
 // Weight layouts the CPU kernels prefer to a file's (weights are repacked once, at load).
 // The layout matmul runs fastest on for a [n_rows][n_cols] matrix of type t: the _x8 layout
-// of Q8_0, Q4_K and Q6_K with n_rows a multiple of 8 where the AVX2 kernels are built;
+// of Q8_0, Q4_K and Q6_K with n_rows a multiple of 8 where the AVX2 kernels are built, and of
+// Q5_K and IQ4_XS (and Q4_0's _x16, n_rows a multiple of 16) where the AVX-512 VNNI ones are;
 // otherwise t itself.
 weight_type preferred_layout(weight_type t, int64_t n_rows, int64_t n_cols);
 // The file type layout t is repacked from (t itself for a file type); it also names the
@@ -171,7 +209,7 @@ weight_type file_type(weight_type t);
 // Bytes of a [n_rows][n_cols] matrix in layout t (rows packed, no padding).
 size_t matrix_bytes(weight_type t, int64_t n_rows, int64_t n_cols);
 // src: [n_rows][n_cols] of type `from`, rows packed -> dst (matrix_bytes(to, ...) bytes) in
-// layout `to` (from itself: a copy; q8_0, q4_k, q6_k -> their _x8). Exact: no value
+// layout `to` (from itself: a copy; q8_0, q4_k, q6_k, q4_0, q5_k, iq4_xs -> their _x8). Exact: no value
 // changes. An _x8 matrix has row stride row_bytes(layout, n_cols) for matmul; its rows are
 // not individually addressable (dequantize_row refuses them).
 void repack(weight_type from, const void* src, int64_t n_rows, int64_t n_cols, weight_type to, void* dst);

@@ -278,26 +278,31 @@ TEST_CASE("read bandwidth probe returns a plausible figure") {
   CHECK(gbps < 10000);
 }
 
-// Q8_0, Q4_K and Q6_K repacked into 8-row groups (the _x8 layouts, the CPU's load-time ones):
-// the AVX2 kernels (or the AVX-512 VNNI ones, where the build has them) give exactly the bits
+// Q8_0, Q4_K and Q6_K (and Q5_K, IQ4_XS, and Q4_0 in 16-row groups, on AVX-512 VNNI builds) repacked into 8-row
+// groups (the _x8 layouts, the CPU's load-time ones): the AVX2 kernels (or the AVX-512 VNNI ones, where the build has them) give exactly the bits
 // of the layout's scalar definition for every batch width and row range (partial groups
 // included), and stay within float rounding of the file layout.
-TEST_CASE("_x8 layouts: repacked Q8_0, Q4_K and Q6_K against their scalar definition and the file layout") {
+TEST_CASE("_x8 layouts: repacked Q8_0, Q4_K, Q6_K, Q4_0, Q5_K and IQ4_XS against their scalar definition and the file layout") {
   CHECK(preferred_layout(weight_type::q4_k, 12, 256) == weight_type::q4_k);
   CHECK(preferred_layout(weight_type::q6_k, 12, 256) == weight_type::q6_k);
   CHECK(preferred_layout(weight_type::f16, 16, 256) == weight_type::f16);
+  CHECK(preferred_layout(weight_type::q4_0, 8, 256) == weight_type::q4_0);  // q4_0_x16 wants whole groups of 16
+  CHECK(preferred_layout(weight_type::iq4_xs, 12, 256) == weight_type::iq4_xs);
   CHECK(matrix_bytes(weight_type::q4_k_x8, 16, 512) == 16 * 2 * 148);
   CHECK(matrix_bytes(weight_type::q8_0_x8, 16, 512) == matrix_bytes(weight_type::q8_0, 16, 512));
   struct kind { weight_type file, x8; std::vector<int64_t> cols; };
   for (const kind& kd : {kind{weight_type::q8_0, weight_type::q8_0_x8, {32, 96, 768, 2816}},
                          kind{weight_type::q4_k, weight_type::q4_k_x8, {256, 768, 2816}},
-                         kind{weight_type::q6_k, weight_type::q6_k_x8, {256, 768, 2816}}}) {
-    if (preferred_layout(kd.file, 8, kd.cols[0]) != kd.x8) {
-      MESSAGE("built without AVX2: ", name_of(kd.x8), " is never chosen");
+                         kind{weight_type::q6_k, weight_type::q6_k_x8, {256, 768, 2816}},
+                         kind{weight_type::q4_0, weight_type::q4_0_x16, {32, 96, 768, 2816}},
+                         kind{weight_type::q5_k, weight_type::q5_k_x8, {256, 768, 2816}},
+                         kind{weight_type::iq4_xs, weight_type::iq4_xs_x8, {256, 768, 2816}}}) {
+    if (preferred_layout(kd.file, 16, kd.cols[0]) != kd.x8) {
+      MESSAGE("built without its kernels (AVX2; AVX-512 VNNI for q4_0/q5_k/iq4_xs_x8): ", name_of(kd.x8), " is never chosen");
       continue;
     }
     for (int64_t n_cols : kd.cols) {
-      const int64_t n_rows = 24;
+      const int64_t n_rows = kd.x8 == weight_type::q4_0_x16 ? 48 : 24;  // whole groups of 16 / 8 rows
       INFO(name_of(kd.x8), " cols ", n_cols);
       const size_t rb = row_bytes(kd.file, n_cols);
       std::vector<uint8_t> file(rb * n_rows);
@@ -313,7 +318,8 @@ TEST_CASE("_x8 layouts: repacked Q8_0, Q4_K and Q6_K against their scalar defini
       matmul_reference(kd.file, file.data(), rb, n_cols, x.data(), 9, want.data(), 0, n_rows, n_rows);
       for (size_t i = 0; i < ref.size(); ++i) REQUIRE(std::fabs(ref[i] - want[i]) <= 1e-5f * (std::fabs(want[i]) + 1.0f));
       for (int64_t n_x = 1; n_x <= 9; ++n_x)
-        for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 24}, {8, 16}, {3, 21}, {5, 6}, {16, 24}}) {
+        for (auto [b, e] : {std::pair<int64_t, int64_t>{0, n_rows}, {8, 16}, {3, 21}, {5, 6}, {16, 24}, {17, 47}}) {
+          if (e > n_rows) continue;  // {17, 47}: the 48-row case only
           CAPTURE(n_x);
           CAPTURE(b);
           CAPTURE(e);

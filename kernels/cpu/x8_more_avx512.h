@@ -1,0 +1,183 @@
+// Private to kernels/cpu: AVX-512 VNNI kernels of the Q4_0 (_x16), Q5_K and IQ4_XS (_x8) layouts
+// (block_q4_0x16, block_q5_kx8, block_iq4_xsx8), in the form of x8_avx512.h's: one group of 16
+// or 8 rows against B inputs, the rows' sums in the lanes of one register, for decode and prefill.
+// NOTE: vpdpbusd takes unsigned weights: Q4_0 and IQ4_XS run on value + 8 / value + 128, and the
+// offset comes off exactly in int32 (8 * the block's sum of x; 128 * the scaled sums of x per
+// sub-block), so the integer sums, and the bits, are those of the scalar definitions (repack_more.cpp).
+#pragma once
+#include <cstring>
+
+#include "cpu/x8_avx512.h"
+
+#if AGENTQ_KERNELS_AVX512VNNI
+namespace agentq::kernels::avx512 {
+
+// out[b * 16 + r] = dot(row r of the group of 16, x[b]) for B Q8_0 inputs (each followed by
+// 8 * its block sums, add_q8_0_sums); per (row, input) exactly detail::dot_q4_0_x16_scalar's
+// float operations. Per block: four 64-byte loads (chunk k: 4 bytes of each of the 16 rows), the
+// unsigned nibbles against x's dwords 2k / 2k + 1 broadcast, eight vpdpbusd into the 16 rows'
+// lanes, 8 * sum(x) off, one fma for all 16 rows.
+template <int B>
+void mk_q4_0_x16(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
+  auto w = reinterpret_cast<const block_q4_0x16*>(group);
+  const int64_t nb = n / qk8_0;
+  const block_q8_0x* x[B];
+  const int32_t* xsum8[B];
+  for (int b = 0; b < B; ++b) {
+    x[b] = reinterpret_cast<const block_q8_0x*>(xb[b]);
+    xsum8[b] = reinterpret_cast<const int32_t*>(xb[b] + nb * int64_t(sizeof(block_q8_0x)));
+  }
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  auto bcast4 = [](const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+  };
+  __m512 acc[B];
+  for (int b = 0; b < B; ++b) acc[b] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const block_q4_0x16& blk = w[i];
+    if (next) prefetch_block(next + i * int64_t(sizeof(block_q4_0x16)), int(sizeof(block_q4_0x16)));
+    __m512i lo[4], hi[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m512i q = _mm512_loadu_si512(blk.qs + 64 * k);
+      lo[k] = _mm512_and_si512(q, m4);
+      hi[k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.d)));
+    for (int b = 0; b < B; ++b) {
+      const int8_t* xq = x[b][i].qs;
+      __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(xq));
+      __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[1], bcast4(xq + 8));
+      a = _mm512_dpbusd_epi32(a, hi[0], bcast4(xq + 4));
+      c = _mm512_dpbusd_epi32(c, hi[1], bcast4(xq + 12));
+      a = _mm512_dpbusd_epi32(a, lo[2], bcast4(xq + 16));
+      c = _mm512_dpbusd_epi32(c, lo[3], bcast4(xq + 24));
+      a = _mm512_dpbusd_epi32(a, hi[2], bcast4(xq + 20));
+      c = _mm512_dpbusd_epi32(c, hi[3], bcast4(xq + 28));
+      const __m512i s = _mm512_sub_epi32(_mm512_add_epi32(a, c), _mm512_set1_epi32(xsum8[b][i]));
+      acc[b] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[b][i].d)), _mm512_cvtepi32_ps(s), acc[b]);
+    }
+  }
+  for (int b = 0; b < B; ++b) _mm512_storeu_ps(out + 16 * b, acc[b]);
+}
+
+// As mk_q4_k_x8 (x8_avx512.h) with the fifth bits: per 64-byte load, its two byte masks add 16
+// to the low / high nibbles they mark (|sub-block sum| <= 32 * 31 * 128, times a 6-bit scale: int32).
+template <int B>
+void mk_q5_k_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
+  auto w = reinterpret_cast<const block_q5_kx8*>(group);
+  const block_q8_k* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
+  const __m512i m4 = _mm512_set1_epi8(0xF), v16 = _mm512_set1_epi8(16);
+  const __m512i pick_lo = pick2(0, 2), pick_hi = pick2(1, 3);
+  const __m512i sc_even = scale_pick(0), sc_odd = scale_pick(1);
+  __m256 acc[B];
+  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const block_q5_kx8& blk = w[i];
+    if (next) prefetch_block(next + i * int64_t(sizeof(block_q5_kx8)), int(sizeof(block_q5_kx8)));
+    __m512i sumi[B];
+    for (int b = 0; b < B; ++b) sumi[b] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const int s = 2 * p + h;  // sub-block
+        __m512i a32[B];
+        for (int b = 0; b < B; ++b) a32[b] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int kk = 0; kk < 4; kk += 2) {
+          const int k = 4 * s + kk, L = k / 2;
+          const __m512i q = _mm512_loadu_si512(blk.qs + 32 * k);
+          __m512i lo = _mm512_and_si512(q, m4);
+          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+          lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(blk.qh[L][0]), lo, v16);
+          hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(blk.qh[L][1]), hi, v16);
+          for (int b = 0; b < B; ++b) {
+            const __m512i xv = load_x16(x[b][i].qs + 8 * k);
+            a32[b] = _mm512_dpbusd_epi32(a32[b], lo, _mm512_permutexvar_epi32(pick_lo, xv));
+            a32[b] = _mm512_dpbusd_epi32(a32[b], hi, _mm512_permutexvar_epi32(pick_hi, xv));
+          }
+        }
+        const __m512i scale = _mm512_permutexvar_epi32(h ? sc_odd : sc_even, sc);
+        for (int b = 0; b < B; ++b) sumi[b] = _mm512_add_epi32(sumi[b], _mm512_mullo_epi32(a32[b], scale));
+      }
+    }
+    const avx2::q4_k_x8_tail tail(blk);
+    for (int b = 0; b < B; ++b) acc[b] = tail.apply(x[b][i], fold(sumi[b]), acc[b]);
+  }
+  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+}
+
+// Per row sum over sub-blocks s of scale_s * (x's sum over sub-block s) for IQ4_XS_x8's signed
+// scales ([pair][row][2]); |sum| <= 8 * 32 * 32 * 128, int32.
+inline __m256i iq4_xs_x8_scaled_xsums(const block_iq4_xsx8& blk, const block_q8_k& y) {
+  const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+  const __m256i s16 = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));  // sub-block sums, |S| <= 32 * 128
+  const __m256i pairs = _mm256_packs_epi32(s16, s16);  // dwords 0, 1 | 4, 5: [S0, S1], [S2, S3] | [S4, S5], [S6, S7]
+  __m256i summ = _mm256_setzero_si256();
+  for (int p = 0; p < 4; ++p) {
+    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
+    const __m256i pair = _mm256_permutevar8x32_epi32(pairs, _mm256_set1_epi32(p < 2 ? p : p + 2));
+    summ = _mm256_add_epi32(summ, _mm256_madd_epi16(sc, pair));
+  }
+  return summ;
+}
+
+// As mk_q4_k_x8 with IQ4_NL's values: a vpshufb of each nibble through the value table + 128
+// (unsigned, 1..241) feeds vpdpbusd; per sub-block one multiply by the rows' signed scales
+// (|sum| <= 32 * 241 * 128 * 32 * 8 < 2^31); 128 * the scaled sums of x come off per super-block.
+template <int B>
+void mk_iq4_xs_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
+  auto w = reinterpret_cast<const block_iq4_xsx8*>(group);
+  const block_q8_k* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  const __m512i table = _mm512_broadcast_i32x4(
+      _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(detail::kvalues_iq4nl)), _mm_set1_epi8(char(0x80))));
+  const __m512i pick_lo = pick2(0, 2), pick_hi = pick2(1, 3);
+  const __m512i sc_even = scale_pick(0), sc_odd = scale_pick(1);
+  __m256 acc[B];
+  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const block_iq4_xsx8& blk = w[i];
+    if (next) prefetch_block(next + i * int64_t(sizeof(block_iq4_xsx8)), int(sizeof(block_iq4_xsx8)));
+    __m512i sumi[B];
+    for (int b = 0; b < B; ++b) sumi[b] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const int s = 2 * p + h;  // sub-block
+        __m512i a32[B];
+        for (int b = 0; b < B; ++b) a32[b] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int kk = 0; kk < 4; kk += 2) {
+          const int k = 4 * s + kk;
+          const __m512i q = _mm512_loadu_si512(blk.qs + 32 * k);
+          const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
+          const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+          for (int b = 0; b < B; ++b) {
+            const __m512i xv = load_x16(x[b][i].qs + 8 * k);
+            a32[b] = _mm512_dpbusd_epi32(a32[b], lo, _mm512_permutexvar_epi32(pick_lo, xv));
+            a32[b] = _mm512_dpbusd_epi32(a32[b], hi, _mm512_permutexvar_epi32(pick_hi, xv));
+          }
+        }
+        const __m512i scale = _mm512_permutexvar_epi32(h ? sc_odd : sc_even, sc);
+        for (int b = 0; b < B; ++b) sumi[b] = _mm512_add_epi32(sumi[b], _mm512_mullo_epi32(a32[b], scale));
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    for (int b = 0; b < B; ++b) {
+      const __m256i total = _mm256_sub_epi32(fold(sumi[b]), _mm256_slli_epi32(iq4_xs_x8_scaled_xsums(blk, x[b][i]), 7));
+      acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[b][i].d)), _mm256_cvtepi32_ps(total), acc[b]);
+    }
+  }
+  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+}
+
+}  // namespace agentq::kernels::avx512
+#endif
