@@ -18,7 +18,8 @@ const char* usage() {
   --role all|api|worker        all-in-one (default): API + worker + webhook sender
   --listen HOST:PORT           API address (default 127.0.0.1:8080)
   --data-dir DIR               SQLite db, embedded redis AOF, KV spill, logs (default ./agentq-data)
-  --redis URL                  redis://host:port; absent = start an embedded redis-server
+  --redis URL                  redis://[[user]:password@]host[:port][/db] (AUTH, SELECT); absent = start an
+                               embedded redis-server; prefer AGENTQ_REDIS to keep the password out of ps
   --model PATH                 GGUF model (repeatable; name = file stem)
   --device cpu|cuda|cuda:N     where the engines run (default cpu); a CUDA device that is not there fails start-up
   --chat-family NAME           prompt format of the --model before it (chatml, qwen3, hermes, llama3, mistral,

@@ -14,7 +14,7 @@ struct config {
   enum role role = role::all;
   std::string listen = "127.0.0.1:8080";          // HOST:PORT (port 0 = any free port)
   std::string data_dir = "./agentq-data";         // SQLite db, redis AOF, KV spill, logs
-  std::string redis;                              // redis://host:port; empty = embedded redis-server
+  std::string redis;                              // redis://[[user]:pass@]host[:port][/db]; empty = embedded
   std::vector<std::string> models;                // GGUF paths; name = file stem
   std::string allow_addresses;                    // CIDR list exempt from the SSRF guard
   std::string admin_key;                          // ensure this admin key exists; empty = bootstrap

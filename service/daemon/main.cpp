@@ -36,6 +36,7 @@
 #include "ops/retention.h"
 #include "queue/queue.h"
 #include "queue/redis_client.h"
+#include "queue/redis_url.h"
 #include "store/store.h"
 #include "util/crypto.h"
 #include "webhooks/dispatcher.h"
@@ -55,20 +56,6 @@ void setup_logging(const daemon::config& c) {
   logger->set_level(spdlog::level::from_str(c.log_level));
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
-}
-
-bool parse_redis_url(const std::string& url, queue::redis_options* out) {
-  std::string rest = url;
-  if (rest.starts_with("redis://")) rest = rest.substr(8);
-  if (size_t slash = rest.find('/'); slash != std::string::npos) rest = rest.substr(0, slash);
-  size_t colon = rest.rfind(':');
-  out->host = colon == std::string::npos ? rest : rest.substr(0, colon);
-  try {
-    out->port = colon == std::string::npos ? 6379 : std::stoi(rest.substr(colon + 1));
-  } catch (...) {
-    return false;
-  }
-  return !out->host.empty() && out->port > 0 && out->port < 65536;
 }
 
 int run(const daemon::config& c) {
@@ -94,9 +81,13 @@ int run(const daemon::config& c) {
       return 1;
     }
     qopts.redis.port = embedded_redis->port();
-  } else if (!parse_redis_url(c.redis, &qopts.redis)) {
-    spdlog::critical("invalid --redis URL '{}' (expected redis://host:port)", c.redis);
-    return 2;
+  } else {
+    auto parsed = queue::parse_redis_url(c.redis, &err);
+    if (!parsed) {
+      spdlog::critical("{}: '{}'", err, queue::redact_redis_url(c.redis));  // NOTE: never the password
+      return 2;
+    }
+    qopts.redis = *parsed;
   }
 
   // Store (applies migrations) and the API's tables
