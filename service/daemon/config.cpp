@@ -17,6 +17,7 @@ const char* usage() {
   return R"(usage: agentqd [options]
   --role all|api|worker        all-in-one (default): API + worker + webhook sender
   --listen HOST:PORT           API address (default 127.0.0.1:8080)
+  --tls-cert FILE --tls-key FILE  serve the API over HTTPS (PEM certificate chain and its private key)
   --data-dir DIR               SQLite db, embedded redis AOF, KV spill, logs (default ./agentq-data)
   --redis URL                  redis://[[user]:password@]host[:port][/db] (AUTH, SELECT); absent = start an
                                embedded redis-server; prefer AGENTQ_REDIS to keep the password out of ps
@@ -34,7 +35,7 @@ const char* usage() {
                                rate_limit, rate_burst, webhook_schedule_ms, webhook_timeout_ms, max_jobs,
                                kv_budget_mb, kv_type, chat_family, log_level, log_format, metrics_token,
                                retention_days, shutdown_spill_s, spill_after_s, spill_budget_mb,
-                               response_kv_ttl_s
+                               response_kv_ttl_s, tls_cert, tls_key
                                (and every flag below by name)
   --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
   --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
@@ -55,7 +56,7 @@ const char* usage() {
   --retention-days D           finished jobs are deleted D days after they finish (default 30; 0 = never)
 subcommand: agentqd backup --data-dir DIR --to FILE   online, consistent copy of the job store
 environment: AGENTQ_ROLE AGENTQ_LISTEN AGENTQ_DATA_DIR AGENTQ_REDIS AGENTQ_MODEL AGENTQ_ALLOW_ADDRESSES
-             AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL AGENTQ_LOG_FORMAT AGENTQ_METRICS_TOKEN
+             AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL AGENTQ_LOG_FORMAT AGENTQ_METRICS_TOKEN AGENTQ_TLS_CERT AGENTQ_TLS_KEY
 )";
 }
 
@@ -144,6 +145,8 @@ void set_option(config& c, const std::string& name, const std::string& v) {
     c.log_format = v;
   } else if (name == "metrics-token") c.metrics_token = v;
   else if (name == "port-file") c.port_file = v;
+  else if (name == "tls-cert") c.tls_cert = v;
+  else if (name == "tls-key") c.tls_key = v;
   else if (name == "lease-ms") c.lease_ms = std::stoll(v);
   else if (name == "heartbeat-ms") c.heartbeat_ms = std::stoll(v);
   else if (name == "reclaim-idle-ms") c.reclaim_idle_ms = std::stoll(v);
@@ -201,7 +204,8 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
         {"AGENTQ_ROLE", "role"},       {"AGENTQ_LISTEN", "listen"}, {"AGENTQ_DATA_DIR", "data-dir"},
         {"AGENTQ_REDIS", "redis"},     {"AGENTQ_ALLOW_ADDRESSES", "allow-addresses"},
         {"AGENTQ_ADMIN_KEY", "admin-key"}, {"AGENTQ_LOG_LEVEL", "log-level"},
-        {"AGENTQ_LOG_FORMAT", "log-format"}, {"AGENTQ_METRICS_TOKEN", "metrics-token"}};
+        {"AGENTQ_LOG_FORMAT", "log-format"}, {"AGENTQ_METRICS_TOKEN", "metrics-token"},
+        {"AGENTQ_TLS_CERT", "tls-cert"}, {"AGENTQ_TLS_KEY", "tls-key"}};
     for (auto [env, name] : k_env)
       if (const char* v = std::getenv(env); v && *v) set_option(c, name, v);
     std::vector<std::string> flag_models, flag_families;
@@ -252,6 +256,8 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
       }
     }
     if (c.models.empty()) throw std::invalid_argument("no model: pass --model PATH or set AGENTQ_MODEL");
+    if (c.tls_cert.empty() != c.tls_key.empty())
+      throw std::invalid_argument("--tls-cert and --tls-key go together (a certificate chain and its private key)");
     c.model_chat_families.resize(c.models.size());
   } catch (const std::exception& e) {
     if (error) *error = e.what();

@@ -48,6 +48,8 @@ struct config {
   std::string log_format = "text";                // text | json (one object per line, job_id field)
   std::string metrics_token;                      // non-empty: GET /metrics needs this bearer token
   std::string port_file;                          // write the bound port here (tests, scripts)
+  std::string tls_cert;                           // PEM certificate chain: the API listener speaks HTTPS
+  std::string tls_key;                            // PEM private key of tls_cert (both or neither)
   // Dispatch timing (worker role; tests shorten them): a job's SQLite lease, how often held entries are
   // touched in Redis, how long an entry must sit idle before another worker reclaims it, how often
   // workers sweep for such entries, and deliveries before a job is dead-lettered.

@@ -298,12 +298,14 @@ int run(const daemon::config& c) {
     hopts.max_connections = c.max_connections;
     hopts.max_body_bytes = size_t(c.max_body_bytes);
     hopts.on_rejected = api::rejection_counter();  // 413, 431, ... never reach the router
+    hopts.tls_cert_file = c.tls_cert;
+    hopts.tls_key_file = c.tls_key;
     server = std::make_unique<http::server>(hopts, api::instrumented(router));
     if (!server->start(&err)) {
       spdlog::critical("{}", err);
       return 1;
     }
-    spdlog::info("agentqd listening on http://{}:{}", hopts.host, server->port());
+    spdlog::info("agentqd listening on {}://{}:{}", c.tls_cert.empty() ? "http" : "https", hopts.host, server->port());
     if (!c.port_file.empty()) {
       std::ofstream pf(c.port_file + ".tmp");
       pf << server->port() << "\n";

@@ -25,6 +25,10 @@ struct server_options {
   std::chrono::milliseconds drain_timeout{10000};  // stop(): in-flight requests and streams get this long
   int32_t max_connections = 1024;                  // more -> 503 and close
   int32_t max_streams = 256;                       // concurrent streaming (SSE) responses
+  // TLS (HTTPS) on this listener: PEM files of the certificate chain and its private key, both
+  // or neither; empty = plain HTTP. start() fails on an unreadable or mismatched pair.
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // Called for each response the server writes itself before any handler runs (413, 431, 400
   // on a bad head, 408, 503 at the connection limit): method ("" when the head did not parse)
   // and status. Runs on an io thread; must not block.
