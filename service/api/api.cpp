@@ -10,6 +10,7 @@
 #include "api/event_stream.h"
 #include "api/job_view.h"
 #include "api/model_catalog.h"
+#include "api/worker_routes.h"
 #include "api/ui_routes.h"
 #include "api/deletion_routes.h"
 #include "api/observability_routes.h"
@@ -397,6 +398,7 @@ void api::install(http::router& r) {
 
   install_ui_routes(r, options_, deps_, authed);          // /ui dashboard, GET /v1/events
   install_deletion_routes(r, deps_, authed, admin_only);  // DELETE /v1/jobs/{id}, DELETE /v1/tenants/{tenant}
+  install_worker_routes(r, deps_, authed, admin_only);    // GET /v1/workers (admin)
   install_openai_routes(r, options_, deps_, authed);      // /v1/chat/completions, /v1/responses, webhook endpoints
 }
 

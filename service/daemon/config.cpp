@@ -35,8 +35,10 @@ const char* usage() {
                                rate_limit, rate_burst, webhook_schedule_ms, webhook_timeout_ms, max_jobs,
                                kv_budget_mb, kv_type, chat_family, log_level, log_format, metrics_token,
                                retention_days, shutdown_spill_s, spill_after_s, spill_budget_mb,
-                               response_kv_ttl_s, tls_cert, tls_key
+                               response_kv_ttl_s, tls_cert, tls_key, worker_id
                                (and every flag below by name)
+  --worker-id ID               this worker's stable name (A-Z a-z 0-9 . _ -, at most 64); default: derived from
+                               the host name and the data directory, kept in DATA_DIR/worker-id across restarts
   --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
   --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
   --engine-threads N           CPU threads per engine (default 0 = one per core)
@@ -57,6 +59,7 @@ const char* usage() {
 subcommand: agentqd backup --data-dir DIR --to FILE   online, consistent copy of the job store
 environment: AGENTQ_ROLE AGENTQ_LISTEN AGENTQ_DATA_DIR AGENTQ_REDIS AGENTQ_MODEL AGENTQ_ALLOW_ADDRESSES
              AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL AGENTQ_LOG_FORMAT AGENTQ_METRICS_TOKEN AGENTQ_TLS_CERT AGENTQ_TLS_KEY
+             AGENTQ_WORKER_ID
 )";
 }
 
@@ -116,6 +119,7 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "webhook-schedule") c.webhook_schedule_ms = parse_ms_list(v);
   else if (name == "webhook-timeout-ms") c.webhook_timeout_ms = std::stoll(v);
   else if (name == "max-jobs") c.max_jobs = std::stoi(v);
+  else if (name == "worker-id") c.worker_id = v;  // checked by worker_identity::acquire
   else if (name == "kv-budget-mb") c.kv_budget_mb = std::stoll(v);
   else if (name == "kv-type") {
     if (v != "f16" && v != "f32") throw std::invalid_argument("--kv-type must be f16 or f32");
@@ -205,7 +209,7 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
         {"AGENTQ_REDIS", "redis"},     {"AGENTQ_ALLOW_ADDRESSES", "allow-addresses"},
         {"AGENTQ_ADMIN_KEY", "admin-key"}, {"AGENTQ_LOG_LEVEL", "log-level"},
         {"AGENTQ_LOG_FORMAT", "log-format"}, {"AGENTQ_METRICS_TOKEN", "metrics-token"},
-        {"AGENTQ_TLS_CERT", "tls-cert"}, {"AGENTQ_TLS_KEY", "tls-key"}};
+        {"AGENTQ_TLS_CERT", "tls-cert"}, {"AGENTQ_TLS_KEY", "tls-key"}, {"AGENTQ_WORKER_ID", "worker-id"}};
     for (auto [env, name] : k_env)
       if (const char* v = std::getenv(env); v && *v) set_option(c, name, v);
     std::vector<std::string> flag_models, flag_families;

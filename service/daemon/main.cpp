@@ -41,6 +41,7 @@
 #include "util/crypto.h"
 #include "webhooks/dispatcher.h"
 #include "webhooks/signing.h"
+#include "worker/identity.h"
 #include "worker/worker.h"
 
 namespace fs = std::filesystem;
@@ -88,6 +89,16 @@ int run(const daemon::config& c) {
       return 2;
     }
     qopts.redis = *parsed;
+  }
+
+  // A worker's stable identity (locked for this process's life)
+  std::unique_ptr<worker::worker_identity> identity;
+  if (run_worker) {
+    identity = worker::worker_identity::acquire(c.worker_id, c.data_dir, &err);
+    if (!identity) {
+      spdlog::critical("{}", err);
+      return 2;
+    }
   }
 
   // Store (applies migrations) and the API's tables
@@ -176,6 +187,9 @@ int run(const daemon::config& c) {
   std::unique_ptr<obs::engine_sampler> sampler;  // engine samples + worker metrics -> SQLite
   if (run_worker) {
     worker::worker_options wo;
+    wo.worker_id = identity->id();
+    wo.incarnation = identity->incarnation();
+    wo.n_engine_threads = c.engine_threads;
     wo.max_jobs = c.max_jobs;
     wo.lease_ms = c.lease_ms;
     wo.heartbeat_ms = c.heartbeat_ms;
@@ -255,6 +269,7 @@ int run(const daemon::config& c) {
       sw->notify_deleted();
     };
     deps.openai = openai_reg.get();
+    deps.list_workers = [&q] { return q.list_workers(); };
     deps.ready_checks.emplace_back("database", [&st](std::string* why) {
       try {
         st->get_job("job_readyz_probe");

@@ -35,6 +35,17 @@ end
 return n
 )lua";
 
+// KEYS[1] alive key, KEYS[2] advert key, KEYS[3] index; ARGV incarnation, ttl ms, advert, now ms,
+// worker id, take_over ("1"/"0"). 1 = announced, 0 = another incarnation holds the id.
+const char* k_announce_lua = R"lua(
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] and cur ~= '1' and ARGV[6] ~= '1' then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
+return 1
+)lua";
+
 bool is_nogroup(const redis_reply& r) { return r.type == redis_reply::kind::error && r.str.rfind("NOGROUP", 0) == 0; }
 
 // Parse [[id, [field, value, ...]], ...] into deliveries.
@@ -310,6 +321,54 @@ bool queue::is_alive(const std::string& worker_id) {
   std::lock_guard lock(impl_->relay_mu);
   auto r = impl_->relay.command({"EXISTS", worker_stream_key(worker_id) + ":alive"});
   return r.type == redis_reply::kind::integer && r.integer == 1;
+}
+
+std::vector<delivery> queue::read_pending(const std::string& worker_id, int32_t max) {
+  std::vector<delivery> out;
+  std::vector<std::string> streams = {worker_stream_key(worker_id), stream_key(0), stream_key(1), stream_key(2)};
+  std::lock_guard lock(impl_->consumer_mu);
+  for (size_t i = 0; i < streams.size() && static_cast<int32_t>(out.size()) < max; ++i) {
+    // NOTE: id 0 instead of '>': this consumer's pending entries list, not new entries.
+    auto r = impl_->consumer.command({"XREADGROUP", "GROUP", options_.group, worker_id, "COUNT",
+                                      std::to_string(max - static_cast<int32_t>(out.size())), "STREAMS", streams[i], "0"});
+    if (r.type != redis_reply::kind::array) continue;
+    for (auto& s : r.elements)
+      if (s.elements.size() == 2) parse_entries(s.elements[1], streams[i], i == 0, true, out);
+  }
+  impl_->n_reclaimed += static_cast<int64_t>(out.size());
+  return out;
+}
+
+queue::announce_result queue::announce(const std::string& worker_id, const std::string& incarnation,
+                                       const std::string& advert_json, bool take_over) {
+  int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch()).count();
+  std::lock_guard lock(impl_->control_mu);
+  auto r = impl_->control.command({"EVAL", k_announce_lua, "3", worker_stream_key(worker_id) + ":alive",
+                                   worker_stream_key(worker_id) + ":info", options_.prefix + ":workers", incarnation,
+                                   std::to_string(options_.heartbeat_ttl_ms), advert_json, std::to_string(now),
+                                   worker_id, take_over ? "1" : "0"});
+  if (r.type != redis_reply::kind::integer) return announce_result::error;
+  return r.integer == 1 ? announce_result::ok : announce_result::superseded;
+}
+
+std::vector<std::string> queue::list_workers() {
+  std::vector<std::string> out;
+  int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch()).count();
+  std::lock_guard lock(impl_->relay_mu);
+  auto& c = impl_->relay;
+  const std::string index = options_.prefix + ":workers";
+  c.command({"ZREMRANGEBYSCORE", index, "-inf", std::to_string(now - 7 * 86400000LL)});
+  auto ids = c.command({"ZRANGE", index, "0", "-1"});
+  if (ids.type != redis_reply::kind::array || ids.elements.empty()) return out;
+  std::vector<std::string> mget = {"MGET"};
+  for (auto& id : ids.elements) mget.push_back(worker_stream_key(id.str) + ":info");
+  auto adverts = c.command(mget);
+  if (adverts.type != redis_reply::kind::array) return out;
+  for (auto& a : adverts.elements)
+    if (a.type == redis_reply::kind::string) out.push_back(a.str);
+  return out;
 }
 
 queue_stats queue::stats() const {

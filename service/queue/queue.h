@@ -84,6 +84,21 @@ class queue {
   bool heartbeat(const std::string& worker_id);
   bool is_alive(const std::string& worker_id);
 
+  // --- Stable worker identities and the fleet registry (#28) ----------------
+  // Entries this consumer read but never acked (a previous run of the same worker id): the worker
+  // re-handles them at start instead of waiting for reclaim_idle_ms. Marked reclaimed.
+  std::vector<delivery> read_pending(const std::string& worker_id, int32_t max);
+  enum class announce_result { ok, superseded /* another run of this id holds it */, error };
+  // Heartbeat with an advert: the alive key holds this run's incarnation, PREFIX:worker:<id>:info the
+  // advert JSON (both PX heartbeat_ttl_ms), PREFIX:workers (sorted set) the last heartbeat time.
+  // take_over (a run's first heartbeat) claims the id from whatever run held it; later heartbeats
+  // return superseded, and change nothing, once another run took it over.
+  announce_result announce(const std::string& worker_id, const std::string& incarnation,
+                           const std::string& advert_json, bool take_over);
+  // The adverts of live workers (heartbeat within heartbeat_ttl_ms), JSON text each; forgets ids not
+  // seen for a week. Empty on a Redis error.
+  std::vector<std::string> list_workers();
+
   // Publish directly (the relay's primitive): XADD + record in the inflight hash, atomically.
   bool publish(const std::string& job_id, int priority_idx, const std::string& worker_id = {});
   struct publish_item {

@@ -678,6 +678,23 @@ class sqlite_store final : public store {
         claim_result{});
   }
 
+  std::future<std::vector<std::string>> fence_worker_leases(const std::string& worker_id) override {
+    return submit<std::vector<std::string>>(
+        [worker_id](conn& c) {
+          std::vector<std::string> ids;
+          auto& q = c.stmt("SELECT id FROM jobs WHERE status='running' AND lease_owner=?");
+          q.bind_all(worker_id);
+          while (q.step()) ids.push_back(q.col_text(0));
+          // NOTE: attempts is not bumped: the job did nothing wrong, its worker restarted.
+          for (auto& id : ids)
+            c.stmt("UPDATE jobs SET lease_epoch=lease_epoch+1, lease_expires_ms=0 WHERE id=? AND status='running'")
+                .bind_all(id)
+                .run();
+          return ids;
+        },
+        std::vector<std::string>{});
+  }
+
   std::future<std::vector<std::string>> renew_leases(std::vector<std::pair<std::string, int64_t>> jobs,
                                                      int64_t lease_ms) override {
     std::vector<std::string> all;
