@@ -21,7 +21,7 @@ const char* usage() {
   --data-dir DIR               SQLite db, embedded redis AOF, KV spill, logs (default ./agentq-data)
   --redis URL                  redis://[[user]:password@]host[:port][/db] (AUTH, SELECT); absent = start an
                                embedded redis-server; prefer AGENTQ_REDIS to keep the password out of ps
-  --model PATH                 GGUF model (repeatable; name = file stem)
+  --model PATH                 GGUF model (repeatable; name = file stem); a worker serves every model it loads
   --device cpu|cuda|cuda:N     where the engines run (default cpu); a CUDA device that is not there fails start-up
   --chat-family NAME           prompt format of the --model before it (chatml, qwen3, hermes, llama3, mistral,
                                phi3, smollm3, gemma, deepseek-r1, plain); before any --model: the default for all
@@ -41,7 +41,8 @@ const char* usage() {
                                the host name and the data directory, kept in DATA_DIR/worker-id across restarts
   --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
   --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
-  --engine-threads N           CPU threads per engine (default 0 = one per core)
+  --engine-threads N           CPU threads per engine (default 0 = one per core, split evenly between the models
+                               a worker serves)
   --shutdown-spill-s S         on SIGTERM / worker drain, write resident KV to disk for S s at most (default 5)
   --spill-after-s S            a requires_action wait's KV is also written to disk after S s (default 5; -1 = never)
   --spill-budget-mb N          spill files per model at most; the latest-resuming are evicted (default 4096; 0 = no limit)

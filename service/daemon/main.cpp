@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include <agentq/engine.h>
 
@@ -138,7 +139,12 @@ int run(const daemon::config& c) {
     std::fflush(stdout);
   }
 
-  // Engines
+  // Engines. NOTE (thread policy): a worker process serving several models on the CPU splits its
+  // cores between their engines (--engine-threads 0 = cores / models each, at least 1); an explicit
+  // --engine-threads N is each engine's. On a GPU each model's engine has its own --kv-budget-mb.
+  int32_t engine_threads = c.engine_threads;
+  if (engine_threads == 0 && run_worker && c.models.size() > 1)
+    engine_threads = std::max<int32_t>(1, int32_t(std::thread::hardware_concurrency()) / int32_t(c.models.size()));
   api::engine_catalog catalog;
   for (size_t mi = 0; mi < c.models.size(); ++mi) {
     const std::string& path = c.models[mi];
@@ -146,7 +152,7 @@ int run(const daemon::config& c) {
     ec.model_path = path;
     ec.kv_budget_bytes = uint64_t(c.kv_budget_mb) << 20;
     ec.kv_type = c.kv_type;
-    ec.n_threads = c.engine_threads;
+    ec.n_threads = engine_threads;
     ec.device = c.device;
     ec.chat_family = mi < c.model_chat_families.size() && !c.model_chat_families[mi].empty()
                          ? c.model_chat_families[mi] : c.chat_family;
@@ -174,22 +180,28 @@ int run(const daemon::config& c) {
     catalog.add(std::move(e));
   }
 
+  qopts.route_by_model = true;  // each job to its model's stream, read by the workers serving it
   qopts.reclaim_idle_ms = c.reclaim_idle_ms;
   qopts.max_deliveries = c.max_deliveries;
   // NOTE: a worker counts as alive (continuations routed to it) for 5 heartbeats after its last one.
   qopts.heartbeat_ttl_ms = 5 * c.heartbeat_ms;
   queue::queue q(qopts, *st);
-  q.start_relay();
   // This process's store/Redis errors: served by its own /metrics, or shipped as a worker's share.
   obs::process_metrics process_metrics(serve_api ? metrics::global() : obs::worker_registry(), *st, q);
 
-  std::unique_ptr<worker::worker> w;
-  std::unique_ptr<obs::engine_sampler> sampler;  // engine samples + worker metrics -> SQLite
-  if (run_worker) {
+  // Every loaded model is served (#28): one worker per model (own dispatcher, housekeeper, job
+  // threads, engine), reading that model's streams. The first keeps the process's worker id, the
+  // others are "<id>.<model>"; all advertise the id as their group.
+  std::vector<std::unique_ptr<worker::worker>> workers;
+  std::vector<std::unique_ptr<obs::engine_sampler>> samplers;  // engine samples + worker metrics -> SQLite
+  for (size_t mi = 0; run_worker && mi < catalog.list().size(); ++mi) {
+    const std::string model = catalog.list()[mi].name;
     worker::worker_options wo;
-    wo.worker_id = identity->id();
+    wo.model = model;
+    wo.group = identity->id();
+    wo.worker_id = mi == 0 ? identity->id() : identity->id() + "." + worker::worker_identity::sanitize(model);
     wo.incarnation = identity->incarnation();
-    wo.n_engine_threads = c.engine_threads;
+    wo.n_engine_threads = engine_threads;
     wo.max_jobs = c.max_jobs;
     wo.lease_ms = c.lease_ms;
     wo.heartbeat_ms = c.heartbeat_ms;
@@ -205,12 +217,13 @@ int run(const daemon::config& c) {
     // server-side tools go through the worker's built-in client: net::http_client + signing
     wo.tool_allow_cidrs = c.allow_addresses;
     wo.timeline = obs_db.get();
-    // NOTE: one worker on the first model; further models serve validation and /v1/models only.
-    w = std::make_unique<worker::worker>(wo, catalog.find(catalog.list().front().name), *st, q, true);
+    auto& w = workers.emplace_back(std::make_unique<worker::worker>(wo, catalog.find(model), *st, q, true));
     w->start();
-    sampler = std::make_unique<obs::engine_sampler>(*obs_db, catalog.find(catalog.list().front().name), w->id());
-    sampler->start();
+    samplers.emplace_back(std::make_unique<obs::engine_sampler>(*obs_db, catalog.find(model), w->id()))->start();
   }
+  // NOTE: after this process's workers announced themselves, so jobs of a restart's outbox are not
+  // marked "waiting" for a model that is about to be served here.
+  q.start_relay();
 
   std::unique_ptr<webhooks::dispatcher> hooks;
   std::unique_ptr<ops::retention> sweeper;
@@ -261,11 +274,11 @@ int run(const daemon::config& c) {
     ropts.spill_dir = (fs::path(c.data_dir) / "kv").string();
     sweeper = std::make_unique<ops::retention>(ropts, *st, metrics::global());
     sweeper->start();
-    deps.on_job_deleted = [wk = w.get(), sw = sweeper.get()](const std::string& job_id) {
+    deps.on_job_deleted = [&workers, sw = sweeper.get()](const std::string& job_id) {
       // NOTE: the worker knows the job's KV key (its own, or its previous_response_id chain's) and
       // whether a continuation holds that key now; release() frees parked KV and its spill file.
       // Split-role workers notice deletions themselves (their retained keys) or the retention sweep does.
-      if (wk) wk->job_deleted(job_id);
+      for (auto& wk : workers) wk->job_deleted(job_id);
       sw->notify_deleted();
     };
     deps.openai = openai_reg.get();
@@ -340,8 +353,14 @@ int run(const daemon::config& c) {
 
   // Order: stop accepting requests, release worker claims, drain webhooks, relay, then Redis.
   if (server) server->stop();
-  if (w) w->stop();
-  if (sampler) sampler->stop();
+  // NOTE: in parallel: each worker's stop() hands its jobs back and spills its engine's KV within
+  // --shutdown-spill-s, so N models take that long once, not N times.
+  {
+    std::vector<std::thread> stopping;
+    for (auto& w : workers) stopping.emplace_back([&w] { w->stop(); });
+    for (auto& t : stopping) t.join();
+  }
+  for (auto& sm : samplers) sm->stop();
   if (sweeper) sweeper->stop();
   if (hooks) hooks->stop();
   q.stop_relay();

@@ -73,6 +73,12 @@ bool worker_identity::valid_id(const std::string& id) {
   return true;
 }
 
+std::string worker_identity::sanitize(const std::string& name) {
+  std::string out;
+  for (char c : name) out += valid_id(std::string(1, c)) ? c : '-';
+  return out.empty() ? "-" : out;
+}
+
 std::unique_ptr<worker_identity> worker_identity::acquire(const std::string& explicit_id, const std::string& data_dir,
                                                           std::string* error) {
   std::unique_ptr<worker_identity> out(new worker_identity());

@@ -28,6 +28,8 @@ class worker_identity {
   static std::unique_ptr<worker_identity> acquire(const std::string& explicit_id, const std::string& data_dir,
                                                   std::string* error);
   static bool valid_id(const std::string& id);
+  // name with every character outside A-Z a-z 0-9 . _ - replaced by '-' (a model name in an id).
+  static std::string sanitize(const std::string& name);
 
  private:
   worker_identity() = default;

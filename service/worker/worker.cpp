@@ -211,7 +211,7 @@ struct worker::impl {
     auto next_reclaim = clock_type::now();
     // A previous run of this id read these and never acked them: its leases are fenced (start()),
     // so they are claimable now rather than after reclaim_idle_ms.
-    for (auto& d : q.read_pending(id, options.max_jobs)) handle_delivery(d);
+    for (auto& d : q.read_pending(id, options.max_jobs, options.model)) handle_delivery(d);
     while (running) {
       reap();
       int32_t cap = options.max_jobs - n_active();
@@ -220,11 +220,11 @@ struct worker::impl {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         continue;
       }
-      for (auto& d : q.read(id, cap, options.read_block_ms)) handle_delivery(d);
+      for (auto& d : q.read(id, cap, options.read_block_ms, options.model)) handle_delivery(d);
       if (clock_type::now() >= next_reclaim) {
         cap = options.max_jobs - n_active();
         if (cap > 0)
-          for (auto& d : q.reclaim(id, cap)) handle_delivery(d);
+          for (auto& d : q.reclaim(id, cap, options.model)) handle_delivery(d);
         next_reclaim = clock_type::now() + std::chrono::milliseconds(options.reclaim_interval_ms);
       }
     }
@@ -270,6 +270,7 @@ struct worker::impl {
         return;
       }
     }
+    if (!options.model.empty() && !d.continuation && reroute(d)) return;
     if (!eng->healthy()) {
       // Read before the engine failed (the dispatcher's check raced it): leave the job queued in
       // SQLite; the ack drops our inflight mark, so the reconciler re-publishes it for a healthy worker.
@@ -323,6 +324,22 @@ struct worker::impl {
       }
       ctx->done = true;
     });
+  }
+
+  // An entry of a legacy (model-less) stream whose job is for another model: published to that
+  // model's stream, then acked here (publish first: the ack keeps the new inflight mark). True if moved.
+  bool reroute(const queue::delivery& d) {
+    if (d.stream.find(":jobs:" + options.model + ":") != std::string::npos) return false;  // the model's own stream
+    auto models = db.job_models({d.job_id});
+    auto it = models.find(d.job_id);
+    if (it == models.end() || it->second == options.model) return false;
+    auto row = db.get_job(d.job_id);
+    int prio = row ? static_cast<int>(row->priority) : 1;
+    if (!q.publish(d.job_id, prio, {}, it->second)) return true;  // Redis trouble: left pending, reclaimed later
+    q.ack(d);
+    spdlog::info("worker {}: job {} is for model '{}', not '{}': moved to its model's stream", id, d.job_id, it->second,
+                 options.model);
+    return true;
   }
 
   // --- housekeeping ------------------------------------------------------------
@@ -397,6 +414,7 @@ struct worker::impl {
     models.push_back({{"name", m.name}, {"arch", m.arch}, {"context_length", m.n_ctx}, {"chat_family", m.chat_family},
                       {"kv_type", m.kv_type}, {"kv_capacity_tokens", m.kv_capacity_tokens}, {"ready", es.healthy}});
     return json{{"id", id},
+                {"group", options.group.empty() ? id : options.group},
                 {"incarnation", incarnation},
                 {"host", host},
                 {"pid", getpid()},
@@ -915,7 +933,7 @@ void worker::start() {
     spdlog::warn("worker {}: fencing the previous run's leases failed ({}); they expire with their lease",
                  impl_->id, e.what());
   }
-  impl_->q.ensure_groups(impl_->id);
+  impl_->q.ensure_groups(impl_->id, impl_->options.model);
   impl_->announce(true, {});
   impl_->dispatcher = std::thread([this] { impl_->dispatch_loop(); });
   impl_->housekeeper = std::thread([this] { impl_->housekeeping_loop(); });

@@ -52,6 +52,10 @@ struct worker_options {
   // claiming (superseded) and drops its jobs, which are fenced already.
   std::string incarnation;
   int32_t n_engine_threads = 0;        // advertised (0 = one per core)
+  // The model this worker serves (its engine's name): it reads that model's streams (and the legacy
+  // model-less ones, re-routing entries for other models). Empty = the legacy streams only.
+  std::string model;
+  std::string group;                   // the process's base worker id, advertised (several models: one worker each)
   int32_t max_jobs = 64;               // jobs held at once
   int64_t lease_ms = 30000;            // SQLite lease; renewed every lease_ms/3
   int64_t heartbeat_ms = 2000;         // Redis alive key + idle reset of held entries
