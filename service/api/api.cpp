@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -12,6 +13,7 @@
 #include "api/queue_depth.h"
 #include "api/job_view.h"
 #include "api/model_catalog.h"
+#include "api/worker_routes.h"
 #include "api/ui_routes.h"
 #include "api/usage_routes.h"
 #include "api/deletion_routes.h"
@@ -133,10 +135,24 @@ void api::install(http::router& r) {
   });
 
   r.add("GET", "/v1/models", authed([this](request&, const auth::key_info&) {
+          // The fleet (#28): which live workers serve each model (their adverts); a known model no
+          // live worker serves is still listed and accepted: its jobs wait (a "waiting" event says why).
+          std::map<std::string, json> served_by;
+          if (deps_.list_workers)
+            for (const auto& text : deps_.list_workers()) {
+              json w = json::parse(text, nullptr, false);
+              if (!w.is_object() || !w.contains("models") || !w["models"].is_array()) continue;
+              for (auto& m : w["models"])
+                if (m.is_object() && m.contains("name") && m["name"].is_string())
+                  served_by[m["name"].get<std::string>()].push_back(w.value("id", ""));
+            }
           json data = json::array();
-          for (const auto& m : deps_.catalog->list())
+          for (const auto& m : deps_.catalog->list()) {
+            json workers = served_by.count(m.name) ? served_by[m.name] : json::array();
             data.push_back({{"id", m.name}, {"object", "model"}, {"arch", m.arch}, {"context_length", m.n_ctx},
-                            {"ready", m.ready}, {"chat_family", m.chat_family}});
+                            {"ready", m.ready}, {"chat_family", m.chat_family}, {"served", !workers.empty()},
+                            {"workers", workers}});
+          }
           return json_response(200, {{"object", "list"}, {"data", data}});
         }));
 
@@ -411,6 +427,7 @@ void api::install(http::router& r) {
 
   install_ui_routes(r, options_, deps_, authed);          // /ui dashboard, GET /v1/events
   install_deletion_routes(r, deps_, authed, admin_only);  // DELETE /v1/jobs/{id}, DELETE /v1/tenants/{tenant}
+  install_worker_routes(r, deps_, authed, admin_only);    // GET /v1/workers (admin)
   install_openai_routes(r, options_, deps_, authed);      // /v1/chat/completions, /v1/responses, webhook endpoints
   install_batch_routes(r, options_, deps_, authed);       // /v1/files, /v1/batches
   install_usage_routes(r, deps_, authed);                 // /v1/usage

@@ -71,6 +71,8 @@ struct api_deps {
   std::vector<std::pair<std::string, ready_check>> ready_checks;  // "redis", "database", "engine"
   // After a job became a tombstone on request (drop its KV and spill file, checkpoint soon); may be empty.
   std::function<void(const std::string& job_id)> on_job_deleted;
+  // Live workers' adverts (JSON text each) for GET /v1/workers; empty function = none known.
+  std::function<std::vector<std::string>()> list_workers;
 };
 
 class api {

@@ -186,6 +186,10 @@ json build() {
   p["/readyz"]["get"] = op("Readiness: Redis reachable, database ok, engine loaded", 200, {{"type", "object"}}, {503}, false);
   p["/openapi.json"]["get"] = op("This document", 200, {{"type", "object"}}, {}, false);
   p["/v1/models"]["get"] = op("Loaded models", 200, ref("List"), {401, 429});
+  p["/v1/workers"]["get"] =
+      op("Live workers (admin): id, host, incarnation, version, protocol, device, models (name, arch, context_length, "
+         "chat_family), kv (blocks used/free), max_jobs, running_jobs, free_slots, last_heartbeat_ms",
+         200, ref("List"), {401, 403, 429});
   json submit = op("Submit an agent job (202; an Idempotency-Key replay answers 200 with the same job)", 202,
                    ref("Job"), {400, 401, 409, 413, 422, 429, 503});
   submit["responses"]["200"] = {{"description", "idempotent replay"},

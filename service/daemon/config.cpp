@@ -17,9 +17,11 @@ const char* usage() {
   return R"(usage: agentqd [options]
   --role all|api|worker        all-in-one (default): API + worker + webhook sender
   --listen HOST:PORT           API address (default 127.0.0.1:8080)
+  --tls-cert FILE --tls-key FILE  serve the API over HTTPS (PEM certificate chain and its private key)
   --data-dir DIR               SQLite db, embedded redis AOF, KV spill, logs (default ./agentq-data)
-  --redis URL                  redis://host:port; absent = start an embedded redis-server
-  --model PATH                 GGUF model (repeatable; name = file stem)
+  --redis URL                  redis://[[user]:password@]host[:port][/db] (AUTH, SELECT); absent = start an
+                               embedded redis-server; prefer AGENTQ_REDIS to keep the password out of ps
+  --model PATH                 GGUF model (repeatable; name = file stem); a worker serves every model it loads
   --device cpu|cuda|cuda:N     where the engines run (default cpu); a CUDA device that is not there fails start-up
   --chat-family NAME           prompt format of the --model before it (chatml, qwen3, hermes, llama3, mistral,
                                phi3, smollm3, gemma, deepseek-r1, harmony, plain); before any --model: the default for all
@@ -37,11 +39,14 @@ const char* usage() {
                                rate_limit, rate_burst, webhook_schedule_ms, webhook_timeout_ms, max_jobs,
                                kv_budget_mb, kv_type, chat_family, log_level, log_format, metrics_token,
                                retention_days, shutdown_spill_s, spill_after_s, spill_budget_mb,
-                               response_kv_ttl_s
+                               response_kv_ttl_s, tls_cert, tls_key, worker_id
                                (and every flag below by name)
+  --worker-id ID               this worker's stable name (A-Z a-z 0-9 . _ -, at most 64); default: derived from
+                               the host name and the data directory, kept in DATA_DIR/worker-id across restarts
   --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
   --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
-  --engine-threads N           CPU threads per engine (default 0 = one per core)
+  --engine-threads N           CPU threads per engine (default 0 = one per core, split evenly between the models
+                               a worker serves)
   --shutdown-spill-s S         on SIGTERM / worker drain, write resident KV to disk for S s at most (default 5)
   --spill-after-s S            a requires_action wait's KV is also written to disk after S s (default 5; -1 = never)
   --spill-budget-mb N          spill files per model at most; the latest-resuming are evicted (default 4096; 0 = no limit)
@@ -61,7 +66,8 @@ const char* usage() {
   --max-queue-depth-per-tenant N   the same bound for one tenant's queued jobs (default 0 = none)
 subcommand: agentqd backup --data-dir DIR --to FILE   online, consistent copy of the job store
 environment: AGENTQ_ROLE AGENTQ_LISTEN AGENTQ_DATA_DIR AGENTQ_REDIS AGENTQ_MODEL AGENTQ_ALLOW_ADDRESSES
-             AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL AGENTQ_LOG_FORMAT AGENTQ_METRICS_TOKEN
+             AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL AGENTQ_LOG_FORMAT AGENTQ_METRICS_TOKEN AGENTQ_TLS_CERT AGENTQ_TLS_KEY
+             AGENTQ_WORKER_ID
 )";
 }
 
@@ -131,6 +137,7 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "webhook-schedule") c.webhook_schedule_ms = parse_ms_list(v);
   else if (name == "webhook-timeout-ms") c.webhook_timeout_ms = std::stoll(v);
   else if (name == "max-jobs") c.max_jobs = std::stoi(v);
+  else if (name == "worker-id") c.worker_id = v;  // checked by worker_identity::acquire
   else if (name == "kv-budget-mb") c.kv_budget_mb = std::stoll(v);
   else if (name == "kv-type") {
     if (v != "f16" && v != "f32") throw std::invalid_argument("--kv-type must be f16 or f32");
@@ -165,6 +172,8 @@ void set_option(config& c, const std::string& name, const std::string& v) {
     c.log_format = v;
   } else if (name == "metrics-token") c.metrics_token = v;
   else if (name == "port-file") c.port_file = v;
+  else if (name == "tls-cert") c.tls_cert = v;
+  else if (name == "tls-key") c.tls_key = v;
   else if (name == "lease-ms") c.lease_ms = std::stoll(v);
   else if (name == "heartbeat-ms") c.heartbeat_ms = std::stoll(v);
   else if (name == "reclaim-idle-ms") c.reclaim_idle_ms = std::stoll(v);
@@ -224,7 +233,8 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
         {"AGENTQ_ROLE", "role"},       {"AGENTQ_LISTEN", "listen"}, {"AGENTQ_DATA_DIR", "data-dir"},
         {"AGENTQ_REDIS", "redis"},     {"AGENTQ_ALLOW_ADDRESSES", "allow-addresses"},
         {"AGENTQ_ADMIN_KEY", "admin-key"}, {"AGENTQ_LOG_LEVEL", "log-level"},
-        {"AGENTQ_LOG_FORMAT", "log-format"}, {"AGENTQ_METRICS_TOKEN", "metrics-token"}};
+        {"AGENTQ_LOG_FORMAT", "log-format"}, {"AGENTQ_METRICS_TOKEN", "metrics-token"},
+        {"AGENTQ_TLS_CERT", "tls-cert"}, {"AGENTQ_TLS_KEY", "tls-key"}, {"AGENTQ_WORKER_ID", "worker-id"}};
     for (auto [env, name] : k_env)
       if (const char* v = std::getenv(env); v && *v) set_option(c, name, v);
     std::vector<std::string> flag_models, flag_families, flag_drafts;
@@ -286,6 +296,8 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
       }
     }
     if (c.models.empty()) throw std::invalid_argument("no model: pass --model PATH or set AGENTQ_MODEL");
+    if (c.tls_cert.empty() != c.tls_key.empty())
+      throw std::invalid_argument("--tls-cert and --tls-key go together (a certificate chain and its private key)");
     c.model_chat_families.resize(c.models.size());
     c.model_drafts.resize(c.models.size());
   } catch (const std::exception& e) {

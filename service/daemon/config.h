@@ -14,7 +14,7 @@ struct config {
   enum role role = role::all;
   std::string listen = "127.0.0.1:8080";          // HOST:PORT (port 0 = any free port)
   std::string data_dir = "./agentq-data";         // SQLite db, redis AOF, KV spill, logs
-  std::string redis;                              // redis://host:port; empty = embedded redis-server
+  std::string redis;                              // redis://[[user]:pass@]host[:port][/db]; empty = embedded
   std::vector<std::string> models;                // GGUF paths; name = file stem
   std::string allow_addresses;                    // CIDR list exempt from the SSRF guard
   std::string admin_key;                          // ensure this admin key exists; empty = bootstrap
@@ -26,6 +26,7 @@ struct config {
   std::vector<int64_t> webhook_schedule_ms;       // empty = the default (5s .. 10h)
   int64_t webhook_timeout_ms = 10000;
   int32_t max_jobs = 64;                          // worker: jobs held at once
+  std::string worker_id;                          // worker: stable id; empty = from host + data dir (DATA_DIR/worker-id)
   int64_t kv_budget_mb = 256;
   // KV residency and the spill tier (docs/kv_and_batching.md "Restarts and deploys"):
   double shutdown_spill_s = 5;                    // SIGTERM / drain: write resident KV to disk for this long at most
@@ -52,6 +53,8 @@ struct config {
   std::string log_format = "text";                // text | json (one object per line, job_id field)
   std::string metrics_token;                      // non-empty: GET /metrics needs this bearer token
   std::string port_file;                          // write the bound port here (tests, scripts)
+  std::string tls_cert;                           // PEM certificate chain: the API listener speaks HTTPS
+  std::string tls_key;                            // PEM private key of tls_cert (both or neither)
   // Dispatch timing (worker role; tests shorten them): a job's SQLite lease, how often held entries are
   // touched in Redis, how long an entry must sit idle before another worker reclaims it, how often
   // workers sweep for such entries, and deliveries before a job is dead-lettered.

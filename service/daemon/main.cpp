@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include <agentq/engine.h>
 
@@ -39,10 +40,12 @@
 #include "store/batch_store.h"
 #include "queue/queue.h"
 #include "queue/redis_client.h"
+#include "queue/redis_url.h"
 #include "store/store.h"
 #include "util/crypto.h"
 #include "webhooks/dispatcher.h"
 #include "webhooks/signing.h"
+#include "worker/identity.h"
 #include "worker/worker.h"
 
 namespace fs = std::filesystem;
@@ -58,20 +61,6 @@ void setup_logging(const daemon::config& c) {
   logger->set_level(spdlog::level::from_str(c.log_level));
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
-}
-
-bool parse_redis_url(const std::string& url, queue::redis_options* out) {
-  std::string rest = url;
-  if (rest.starts_with("redis://")) rest = rest.substr(8);
-  if (size_t slash = rest.find('/'); slash != std::string::npos) rest = rest.substr(0, slash);
-  size_t colon = rest.rfind(':');
-  out->host = colon == std::string::npos ? rest : rest.substr(0, colon);
-  try {
-    out->port = colon == std::string::npos ? 6379 : std::stoi(rest.substr(colon + 1));
-  } catch (...) {
-    return false;
-  }
-  return !out->host.empty() && out->port > 0 && out->port < 65536;
 }
 
 int run(const daemon::config& c) {
@@ -97,9 +86,23 @@ int run(const daemon::config& c) {
       return 1;
     }
     qopts.redis.port = embedded_redis->port();
-  } else if (!parse_redis_url(c.redis, &qopts.redis)) {
-    spdlog::critical("invalid --redis URL '{}' (expected redis://host:port)", c.redis);
-    return 2;
+  } else {
+    auto parsed = queue::parse_redis_url(c.redis, &err);
+    if (!parsed) {
+      spdlog::critical("{}: '{}'", err, queue::redact_redis_url(c.redis));  // NOTE: never the password
+      return 2;
+    }
+    qopts.redis = *parsed;
+  }
+
+  // A worker's stable identity (locked for this process's life)
+  std::unique_ptr<worker::worker_identity> identity;
+  if (run_worker) {
+    identity = worker::worker_identity::acquire(c.worker_id, c.data_dir, &err);
+    if (!identity) {
+      spdlog::critical("{}", err);
+      return 2;
+    }
   }
 
   // Store (applies migrations) and the API's tables
@@ -139,7 +142,12 @@ int run(const daemon::config& c) {
     std::fflush(stdout);
   }
 
-  // Engines
+  // Engines. NOTE (thread policy): a worker process serving several models on the CPU splits its
+  // cores between their engines (--engine-threads 0 = cores / models each, at least 1); an explicit
+  // --engine-threads N is each engine's. On a GPU each model's engine has its own --kv-budget-mb.
+  int32_t engine_threads = c.engine_threads;
+  if (engine_threads == 0 && run_worker && c.models.size() > 1)
+    engine_threads = std::max<int32_t>(1, int32_t(std::thread::hardware_concurrency()) / int32_t(c.models.size()));
   api::engine_catalog catalog;
   for (size_t mi = 0; mi < c.models.size(); ++mi) {
     const std::string& path = c.models[mi];
@@ -147,7 +155,7 @@ int run(const daemon::config& c) {
     ec.model_path = path;
     ec.kv_budget_bytes = uint64_t(c.kv_budget_mb) << 20;
     ec.kv_type = c.kv_type;
-    ec.n_threads = c.engine_threads;
+    ec.n_threads = engine_threads;
     ec.device = c.device;
     ec.chat_family = mi < c.model_chat_families.size() && !c.model_chat_families[mi].empty()
                          ? c.model_chat_families[mi] : c.chat_family;
@@ -182,19 +190,28 @@ int run(const daemon::config& c) {
     catalog.add(std::move(e));
   }
 
+  qopts.route_by_model = true;  // each job to its model's stream, read by the workers serving it
   qopts.reclaim_idle_ms = c.reclaim_idle_ms;
   qopts.max_deliveries = c.max_deliveries;
   // NOTE: a worker counts as alive (continuations routed to it) for 5 heartbeats after its last one.
   qopts.heartbeat_ttl_ms = 5 * c.heartbeat_ms;
   queue::queue q(qopts, *st);
-  q.start_relay();
   // This process's store/Redis errors: served by its own /metrics, or shipped as a worker's share.
   obs::process_metrics process_metrics(serve_api ? metrics::global() : obs::worker_registry(), *st, q);
 
-  std::unique_ptr<worker::worker> w;
-  std::unique_ptr<obs::engine_sampler> sampler;  // engine samples + worker metrics -> SQLite
-  if (run_worker) {
+  // Every loaded model is served (#28): one worker per model (own dispatcher, housekeeper, job
+  // threads, engine), reading that model's streams. The first keeps the process's worker id, the
+  // others are "<id>.<model>"; all advertise the id as their group.
+  std::vector<std::unique_ptr<worker::worker>> workers;
+  std::vector<std::unique_ptr<obs::engine_sampler>> samplers;  // engine samples + worker metrics -> SQLite
+  for (size_t mi = 0; run_worker && mi < catalog.list().size(); ++mi) {
+    const std::string model = catalog.list()[mi].name;
     worker::worker_options wo;
+    wo.model = model;
+    wo.group = identity->id();
+    wo.worker_id = mi == 0 ? identity->id() : identity->id() + "." + worker::worker_identity::sanitize(model);
+    wo.incarnation = identity->incarnation();
+    wo.n_engine_threads = engine_threads;
     wo.max_jobs = c.max_jobs;
     wo.lease_ms = c.lease_ms;
     wo.heartbeat_ms = c.heartbeat_ms;
@@ -210,12 +227,13 @@ int run(const daemon::config& c) {
     // server-side tools go through the worker's built-in client: net::http_client + signing
     wo.tool_allow_cidrs = c.allow_addresses;
     wo.timeline = obs_db.get();
-    // NOTE: one worker on the first model; further models serve validation and /v1/models only.
-    w = std::make_unique<worker::worker>(wo, catalog.find(catalog.list().front().name), *st, q, true);
+    auto& w = workers.emplace_back(std::make_unique<worker::worker>(wo, catalog.find(model), *st, q, true));
     w->start();
-    sampler = std::make_unique<obs::engine_sampler>(*obs_db, catalog.find(catalog.list().front().name), w->id());
-    sampler->start();
+    samplers.emplace_back(std::make_unique<obs::engine_sampler>(*obs_db, catalog.find(model), w->id()))->start();
   }
+  // NOTE: after this process's workers announced themselves, so jobs of a restart's outbox are not
+  // marked "waiting" for a model that is about to be served here.
+  q.start_relay();
 
   std::unique_ptr<webhooks::dispatcher> hooks;
   std::unique_ptr<ops::retention> sweeper;
@@ -300,14 +318,15 @@ int run(const daemon::config& c) {
     deps.db_path = sopts.path;
     sweeper = std::make_unique<ops::retention>(ropts, *st, metrics::global());
     sweeper->start();
-    deps.on_job_deleted = [wk = w.get(), sw = sweeper.get()](const std::string& job_id) {
+    deps.on_job_deleted = [&workers, sw = sweeper.get()](const std::string& job_id) {
       // NOTE: the worker knows the job's KV key (its own, or its previous_response_id chain's) and
       // whether a continuation holds that key now; release() frees parked KV and its spill file.
       // Split-role workers notice deletions themselves (their retained keys) or the retention sweep does.
-      if (wk) wk->job_deleted(job_id);
+      for (auto& wk : workers) wk->job_deleted(job_id);
       sw->notify_deleted();
     };
     deps.openai = openai_reg.get();
+    deps.list_workers = [&q] { return q.list_workers(); };
     deps.ready_checks.emplace_back("database", [&st](std::string* why) {
       try {
         st->get_job("job_readyz_probe");
@@ -355,12 +374,14 @@ int run(const daemon::config& c) {
     hopts.upload_dir = (fs::path(files_dir) / "uploads").string();
     hopts.max_upload_bytes = size_t(c.max_file_bytes);
     hopts.on_rejected = api::rejection_counter();  // 413, 431, ... never reach the router
+    hopts.tls_cert_file = c.tls_cert;
+    hopts.tls_key_file = c.tls_key;
     server = std::make_unique<http::server>(hopts, api::instrumented(router));
     if (!server->start(&err)) {
       spdlog::critical("{}", err);
       return 1;
     }
-    spdlog::info("agentqd listening on http://{}:{}", hopts.host, server->port());
+    spdlog::info("agentqd listening on {}://{}:{}", c.tls_cert.empty() ? "http" : "https", hopts.host, server->port());
     if (!c.port_file.empty()) {
       std::ofstream pf(c.port_file + ".tmp");
       pf << server->port() << "\n";
@@ -381,8 +402,14 @@ int run(const daemon::config& c) {
   // Order: stop accepting requests, release worker claims, drain webhooks, relay, then Redis.
   if (server) server->stop();
   if (batch_run) batch_run->stop();
-  if (w) w->stop();
-  if (sampler) sampler->stop();
+  // NOTE: in parallel: each worker's stop() hands its jobs back and spills its engine's KV within
+  // --shutdown-spill-s, so N models take that long once, not N times.
+  {
+    std::vector<std::thread> stopping;
+    for (auto& w : workers) stopping.emplace_back([&w] { w->stop(); });
+    for (auto& t : stopping) t.join();
+  }
+  for (auto& sm : samplers) sm->stop();
   if (sweeper) sweeper->stop();
   if (hooks) hooks->stop();
   q.stop_relay();

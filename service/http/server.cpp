@@ -1,5 +1,6 @@
 // Beast HTTP server: listener, sessions (do_read_header/on_read_header, do_read_body/
-// on_read_body, do_write/on_write), limits and streaming responses (see server.h).
+// on_read_body, do_write/on_write), limits and streaming responses (see server.h); one session
+// template over a plain TCP stream or a TLS stream (OpenSSL, --tls-cert/--tls-key).
 #include "http/server.h"
 
 #include <spdlog/spdlog.h>
@@ -9,15 +10,19 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/http/file_body.hpp>
 #include <filesystem>
+#include <boost/beast/ssl.hpp>
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <unistd.h>
 #include <vector>
@@ -34,7 +39,12 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-class session;
+// What stop() needs of a session of either stream type.
+class session_base {
+ public:
+  virtual ~session_base() = default;
+  virtual void close_if_idle() = 0;
+};
 
 struct shared_state {
   server_options options;
@@ -45,17 +55,31 @@ struct shared_state {
   // Live sessions, so stop() can close the idle ones; drain_cv fires when n_connections hits 0.
   std::mutex drain_mu;
   std::condition_variable drain_cv;
-  std::unordered_map<session*, std::weak_ptr<session>> sessions;  // guarded by drain_mu
+  std::unordered_map<session_base*, std::weak_ptr<session_base>> sessions;  // guarded by drain_mu
+  std::optional<asio::ssl::context> tls;  // set: every connection is TLS (tls_cert_file/tls_key_file)
 };
 
 const char* reason(int status) {
   return bhttp::obsolete_reason(bhttp::status(status)).data();
 }
 
-class session : public std::enable_shared_from_this<session> {
+using plain_stream = beast::tcp_stream;
+using tls_stream = beast::ssl_stream<beast::tcp_stream>;
+
+// Upload file names: one counter for plain and TLS sessions alike (a function-local static in
+// the template would be one per instantiation, and two sessions could pick the same name).
+std::atomic<uint64_t> upload_seq{0};
+
+template <class Stream>
+class session : public session_base, public std::enable_shared_from_this<session<Stream>> {
+  static constexpr bool k_tls = std::is_same_v<Stream, tls_stream>;
+  using std::enable_shared_from_this<session<Stream>>::shared_from_this;
+  using std::enable_shared_from_this<session<Stream>>::weak_from_this;
+
  public:
-  session(tcp::socket socket, std::shared_ptr<shared_state> state)
-      : stream_(std::move(socket)), state_(std::move(state)), buffer_(state_->options.max_header_bytes + 4096) {
+  template <class... Tls>
+  session(tcp::socket socket, std::shared_ptr<shared_state> state, Tls&... tls)
+      : stream_(std::move(socket), tls...), state_(std::move(state)), buffer_(state_->options.max_header_bytes + 4096) {
     ++state_->n_connections;
   }
   ~session() {
@@ -69,19 +93,32 @@ class session : public std::enable_shared_from_this<session> {
       std::lock_guard lock(state_->drain_mu);
       state_->sessions.emplace(this, weak_from_this());
     }
-    asio::dispatch(stream_.get_executor(), beast::bind_front_handler(&session::do_read_header, shared_from_this()));
+    if constexpr (k_tls) {
+      // NOTE: the handshake counts against the header timeout, as the head it precedes.
+      idle_ = true;
+      lowest().expires_after(state_->options.header_timeout);
+      stream_.async_handshake(asio::ssl::stream_base::server,
+                              beast::bind_front_handler(&session::on_handshake, this->shared_from_this()));
+    } else {
+      asio::dispatch(stream_.get_executor(), beast::bind_front_handler(&session::do_read_header, shared_from_this()));
+    }
   }
 
-  // Reject before reading anything (connection limit).
+  // Reject before reading anything (connection limit). A TLS connection is closed without an
+  // answer: it has no session to answer in yet.
   void reject_busy() {
     ++state_->n_rejected;
     if (state_->options.on_rejected) state_->options.on_rejected("", 503);
-    send_error(error_kind::unavailable, "server is at its connection limit; retry later", true);
+    if constexpr (k_tls) {
+      close();
+    } else {
+      send_error(error_kind::unavailable, "server is at its connection limit; retry later", true);
+    }
   }
 
   // Graceful stop: close the connection if it waits for a new request (keep-alive idle or
   // part of a head); a request already read finishes and closes after its response.
-  void close_if_idle() {
+  void close_if_idle() override {
     asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
       if (self->idle_) self->close();
     });
@@ -90,13 +127,23 @@ class session : public std::enable_shared_from_this<session> {
  private:
   // NOTE: the head is read with our own loop (not bhttp::async_read_header) so that
   // put_head sees the raw head bytes (obs-fold check) before the parser consumes them.
+  beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
+
+  void on_handshake(beast::error_code ec) {
+    if (ec) {
+      spdlog::debug("http: TLS handshake failed: {}", ec.message());
+      return close();  // NOTE: plain HTTP on the TLS port lands here: closed, nothing to answer in
+    }
+    do_read_header();
+  }
+
   void do_read_header() {
     if (state_->stopping) return close();
     idle_ = true;
     parser_.emplace();
     init_parser(*parser_, state_->options);
     n_head_bytes_ = 0;
-    stream_.expires_after(state_->options.header_timeout);
+    lowest().expires_after(state_->options.header_timeout);
     if (buffer_.size() > 0) return parse_head();  // pipelined bytes from the last request
     read_head_some();
   }
@@ -129,7 +176,7 @@ class session : public std::enable_shared_from_this<session> {
     idle_ = false;  // a request: stop() lets it finish
     if (!parser_->is_done() && is_upload(*parser_, state_->options)) return start_upload();
     if (parser_->is_done()) return handle();
-    stream_.expires_after(state_->options.body_timeout);
+    lowest().expires_after(state_->options.body_timeout);
     bhttp::async_read(stream_, buffer_, *parser_,
                       beast::bind_front_handler(&session::on_read_body, shared_from_this()));
   }
@@ -148,9 +195,8 @@ class session : public std::enable_shared_from_this<session> {
 
   // --- uploads (server_options::upload_path): the body goes to a file -------------
   void start_upload() {
-    static std::atomic<uint64_t> n_uploads{0};
     upload_file_ = (std::filesystem::path(state_->options.upload_dir) /
-                    ("upload-" + std::to_string(::getpid()) + "-" + std::to_string(++n_uploads) + ".part"))
+                    ("upload-" + std::to_string(::getpid()) + "-" + std::to_string(++upload_seq) + ".part"))
                        .string();
     upload_.emplace(std::move(*parser_));
     upload_->body_limit(state_->options.max_upload_bytes);
@@ -161,7 +207,7 @@ class session : public std::enable_shared_from_this<session> {
       upload_.reset();
       return reject({error_kind::unavailable, "cannot store the upload right now; retry"});
     }
-    stream_.expires_after(state_->options.upload_body_timeout);
+    lowest().expires_after(state_->options.upload_body_timeout);
     bhttp::async_read(stream_, buffer_, *upload_,
                       beast::bind_front_handler(&session::on_read_upload, shared_from_this()));
   }
@@ -207,7 +253,7 @@ class session : public std::enable_shared_from_this<session> {
 
   void run_handler(request req, bool head) {
     beast::error_code ep_ec;
-    auto ep = stream_.socket().remote_endpoint(ep_ec);
+    auto ep = lowest().socket().remote_endpoint(ep_ec);
     if (!ep_ec) req.remote = ep.address().to_string();
     ++state_->n_requests;
 
@@ -234,7 +280,7 @@ class session : public std::enable_shared_from_this<session> {
     out->body() = std::move(res.body);
     out->prepare_payload();
     if (head) out->body().clear();
-    stream_.expires_after(state_->options.write_timeout);
+    lowest().expires_after(state_->options.write_timeout);
     auto self = shared_from_this();
     if (head) {
       auto sr = std::make_shared<bhttp::response_serializer<bhttp::string_body>>(*out);
@@ -264,10 +310,12 @@ class session : public std::enable_shared_from_this<session> {
     send(error_response(kind, message));
   }
 
+  // NOTE: a TLS connection is closed without close_notify: every response is length-delimited
+  // or an event stream, so a client cannot mistake the cut for a complete body.
   void close() {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    stream_.socket().close(ec);
+    lowest().socket().shutdown(tcp::socket::shutdown_send, ec);
+    lowest().socket().close(ec);
   }
 
   // --- streaming (SSE) ------------------------------------------------------
@@ -281,7 +329,7 @@ class session : public std::enable_shared_from_this<session> {
       auto buf = std::make_shared<std::string>(data);
       auto s = s_;
       asio::post(s->stream_.get_executor(), [s, buf, done, this_timeout = timeout_] {
-        s->stream_.expires_after(this_timeout);
+        s->lowest().expires_after(this_timeout);
         asio::async_write(s->stream_, asio::buffer(*buf),
                           [buf, done](beast::error_code ec, size_t) { done->set_value(!ec); });
       });
@@ -319,7 +367,7 @@ class session : public std::enable_shared_from_this<session> {
     }).detach();
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   std::shared_ptr<shared_state> state_;
   beast::flat_buffer buffer_;  // max size set in the constructor (room for a whole head)
   std::optional<request_parser> parser_;
@@ -345,6 +393,14 @@ struct server::impl {
   uint16_t port = 0;
   bool running = false;
 
+  template <class S>
+  void start_session(std::shared_ptr<S> s) {
+    if (state->n_connections > state->options.max_connections)
+      s->reject_busy();
+    else
+      s->run();
+  }
+
   void do_accept() {
     acceptor->async_accept(asio::make_strand(ioc),
                            [this](beast::error_code ec, tcp::socket socket) { on_accept(ec, std::move(socket)); });
@@ -352,11 +408,10 @@ struct server::impl {
   void on_accept(beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || state->stopping) return;
     if (!ec) {
-      auto s = std::make_shared<session>(std::move(socket), state);
-      if (state->n_connections > state->options.max_connections)
-        s->reject_busy();
+      if (state->tls)
+        start_session(std::make_shared<session<tls_stream>>(std::move(socket), state, *state->tls));
       else
-        s->run();
+        start_session(std::make_shared<session<plain_stream>>(std::move(socket), state));
     }
     do_accept();
   }
@@ -373,6 +428,34 @@ server::~server() {
 
 bool server::start(std::string* error) {
   beast::error_code ec;
+  const auto& o = impl_->state->options;
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    if (error) *error = "TLS needs both a certificate (--tls-cert) and its private key (--tls-key)";
+    return false;
+  }
+  if (!o.tls_cert_file.empty()) {
+    auto& ctx = impl_->state->tls.emplace(asio::ssl::context::tls_server);
+    ctx.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                    asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1 |
+                    asio::ssl::context::single_dh_use);
+    ctx.use_certificate_chain_file(o.tls_cert_file, ec);
+    if (ec) {
+      if (error) *error = "--tls-cert '" + o.tls_cert_file + "': " + ec.message();
+      impl_->state->tls.reset();
+      return false;
+    }
+    ctx.use_private_key_file(o.tls_key_file, asio::ssl::context::pem, ec);
+    if (ec) {
+      if (error) *error = "--tls-key '" + o.tls_key_file + "': " + ec.message();
+      impl_->state->tls.reset();
+      return false;
+    }
+    if (SSL_CTX_check_private_key(ctx.native_handle()) != 1) {
+      if (error) *error = "--tls-key does not match the certificate in --tls-cert";
+      impl_->state->tls.reset();
+      return false;
+    }
+  }
   auto addr = asio::ip::make_address(impl_->state->options.host, ec);
   if (ec) {
     if (error) *error = "invalid listen address '" + impl_->state->options.host + "'";
@@ -413,7 +496,7 @@ void server::stop() {
   // response (Connection: close) and closes; streams notice `stopping` at their next write.
   // NOTE: the io threads keep running until every session is gone (or drain_timeout): an
   // ioc.stop() while a response is being written would cut it off mid-body.
-  std::vector<std::shared_ptr<session>> live;
+  std::vector<std::shared_ptr<session_base>> live;
   {
     std::lock_guard lock(state.drain_mu);
     for (auto& [_, weak] : state.sessions)

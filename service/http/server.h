@@ -34,6 +34,10 @@ struct server_options {
   std::string upload_dir;
   size_t max_upload_bytes = size_t(200) << 20;
   std::chrono::milliseconds upload_body_timeout{30 * 60 * 1000};
+  // TLS (HTTPS) on this listener: PEM files of the certificate chain and its private key, both
+  // or neither; empty = plain HTTP. start() fails on an unreadable or mismatched pair.
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // Called for each response the server writes itself before any handler runs (413, 431, 400
   // on a bad head, 408, 503 at the connection limit): method ("" when the head did not parse)
   // and status. Runs on an io thread; must not block.

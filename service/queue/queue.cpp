@@ -35,6 +35,17 @@ end
 return n
 )lua";
 
+// KEYS[1] alive key, KEYS[2] advert key, KEYS[3] index; ARGV incarnation, ttl ms, advert, now ms,
+// worker id, take_over ("1"/"0"). 1 = announced, 0 = another incarnation holds the id.
+const char* k_announce_lua = R"lua(
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] and cur ~= '1' and ARGV[6] ~= '1' then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
+return 1
+)lua";
+
 bool is_nogroup(const redis_reply& r) { return r.type == redis_reply::kind::error && r.str.rfind("NOGROUP", 0) == 0; }
 
 // Parse [[id, [field, value, ...]], ...] into deliveries.
@@ -65,6 +76,9 @@ struct queue::impl {
   std::atomic<int64_t> n_published{0}, n_read{0}, n_acked{0}, n_reclaimed{0}, n_dead_lettered{0}, n_relayed{0},
       n_reconciled{0};
   std::map<std::string, bool> groups_made;  // relay side: streams with a group (reset on error)
+  std::mutex models_mu;
+  std::vector<std::string> models_cached;   // live_models(), refreshed at most once a second
+  std::chrono::steady_clock::time_point models_at{};
 };
 
 queue::queue(queue_options options, store::store& store)
@@ -76,6 +90,10 @@ std::string queue::stream_key(int priority_idx) const {
   static const char* names[] = {"high", "normal", "low", "batch"};
   return options_.prefix + ":jobs:" + names[std::clamp(priority_idx, 0, 3)];
 }
+std::string queue::model_stream_key(const std::string& model, int priority_idx) const {
+  static const char* names[] = {"high", "normal", "low", "batch"};
+  return options_.prefix + ":jobs:" + model + ":" + names[std::clamp(priority_idx, 0, 3)];
+}
 std::string queue::worker_stream_key(const std::string& worker_id) const {
   return options_.prefix + ":worker:" + worker_id;
 }
@@ -84,15 +102,19 @@ std::string queue::dead_letter_key() const { return options_.prefix + ":dead"; }
 // ---------------------------------------------------------------------------
 // Publishing
 
-bool queue::publish(const std::string& job_id, int priority_idx, const std::string& worker_id) {
-  return publish_many({{job_id, priority_idx, worker_id}})[0];
+bool queue::publish(const std::string& job_id, int priority_idx, const std::string& worker_id,
+                    const std::string& model) {
+  return publish_many({{job_id, priority_idx, worker_id, model}})[0];
 }
 
 std::vector<bool> queue::publish_many(const std::vector<publish_item>& items) {
   std::vector<bool> ok(items.size(), false);
   if (items.empty()) return ok;
   std::vector<std::string> streams;
-  for (auto& it : items) streams.push_back(it.worker_id.empty() ? stream_key(it.priority_idx) : worker_stream_key(it.worker_id));
+  for (auto& it : items)
+    streams.push_back(!it.worker_id.empty() ? worker_stream_key(it.worker_id)
+                      : !it.model.empty()   ? model_stream_key(it.model, it.priority_idx)
+                                            : stream_key(it.priority_idx));
   std::lock_guard lock(impl_->relay_mu);
   auto& c = impl_->relay;
   for (auto& stream : streams) {
@@ -122,10 +144,15 @@ int32_t queue::relay_once() {
   for (const char* kind : {"publish", "continue"}) {
     auto rows = store_.fetch_outbox(kind, 256);
     if (rows.empty()) continue;
+    std::vector<std::string> ids;
+    for (auto& row : rows) ids.push_back(row.job_id);
+    // NOTE: routing (#28): each job goes to its model's stream
+    const auto models = options_.route_by_model ? store_.job_models(ids) : std::map<std::string, std::string>{};
     std::vector<publish_item> items;
     for (auto& row : rows) {
       json p = json::parse(row.payload_json, nullptr, false);
-      publish_item it{row.job_id, p.is_object() ? p.value("priority", 1) : 1, {}};
+      publish_item it{row.job_id, p.is_object() ? p.value("priority", 1) : 1, {}, {}};
+      if (auto m = models.find(row.job_id); m != models.end()) it.model = m->second;
       if (row.kind == "continue" && !row.target.empty() && is_alive(row.target)) it.worker_id = row.target;
       items.push_back(std::move(it));
     }
@@ -137,6 +164,7 @@ int32_t queue::relay_once() {
       n += static_cast<int32_t>(done.size());
       store_.complete_outbox(std::move(done)).get();
     }
+    note_unserved(items, ok);
   }
   impl_->n_relayed += n;
   return n;
@@ -165,7 +193,11 @@ int32_t queue::reconcile_once() {
       republish = !is_alive(worker_id);
     }
     if (!republish) continue;
-    if (publish(jobs[i].id, static_cast<int>(jobs[i].priority))) {
+    json req = json::parse(jobs[i].request_json, nullptr, false);
+    std::string model = options_.route_by_model && req.is_object() && req.contains("model") && req["model"].is_string()
+                            ? req["model"].get<std::string>()
+                            : "";
+    if (publish(jobs[i].id, static_cast<int>(jobs[i].priority), {}, model)) {
       n++;
       spdlog::info("queue: reconciler re-published {} ({})", jobs[i].id, store::to_string(jobs[i].status));
     }
@@ -203,11 +235,21 @@ void queue::stop_relay() {
 // ---------------------------------------------------------------------------
 // Consumer side
 
-bool queue::ensure_groups(const std::string& worker_id) {
+std::vector<std::string> queue::consumer_streams(const std::string& worker_id, const std::string& model) const {
+  std::vector<std::string> streams = {worker_stream_key(worker_id)};
+  // By priority first (high, normal, low, batch), the model's stream before the legacy one of the
+  // same priority, so a legacy high entry still overtakes the model's batch work.
+  for (int p = 0; p < 4; ++p) {
+    if (!model.empty()) streams.push_back(model_stream_key(model, p));
+    streams.push_back(stream_key(p));
+  }
+  return streams;
+}
+
+bool queue::ensure_groups(const std::string& worker_id, const std::string& model) {
   std::lock_guard lock(impl_->consumer_mu);
   bool ok = true;
-  std::vector<std::string> streams = {worker_stream_key(worker_id), stream_key(0), stream_key(1), stream_key(2),
-                                      stream_key(3)};
+  std::vector<std::string> streams = consumer_streams(worker_id, model);
   for (auto& s : streams) {
     auto r = impl_->consumer.command({"XGROUP", "CREATE", s, options_.group, "0", "MKSTREAM"});
     if (!r.ok() && r.str.find("BUSYGROUP") == std::string::npos) ok = false;
@@ -215,11 +257,10 @@ bool queue::ensure_groups(const std::string& worker_id) {
   return ok;
 }
 
-std::vector<delivery> queue::read(const std::string& worker_id, int32_t max, int32_t block_ms) {
+std::vector<delivery> queue::read(const std::string& worker_id, int32_t max, int32_t block_ms, const std::string& model) {
   std::vector<delivery> out;
   if (max <= 0) return out;
-  std::vector<std::string> streams = {worker_stream_key(worker_id), stream_key(0), stream_key(1), stream_key(2),
-                                      stream_key(3)};
+  std::vector<std::string> streams = consumer_streams(worker_id, model);
   bool need_groups = false;
   {
     std::lock_guard lock(impl_->consumer_mu);
@@ -245,18 +286,20 @@ std::vector<delivery> queue::read(const std::string& worker_id, int32_t max, int
           if (s.elements.size() == 2) parse_entries(s.elements[1], s.elements[0].str, s.elements[0].str == streams[0], false, out);
     }
   }
-  if (need_groups) ensure_groups(worker_id);
+  if (need_groups) ensure_groups(worker_id, model);
   if (out.empty() && block_ms > 0 && !impl_->consumer.connected())
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(block_ms, 100)));  // don't spin while Redis is down
   impl_->n_read += static_cast<int64_t>(out.size());
   return out;
 }
 
-std::vector<delivery> queue::reclaim(const std::string& worker_id, int32_t max) {
+std::vector<delivery> queue::reclaim(const std::string& worker_id, int32_t max, const std::string& model) {
   std::vector<delivery> out;
+  std::vector<std::string> shared = consumer_streams(worker_id, model);
+  shared.erase(shared.begin());  // not its own stream: continuations wait for it (reconciler)
   std::lock_guard lock(impl_->consumer_mu);
-  for (int p = 0; p < 4 && static_cast<int32_t>(out.size()) < max; ++p) {
-    std::string s = stream_key(p);
+  for (size_t p = 0; p < shared.size() && static_cast<int32_t>(out.size()) < max; ++p) {
+    const std::string& s = shared[p];
     auto r = impl_->consumer.command({"XAUTOCLAIM", s, options_.group, worker_id,
                                       std::to_string(options_.reclaim_idle_ms), "0-0", "COUNT",
                                       std::to_string(max - static_cast<int32_t>(out.size()))});
@@ -312,6 +355,96 @@ bool queue::is_alive(const std::string& worker_id) {
   std::lock_guard lock(impl_->relay_mu);
   auto r = impl_->relay.command({"EXISTS", worker_stream_key(worker_id) + ":alive"});
   return r.type == redis_reply::kind::integer && r.integer == 1;
+}
+
+std::vector<delivery> queue::read_pending(const std::string& worker_id, int32_t max, const std::string& model) {
+  std::vector<delivery> out;
+  std::vector<std::string> streams = consumer_streams(worker_id, model);
+  std::lock_guard lock(impl_->consumer_mu);
+  for (size_t i = 0; i < streams.size() && static_cast<int32_t>(out.size()) < max; ++i) {
+    // NOTE: id 0 instead of '>': this consumer's pending entries list, not new entries.
+    auto r = impl_->consumer.command({"XREADGROUP", "GROUP", options_.group, worker_id, "COUNT",
+                                      std::to_string(max - static_cast<int32_t>(out.size())), "STREAMS", streams[i], "0"});
+    if (r.type != redis_reply::kind::array) continue;
+    for (auto& s : r.elements)
+      if (s.elements.size() == 2) parse_entries(s.elements[1], streams[i], i == 0, true, out);
+  }
+  impl_->n_reclaimed += static_cast<int64_t>(out.size());
+  return out;
+}
+
+queue::announce_result queue::announce(const std::string& worker_id, const std::string& incarnation,
+                                       const std::string& advert_json, bool take_over) {
+  int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch()).count();
+  std::lock_guard lock(impl_->control_mu);
+  auto r = impl_->control.command({"EVAL", k_announce_lua, "3", worker_stream_key(worker_id) + ":alive",
+                                   worker_stream_key(worker_id) + ":info", options_.prefix + ":workers", incarnation,
+                                   std::to_string(options_.heartbeat_ttl_ms), advert_json, std::to_string(now),
+                                   worker_id, take_over ? "1" : "0"});
+  if (r.type != redis_reply::kind::integer) return announce_result::error;
+  return r.integer == 1 ? announce_result::ok : announce_result::superseded;
+}
+
+std::vector<std::string> queue::list_workers() {
+  std::vector<std::string> out;
+  int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch()).count();
+  std::lock_guard lock(impl_->relay_mu);
+  auto& c = impl_->relay;
+  const std::string index = options_.prefix + ":workers";
+  c.command({"ZREMRANGEBYSCORE", index, "-inf", std::to_string(now - 7 * 86400000LL)});
+  auto ids = c.command({"ZRANGE", index, "0", "-1"});
+  if (ids.type != redis_reply::kind::array || ids.elements.empty()) return out;
+  std::vector<std::string> mget = {"MGET"};
+  for (auto& id : ids.elements) mget.push_back(worker_stream_key(id.str) + ":info");
+  auto adverts = c.command(mget);
+  if (adverts.type != redis_reply::kind::array) return out;
+  for (auto& a : adverts.elements)
+    if (a.type == redis_reply::kind::string) out.push_back(a.str);
+  return out;
+}
+
+std::optional<std::vector<std::string>> queue::live_models() {
+  {
+    std::lock_guard lock(impl_->models_mu);
+    if (impl_->models_at.time_since_epoch().count() != 0 &&
+        std::chrono::steady_clock::now() - impl_->models_at < std::chrono::seconds(1))
+      return impl_->models_cached;
+  }
+  std::vector<std::string> adverts;
+  {
+    std::lock_guard lock(impl_->relay_mu);
+    if (!impl_->relay.command({"PING"}).ok()) return std::nullopt;
+  }
+  adverts = list_workers();
+  std::vector<std::string> models;
+  for (auto& a : adverts) {
+    json w = json::parse(a, nullptr, false);
+    if (!w.is_object() || !w.contains("models") || !w["models"].is_array()) continue;
+    for (auto& m : w["models"])
+      if (m.is_object() && m.contains("name") && m["name"].is_string()) models.push_back(m["name"].get<std::string>());
+  }
+  std::lock_guard lock(impl_->models_mu);
+  impl_->models_cached = models;
+  impl_->models_at = std::chrono::steady_clock::now();
+  return models;
+}
+
+void queue::note_unserved(const std::vector<publish_item>& items, const std::vector<bool>& published) {
+  std::optional<std::vector<std::string>> live;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!published[i] || items[i].model.empty() || !items[i].worker_id.empty()) continue;
+    if (!live) live = live_models();
+    if (!live) return;  // Redis cannot say: tell nobody
+    if (std::find(live->begin(), live->end(), items[i].model) != live->end()) continue;
+    // NOTE: the job stays queued in its model's stream; a worker serving the model takes it when it comes.
+    store_.append_queued_event(items[i].job_id, "waiting",
+                               json{{"model", items[i].model},
+                                    {"reason", "no live worker serves model '" + items[i].model +
+                                                   "'; the job waits in its queue until one does"}}
+                                   .dump());
+  }
 }
 
 queue_stats queue::stats() const {

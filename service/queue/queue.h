@@ -1,11 +1,12 @@
 // Dispatch over Redis Streams (transport, not truth): one consumer group per priority stream
-// (agentq:jobs:high|normal|low|batch), a per-worker stream for continuations, XAUTOCLAIM reclaim,
+// (agentq:jobs:<model>:high|normal|low|batch), a per-worker stream for continuations, XAUTOCLAIM reclaim,
 // a dead-letter stream, the outbox relay (SQLite -> Redis) and the reconciler.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +30,9 @@ struct queue_options {
   int64_t reconcile_interval_ms = 5000;
   int64_t reconcile_grace_ms = 2000;      // queued this long without being in Redis -> re-publish
   int32_t max_stream_len = 1000000;       // approximate MAXLEN on XADD
+  // Publish each job to its model's stream (#28 routing; agentqd turns it on). Off: every job to the
+  // legacy model-less streams, which every worker reads (library default, tests with one engine).
+  bool route_by_model = false;
 };
 
 // One entry read from a stream.
@@ -54,7 +58,9 @@ class queue {
   queue& operator=(const queue&) = delete;
 
   const queue_options& options() const { return options_; }
-  std::string stream_key(int priority_idx) const;       // 0 high, 1 normal, 2 low, 3 batch
+  std::string stream_key(int priority_idx) const;       // 0 high, 1 normal, 2 low, 3 batch (no model: the legacy streams)
+  // A model's stream (#28 routing): PREFIX:jobs:<model>:<priority>; read only by workers serving it.
+  std::string model_stream_key(const std::string& model, int priority_idx) const;
   std::string worker_stream_key(const std::string& worker_id) const;
   std::string dead_letter_key() const;
 
@@ -67,13 +73,16 @@ class queue {
   int32_t reconcile_once();
 
   // --- Consumer side (a worker; call from one thread) -----------------------
+  // A consumer serving `model` reads its own stream, then by priority (high, normal, low, batch)
+  // the model's stream and the legacy model-less one (entries published before routing, or by an
+  // older API: the worker re-routes one whose job is for another model). model "" = own + legacy.
   // Create the consumer groups (idempotent; also re-created after a Redis wipe).
-  bool ensure_groups(const std::string& worker_id);
-  // Read up to max entries: own continuation stream first, then high, normal, low, batch;
-  // blocks up to block_ms when nothing is ready. Empty on timeout or Redis error.
-  std::vector<delivery> read(const std::string& worker_id, int32_t max, int32_t block_ms);
-  // XAUTOCLAIM entries idle > reclaim_idle_ms on the shared streams.
-  std::vector<delivery> reclaim(const std::string& worker_id, int32_t max);
+  bool ensure_groups(const std::string& worker_id, const std::string& model = {});
+  // Read up to max entries in that order; blocks up to block_ms when nothing is ready. Empty on
+  // timeout or Redis error.
+  std::vector<delivery> read(const std::string& worker_id, int32_t max, int32_t block_ms, const std::string& model = {});
+  // XAUTOCLAIM entries idle > reclaim_idle_ms on the shared streams (the model's and the legacy ones).
+  std::vector<delivery> reclaim(const std::string& worker_id, int32_t max, const std::string& model = {});
   // Reset the idle time of entries we are still working on (so they are not reclaimed).
   bool touch(const std::string& worker_id, const std::vector<delivery>& held);
   // Done with an entry (job terminal, waiting on a client, or claimed elsewhere).
@@ -84,12 +93,32 @@ class queue {
   bool heartbeat(const std::string& worker_id);
   bool is_alive(const std::string& worker_id);
 
+  // --- Stable worker identities and the fleet registry (#28) ----------------
+  // Entries this consumer read but never acked (a previous run of the same worker id): the worker
+  // re-handles them at start instead of waiting for reclaim_idle_ms. Marked reclaimed.
+  std::vector<delivery> read_pending(const std::string& worker_id, int32_t max, const std::string& model = {});
+  enum class announce_result { ok, superseded /* another run of this id holds it */, error };
+  // Heartbeat with an advert: the alive key holds this run's incarnation, PREFIX:worker:<id>:info the
+  // advert JSON (both PX heartbeat_ttl_ms), PREFIX:workers (sorted set) the last heartbeat time.
+  // take_over (a run's first heartbeat) claims the id from whatever run held it; later heartbeats
+  // return superseded, and change nothing, once another run took it over.
+  announce_result announce(const std::string& worker_id, const std::string& incarnation,
+                           const std::string& advert_json, bool take_over);
+  // The adverts of live workers (heartbeat within heartbeat_ttl_ms), JSON text each; forgets ids not
+  // seen for a week. Empty on a Redis error.
+  std::vector<std::string> list_workers();
+  // Models some live worker serves (from the adverts' "models"), cached for a second; nullopt when
+  // Redis cannot say (then nobody is told a model is unserved).
+  std::optional<std::vector<std::string>> live_models();
+
   // Publish directly (the relay's primitive): XADD + record in the inflight hash, atomically.
-  bool publish(const std::string& job_id, int priority_idx, const std::string& worker_id = {});
+  bool publish(const std::string& job_id, int priority_idx, const std::string& worker_id = {},
+               const std::string& model = {});
   struct publish_item {
     std::string job_id;
     int priority_idx = 1;
     std::string worker_id;                // non-empty: that worker's continuation stream
+    std::string model;                    // else non-empty: the model's stream; else the legacy stream
   };
   // Publish many in one pipelined round trip (one AOF fsync for the lot); per item: published?
   std::vector<bool> publish_many(const std::vector<publish_item>& items);
@@ -97,6 +126,10 @@ class queue {
   queue_stats stats() const;
 
  private:
+  std::vector<std::string> consumer_streams(const std::string& worker_id, const std::string& model) const;
+  // After a relay pass: a "waiting" event on each published job whose model no live worker serves.
+  void note_unserved(const std::vector<publish_item>& items, const std::vector<bool>& published);
+
   struct impl;
   std::unique_ptr<impl> impl_;
   queue_options options_;

@@ -84,9 +84,48 @@ bool redis_client::ensure_connected() {
   }
   redisSetTimeout(c, to_timeval(options_.io_timeout_ms));
   redisEnableKeepAlive(c);
+  if (std::string why; !handshake(c, &why)) {
+    redisFree(c);
+    backoff_ms_ = backoff_ms_ == 0 ? options_.backoff_initial_ms : std::min(backoff_ms_ * 2, options_.backoff_max_ms);
+    next_attempt_ms_ = now + backoff_ms_;
+    stats_.n_io_errors++;
+    // NOTE: a refused AUTH is a configuration error, not a blip: say so at warn, once per kind.
+    if (why != last_handshake_error_) spdlog::warn("redis: {}:{}: {}", options_.host, options_.port, why);
+    last_handshake_error_ = why;
+    return false;
+  }
+  last_handshake_error_.clear();
   ctx_ = c;
   backoff_ms_ = 0;
   stats_.n_reconnects++;
+  return true;
+}
+
+bool redis_client::handshake(redisContext* c, std::string* why) {
+  auto run = [&](std::vector<std::string> argv, const char* what) {
+    std::vector<const char*> args;
+    std::vector<size_t> lens;
+    for (auto& a : argv) {
+      args.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    auto* r = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), args.data(), lens.data()));
+    if (!r) {
+      *why = std::string(what) + " failed: " + c->errstr;
+      return false;
+    }
+    bool ok = r->type != REDIS_REPLY_ERROR;
+    if (!ok) *why = std::string(what) + " refused: " + std::string(r->str, r->len);
+    freeReplyObject(r);
+    return ok;
+  };
+  if (!options_.password.empty()) {
+    std::vector<std::string> argv = {"AUTH"};
+    if (!options_.username.empty()) argv.push_back(options_.username);
+    argv.push_back(options_.password);
+    if (!run(std::move(argv), options_.username.empty() ? "AUTH" : "AUTH (user)")) return false;
+  }
+  if (options_.db != 0 && !run({"SELECT", std::to_string(options_.db)}, "SELECT")) return false;
   return true;
 }
 

@@ -15,6 +15,11 @@ namespace agentq::queue {
 struct redis_options {
   std::string host = "127.0.0.1";
   int32_t port = 6379;
+  // AUTH after each connect: "AUTH password" (requirepass) or "AUTH username password" (an ACL
+  // user; Redis >= 6); empty password = no AUTH. SELECT db when db != 0.
+  std::string username;
+  std::string password;
+  int32_t db = 0;
   int32_t connect_timeout_ms = 1000;
   int32_t io_timeout_ms = 5000;        // NOTE: must exceed the longest BLOCK of a blocking read
   int32_t backoff_initial_ms = 50;     // reconnect backoff, doubling up to backoff_max_ms
@@ -53,6 +58,8 @@ class redis_client {
 
  private:
   bool ensure_connected();
+  // AUTH + SELECT on a fresh context; false with *why (never the password) if Redis refused.
+  bool handshake(redisContext* c, std::string* why);
   void drop(const std::string& why);
 
   redis_options options_;
@@ -60,6 +67,7 @@ class redis_client {
   redis_stats stats_;
   int64_t next_attempt_ms_ = 0;        // steady clock ms before which we don't reconnect
   int32_t backoff_ms_ = 0;
+  std::string last_handshake_error_;   // logged once until it changes or a connect succeeds
 };
 
 }  // namespace agentq::queue

@@ -686,6 +686,52 @@ class sqlite_store final : public store {
         claim_result{});
   }
 
+  std::map<std::string, std::string> job_models(const std::vector<std::string>& job_ids) override {
+    if (job_ids.empty()) return {};
+    return with_reader([&](conn& c) {
+      std::map<std::string, std::string> out;
+      for (auto& id : job_ids) {
+        auto& s = c.stmt("SELECT CASE WHEN json_valid(request_json) THEN json_extract(request_json, '$.model') END FROM jobs WHERE id=?");
+        s.bind(1, id);
+        if (s.step()) {
+          std::string m = s.col_text(0);
+          if (!m.empty()) out[id] = m;
+        }
+      }
+      return out;
+    });
+  }
+
+  std::future<write_status> append_queued_event(const std::string& job_id, std::string type,
+                                                std::string data_json) override {
+    return submit<write_status>(
+        [job_id, type = std::move(type), data = std::move(data_json)](conn& c) {
+          auto j = select_job(c, job_id);
+          if (!j) return write_status::not_found;
+          if (j->status != job_status::queued) return write_status::fenced;
+          insert_event(c, job_id, type, data, c.now());
+          return write_status::ok;
+        },
+        write_status::error);
+  }
+
+  std::future<std::vector<std::string>> fence_worker_leases(const std::string& worker_id) override {
+    return submit<std::vector<std::string>>(
+        [worker_id](conn& c) {
+          std::vector<std::string> ids;
+          auto& q = c.stmt("SELECT id FROM jobs WHERE status='running' AND lease_owner=?");
+          q.bind_all(worker_id);
+          while (q.step()) ids.push_back(q.col_text(0));
+          // NOTE: attempts is not bumped: the job did nothing wrong, its worker restarted.
+          for (auto& id : ids)
+            c.stmt("UPDATE jobs SET lease_epoch=lease_epoch+1, lease_expires_ms=0 WHERE id=? AND status='running'")
+                .bind_all(id)
+                .run();
+          return ids;
+        },
+        std::vector<std::string>{});
+  }
+
   std::future<std::vector<std::string>> renew_leases(std::vector<std::pair<std::string, int64_t>> jobs,
                                                      int64_t lease_ms) override {
     std::vector<std::string> all;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <future>
 #include <memory>
 #include <optional>
@@ -227,6 +228,16 @@ class store {
   // poisoned (and the job failed) when attempts would exceed max_attempts.
   virtual std::future<claim_result> claim_job(const std::string& job_id, const std::string& worker_id,
                                               int64_t lease_ms, int32_t max_attempts) = 0;
+  // Each job's "model" (its request's), for routing to the model's stream; ids not found are absent.
+  virtual std::map<std::string, std::string> job_models(const std::vector<std::string>& job_ids) = 0;
+  // An event written by the dispatch side (not a worker: no epoch), only while the job is queued.
+  virtual std::future<write_status> append_queued_event(const std::string& job_id, std::string type,
+                                                        std::string data_json) = 0;
+  // A worker (re)starting under a stable id: every job still running under that id's lease gets
+  // its epoch bumped and its lease expired, so the previous process's late writes are fenced and
+  // the jobs can be claimed at once (by this worker, from its pending entries, or any other).
+  // Returns those job ids.
+  virtual std::future<std::vector<std::string>> fence_worker_leases(const std::string& worker_id) = 0;
   // Extend leases; returns the job ids whose lease is lost (epoch moved or job terminal).
   virtual std::future<std::vector<std::string>> renew_leases(std::vector<std::pair<std::string, int64_t>> jobs,
                                                              int64_t lease_ms) = 0;

@@ -33,6 +33,7 @@
 #include "util/crypto.h"
 #include "util/fault.h"
 #include "util/json_depth.h"
+#include "util/version.h"
 #include "webhooks/signing.h"
 #include "worker/agent_spec.h"
 #include "worker/kv_marks.h"
@@ -191,10 +192,16 @@ struct worker::impl {
       n_tool_calls{0}, n_fenced{0}, n_resumed{0};
   std::atomic<int64_t> n_spill_corrupt_seen{0};
   clock_type::time_point next_deleted_poll{};  // housekeeper only
+  std::string incarnation;                     // this run of `id` (announce)
+  std::atomic<bool> superseded{false};         // another run took `id` over: claim nothing more
+  std::atomic<int64_t> n_fenced_at_start{0};
+  int64_t started_ms = 0;
 
   impl(worker_options o, std::shared_ptr<engine> e, store::store& s, queue::queue& qq, bool se)
       : options(std::move(o)), eng(std::move(e)), db(s), q(qq), start_engine(se) {
     id = options.worker_id.empty() ? default_worker_id() : options.worker_id;
+    incarnation = options.incarnation.empty() ? std::to_string(store::now_ms()) + "-" + crypto::to_hex(crypto::random_bytes(4))
+                                              : options.incarnation;
     if (!options.http_tool) options.http_tool = make_default_http_tool(options.tool_allow_cidrs);
   }
 
@@ -202,19 +209,22 @@ struct worker::impl {
 
   void dispatch_loop() {
     auto next_reclaim = clock_type::now();
+    // A previous run of this id read these and never acked them: its leases are fenced (start()),
+    // so they are claimable now rather than after reclaim_idle_ms.
+    for (auto& d : q.read_pending(id, options.max_jobs, options.model)) handle_delivery(d);
     while (running) {
       reap();
       int32_t cap = options.max_jobs - n_active();
-      if (!eng->healthy()) cap = 0;  // a failed device takes no new jobs; /readyz says why
+      if (!eng->healthy() || superseded) cap = 0;  // a failed device takes no new jobs; /readyz says why
       if (cap <= 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         continue;
       }
-      for (auto& d : q.read(id, cap, options.read_block_ms)) handle_delivery(d);
+      for (auto& d : q.read(id, cap, options.read_block_ms, options.model)) handle_delivery(d);
       if (clock_type::now() >= next_reclaim) {
         cap = options.max_jobs - n_active();
         if (cap > 0)
-          for (auto& d : q.reclaim(id, cap)) handle_delivery(d);
+          for (auto& d : q.reclaim(id, cap, options.model)) handle_delivery(d);
         next_reclaim = clock_type::now() + std::chrono::milliseconds(options.reclaim_interval_ms);
       }
     }
@@ -260,6 +270,7 @@ struct worker::impl {
         return;
       }
     }
+    if (!options.model.empty() && !d.continuation && reroute(d)) return;
     if (!eng->healthy()) {
       // Read before the engine failed (the dispatcher's check raced it): leave the job queued in
       // SQLite; the ack drops our inflight mark, so the reconciler re-publishes it for a healthy worker.
@@ -315,6 +326,22 @@ struct worker::impl {
     });
   }
 
+  // An entry of a legacy (model-less) stream whose job is for another model: published to that
+  // model's stream, then acked here (publish first: the ack keeps the new inflight mark). True if moved.
+  bool reroute(const queue::delivery& d) {
+    if (d.stream.find(":jobs:" + options.model + ":") != std::string::npos) return false;  // the model's own stream
+    auto models = db.job_models({d.job_id});
+    auto it = models.find(d.job_id);
+    if (it == models.end() || it->second == options.model) return false;
+    auto row = db.get_job(d.job_id);
+    int prio = row ? static_cast<int>(row->priority) : 1;
+    if (!q.publish(d.job_id, prio, {}, it->second)) return true;  // Redis trouble: left pending, reclaimed later
+    q.ack(d);
+    spdlog::info("worker {}: job {} is for model '{}', not '{}': moved to its model's stream", id, d.job_id, it->second,
+                 options.model);
+    return true;
+  }
+
   // --- housekeeping ------------------------------------------------------------
 
   std::vector<std::shared_ptr<job_ctx>> snapshot() {
@@ -338,7 +365,7 @@ struct worker::impl {
       auto jobs = snapshot();
       if (options.timeline) kv_moves.flush(*options.timeline, id);
       if (now >= next_heartbeat) {
-        q.heartbeat(id);
+        announce(false, jobs);
         std::vector<queue::delivery> held;
         for (auto& c : jobs) held.push_back(c->delivery);
         if (!held.empty()) q.touch(id, held);
@@ -372,6 +399,54 @@ struct worker::impl {
           interrupt(*c);
         }
     }
+  }
+
+  // What this worker serves and holds, for GET /v1/workers (queue::announce).
+  std::string advert(const std::vector<std::shared_ptr<job_ctx>>& jobs) {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    const model_desc& m = eng->model();
+    const engine_stats es = eng->stats();
+    json running_ids = json::array();
+    for (auto& c : jobs) running_ids.push_back(c->job_id);
+    int32_t n_running = static_cast<int32_t>(jobs.size());
+    json models = json::array();
+    models.push_back({{"name", m.name}, {"arch", m.arch}, {"context_length", m.n_ctx}, {"chat_family", m.chat_family},
+                      {"kv_type", m.kv_type}, {"kv_capacity_tokens", m.kv_capacity_tokens}, {"ready", es.healthy}});
+    return json{{"id", id},
+                {"group", options.group.empty() ? id : options.group},
+                {"incarnation", incarnation},
+                {"host", host},
+                {"pid", getpid()},
+                {"version", k_version},
+                {"protocol", k_protocol_version},
+                {"device", m.device},
+                {"engine_threads", options.n_engine_threads},
+                {"models", models},
+                {"kv", {{"blocks_total", es.n_blocks_total}, {"blocks_used", es.n_blocks_used},
+                        {"blocks_free", es.n_blocks_free}, {"blocks_parked", es.n_blocks_parked},
+                        {"capacity_tokens", m.kv_capacity_tokens}, {"spill_bytes", es.n_spill_bytes}}},
+                {"max_jobs", options.max_jobs},
+                {"running_jobs", n_running},
+                {"running_job_ids", running_ids},
+                {"free_slots", superseded || !es.healthy ? 0 : std::max(0, options.max_jobs - n_running)},
+                {"healthy", es.healthy},
+                {"started_ms", started_ms},
+                {"last_heartbeat_ms", store::now_ms()}}
+        .dump();
+  }
+
+  // Heartbeat + advert; the first one (take_over) claims the id from an older run.
+  void announce(bool take_over, const std::vector<std::shared_ptr<job_ctx>>& jobs) {
+    if (superseded) return;
+    if (q.announce(id, incarnation, advert(jobs), take_over) != queue::queue::announce_result::superseded) return;
+    // NOTE: the newer run fenced every lease of this id when it started, so these jobs are not
+    // ours any more; dropping them here only stops wasted work (their writes would be refused).
+    superseded = true;
+    spdlog::error("worker {}: another process started with this worker id; this run ({}) stops claiming and drops its "
+                  "jobs (check --worker-id / the data directory)", id, incarnation);
+    for (auto& c : jobs)
+      if (!c->lost.exchange(true)) interrupt(*c);
   }
 
   // --- the agent loop ------------------------------------------------------------
@@ -849,8 +924,20 @@ void worker::start() {
   impl_->prune_spill();
   impl_->eng->on_kv_move([impl = impl_.get()](const kv_move_event& e) { impl->kv_moves.on_move(e); });
   if (impl_->start_engine) impl_->eng->start();
-  impl_->q.ensure_groups(impl_->id);
-  impl_->q.heartbeat(impl_->id);
+  impl_->started_ms = store::now_ms();
+  // A stable id (#28): jobs the previous run of this id still held are fenced and claimable now.
+  try {
+    auto fenced = impl_->db.fence_worker_leases(impl_->id).get();
+    impl_->n_fenced_at_start = static_cast<int64_t>(fenced.size());
+    if (!fenced.empty())
+      spdlog::info("worker {}: fenced {} lease(s) held by its previous run; they are claimable again", impl_->id,
+                   fenced.size());
+  } catch (const std::exception& e) {
+    spdlog::warn("worker {}: fencing the previous run's leases failed ({}); they expire with their lease",
+                 impl_->id, e.what());
+  }
+  impl_->q.ensure_groups(impl_->id, impl_->options.model);
+  impl_->announce(true, {});
   impl_->dispatcher = std::thread([this] { impl_->dispatch_loop(); });
   impl_->housekeeper = std::thread([this] { impl_->housekeeping_loop(); });
   spdlog::info("worker {} started", impl_->id);
@@ -892,6 +979,8 @@ worker_stats worker::stats() const {
   s.n_fenced = impl_->n_fenced;
   s.n_resumed = impl_->n_resumed;
   s.n_active = impl_->n_active();
+  s.n_leases_fenced_at_start = impl_->n_fenced_at_start;
+  s.superseded = impl_->superseded;
   return s;
 }
 

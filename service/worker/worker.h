@@ -45,7 +45,17 @@ struct http_tool_response {
 using http_tool_fn = std::function<http_tool_response(const http_tool_request&)>;
 
 struct worker_options {
-  std::string worker_id;               // empty = "<hostname>-<pid>-<random>"
+  std::string worker_id;               // empty = "<hostname>-<pid>-<random>" (agentqd: worker/identity.h)
+  // This run of worker_id (worker_identity::incarnation); empty = a fresh random one. At start the
+  // worker fences the leases its id still holds in SQLite, takes the id over in Redis and re-handles
+  // its pending entries; a later heartbeat that finds another run holding the id stops this one
+  // claiming (superseded) and drops its jobs, which are fenced already.
+  std::string incarnation;
+  int32_t n_engine_threads = 0;        // advertised (0 = one per core)
+  // The model this worker serves (its engine's name): it reads that model's streams (and the legacy
+  // model-less ones, re-routing entries for other models). Empty = the legacy streams only.
+  std::string model;
+  std::string group;                   // the process's base worker id, advertised (several models: one worker each)
   int32_t max_jobs = 64;               // jobs held at once
   int64_t lease_ms = 30000;            // SQLite lease; renewed every lease_ms/3
   int64_t heartbeat_ms = 2000;         // Redis alive key + idle reset of held entries
@@ -75,6 +85,8 @@ struct worker_stats {
   int64_t n_claimed = 0, n_completed = 0, n_failed = 0, n_cancelled = 0, n_requires_action = 0;
   int64_t n_turns = 0, n_tool_calls = 0, n_fenced = 0, n_resumed = 0;
   int32_t n_active = 0;
+  int64_t n_leases_fenced_at_start = 0;  // jobs the previous run of this id still held
+  bool superseded = false;               // another process took this worker id over
 };
 
 class worker {

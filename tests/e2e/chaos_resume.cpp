@@ -39,7 +39,7 @@ resumed run_client_tool_job(test::cluster& c, const std::string& marker, bool ki
   out.owner_before = test::query_db(c, "SELECT lease_owner FROM jobs WHERE id=?", {*id})[0][0];
   if (kill_owner)
     for (size_t i = 0; i < c.n_workers(); ++i)
-      if (out.owner_before.find("-" + std::to_string(c.worker(i).pid()) + "-") != std::string::npos)
+      if (out.owner_before == c.worker_id(i))
         c.worker(i).kill9();
   auto x = c.client().call("POST", "/v1/jobs/" + *id + "/tool_outputs",
                            json{{"tool_outputs", {{{"tool_call_id", call_id}, {"output", "sunny, 21 C"}}}}}.dump());

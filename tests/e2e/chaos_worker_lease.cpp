@@ -55,7 +55,7 @@ TEST_CASE("graceful SIGTERM of a worker mid tool call: jobs handed back, finishe
   for (auto& id : tool_ids) {
     auto row = test::query_db(c, "SELECT lease_owner, status FROM jobs WHERE id=?", {id});
     for (size_t i = 0; i < c.n_workers(); ++i)
-      if (row[0][1] == "running" && row[0][0].find("-" + std::to_string(c.worker(i).pid()) + "-") != std::string::npos)
+      if (row[0][1] == "running" && row[0][0] == c.worker_id(i))
         victim = i;
   }
   auto t0 = std::chrono::steady_clock::now();

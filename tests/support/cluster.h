@@ -12,6 +12,7 @@
 //   c.api(), c.worker(i), c.n_workers()    // test::child_process: kill9(), pause(), resume(),
 //                                          //   terminate(), start(), restart(), env(), log_text()
 //   c.add_worker(env), c.restart_api(), c.restart_worker(i, env)  // restart waits until ready
+//   c.worker_id(i)                         // worker i's --worker-id ("w<i>"), kept across restarts
 //   c.tools(), c.webhooks()                // test::tool_server: requests(), set_handler()
 //   c.tool_handler(), c.webhook_handler()  // the default handlers (wrap them to inject failures)
 //   c.tool_url(), c.webhook_url()
@@ -22,6 +23,7 @@
 //   test::tool_job(...), test::text_job(...)  // request bodies that run on the tiny model
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -254,6 +256,7 @@ class cluster {
   redis_server& redis() { return redis_; }
   child_process& api() { return *api_; }
   child_process& worker(size_t i) { return *workers_.at(i); }
+  std::string worker_id(size_t i) const { return "w" + std::to_string(i); }  // its --worker-id (lease_owner)
   size_t n_workers() const { return workers_.size(); }
   tool_server& tools() { return tools_; }
   tool_server& webhooks() { return hooks_; }
@@ -279,6 +282,12 @@ class cluster {
     args.push_back("--max-jobs");
     args.push_back(std::to_string(opts_.max_jobs));
     args.insert(args.end(), opts_.worker_args.begin(), opts_.worker_args.end());
+    // NOTE: each worker its own stable id (#28), kept across restart_worker; tests find a job's
+    // worker by it (lease_owner).
+    if (std::find(args.begin(), args.end(), "--worker-id") == args.end()) {
+      args.push_back("--worker-id");
+      args.push_back(worker_id(idx));
+    }
     workers_.push_back(std::make_unique<child_process>("worker" + std::to_string(idx), args,
                                                        dir_.path() / ("worker" + std::to_string(idx) + ".log"),
                                                        std::move(env)));

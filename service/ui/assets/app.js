@@ -1,10 +1,11 @@
 // Dashboard entry: key handling (form, sessionStorage) and the hash router
-// (#/jobs, #/jobs/ID, #/engine); each page mounts into <main> and returns its unmount.
+// (#/jobs, #/jobs/ID, #/engine, #/workers); each page mounts into <main> and returns its unmount.
 import { getKey, setKey, forgetKey, onUnauthorized } from './api.js';
 import { clear } from './dom.js';
 import { mountJobs } from './jobs_page.js';
 import { mountJob } from './job_page.js';
 import { mountEngine } from './engine_page.js';
+import { mountWorkers } from './workers_page.js';
 
 const $ = (id) => document.getElementById(id);
 const page = $('page');
@@ -34,6 +35,7 @@ function route() {
   for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('active', a.dataset.nav === parts[0]);
   if (parts[0] === 'jobs' && parts[1]) unmount = mountJob(page, decodeURIComponent(parts[1]));
   else if (parts[0] === 'engine') unmount = mountEngine(page);
+  else if (parts[0] === 'workers') unmount = mountWorkers(page);
   else unmount = mountJobs(page, params);
 }
 

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# e2e (#28): every loaded model is served and jobs are routed by model. Two models (copies of the
+# tiny model named alpha and beta); an --role api agentqd knowing both; worker wa serving alpha
+# only. A beta job is accepted, waits queued with a "waiting" event naming the reason, while alpha
+# jobs run on wa; GET /v1/models says beta is unserved. Then worker wb starts with both models (one
+# worker per model in one process: wb and wb.beta): the beta job runs there, never on wa; GET
+# /v1/workers lists wa, wb, wb.beta (group wb) and GET /v1/models shows who serves what.
+# Env (set by ctest): AGENTQ_SOURCE_DIR, AGENTQ_BIN_DIR, AGENTQ_SHARED_DIR. Exit 77 = skipped.
+set -euo pipefail
+src="${AGENTQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
+bin="${AGENTQ_BIN_DIR:-$src/build/bin}"
+shared="${AGENTQ_SHARED_DIR:-$src/../shared}"
+model="$shared/models/stories260K.gguf"
+[ -x "$bin/agentqd" ] || { echo "skip: no $bin/agentqd"; exit 77; }
+[ -f "$model" ] || { echo "skip: no $model"; exit 77; }
+for t in redis-server redis-cli python3 curl; do command -v $t >/dev/null || { echo "skip: no $t"; exit 77; }; done
+
+tmp="$(mktemp -d)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  for f in "$tmp"/*.log; do echo "--- $f"; tail -n 25 "$f"; done
+  exit 1
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_file() { for _ in $(seq 1 300); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
+
+rport=$(free_port)
+mkdir -p "$tmp/redis" "$tmp/models"
+redis-server --port "$rport" --bind 127.0.0.1 --dir "$tmp/redis" --appendonly yes --save "" --daemonize no \
+  --logfile "$tmp/redis.log" &
+pids+=($!)
+for _ in $(seq 1 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+cp "$model" "$tmp/models/alpha.gguf"
+cp "$model" "$tmp/models/beta.gguf"
+
+admin="aq_model_routing_admin_0123456789ab"
+common=(--redis "redis://127.0.0.1:$rport" --data-dir "$tmp/data" --admin-key "$admin" --rate-limit 0
+        --heartbeat-ms 200)
+"$bin/agentqd" --role api --listen 127.0.0.1:0 --port-file "$tmp/api_port" "${common[@]}" \
+  --model "$tmp/models/alpha.gguf" --model "$tmp/models/beta.gguf" >"$tmp/api.log" 2>&1 &
+pids+=($!)
+wait_file "$tmp/api_port"
+"$bin/agentqd" --role worker --worker-id wa "${common[@]}" --model "$tmp/models/alpha.gguf" >"$tmp/wa.log" 2>&1 &
+pids+=($!)
+base="http://127.0.0.1:$(cat "$tmp/api_port")"
+get() { curl -sf -H "Authorization: Bearer $admin" "$base$1"; }
+post_job() {  # post_job MODEL -> job id
+  curl -sf -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' "$base/v1/jobs" -d \
+    "{\"model\":\"$1\",\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_turns\":1,\"max_tokens_per_turn\":8}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
+}
+status() { get "/v1/jobs/$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"])'; }
+wait_terminal() {
+  for _ in $(seq 1 300); do
+    case "$(status "$1")" in completed | incomplete) return 0 ;; failed | cancelled) fail "$1 $(status "$1")" ;; esac
+    sleep 0.1
+  done
+  fail "$1 not terminal: $(status "$1")"
+}
+owner() { python3 - "$tmp/data/agentq.db" "$1" <<'PY'
+import sqlite3, sys
+print(sqlite3.connect(sys.argv[1]).execute("SELECT lease_owner FROM jobs WHERE id=?", (sys.argv[2],)).fetchone()[0])
+PY
+}
+model_field() {  # model_field MODEL FIELD
+  get /v1/models | python3 -c "import json,sys; d={m['id']:m for m in json.load(sys.stdin)['data']}; print(json.dumps(d['$1']['$2']))"
+}
+for _ in $(seq 1 100); do [ "$(model_field alpha served)" = true ] && break; sleep 0.1; done
+[ "$(model_field alpha served)" = true ] || fail "alpha is not served by wa"
+[ "$(model_field alpha workers)" = '["wa"]' ] || fail "alpha workers: $(model_field alpha workers)"
+[ "$(model_field beta served)" = false ] || fail "beta should be unserved"
+
+# A beta job is accepted and waits, with the reason in its events; alpha jobs run meanwhile.
+beta=$(post_job beta)
+a1=$(post_job alpha)
+wait_terminal "$a1"
+[ "$(owner "$a1")" = wa ] || fail "alpha job ran on $(owner "$a1")"
+sleep 1
+[ "$(status "$beta")" = queued ] || fail "beta job is $(status "$beta"), expected queued"
+get "/v1/jobs/$beta/events" | python3 -c '
+import json, sys
+ev = [e for e in json.load(sys.stdin)["data"] if e["type"] == "waiting"]
+assert ev, "no waiting event"
+d = ev[0]["data"] if isinstance(ev[0]["data"], dict) else json.loads(ev[0]["data"])
+assert "beta" in d["reason"] and "no live worker" in d["reason"], d
+print("waiting event:", d["reason"])' || fail "no waiting event on the beta job"
+
+# A worker process serving both models: the beta job runs on its beta worker.
+"$bin/agentqd" --role worker --worker-id wb "${common[@]}" --model "$tmp/models/alpha.gguf" \
+  --model "$tmp/models/beta.gguf" >"$tmp/wb.log" 2>&1 &
+pids+=($!)
+wait_terminal "$beta"
+[ "$(owner "$beta")" = wb.beta ] || fail "beta job ran on $(owner "$beta")"
+if grep -q "job $beta claimed" "$tmp/wa.log"; then fail "wa claimed the beta job"; fi
+for i in 1 2 3 4; do ids+=("$(post_job alpha)"); done
+for id in "${ids[@]}"; do wait_terminal "$id"; case "$(owner "$id")" in wa | wb) ;; *) fail "alpha job on $(owner "$id")" ;; esac; done
+get /v1/workers | python3 -c '
+import json, sys
+ws = {w["id"]: w for w in json.load(sys.stdin)["data"]}
+assert set(ws) == {"wa", "wb", "wb.beta"}, sorted(ws)
+assert ws["wb.beta"]["group"] == "wb" and ws["wb"]["group"] == "wb", ws
+assert [m["name"] for m in ws["wb.beta"]["models"]] == ["beta"]
+assert [m["name"] for m in ws["wa"]["models"]] == ["alpha"]
+print("workers:", sorted(ws))' || fail "GET /v1/workers"
+[ "$(model_field beta workers)" = '["wb.beta"]' ] || fail "beta workers: $(model_field beta workers)"
+echo "routing: beta waited (reason in events) until wb.beta served it; alpha on wa/wb only"
