@@ -49,8 +49,13 @@ TEST_CASE("a worker restarted with its id fences its old lease and finishes its 
   for (int i = 0; i < 500 && n_calls->load() == 0; ++i) std::this_thread::sleep_for(20ms);
   REQUIRE_MESSAGE(n_calls->load() == 1, c.logs_tail());
 
-  // What the worker advertises while it holds the job.
+  // What the worker advertises while it holds the job. NOTE: the advert is written on the
+  // worker's heartbeat tick, which can precede the claim: wait for the first one after it.
   auto ws = workers(c);
+  for (int i = 0; i < 100 && !(ws.size() == 1 && ws[0].value("running_jobs", 0) == 1); ++i) {
+    std::this_thread::sleep_for(50ms);
+    ws = workers(c);
+  }
   REQUIRE(ws.size() == 1);
   auto& w = ws[0];
   CHECK(w["id"] == c.worker_id(0));
