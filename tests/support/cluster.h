@@ -374,12 +374,15 @@ class cluster {
     }
     return n;
   }
-  // Every stream key agentq dispatches on (priority streams + per-worker continuation streams).
+  // Every stream key agentq dispatches on (priority streams, legacy and per model, incl. batch;
+  // per-worker continuation streams).
   static std::vector<std::string> job_streams(queue::redis_client& rc) {
-    std::vector<std::string> out = {"agentq:jobs:high", "agentq:jobs:normal", "agentq:jobs:low"};
-    auto keys = rc.command({"KEYS", "agentq:worker:*"});
-    for (auto& k : keys.elements)
-      if (rc.command({"TYPE", k.str}).str == "stream") out.push_back(k.str);
+    std::vector<std::string> out;
+    for (const char* pattern : {"agentq:jobs:*", "agentq:worker:*"}) {
+      auto keys = rc.command({"KEYS", pattern});
+      for (auto& k : keys.elements)
+        if (rc.command({"TYPE", k.str}).str == "stream") out.push_back(k.str);
+    }
     return out;
   }
 

@@ -42,9 +42,12 @@ inline int64_t redis_int(redis_server& r, const std::vector<std::string>& argv) 
   return line.size() > 1 && line[0] == ':' ? std::stoll(line.substr(1)) : -1;
 }
 
-// Entries in the normal-priority job stream (tiny jobs go there).
+// Entries in the normal-priority job streams tiny jobs go to: their model's (#28 routing) and the
+// legacy model-less one (entries published by an older API, or re-routed).
 inline int64_t n_stream_entries(redis_server& r) {
-  return redis_int(r, {"XLEN", "agentq:jobs:normal"});
+  int64_t routed = redis_int(r, {"XLEN", "agentq:jobs:stories260K:normal"});
+  int64_t legacy = redis_int(r, {"XLEN", "agentq:jobs:normal"});
+  return routed < 0 || legacy < 0 ? -1 : routed + legacy;
 }
 
 // Wait until pred() holds; false on timeout.
