@@ -7,36 +7,13 @@
 # /v1/workers lists wa, wb, wb.beta (group wb) and GET /v1/models shows who serves what.
 # Env (set by ctest): AGENTQ_SOURCE_DIR, AGENTQ_BIN_DIR, AGENTQ_SHARED_DIR. Exit 77 = skipped.
 set -euo pipefail
-src="${AGENTQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
-bin="${AGENTQ_BIN_DIR:-$src/build/bin}"
-shared="${AGENTQ_SHARED_DIR:-$src/../shared}"
-model="$shared/models/stories260K.gguf"
-[ -x "$bin/agentqd" ] || { echo "skip: no $bin/agentqd"; exit 77; }
-[ -f "$model" ] || { echo "skip: no $model"; exit 77; }
-for t in redis-server redis-cli python3 curl; do command -v $t >/dev/null || { echo "skip: no $t"; exit 77; }; done
+source "${AGENTQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/support/multiproc_env.sh"
+need_bins agentqd
+need_model
+need_tools redis-server redis-cli python3 curl
 
-tmp="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  for f in "$tmp"/*.log; do echo "--- $f"; tail -n 25 "$f"; done
-  exit 1
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_file() { for _ in $(seq 1 300); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
-
-rport=$(free_port)
-mkdir -p "$tmp/redis" "$tmp/models"
-redis-server --port "$rport" --bind 127.0.0.1 --dir "$tmp/redis" --appendonly yes --save "" --daemonize no \
-  --logfile "$tmp/redis.log" &
-pids+=($!)
-for _ in $(seq 1 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+start_redis
+mkdir -p "$tmp/models"
 cp "$model" "$tmp/models/alpha.gguf"
 cp "$model" "$tmp/models/beta.gguf"
 

@@ -6,38 +6,13 @@
 # is not followed and counts as a failed attempt. (500-then-recover and SSE resume: api_e2e.cpp.)
 # Env (set by ctest): AGENTQ_SOURCE_DIR, AGENTQ_BIN_DIR, AGENTQ_SHARED_DIR. Exit 77 = skipped.
 set -euo pipefail
-src="${AGENTQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
-bin="${AGENTQ_BIN_DIR:-$src/build/bin}"
-shared="${AGENTQ_SHARED_DIR:-$src/../shared}"
-model="$shared/models/stories260K.gguf"
-for t in agentqd agentq; do [ -x "$bin/$t" ] || { echo "skip: no $bin/$t"; exit 77; }; done
-[ -f "$model" ] || { echo "skip: no $model"; exit 77; }
-command -v redis-server >/dev/null || { echo "skip: no redis-server"; exit 77; }
-command -v python3 >/dev/null || { echo "skip: no python3"; exit 77; }
-
-tmp="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  for f in "$tmp"/*.log; do echo "--- $f"; tail -n 30 "$f"; done
-  exit 1
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_file() { for _ in $(seq 1 300); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
+source "${AGENTQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/support/multiproc_env.sh"
+need_bins agentqd agentq
+need_model
+need_tools redis-server redis-cli python3
 
 # redis-server with AOF, shared by both agentqd processes
-rport=$(free_port)
-mkdir -p "$tmp/redis"
-redis-server --port "$rport" --bind 127.0.0.1 --dir "$tmp/redis" --appendonly yes --appendfsync always \
-  --save "" --daemonize no --logfile "$tmp/redis.log" &
-pids+=($!)
-for _ in $(seq 1 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+start_redis --appendfsync always
 
 # webhook receiver: /ok -> 200, /gone -> 410, /redirect -> 302 to /ok; one line per hit in hits.txt
 cat >"$tmp/recv.py" <<'PY'
