@@ -65,6 +65,7 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
   e->backend_ = forward_backend::create(config.device, file, config.n_threads, &err);
   if (!e->backend_) return set_err("cannot load model '" + config.model_path + "': " + err);
   if (!config.kv_type.empty() && !e->backend_->set_kv_type(kv_type, &err)) return set_err(err);
+  e->backend_->set_windowed_kv(config.windowed_kv);  // NOTE: a device without it holds every layer whole
   e->tok_ = tokenizer::load(*file, &err);
   if (!e->tok_) return set_err("cannot load the tokenizer of '" + config.model_path + "': " + err);
 

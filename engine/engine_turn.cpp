@@ -35,7 +35,7 @@ std::optional<std::string> engine_impl::validate(const turn_request& r) const {
   if (desc_.n_ctx > 0 && n > size_t(desc_.n_ctx))
     return "messages: the prompt has " + std::to_string(n) + " tokens, the model's context is " +
            std::to_string(desc_.n_ctx);
-  if (pool_->blocks_for_tokens(int32_t(n)) > pool_->n_blocks_total())
+  if (!pool_->fits(int32_t(n)))
     return "messages: the prompt needs more KV memory than the engine has (" + std::to_string(n) + " tokens)";
   return std::nullopt;
 }

@@ -42,7 +42,13 @@ class cpu_backend final : public forward_backend {
   const model_hparams& hparams() const override { return model_->hparams(); }
   std::string device() const override { return "cpu"; }
   kv_dtype kv_type() const override { return kv_type_; }
-  kv_layout kv_layout_for(int32_t block_size) const override { return model_->kv_layout_for(block_size, kv_type_); }
+  kv_layout kv_layout_for(int32_t block_size) const override {
+    return model_->kv_layout_for(block_size, kv_type_, windowed_);
+  }
+  bool set_windowed_kv(bool on) override {
+    windowed_ = on;
+    return true;
+  }
   bool set_kv_type(kv_dtype t, std::string*) override {
     kv_type_ = t;
     return true;
@@ -60,6 +66,7 @@ class cpu_backend final : public forward_backend {
   std::unique_ptr<model> model_;
   std::unique_ptr<kv_store> kv_;
   kv_dtype kv_type_ = kv_dtype::f16;
+  bool windowed_ = false;
 };
 
 }  // namespace

@@ -49,6 +49,11 @@ class forward_backend {
     return false;
   }
 
+  // Windowed KV (kv_layout::window): sliding-window layers hold only their window's blocks.
+  // The CPU backend only (the CUDA one runs no windowed family); false where unsupported.
+  // Set before alloc_kv.
+  virtual bool set_windowed_kv(bool on) { return !on; }
+
   // Allocate the KV blocks (once, before kv() and forward()); false + *error when they do not fit.
   virtual bool alloc_kv(int32_t block_size, int32_t n_blocks, std::string* error) = 0;
   virtual kv_memory& kv() = 0;

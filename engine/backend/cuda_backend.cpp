@@ -68,7 +68,7 @@ class cuda_backend final : public forward_backend, public kv_memory {
     // forward() reports it.
     if (enter()) cu::kv_copy_block_rows(fwd_->kv(), src, dst, int64_t(n_rows) * layout_.row(), fwd_->stream());
   }
-  bool read_blocks(std::span<const int32_t> blocks, void* out) override {
+  bool read_blocks(std::span<const int32_t> blocks, void* out, bool = true) override {  // never windowed
     if (!enter() || !stage(blocks.size())) return false;
     // The copy stream must see every K/V write queued on the compute stream so far.
     if (!cu::event_record(compute_done_, fwd_->stream()) || !cu::stream_wait_event(cu::kv_copy_stream(), compute_done_))
@@ -80,7 +80,7 @@ class cuda_backend final : public forward_backend, public kv_memory {
     std::memcpy(out, staging_.data(), blocks.size() * block_bytes());
     return true;
   }
-  bool write_blocks(std::span<const int32_t> blocks, const void* in) override {
+  bool write_blocks(std::span<const int32_t> blocks, const void* in, bool = true) override {
     if (!enter() || !stage(blocks.size())) return false;
     std::memcpy(staging_.data(), in, blocks.size() * block_bytes());
     // NOTE: the blocks were just allocated, but copy-on-write copies into them may still be queued.

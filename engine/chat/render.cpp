@@ -35,6 +35,7 @@ const char* to_string(template_family f) {
     case template_family::llama3: return "llama3";
     case template_family::mistral: return "mistral";
     case template_family::phi3: return "phi3";
+    case template_family::phi4: return "phi4";
     case template_family::smollm3: return "smollm3";
     case template_family::gemma: return "gemma";
     case template_family::deepseek_r1: return "deepseek-r1";
@@ -52,6 +53,7 @@ std::optional<template_family> family_from_name(std::string_view n) {
   if (n == "llama3" || n == "llama3.1" || n == "llama3.2" || n == "llama-3") return template_family::llama3;
   if (n == "mistral" || n == "nemo" || n == "mistral-nemo") return template_family::mistral;
   if (n == "phi3" || n == "phi3.5" || n == "phi-3") return template_family::phi3;
+  if (n == "phi4" || n == "phi-4") return template_family::phi4;
   if (n == "smollm3") return template_family::smollm3;
   if (n == "gemma" || n == "gemma2" || n == "gemma3") return template_family::gemma;
   if (n == "deepseek-r1" || n == "deepseek-r1-distill-llama") return template_family::deepseek_r1;
@@ -66,6 +68,7 @@ std::optional<template_family> detect_family(std::string_view t) {
   if (has("json_to_python_type") || has("You are a function calling AI model")) return template_family::hermes;
   if (has("<|channel|>") && has("<|start|>")) return template_family::harmony;
   if (has("SmolLM") || has("/no_think")) return template_family::smollm3;
+  if (has("<|im_start|>") && has("<|im_sep|>")) return template_family::phi4;  // ChatML with <|im_sep|>
   if (has("<|im_start|>") && (has("reasoning_content") || has("</think>"))) return template_family::qwen3;
   if (has("<|im_start|>")) return template_family::chatml;
   if (has("<|start_header_id|>")) return template_family::llama3;
@@ -102,6 +105,7 @@ const family_traits& traits(template_family f) {
     case template_family::llama3: return llama3;
     case template_family::mistral: return mistral;
     case template_family::phi3: return phi3;
+    case template_family::phi4: return chatml;
     case template_family::gemma: return gemma;
     case template_family::deepseek_r1:
     case template_family::deepseek_r1_qwen: return deepseek;
@@ -573,6 +577,35 @@ std::string render_phi3(const msgs& m, const std::vector<tool_def>& tools, bool 
 }
 
 // ---------------------------------------------------------------------------
+// Phi-4 (microsoft/phi-4's template, tests/unit/engine/data/chat/templates/): ChatML with
+// <|im_sep|> after the role and no newlines. It covers system/user/assistant; tools are our
+// extension as for phi3 (the Qwen tool block in the system turn, calls as <tool_call> text,
+// results as a user turn holding <tool_response>...</tool_response>).
+
+std::string render_phi4(const msgs& m, const std::vector<tool_def>& tools, bool gen) {
+  std::string out;
+  auto turn = [&](const char* r, const std::string& c) { out += std::string("<|im_start|>") + r + "<|im_sep|>" + c + "<|im_end|>"; };
+  bool first_system = !m.empty() && m[0].role == role::system;
+  if (!tools.empty() && !first_system) turn("system", qwen_tools_block(tools));
+  for (size_t i = 0; i < m.size(); i++) {
+    const auto& x = m[i];
+    if (x.role == role::system) {
+      std::string c = x.content;
+      if (i == 0 && !tools.empty()) c += (c.empty() ? "" : "\n\n") + qwen_tools_block(tools);
+      turn("system", c);
+    } else if (x.role == role::user) {
+      turn("user", x.content);
+    } else if (x.role == role::assistant) {
+      turn("assistant", x.content + calls_as_text(x, "\n"));
+    } else {
+      turn("user", "<tool_response>\n" + x.content + "\n</tool_response>");
+    }
+  }
+  if (gen) out += "<|im_start|>assistant<|im_sep|>";
+  return out;
+}
+
+// ---------------------------------------------------------------------------
 // SmolLM3 (the Unsloth template in shared/templates). The template prints no
 // tools and no tool calls; our extension appends the Qwen tool block to the
 // custom instructions and prints calls as <tool_call> text. Tool results are a
@@ -728,6 +761,7 @@ std::string render(template_family family, const std::vector<chat_message>& mess
     case template_family::llama3: return render_llama3(messages, tools, add_generation_prompt);
     case template_family::mistral: return render_mistral(messages, tools, add_generation_prompt);
     case template_family::phi3: return render_phi3(messages, tools, add_generation_prompt);
+    case template_family::phi4: return render_phi4(messages, tools, add_generation_prompt);
     case template_family::smollm3: return render_smollm3(messages, tools, add_generation_prompt);
     case template_family::gemma: return render_gemma(messages, tools, add_generation_prompt);
     case template_family::deepseek_r1: return render_deepseek_r1(messages, tools, add_generation_prompt, false);

@@ -58,18 +58,17 @@ int cmd_info(int argc, char** argv) {
     const double f16 = double(mdl->kv_layout_for(16).block_bytes()) / 16;
     std::printf("kv cache:      %.1f KiB per token (f16, the cpu default; f32 %.1f KiB); %.0f MiB for the full context\n",
                 f16 / 1024, 2 * f16 / 1024, f16 * hp.n_ctx / (1 << 20));
-    // Sliding-window layers need only their window; the paged cache holds them at full length.
-    int32_t n_win = 0, win = 0;
-    double needed = 0;  // layer-tokens of K/V the model reads at full context
-    for (int32_t w : hp.layer_window) {
-      n_win += w > 0;
-      win = std::max(win, w);
-      needed += w > 0 ? std::min(w, hp.n_ctx) : hp.n_ctx;
+    // Sliding-window layers hold only the blocks their window reaches (windowed KV, the engine's
+    // default on the CPU; 64-token blocks): a sequence's K/V at 4k and 32k tokens and at the full
+    // context, every layer whole vs windowed.
+    const kv_layout full = mdl->kv_layout_for(64), win = mdl->kv_layout_for(64, kv_dtype::f16, true);
+    if (win.window > 0) {
+      std::printf("sliding window: %d of %d layers (window %d) hold only the window's blocks:\n", win.n_layer_windowed(),
+                  hp.n_layer, win.window);
+      for (int32_t n : {4096, 32768, hp.n_ctx})
+        std::printf("  kv at %6d tokens: %8.1f MiB windowed, %8.1f MiB with every layer whole\n", n,
+                    double(win.seq_bytes(n)) / (1 << 20), double(full.seq_bytes(n)) / (1 << 20));
     }
-    if (n_win > 0 && !hp.layer_window.empty())
-      std::printf("sliding window: %d of %d layers (window %d): at the full context they need %.1f MiB of the %.1f MiB "
-                  "held (the paged cache keeps every layer at full length)\n",
-                  n_win, hp.n_layer, win, f16 / hp.n_layer * needed / (1 << 20), f16 * hp.n_ctx / (1 << 20));
   }
   std::printf("rope:          %s, base %g, %d dims, scale %g\n", hp.rope_neox ? "neox" : "normal", hp.rope_base, hp.n_rot,
               hp.rope_scale);

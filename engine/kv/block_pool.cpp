@@ -13,21 +13,75 @@ void kv_assert_fail(const char* expr, const char* file, int line) {
 }
 
 block_pool::block_pool(kv_layout layout, int32_t n_blocks)
-    : owned_(std::make_unique<kv_store>(layout, n_blocks)), mem_(owned_.get()), refs_(size_t(n_blocks), 0),
-      cache_held_(size_t(n_blocks), 0) {
-  AGENTQ_KV_ASSERT(n_blocks > 0 && layout.block_size > 0);
-  free_.reserve(size_t(n_blocks));
-  // NOTE: pushed in reverse so blocks are handed out 0, 1, 2, ... (easy to read in tests).
-  for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+    : owned_(std::make_unique<kv_store>(layout, n_blocks)), mem_(owned_.get()) {
+  init();
 }
 
-block_pool::block_pool(kv_memory& memory)
-    : mem_(&memory), refs_(size_t(memory.n_blocks()), 0), cache_held_(size_t(memory.n_blocks()), 0) {
-  const int32_t n_blocks = memory.n_blocks();
-  AGENTQ_KV_ASSERT(n_blocks > 0 && memory.layout().block_size > 0);
+block_pool::block_pool(kv_memory& memory) : mem_(&memory) { init(); }
+
+void block_pool::init() {
+  const int32_t n_blocks = mem_->n_blocks();
+  AGENTQ_KV_ASSERT(n_blocks > 0 && mem_->layout().block_size > 0);
+  refs_.assign(size_t(n_blocks), 0);
+  cache_held_.assign(size_t(n_blocks), 0);
   free_.reserve(size_t(n_blocks));
   // NOTE: pushed in reverse so blocks are handed out 0, 1, 2, ... (easy to read in tests).
   for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+  kv_store* host = mem_->host();
+  if (host && host->paged()) {
+    paged_ = host;
+    win_users_.assign(size_t(n_blocks), 0);
+    free_pages_.reserve(size_t(host->n_pages()));
+    for (int32_t p = host->n_pages() - 1; p >= 0; --p) free_pages_.push_back(p);
+  }
+}
+
+bool block_pool::fits(int32_t n_tokens) const {
+  if (!paged_) return blocks_for_tokens(n_tokens) <= n_blocks_total();
+  // NOTE: the window's blocks are all allocated whole while a chunk is written; one chunk spans
+  // at most blocks_for_tokens(n_tokens) of them, so count the worst case: every block whole
+  // until the window, then full layers only.
+  const kv_layout& l = layout();
+  const int64_t nb = blocks_for_tokens(n_tokens);
+  const int64_t nb_win = std::min<int64_t>(nb, nb - l.window_block(n_tokens) + 1);
+  return nb * l.n_layer_full() + nb_win * l.n_layer_windowed() <= paged_->n_pages();
+}
+
+bool block_pool::has_window_pages(int32_t b) const {
+  if (!paged_) return true;
+  const kv_layout& l = layout();
+  for (int32_t il = 0; il < l.n_layer; ++il)
+    if (l.layer_windowed[size_t(il)] && paged_->page(b, il) < 0) return false;
+  return true;
+}
+
+void block_pool::release_pages(int32_t b, bool windowed_only) {
+  const kv_layout& l = layout();
+  for (int32_t il = 0; il < l.n_layer; ++il) {
+    if (windowed_only && !l.layer_windowed[size_t(il)]) continue;
+    const int32_t p = paged_->page(b, il);
+    if (p < 0) continue;
+    free_pages_.push_back(p);
+    paged_->set_page(b, il, -1);
+  }
+}
+
+void block_pool::window_enter(int32_t b) {
+  AGENTQ_KV_ASSERT(has_window_pages(b));
+  ++win_users_[size_t(b)];
+}
+
+void block_pool::window_leave(int32_t b, bool keep_cached) {
+  AGENTQ_KV_ASSERT(win_users_[size_t(b)] > 0);
+  if (--win_users_[size_t(b)] == 0 && !(keep_cached && cache_held_[size_t(b)])) release_pages(b, true);
+}
+
+void block_pool::slide(seq_blocks& s) {
+  if (!paged_) return;
+  const int32_t to = std::min<int32_t>(layout().window_block(s.n_tokens), int32_t(s.blocks.size()));
+  for (int32_t i = s.window_from; i < to; ++i) window_leave(s.blocks[size_t(i)], false);
+  for (int32_t i = to; i < s.window_from; ++i) window_enter(s.blocks[size_t(i)]);
+  s.window_from = to;
 }
 
 int32_t block_pool::blocks_for_budget(const kv_layout& layout, uint64_t budget_bytes) {
@@ -55,6 +109,8 @@ int32_t block_pool::create_seq() {
 void block_pool::free_seq(int32_t seq_idx) {
   auto& s = seqs_[size_t(seq_idx)];
   AGENTQ_KV_ASSERT(s.live);
+  if (paged_)
+    for (size_t i = size_t(s.window_from); i < s.blocks.size(); ++i) window_leave(s.blocks[i], true);
   // NOTE: released tail first so that, with a LIFO free list, a prefix's head blocks are the
   // last to be reused.
   for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) unref(*it);
@@ -78,6 +134,10 @@ void block_pool::attach(int32_t seq_idx, std::span<const int32_t> blocks, int32_
     s.blocks.push_back(b);
   }
   s.n_tokens = n_tokens;
+  if (paged_) {
+    s.window_from = std::min<int32_t>(layout().window_block(n_tokens), int32_t(s.blocks.size()));
+    for (size_t i = size_t(s.window_from); i < s.blocks.size(); ++i) window_enter(s.blocks[i]);
+  }
 }
 
 int32_t block_pool::fork(int32_t src_seq_idx) {
@@ -87,7 +147,10 @@ int32_t block_pool::fork(int32_t src_seq_idx) {
   auto& dst = seqs_[size_t(idx)];
   dst.blocks = src.blocks;
   dst.n_tokens = src.n_tokens;
+  dst.window_from = src.window_from;
   for (int32_t b : dst.blocks) add_ref(b);
+  if (paged_)
+    for (size_t i = size_t(dst.window_from); i < dst.blocks.size(); ++i) window_enter(dst.blocks[i]);
   return idx;
 }
 
@@ -96,14 +159,24 @@ void block_pool::add_ref(int32_t block_idx) {
   ++refs_[size_t(block_idx)];
 }
 
-int32_t block_pool::pop_free() {
-  while (free_.empty()) {
+int32_t block_pool::pop_free(bool windowed_layers) {
+  const kv_layout& l = layout();
+  const size_t n_pages = paged_ ? size_t(windowed_layers ? l.n_layer : l.n_layer_full()) : 0;
+  while (free_.empty() || free_pages_.size() < n_pages) {
     if (!evictor_ || !evictor_()) return -1;
   }
   const int32_t b = free_.back();
   free_.pop_back();
   AGENTQ_KV_ASSERT(refs_[size_t(b)] == 0);
   refs_[size_t(b)] = 1;
+  if (paged_) {
+    for (int32_t il = 0; il < l.n_layer; ++il) {
+      AGENTQ_KV_ASSERT(paged_->page(b, il) < 0);
+      if (!windowed_layers && l.layer_windowed[size_t(il)]) continue;
+      paged_->set_page(b, il, free_pages_.back());
+      free_pages_.pop_back();
+    }
+  }
   return b;
 }
 
@@ -115,6 +188,10 @@ void block_pool::unref(int32_t block_idx) {
   if (--r == 1 && cache_held_[size_t(block_idx)]) ++n_cache_only_;
   if (r == 0) {
     AGENTQ_KV_ASSERT(!cache_held_[size_t(block_idx)]);
+    if (paged_) {
+      AGENTQ_KV_ASSERT(win_users_[size_t(block_idx)] == 0);
+      release_pages(block_idx, false);
+    }
     free_.push_back(block_idx);
   }
 }
@@ -129,6 +206,7 @@ void block_pool::cache_drop(int32_t block_idx) {
   AGENTQ_KV_ASSERT(cache_held_[size_t(block_idx)]);
   if (refs_[size_t(block_idx)] == 1) --n_cache_only_;
   cache_held_[size_t(block_idx)] = 0;
+  if (paged_ && win_users_[size_t(block_idx)] == 0) release_pages(block_idx, true);
   unref(block_idx);
 }
 
@@ -171,6 +249,10 @@ bool block_pool::reserve(int32_t seq_idx, int32_t n_tokens_total) {
       const int32_t rows = std::clamp(s2.n_tokens - i * bs, 0, bs);
       if (rows > 0) copy_rows(old, fresh, rows);
       s2.blocks[size_t(i)] = fresh;
+      if (paged_ && i >= s2.window_from) {
+        window_enter(fresh);
+        window_leave(old, false);
+      }
       unref(old);
       ++n_cow_copies_;
     }
@@ -178,7 +260,27 @@ bool block_pool::reserve(int32_t seq_idx, int32_t n_tokens_total) {
   while (int32_t(seqs_[size_t(seq_idx)].blocks.size()) < blocks_for_tokens(n_tokens_total)) {
     const int32_t b = pop_free();
     if (b < 0) return false;
-    seqs_[size_t(seq_idx)].blocks.push_back(b);
+    auto& s = seqs_[size_t(seq_idx)];
+    if (paged_ && int32_t(s.blocks.size()) >= s.window_from) window_enter(b);
+    s.blocks.push_back(b);
+  }
+  return true;
+}
+
+bool block_pool::reserve_restore(int32_t seq_idx, int32_t n_tokens_total, int32_t whole_from) {
+  auto& s0 = seqs_[size_t(seq_idx)];
+  AGENTQ_KV_ASSERT(s0.live && s0.blocks.empty() && s0.n_tokens == 0);
+  if (!paged_) return reserve(seq_idx, n_tokens_total);
+  AGENTQ_KV_ASSERT(whole_from <= layout().window_block(n_tokens_total));
+  const int32_t from = std::min(whole_from, blocks_for_tokens(n_tokens_total));
+  s0.window_from = from;
+  while (int32_t(seqs_[size_t(seq_idx)].blocks.size()) < blocks_for_tokens(n_tokens_total)) {
+    const bool whole = int32_t(seqs_[size_t(seq_idx)].blocks.size()) >= from;
+    const int32_t b = pop_free(whole);
+    if (b < 0) return false;
+    auto& s = seqs_[size_t(seq_idx)];
+    if (whole) window_enter(b);
+    s.blocks.push_back(b);
   }
   return true;
 }
@@ -187,22 +289,45 @@ void block_pool::set_n_tokens(int32_t seq_idx, int32_t n_tokens) {
   auto& s = seqs_[size_t(seq_idx)];
   AGENTQ_KV_ASSERT(s.live && n_tokens >= 0 && n_tokens <= int32_t(s.blocks.size()) * block_size());
   s.n_tokens = n_tokens;
+  slide(s);
 }
 
-void block_pool::truncate(int32_t seq_idx, int32_t n_tokens) {
+int32_t block_pool::usable_prefix(std::span<const int32_t> blocks, int32_t n_tokens) const {
+  if (!paged_) return n_tokens;
+  const int32_t bs = block_size();
+  auto ok = [&](int32_t n) {
+    const int32_t end = std::min<int32_t>(blocks_for_tokens(n), int32_t(blocks.size()));
+    for (int32_t i = layout().window_block(n); i < end; ++i)
+      if (!has_window_pages(blocks[size_t(i)])) return false;
+    return true;
+  };
+  if (ok(n_tokens)) return n_tokens;
+  for (int32_t k = (n_tokens - 1) / bs; k > 0; --k)
+    if (ok(k * bs)) return k * bs;
+  return 0;
+}
+
+int32_t block_pool::truncate(int32_t seq_idx, int32_t n_tokens) {
   auto& s = seqs_[size_t(seq_idx)];
   AGENTQ_KV_ASSERT(s.live && n_tokens >= 0);
   s.n_tokens = std::min(s.n_tokens, n_tokens);
+  if (paged_) s.n_tokens = usable_prefix(s.blocks, s.n_tokens);
   const int32_t keep = blocks_for_tokens(s.n_tokens);
   while (int32_t(s.blocks.size()) > keep) {
     const int32_t b = s.blocks.back();
+    if (paged_ && int32_t(s.blocks.size()) - 1 >= s.window_from) window_leave(b, true);
     s.blocks.pop_back();
     unref(b);
   }
+  if (paged_) {
+    s.window_from = std::min(s.window_from, int32_t(s.blocks.size()));
+    slide(s);
+  }
+  return s.n_tokens;
 }
 
 void block_pool::sanity() const {
-  const int32_t n = n_blocks_total();
+  const int32_t n = n_block_ids();
   std::vector<int32_t> count(size_t(n), 0);
   for (const auto& s : seqs_) {
     if (!s.live) {
@@ -229,6 +354,34 @@ void block_pool::sanity() const {
     cache_only += cache_held_[size_t(b)] && refs_[size_t(b)] == 1 ? 1 : 0;
   }
   AGENTQ_KV_ASSERT(cache_only == n_cache_only_);
+  if (paged_) {
+    // window users match the tables; a block in a window holds every page; pages are each in
+    // one place (a block's layer or the free list); only cached or windowed blocks keep window pages.
+    std::vector<int32_t> users(size_t(n), 0);
+    for (const auto& s : seqs_) {
+      if (!s.live) continue;
+      AGENTQ_KV_ASSERT(s.window_from >= 0 && s.window_from <= int32_t(s.blocks.size()));
+      for (size_t i = size_t(s.window_from); i < s.blocks.size(); ++i) ++users[size_t(s.blocks[i])];
+    }
+    std::vector<uint8_t> seen(size_t(paged_->n_pages()), 0);
+    for (int32_t p : free_pages_) {
+      AGENTQ_KV_ASSERT(!seen[size_t(p)]);
+      seen[size_t(p)] = 1;
+    }
+    for (int32_t b = 0; b < n; ++b) {
+      AGENTQ_KV_ASSERT(users[size_t(b)] == win_users_[size_t(b)]);
+      if (users[size_t(b)] > 0) AGENTQ_KV_ASSERT(has_window_pages(b));
+      for (int32_t il = 0; il < layout().n_layer; ++il) {
+        const int32_t p = paged_->page(b, il);
+        if (refs_[size_t(b)] > 0 && !layout().layer_windowed[size_t(il)]) AGENTQ_KV_ASSERT(p >= 0);
+        if (refs_[size_t(b)] == 0) AGENTQ_KV_ASSERT(p < 0);
+        if (p < 0) continue;
+        AGENTQ_KV_ASSERT(!seen[size_t(p)]);
+        seen[size_t(p)] = 1;
+      }
+    }
+    for (uint8_t x : seen) AGENTQ_KV_ASSERT(x);
+  }
   for (int32_t slot : free_seq_slots_) AGENTQ_KV_ASSERT(!seqs_[size_t(slot)].live);
 }
 

@@ -24,6 +24,9 @@ struct seq_blocks {
   std::vector<int32_t> blocks;  // physical block ids, one per block_size positions
   int32_t n_tokens = 0;         // positions with valid K/V (tokens)
   bool live = false;            // slot in use
+  // Windowed KV: blocks [window_from, blocks.size()) are in the window (their windowed layers
+  // hold pages); earlier ones may have given those pages back. kv_layout::window_block(n_tokens).
+  int32_t window_from = 0;
 };
 
 class block_pool {
@@ -42,9 +45,21 @@ class block_pool {
   kv_memory& memory() const { return *mem_; }
   const kv_layout& layout() const { return mem_->layout(); }
   int32_t block_size() const { return mem_->layout().block_size; }
-  int32_t n_blocks_total() const { return mem_->n_blocks(); }
-  int32_t n_blocks_free() const { return int32_t(free_.size()); }
+  // Capacity and use in blocks of every layer (windowed stores: pages / n_layer, so a block
+  // holding only its full layers counts as a fraction).
+  int32_t n_blocks_total() const { return paged_ ? paged_->n_pages() / layout().n_layer : mem_->n_blocks(); }
+  int32_t n_blocks_free() const {
+    return paged_ ? int32_t(free_pages_.size()) / layout().n_layer : int32_t(free_.size());
+  }
   int32_t n_blocks_used() const { return n_blocks_total() - n_blocks_free(); }
+  // Block ids (>= n_blocks_total() with windowed KV).
+  int32_t n_block_ids() const { return mem_->n_blocks(); }
+  // Windowed KV: pages held (one layer's K and V of one block each), and in total.
+  bool windowed() const { return paged_ != nullptr; }
+  int64_t n_pages_used() const { return paged_ ? paged_->n_pages() - int64_t(free_pages_.size()) : 0; }
+  // Whether a sequence of n_tokens fits in an empty pool (its full layers on every block, its
+  // windowed layers on the window's blocks).
+  bool fits(int32_t n_tokens) const;
   int32_t blocks_for_tokens(int32_t n_tokens) const { return (n_tokens + block_size() - 1) / block_size(); }
 
   // Called when the free list is empty; frees at least one block (e.g. evicts the LRU
@@ -69,8 +84,18 @@ class block_pool {
   int32_t blocks_needed(int32_t seq_idx, int32_t n_tokens_total) const;
   // Record that positions [0, n_tokens) now hold K/V (after a forward). n_tokens <= capacity.
   void set_n_tokens(int32_t seq_idx, int32_t n_tokens);
-  // Forget positions >= n_tokens and drop blocks beyond them.
-  void truncate(int32_t seq_idx, int32_t n_tokens);
+  // Forget positions >= n_tokens and drop blocks beyond them. Returns the positions kept: with
+  // windowed KV, fewer than n_tokens (down to 0) when the window of n_tokens would reach blocks
+  // whose windowed layers were already given back (the caller recomputes from there).
+  int32_t truncate(int32_t seq_idx, int32_t n_tokens);
+  // The longest prefix, at most n_tokens, of a sequence made of `blocks` whose window blocks all
+  // hold their windowed layers (n_tokens itself, or a block multiple below it; always n_tokens
+  // without windowed KV). For prefix-cache hits.
+  int32_t usable_prefix(std::span<const int32_t> blocks, int32_t n_tokens) const;
+  // Like reserve() for a sequence about to be restored from the disk tier: blocks before
+  // whole_from get their full layers only (whole_from <= window_block(n_tokens_total); the
+  // next set_n_tokens gives back the extra). Only on an empty seq.
+  bool reserve_restore(int32_t seq_idx, int32_t n_tokens_total, int32_t whole_from);
 
   // Reference counts. A block is free iff its count is 0.
   int32_t refcount(int32_t block_idx) const { return refs_[size_t(block_idx)]; }
@@ -95,14 +120,27 @@ class block_pool {
   void sanity() const;
 
  private:
-  int32_t pop_free();  // -1 when empty after asking the evictor
+  void init();
+  int32_t pop_free(bool windowed_layers = true);  // -1 when empty after asking the evictor
   void add_ref(int32_t block_idx);  // ++refcount of a block in use (keeps n_cache_only_)
+  // Windowed KV: a seq's window now covers / no longer covers block b. The last to leave gives
+  // the windowed layers' pages back, unless the prefix cache holds b and keep_cached (the end of
+  // a sequence: a later prefix hit may need its window).
+  void window_enter(int32_t block_idx);
+  void window_leave(int32_t block_idx, bool keep_cached);
+  void release_pages(int32_t block_idx, bool windowed_only);
+  bool has_window_pages(int32_t block_idx) const;
+  // Move s.window_from to window_block(s.n_tokens) (forward: leave; backward: enter).
+  void slide(seq_blocks& s);
 
   std::unique_ptr<kv_store> owned_;  // the host store of block_pool(layout, n_blocks)
   kv_memory* mem_;
   std::vector<int32_t> refs_;        // [n_blocks]
   std::vector<uint8_t> cache_held_;  // [n_blocks]
   std::vector<int32_t> free_;        // stack of free block ids
+  kv_store* paged_ = nullptr;        // the store, when its layout is windowed (pages)
+  std::vector<int32_t> free_pages_;  // windowed: stack of free pages
+  std::vector<int32_t> win_users_;   // windowed: [n_block_ids] seq tables whose window covers the block
   std::vector<seq_blocks> seqs_;     // slots; !live ones are reusable
   std::vector<int32_t> free_seq_slots_;
   std::function<bool()> evictor_;

@@ -2,6 +2,8 @@
 // stored elements, whatever their type).
 #include "kv/kv_store.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +20,35 @@ bool parse_kv_dtype(const std::string& text, kv_dtype* out) {
   else if (text == "f16") *out = kv_dtype::f16;
   else return false;
   return true;
+}
+
+namespace {
+// Windowed: one page per layer of every budgeted block, and block ids enough for all of them to
+// sit in blocks' full layers (the windowed layers of all but the newest blocks are given back).
+int32_t n_ids_for(const kv_layout& l, int32_t n_blocks) {
+  if (l.window <= 0) return n_blocks;
+  const int64_t n = int64_t(n_blocks) * l.n_layer / std::max(1, l.n_layer_full());
+  return int32_t(std::min<int64_t>(n, INT32_MAX / 2));
+}
+}  // namespace
+
+kv_store::kv_store(kv_layout layout, int32_t n_blocks)
+    : layout_(layout), n_blocks_(n_ids_for(layout, n_blocks)),
+      n_pages_(int32_t(std::min<int64_t>(int64_t(n_blocks) * layout.n_layer, INT32_MAX))),
+      pages_(layout.window > 0 ? size_t(n_blocks_) * size_t(layout.n_layer) : 0, -1),
+      k_(size_t(n_pages_) * layout.block_elem_bytes()),
+      v_(size_t(n_pages_) * layout.block_elem_bytes()) {
+  if (layout.window > 0 && layout.n_layer > int32_t(layout.layer_windowed.size())) {
+    std::fprintf(stderr, "kv_store: %d layers, windowed KV supports %zu\n", layout.n_layer,
+                 layout.layer_windowed.size());
+    std::abort();
+  }
+}
+
+void kv_store::no_page(int32_t layer, int32_t block_idx) const {
+  std::fprintf(stderr, "%s:%d: kv_store: block %d has no page for layer %d (outside its window)\n", __FILE__, __LINE__,
+               block_idx, layer);
+  std::abort();
 }
 
 kv_store::huge_bytes::huge_bytes(size_t n) : p_(static_cast<uint8_t*>(kernels::alloc_huge(n))), n_(n) {
@@ -38,6 +69,8 @@ void kv_store::copy_rows(int32_t src, int32_t dst, int32_t n_rows) {
   const size_t eb = size_t(layout_.elem_bytes());
   const size_t bytes = size_t(n_rows) * size_t(layout_.token_stride()) * eb;
   for (int32_t l = 0; l < layout_.n_layer; ++l) {
+    // NOTE: a windowed layer's page may be gone in src (outside its window), then dst has none either
+    if (paged() && (page(src, l) < 0 || page(dst, l) < 0)) continue;
     for (int32_t h = 0; h < n_runs; ++h) {
       const size_t o = size_t(layout_.elem_offset(0, h)) * eb;
       std::memcpy(k_.data() + offset(l, dst) + o, k_.data() + offset(l, src) + o, bytes);
@@ -46,11 +79,12 @@ void kv_store::copy_rows(int32_t src, int32_t dst, int32_t n_rows) {
   }
 }
 
-bool kv_store::read_blocks(std::span<const int32_t> blocks, void* out) {
+bool kv_store::read_blocks(std::span<const int32_t> blocks, void* out, bool with_windowed) {
   const size_t n = size_t(layout_.block_elem_bytes());
   auto* o = static_cast<uint8_t*>(out);
   for (int32_t b : blocks) {
     for (int32_t l = 0; l < layout_.n_layer; ++l) {
+      if (!with_windowed && paged() && layout_.layer_windowed[size_t(l)]) continue;
       std::memcpy(o, k_.data() + offset(l, b), n);
       std::memcpy(o + n, v_.data() + offset(l, b), n);
       o += 2 * n;
@@ -59,11 +93,12 @@ bool kv_store::read_blocks(std::span<const int32_t> blocks, void* out) {
   return true;
 }
 
-bool kv_store::write_blocks(std::span<const int32_t> blocks, const void* in) {
+bool kv_store::write_blocks(std::span<const int32_t> blocks, const void* in, bool with_windowed) {
   const size_t n = size_t(layout_.block_elem_bytes());
   const auto* p = static_cast<const uint8_t*>(in);
   for (int32_t b : blocks) {
     for (int32_t l = 0; l < layout_.n_layer; ++l) {
+      if (!with_windowed && paged() && layout_.layer_windowed[size_t(l)]) continue;
       std::memcpy(k_.data() + offset(l, b), p, n);
       std::memcpy(v_.data() + offset(l, b), p + n, n);
       p += 2 * n;

@@ -46,6 +46,11 @@ prefix_match prefix_cache::lookup(std::span<const token_id> tokens, int32_t max_
     hit.push_back(&e);
     parent = h;
   }
+  // Windowed KV: a hit is usable only as far as its window's blocks kept their windowed layers.
+  const size_t n_usable = size_t(pool_.usable_prefix(m.blocks, int32_t(m.blocks.size()) * bs) / bs);
+  m.blocks.resize(n_usable);
+  m.hashes.resize(n_usable);
+  hit.resize(n_usable);
   // NOTE: touched tail first so a chain's head is the most recent: eviction takes leaves
   // before the parents that other chains may still share.
   for (size_t i = hit.size(); i-- > 0;) touch(*hit[i], m.hashes[i]);
@@ -110,7 +115,7 @@ void prefix_cache::sanity() const {
   AGENTQ_KV_ASSERT(entries_.size() == lru_.size());
   for (uint64_t h : lru_) AGENTQ_KV_ASSERT(entries_.count(h) == 1);
   int32_t n_held = 0;
-  for (int32_t b = 0; b < pool_.n_blocks_total(); ++b) n_held += pool_.cache_held(b) ? 1 : 0;
+  for (int32_t b = 0; b < pool_.n_block_ids(); ++b) n_held += pool_.cache_held(b) ? 1 : 0;
   AGENTQ_KV_ASSERT(n_held == int32_t(entries_.size()));
   for (const auto& [h, e] : entries_) {
     AGENTQ_KV_ASSERT(*e.lru_it == h);

@@ -134,7 +134,7 @@ void residency::report(kv_move_event::kind what, uint64_t job_key, size_t n_toke
   e.what = what;
   e.job_key = job_key;
   e.n_tokens = int32_t(n_tokens);
-  e.n_bytes = int64_t(n_tokens) * l.block_bytes() / l.block_size;  // K and V, every layer
+  e.n_bytes = l.seq_bytes(n_tokens);  // K and V, every layer (windowed layers: the window)
   e.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   on_move(e);
 }
@@ -242,7 +242,11 @@ bool residency::reclaim_one() {
 
 int64_t residency::n_blocks_parked() const {
   int64_t n = 0;
-  for (const auto& [k, r] : jobs_) n += int64_t(pool_.seq(r.seq_idx).blocks.size());
+  // Windowed KV: in blocks of every layer (the bytes held / a whole block's), rounded up.
+  const kv_layout& l = pool_.layout();
+  for (const auto& [k, r] : jobs_)
+    n += pool_.windowed() ? (l.seq_bytes(pool_.seq(r.seq_idx).n_tokens) + l.block_bytes() - 1) / l.block_bytes()
+                          : int64_t(pool_.seq(r.seq_idx).blocks.size());
   return n;
 }
 

@@ -42,7 +42,11 @@ constexpr size_t k_header_v1 = offsetof(header, job_key);
 static_assert(k_header_v1 == 48 && sizeof(header) == 64);
 size_t header_bytes(uint32_t version) { return version == 1 ? k_header_v1 : sizeof(header); }
 
-uint32_t format_of(const kv_layout& l) { return uint32_t(l.dtype) | (l.head_major ? 1u << 8 : 0u); }
+// NOTE: bit 9: windowed KV (the payload leaves out the windowed layers of blocks before the
+// window: see spill_store::write); a file of the other kind is not restored.
+uint32_t format_of(const kv_layout& l) {
+  return uint32_t(l.dtype) | (l.head_major ? 1u << 8 : 0u) | (l.window > 0 ? 1u << 9 : 0u);
+}
 
 std::string hex16(uint64_t v) {
   char buf[17];
@@ -150,8 +154,7 @@ spill_store::spill_store(std::string dir, const std::string& model_digest, kv_la
 }
 
 int64_t spill_store::file_bytes(int32_t n_tokens) const {
-  const int64_t n_blocks = (int64_t(n_tokens) + layout_.block_size - 1) / layout_.block_size;
-  return int64_t(sizeof(header)) + int64_t(n_tokens) * int64_t(sizeof(token_id)) + n_blocks * layout_.block_bytes() +
+  return int64_t(sizeof(header)) + int64_t(n_tokens) * int64_t(sizeof(token_id)) + layout_.seq_bytes(n_tokens) +
          int64_t(sizeof(uint64_t));
 }
 
@@ -268,19 +271,23 @@ spill_status spill_store::write(const block_pool& pool, int32_t seq_idx, std::sp
   const size_t blk_bytes = size_t(layout_.block_elem_bytes());
   // NOTE: blocks are read through the pool's memory (host or device) in chunks, so a long
   // sequence never needs a second full copy in host memory; the chunk is already in file order.
+  // Windowed KV: blocks before the window are written without their windowed layers (gone).
   constexpr int32_t k_chunk_blocks = 32;
+  const int32_t wf = std::min(layout_.window_block(s.n_tokens), h.n_blocks);
   std::vector<uint8_t> chunk;
-  for (int32_t b0 = 0; b0 < h.n_blocks && ok; b0 += k_chunk_blocks) {
+  for (int32_t b0 = 0; b0 < h.n_blocks && ok;) {
     if (std::chrono::steady_clock::now() >= opt.deadline) {
       st = spill_status::deadline;
       break;
     }
-    const int32_t n = std::min(k_chunk_blocks, h.n_blocks - b0);
-    chunk.resize(size_t(n) * size_t(layout_.block_bytes()));
-    ok = pool.memory().read_blocks(std::span<const int32_t>(s.blocks.data() + b0, size_t(n)), chunk.data());
+    const bool whole = b0 >= wf;
+    const int32_t n = std::min(k_chunk_blocks, (whole ? h.n_blocks : wf) - b0);
+    chunk.resize(size_t(n) * size_t(whole ? layout_.block_bytes() : layout_.block_bytes_full_layers()));
+    ok = pool.memory().read_blocks(std::span<const int32_t>(s.blocks.data() + b0, size_t(n)), chunk.data(), whole);
     for (size_t off = 0; ok && off < chunk.size(); off += blk_bytes)  // K, V of each layer
       sum = checksum64(chunk.data() + off, blk_bytes, sum);
     ok = ok && write_fd(fd, chunk.data(), chunk.size());
+    b0 += n;
   }
   ok = ok && st == spill_status::ok && write_fd(fd, &sum, sizeof sum) && ::fsync(fd) == 0;
   ok = (::close(fd) == 0) && ok;
@@ -332,7 +339,8 @@ bool spill_store::restore(int32_t entry_idx, int32_t n_tokens, block_pool& pool,
   bool ok = read_all(e.path, &buf) && parse_header(buf, digest_hash_, layout_, &h, &toks);
   const size_t hb = ok ? header_bytes(h.version) : 0;
   const size_t payload_off = hb + toks.size() * sizeof(token_id);
-  const size_t payload = size_t(h.n_blocks) * size_t(layout_.n_layer) * 2 * blk_bytes;
+  const int32_t wf = ok ? std::min(layout_.window_block(h.n_tokens), h.n_blocks) : 0;  // see write()
+  const size_t payload = ok ? size_t(layout_.seq_bytes(h.n_tokens)) : 0;
   ok = ok && buf.size() == payload_off + payload + sizeof(uint64_t);
   if (ok) {
     uint64_t sum = 0xcbf29ce484222325ull;
@@ -351,15 +359,27 @@ bool spill_store::restore(int32_t entry_idx, int32_t n_tokens, block_pool& pool,
     return false;
   }
   n_tokens = std::min(n_tokens, h.n_tokens);
-  if (!pool.reserve(seq_idx, n_tokens)) {
+  // Windowed KV: a shorter prefix needs its own window's windowed layers, which the file has
+  // from block wf on only.
+  if (layout_.window_block(n_tokens) < wf) {
+    entries_.push_back(e);  // still valid on disk
+    return false;
+  }
+  const int32_t nb = pool.blocks_for_tokens(n_tokens);
+  if (!pool.reserve_restore(seq_idx, n_tokens, wf)) {
     pool.truncate(seq_idx, 0);
     entries_.push_back(e);  // still valid on disk
     return false;
   }
-  // The payload is [block][layer][K, V][block_elems], the order write_blocks takes.
+  // The payload is [block][layer][K, V][block_elems], the order write_blocks takes (blocks
+  // before wf without their windowed layers).
   const auto& s = pool.seq(seq_idx);
-  if (!pool.memory().write_blocks(std::span<const int32_t>(s.blocks.data(), size_t(pool.blocks_for_tokens(n_tokens))),
-                                  buf.data() + payload_off)) {
+  const uint8_t* in = buf.data() + payload_off;
+  const int32_t n_short = std::min(wf, nb);
+  bool written = pool.memory().write_blocks(std::span<const int32_t>(s.blocks.data(), size_t(n_short)), in, false);
+  in += size_t(n_short) * size_t(layout_.block_bytes_full_layers());
+  written = written && pool.memory().write_blocks(std::span<const int32_t>(s.blocks.data() + n_short, size_t(nb - n_short)), in);
+  if (!written) {
     pool.truncate(seq_idx, 0);
     entries_.push_back(e);  // the device failed, not the file
     return false;

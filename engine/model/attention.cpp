@@ -34,11 +34,11 @@ inline float to_f32(uint16_t h) { return kernels::fp16_to_fp32(h); }
 // become -inf (weight exactly 0), the rest cap * tanh(s / cap). Returns the max of the rest
 // and of the sink logit, if any (the softmax's shift, as ggml's flash attention with sinks).
 // NOTE: only models with a window, a cap or a sink come here; the others keep the plain path's bits.
-// The positions before a window are still read and scored (a full-context cost); reading only
-// the window, and holding only its K/V, is the next step for long contexts.
+// Positions before window_lo are never read (windowed KV may hold no pages there); the few
+// between it and the window are scored and masked here.
 inline float adjust_scores(const attention_args& a, float* scores, int32_t n) {
   const int32_t first = a.window > 0 ? std::max(0, n - a.window) : 0;
-  for (int32_t t = 0; t < first; ++t) scores[t] = -INFINITY;
+  for (int32_t t = first & ~7; t < first; ++t) scores[t] = -INFINITY;
   float mx = -INFINITY;
   const float cap = a.softcap, inv = cap != 0.0f ? 1.0f / cap : 0.0f;
   for (int32_t t = first; t < n; ++t) {
@@ -46,6 +46,12 @@ inline float adjust_scores(const attention_args& a, float* scores, int32_t n) {
     mx = std::max(mx, scores[t]);
   }
   return a.has_sink ? std::max(mx, a.sink) : mx;
+}
+// The first position a query at pos reads: the start of its window rounded down to a multiple
+// of 8, so the softmax's 8-lane sums keep their lanes (positions before it weigh exactly 0:
+// skipping them leaves every sum's bits as they were). 0 without a window.
+inline int32_t window_lo(const attention_args& a, int32_t pos) {
+  return a.window > 0 ? std::max(0, pos + 1 - a.window) & ~7 : 0;
 }
 inline bool adjusts(const attention_args& a) { return a.window > 0 || a.softcap != 0.0f || a.has_sink; }
 // The sink's share of the softmax's denominator (exp(sink - max)); 0 without one.
@@ -82,14 +88,14 @@ inline void prefetch_row(const void* row, int32_t row_bytes) {
 // held long-context decode attention to ~10 GB/s a thread. The cursor starts level with t and
 // gains 2 rows a step, so short contexts are prefetched from their first rows without a burst.
 template <bool V, class T, class F>
-inline void for_rows(const attention_args& a, int32_t n, F&& fn) {
+inline void for_rows(const attention_args& a, int32_t lo, int32_t n, F&& fn) {
   const int32_t bs = a.block_size, row_bytes = a.head_dim * int32_t(sizeof(T));
   const int32_t ahead = std::max<int32_t>(8, 4096 / row_bytes);
   auto block = [&](int32_t bi) {
     return (V ? a.kv->v<T>(a.layer, a.block_table[bi]) : a.kv->k<T>(a.layer, a.block_table[bi])) + a.head_offset;
   };
-  const T* pbase = block(0);  // the prefetch cursor: position p, at row poff of block pbi
-  int32_t p = 0, pbi = 0, poff = 0;
+  int32_t p = lo, pbi = lo / bs, poff = lo % bs;
+  const T* pbase = block(pbi);  // the prefetch cursor: position p, at row poff of block pbi
   const int32_t line_mask = line_mask_of(row_bytes);
   auto prefetch_next = [&] {
     if ((poff & line_mask) == 0) prefetch_row(pbase + size_t(poff) * a.token_stride, row_bytes);
@@ -100,9 +106,9 @@ inline void for_rows(const attention_args& a, int32_t n, F&& fn) {
     }
   };
   const T* base = pbase;
-  for (int32_t t0 = 0, bi = 0; t0 < n; t0 += bs, ++bi) {
+  for (int32_t bi = lo / bs, t0 = bi * bs; t0 < n; t0 += bs, ++bi) {
     const int32_t te = std::min(n, t0 + bs);
-    for (int32_t t = t0; t < te; ++t) {
+    for (int32_t t = std::max(t0, lo); t < te; ++t) {
       for (int k = 0; k < 2 && p < n && p <= t + ahead; ++k) prefetch_next();
       fn(t, base + size_t(t - t0) * a.token_stride);
     }
@@ -120,8 +126,8 @@ struct paged_rows {
   bool v_early;              // prefetch V rows during the K pass (prefetch_v)
   int32_t line_mask;         // line_mask_of(the row's bytes): prefetch_v takes one row per line
   template <bool V, class F>
-  void each(int32_t n, F&& fn) const {
-    for_rows<V, T>(a, n, fn);
+  void each(int32_t lo, int32_t n, F&& fn) const {
+    for_rows<V, T>(a, lo, n, fn);
   }
   // NOTE: called as each K row is scored, when the head's V rows fit in L2 with room to spare
   // (v_early): its V row is read in the second pass a few microseconds later, and in decode
@@ -138,18 +144,18 @@ struct packed_rows {
   const float* v;
   int32_t stride;
   template <bool V, class F>
-  void each(int32_t n, F&& fn) const {
+  void each(int32_t lo, int32_t n, F&& fn) const {
     const float* base = V ? v : k;
-    for (int32_t t = 0; t < n; ++t) fn(t, base + size_t(t) * stride);
+    for (int32_t t = lo; t < n; ++t) fn(t, base + size_t(t) * stride);
   }
   void prefetch_v(int32_t, const float*) const {}  // packed in L2 already
 };
 
 template <class T>
 void attend_one_scalar(const attention_args& a, const float* q, int32_t pos, float* out, float* scores) {
-  const int32_t hd = a.head_dim;
+  const int32_t hd = a.head_dim, lo = window_lo(a, pos);
   float mx = -INFINITY;
-  for (int32_t t = 0; t <= pos; ++t) {
+  for (int32_t t = lo; t <= pos; ++t) {
     const T* kt = k_row<T>(a, t);
     float s = 0;
     for (int32_t d = 0; d < hd; ++d) s += q[d] * to_f32(kt[d]);
@@ -158,14 +164,14 @@ void attend_one_scalar(const attention_args& a, const float* q, int32_t pos, flo
   }
   if (adjusts(a)) mx = adjust_scores(a, scores, pos + 1);
   double sum = 0.0;
-  for (int32_t t = 0; t <= pos; ++t) {
+  for (int32_t t = lo; t <= pos; ++t) {
     scores[t] = std::exp(scores[t] - mx);
     sum += scores[t];
   }
   if (a.has_sink) sum += sink_term(a, mx);
   const float inv = float(1.0 / sum);
   std::fill(out, out + hd, 0.0f);
-  for (int32_t t = 0; t <= pos; ++t) {
+  for (int32_t t = lo; t <= pos; ++t) {
     const T* vt = v_row<T>(a, t);
     const float p = scores[t] * inv;
     for (int32_t d = 0; d < hd; ++d) out[d] += p * to_f32(vt[d]);
@@ -206,14 +212,14 @@ inline __m256 hsum8x8(const __m256 v[8]) {
 
 // scores[0..n) (their running max in vmx's lanes) -> probabilities exp(s - max), in place;
 // returns 1 / their sum in every lane.
-inline __m256 softmax_scores(const attention_args& a, float* scores, int32_t n, __m256 vmx) {
+inline __m256 softmax_scores(const attention_args& a, float* scores, int32_t lo, int32_t n, __m256 vmx) {
   vmx = _mm256_max_ps(vmx, _mm256_permute2f128_ps(vmx, vmx, 1));
   vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(1, 0, 3, 2)));
   vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(2, 3, 0, 1)));
   const __m256 mx = vmx;
   // Probabilities and their sum (4 double lanes by t mod 8 halves, fixed tree; tail scalar).
   __m256d sum4 = _mm256_setzero_pd();
-  int32_t t = 0;
+  int32_t t = lo;  // a multiple of 8 (window_lo)
   for (; t + 8 <= n; t += 8) {
     const __m256 p = kernels::exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + t), mx));
     _mm256_storeu_ps(scores + t, p);
@@ -256,11 +262,11 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
   // Scores: one FMA chain over the head dim per key, then the hsum8 tree, 8 keys at a time
   // (hsum8x8: the 8 trees as one vector reduction, same additions) and any rest one by one.
   __m256 vmx = _mm256_set1_ps(-INFINITY);
-  const int32_t n = pos + 1;
+  const int32_t n = pos + 1, lo = window_lo(a, pos);
   const __m256 scale = _mm256_set1_ps(a.scale);
   const T* kp[8];
   int cnt = 0;
-  rows.template each<false>(n, [&](int32_t t, const T* kt) {
+  rows.template each<false>(lo, n, [&](int32_t t, const T* kt) {
     rows.prefetch_v(t, kt);
     kp[cnt++] = kt;
     if (cnt < 8) return;
@@ -282,7 +288,7 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
     vmx = _mm256_max_ps(vmx, _mm256_set1_ps(sc));
   }
   if (adjusts(a)) vmx = _mm256_set1_ps(adjust_scores(a, scores, n));
-  const __m256 inv = softmax_scores(a, scores, n, vmx);
+  const __m256 inv = softmax_scores(a, scores, lo, n, vmx);
   // out = sum_t p_t V_t, 8 vectors (64 dims) of accumulators at a time, t in order.
   // NOTE: rows are taken 8 at a time and accumulated in add_rows' own registers; updated
   // from the per-row callback, the accumulators were stored to the stack on every row.
@@ -307,7 +313,7 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
       }
       for (int c = 0; c < 8; ++c) acc[c] = r[c];
     };
-    rows.template each<true>(n, [&](int32_t u, const T* vrow) {
+    rows.template each<true>(lo, n, [&](int32_t u, const T* vrow) {
       if (cnt == 0) u0 = u;
       vp[cnt++] = vrow;
       if (cnt == 8) {
@@ -338,7 +344,8 @@ void attend_pair_avx512(const attention_args& a, const packed_rows& rows, const 
   auto k_row = [&](int32_t t) { return rows.k + size_t(t) * rows.stride; };
   const __m256 scale = _mm256_set1_ps(a.scale);
   __m256 mxa = _mm256_set1_ps(-INFINITY), mxb = mxa;
-  int32_t t = 0;
+  const int32_t lo_a = window_lo(a, pos_a), lo_b = window_lo(a, pos_a + 1);
+  int32_t t = lo_a;
   for (; t + 8 <= na; t += 8) {
     __m512 acc[8];
     for (int i = 0; i < 8; ++i) acc[i] = _mm512_mul_ps(qv[0], kernels::broadcast8(k_row(t + i)));
@@ -372,12 +379,13 @@ void attend_pair_avx512(const attention_args& a, const packed_rows& rows, const 
     mxa = _mm256_set1_ps(adjust_scores(a, sa, na));
     mxb = _mm256_set1_ps(adjust_scores(a, sb, nb));
   }
-  const __m256 inv_a = softmax_scores(a, sa, na, mxa), inv_b = softmax_scores(a, sb, nb, mxb);
+  const __m256 inv_a = softmax_scores(a, sa, lo_a, na, mxa), inv_b = softmax_scores(a, sb, lo_b, nb, mxb);
+  for (int32_t u = lo_a; u < lo_b; ++u) sb[u] = 0.0f;  // before B's window: weight 0, as its own call
   const __m512 inv = kernels::join_halves(inv_a, inv_b);
   for (int c0 = 0; c0 < NV; c0 += 8) {
     __m512 acc[8];
     for (int c = 0; c < 8; ++c) acc[c] = _mm512_setzero_ps();
-    for (int32_t u = 0; u < na; ++u) {
+    for (int32_t u = lo_a; u < na; ++u) {
       const float* vt = rows.v + size_t(u) * rows.stride + 8 * c0;
       const __m512 p = _mm512_mul_ps(kernels::join_halves(_mm256_broadcast_ss(sa + u), _mm256_broadcast_ss(sb + u)), inv);
       for (int c = 0; c < 8; ++c) acc[c] = _mm512_fmadd_ps(p, kernels::broadcast8(vt + 8 * c), acc[c]);
@@ -446,12 +454,14 @@ void attend_typed(const attention_args& a, const float* q, int64_t q_stride, int
       float* pv = pk + size_t(n) * hd;
       constexpr auto wt = std::is_same_v<T, float> ? kernels::weight_type::f32 : kernels::weight_type::f16;
       auto unpack = [hd](const T* row, float* dst) { kernels::dequantize_row(wt, row, dst, hd); };
-      for_rows<false, T>(a, n, [&](int32_t t, const T* row) { unpack(row, pk + size_t(t) * hd); });
-      for_rows<true, T>(a, n, [&](int32_t t, const T* row) { unpack(row, pv + size_t(t) * hd); });
+      const int32_t lo = window_lo(a, pos0);  // rows before it are never read
+      for_rows<false, T>(a, lo, n, [&](int32_t t, const T* row) { unpack(row, pk + size_t(t) * hd); });
+      for_rows<true, T>(a, lo, n, [&](int32_t t, const T* row) { unpack(row, pv + size_t(t) * hd); });
       attend_avx2(a, packed_rows{pk, pv, hd}, q, q_stride, pos0, n_q, out, out_stride, scores);
     } else {
-      const std::ptrdiff_t v_minus_k = reinterpret_cast<const char*>(a.kv->v<T>(a.layer, a.block_table[0])) -
-                                       reinterpret_cast<const char*>(a.kv->k<T>(a.layer, a.block_table[0]));
+      const int32_t b0 = a.block_table[window_lo(a, pos0) / a.block_size];  // a block the window holds
+      const std::ptrdiff_t v_minus_k = reinterpret_cast<const char*>(a.kv->v<T>(a.layer, b0)) -
+                                       reinterpret_cast<const char*>(a.kv->k<T>(a.layer, b0));
       const bool v_early = int64_t(pos0 + n_q) * a.head_dim * int64_t(sizeof(T)) <= (64 << 10);
       const int32_t line_mask = line_mask_of(a.head_dim * int32_t(sizeof(T)));
       attend_avx2(a, paged_rows<T>{a, v_minus_k, v_early, line_mask}, q, q_stride, pos0, n_q, out, out_stride, scores);

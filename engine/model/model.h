@@ -4,6 +4,7 @@
 // so a sequence's logits do not depend on its batch-mates (batch invariance).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -34,8 +35,8 @@ struct model_hparams {
   bool rope_yarn = false;          // YaRN scaling (rope_scaling.h); the CPU backend only
   float rope_attn_factor = 1.0f;   // rope.scaling.attn_factor: scales cos/sin
   // Per layer: its sliding window in positions (0: attends to the whole context). A windowed
-  // layer needs only its window's K/V; the paged cache still holds every layer at full length
-  // (one block spans all layers), so this is reported (agentq-engine info), not saved.
+  // layer needs only its window's K/V: with windowed KV (kv_layout_for(.., windowed)) its
+  // blocks before the window give their pages back (kv_store, block_pool).
   std::vector<int32_t> layer_window;
 };
 
@@ -52,10 +53,21 @@ class model {
   virtual ~model() = default;
 
   virtual const model_hparams& hparams() const = 0;
-  // K/V blocks for this model: head-major, F16 elements unless asked otherwise (see kv_layout).
-  kv_layout kv_layout_for(int32_t block_size, kv_dtype dtype = kv_dtype::f16) const {
+  // K/V blocks for this model: head-major, F16 elements unless asked otherwise (see kv_layout);
+  // windowed: its sliding-window layers hold only their window (kv_layout::window).
+  kv_layout kv_layout_for(int32_t block_size, kv_dtype dtype = kv_dtype::f16, bool windowed = false) const {
     const auto& h = hparams();
-    return {h.n_layer, h.n_head_kv, h.head_dim, block_size, dtype, /*head_major=*/true};
+    kv_layout l{h.n_layer, h.n_head_kv, h.head_dim, block_size, dtype, /*head_major=*/true};
+    // NOTE: needs a block size that is a multiple of 8: attention starts a window's reads at
+    // the multiple of 8 below it (attention.cpp), which must lie in a block the window holds.
+    if (windowed && block_size % 8 == 0 && h.n_layer <= int32_t(l.layer_windowed.size())) {
+      for (int32_t il = 0; il < int32_t(h.layer_window.size()); ++il) {
+        if (h.layer_window[size_t(il)] <= 0) continue;
+        l.layer_windowed.set(size_t(il));
+        l.window = std::max(l.window, h.layer_window[size_t(il)]);
+      }
+    }
+    return l;
   }
   // Writes the new tokens' K/V into kv through each block table and returns logits:
   // for each seq in order, n_tokens rows if all_logits else 1 row, each [n_vocab].

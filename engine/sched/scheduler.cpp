@@ -37,7 +37,7 @@ std::optional<std::string> scheduler::add(seq_request request) {
   if (n == 0) return std::string("empty prompt");
   if (config_.n_ctx > 0 && n > config_.n_ctx)
     return "prompt has " + std::to_string(n) + " tokens, the model's context is " + std::to_string(config_.n_ctx);
-  if (pool_.blocks_for_tokens(n) > pool_.n_blocks_total())
+  if (!pool_.fits(n))
     return "prompt needs " + std::to_string(pool_.blocks_for_tokens(n)) + " KV blocks, the pool has " +
            std::to_string(pool_.n_blocks_total()) + " (raise kv_budget_bytes)";
   AGENTQ_KV_ASSERT(seqs_.count(request.id) == 0);
@@ -88,7 +88,7 @@ void scheduler::attach_prefix(sequence& s) {
       const int32_t lim = std::min<int32_t>(int32_t(r->tokens.size()), max_reuse);
       while (c < lim && r->tokens[size_t(c)] == s.tokens[size_t(c)]) ++c;
       s.seq_idx = r->seq_idx;
-      pool_.truncate(s.seq_idx, c);
+      c = pool_.truncate(s.seq_idx, c);  // windowed KV: perhaps fewer (see block_pool::truncate)
       r->hashes.resize(std::min<size_t>(r->hashes.size(), size_t(c / bs)));
       s.hashes = std::move(r->hashes);
       s.n_computed = c;

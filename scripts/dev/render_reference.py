@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Render the conversations in tests/unit/engine/data/chat/cases.json with the
-real Jinja chat templates in ../shared/templates (HF transformers' environment:
+real Jinja chat templates in ../shared/templates, or tests/unit/engine/data/chat/templates for
+those added since (HF transformers' environment:
 trim_blocks, lstrip_blocks, tojson with ensure_ascii=False) and write the
 expected prompts the C++ renderer is tested against. Needs only jinja2.
 
@@ -23,6 +24,7 @@ FAMILIES = {  # family -> (template file, bos, eos)
     "llama3.2": ("meta-llama-Llama-3.2-3B-Instruct.jinja", "<|begin_of_text|>", "<|eot_id|>"),
     "mistral": ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "<s>", "</s>"),
     "phi3": ("microsoft-Phi-3.5-mini-instruct.jinja", "<s>", "<|endoftext|>"),
+    "phi4": ("microsoft-phi-4.jinja", "<|endoftext|>", "<|im_end|>"),
     "smollm3": ("HuggingFaceTB-SmolLM3-3B.jinja", "", "<|im_end|>"),
     "gemma": ("google-gemma-2-2b-it.jinja", "<bos>", "<eos>"),
     "deepseek-r1-distill-llama": ("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", "<｜begin▁of▁sentence｜>",
@@ -60,7 +62,10 @@ def main():
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     for fam, (fname, bos, eos) in FAMILIES.items():
-        tmpl = env.from_string(open(os.path.join(SHARED, fname)).read())
+        path = os.path.join(SHARED, fname)
+        if not os.path.exists(path):
+            path = os.path.join(DATA, "templates", fname)
+        tmpl = env.from_string(open(path).read())
         for case in cases:
             if fam not in case["families"] and fam.split(".")[0] not in case["families"]:
                 continue

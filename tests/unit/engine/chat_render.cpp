@@ -1,6 +1,6 @@
 // Chat rendering: byte-for-byte agreement with the real Jinja templates (the
 // expected prompts in data/chat/ were produced by scripts/dev/render_reference.py
-// with jinja2 from shared/templates/*.jinja), a few hand-checked inline cases,
+// with jinja2 from shared/templates/*.jinja and data/chat/templates/*.jinja), a few hand-checked inline cases,
 // family detection, and the append-only property with its documented breaks.
 #include <doctest/doctest.h>
 
@@ -136,6 +136,10 @@ TEST_CASE("detects the family of every shared template") {
     REQUIRE_MESSAGE(!t.empty(), e.file);
     CHECK_MESSAGE(chat::detect_family(t) == e.f, e.file);
   }
+  // Templates added since, kept beside the expected prompts (scripts/dev/render_reference.py).
+  const std::string phi4 = slurp(data_dir() / "templates" / "microsoft-phi-4.jinja");
+  REQUIRE(!phi4.empty());
+  CHECK(chat::detect_family(phi4) == template_family::phi4);
   CHECK(chat::detect_family("") == template_family::plain);
   // A template that matches no family is "unknown", never silently plain.
   CHECK_FALSE(chat::detect_family("{{ messages }}"));
@@ -143,7 +147,8 @@ TEST_CASE("detects the family of every shared template") {
   CHECK(chat::family_from_name("llama3.2") == template_family::llama3);
   CHECK_FALSE(chat::family_from_name("gpt"));
   for (auto f : {template_family::plain, template_family::chatml, template_family::hermes, template_family::qwen3,
-                 template_family::llama3, template_family::mistral, template_family::phi3, template_family::smollm3,
+                 template_family::llama3, template_family::mistral, template_family::phi3, template_family::phi4,
+                 template_family::smollm3,
                  template_family::gemma, template_family::deepseek_r1, template_family::deepseek_r1_qwen,
                  template_family::harmony})
     CHECK(chat::family_from_name(chat::to_string(f)) == f);
@@ -196,8 +201,9 @@ TEST_CASE("append-only: prefixes stay prefixes, except the documented breaks") {
   // phi3: without a generation prompt the template ends in "<|endoftext|>", so
   // only appending the assistant's turn to a generation prompt keeps the prefix.
   CHECK(append_breaks(template_family::phi3, m, tools) == v{1, 3, 4, 6, 8});
-  // smollm3, gemma, plain: fully append-only.
+  // smollm3, gemma, plain, phi4: fully append-only.
   CHECK(append_breaks(template_family::smollm3, m, tools).empty());
+  CHECK(append_breaks(template_family::phi4, m, tools).empty());
   CHECK(append_breaks(template_family::gemma, m, tools).empty());
   CHECK(append_breaks(template_family::plain, m, tools).empty());
   // deepseek-r1 (both distills): the generation prompt's "<think>\n" (and the reasoning)

@@ -18,6 +18,7 @@
 #include "gguf/reader.h"
 #include "gguf/synthetic.h"
 #include "gguf/writer.h"
+#include "kv/block_pool.h"
 #include "golden_json.h"
 #include "model/model.h"
 #include "test_env.h"
@@ -186,4 +187,52 @@ TEST_CASE("an unknown architecture is refused with the registered ones named") {
   CHECK(err.find("unsupported architecture 'nonesuch'") != std::string::npos);
   for (const char* a : {"llama", "qwen2", "qwen3", "qwen3moe", "smollm3", "gemma2", "gemma3", "phi3", "gpt-oss"})
     CHECK_MESSAGE(err.find(a) != std::string::npos, err);
+}
+
+TEST_CASE("windowed KV gives the full-KV path's logits bit for bit far past the window") {
+  // The sliding-window families run a 150-token prompt (in prefill chunks of 37) and 40 greedy
+  // steps twice: over full-length K/V, and over a windowed block_pool whose sequence gives its
+  // windowed layers' pages back as it advances (a read outside the window would abort).
+  for (const char* arch : {"gemma2", "gemma3", "gpt-oss"}) {
+    CAPTURE(arch);
+    std::string err;
+    auto m = model::load(write_parity_model(arch), 2, &err);
+    REQUIRE_MESSAGE(m, err);
+    const int32_t n_vocab = m->hparams().n_vocab;
+    const kv_layout wl = m->kv_layout_for(k_block_size, kv_dtype::f16, /*windowed=*/true);
+    REQUIRE(wl.window > 0);
+    REQUIRE(wl.n_layer_windowed() > 0);
+    constexpr int32_t n_prompt = 150, n_gen = 40, n_chunk = 37;
+    const int32_t n_blocks = (n_prompt + n_gen + k_block_size - 1) / k_block_size;
+    kv_store full(m->kv_layout_for(k_block_size), n_blocks);
+    auto table = contiguous_table(0, n_blocks);
+    block_pool pool(wl, n_blocks);
+    const int32_t seq = pool.create_seq();
+    std::vector<token_id> toks;
+    for (int32_t i = 0; i < n_prompt; ++i) toks.push_back(token_id(50 + (i * 7919) % 30000));
+    std::vector<float> a(size_t(n_chunk) * n_vocab), b(size_t(n_chunk) * n_vocab);
+    int32_t n_past = 0;
+    size_t n_compared = 0;
+    while (n_past < n_prompt + n_gen) {
+      const bool prefill = n_past < n_prompt;
+      const int32_t n = prefill ? std::min(n_chunk, n_prompt - n_past) : 1;
+      batch_seq sf{table.data(), n_past, toks.data() + n_past, n, true};
+      REQUIRE(m->forward({&sf, 1}, full, a.data()) == n);
+      REQUIRE(pool.reserve(seq, n_past + n));
+      batch_seq sw{pool.seq(seq).blocks.data(), n_past, toks.data() + n_past, n, true};
+      REQUIRE(m->forward({&sw, 1}, pool.store(), b.data()) == n);
+      pool.set_n_tokens(seq, n_past + n);
+      pool.sanity();
+      REQUIRE(std::memcmp(a.data(), b.data(), size_t(n) * n_vocab * sizeof(float)) == 0);
+      n_compared += size_t(n);
+      n_past += n;
+      if (n_past >= n_prompt) toks.push_back(argmax(a.data() + size_t(n - 1) * n_vocab, n_vocab));
+    }
+    // The windowed layers now hold only the window's blocks.
+    const int32_t nb = pool.blocks_for_tokens(n_past), wb = wl.window_block(n_past);
+    CHECK(pool.n_pages_used() == int64_t(nb) * wl.n_layer_full() + int64_t(nb - wb) * wl.n_layer_windowed());
+    CHECK(wl.seq_bytes(n_past) < full.layout().block_bytes() * nb);
+    MESSAGE(std::string(arch), ": ", n_compared, " positions bit-identical; KV held ", wl.seq_bytes(n_past), " of ",
+            full.layout().block_bytes() * nb, " bytes");
+  }
 }
