@@ -36,7 +36,7 @@ std::unique_ptr<cuda_forward> cuda_forward::create(std::shared_ptr<const gguf::f
   // The CPU model validates metadata and shapes; its weights are views into the mapping.
   auto cpu = model::load(file, 1, error, model::weights::validate);
   if (!cpu) return nullptr;
-  // NOTE: this pass implements the llama/qwen2 layer only; other registered families are refused
+  // NOTE: this pass implements the llama/qwen2/qwen3 layer only; other registered families are refused
   // here rather than run wrong (registry.cpp marks which ones the CUDA pass runs).
   const arch_entry* arch = find_architecture(cpu->hparams().arch);
   if (!arch || !arch->cuda) {
@@ -88,12 +88,19 @@ std::unique_ptr<cuda_forward> cuda_forward::create(std::shared_ptr<const gguf::f
         !m->upload_vector(b + "attn_q.bias", hp.n_head * hd, &L.bq, true, error) ||
         !m->upload_vector(b + "attn_k.bias", hp.n_head_kv * hd, &L.bk, true, error) ||
         !m->upload_vector(b + "attn_v.bias", hp.n_head_kv * hd, &L.bv, true, error) ||
+        !m->upload_vector(b + "attn_q_norm.weight", hd, &L.q_norm, true, error) ||
+        !m->upload_vector(b + "attn_k_norm.weight", hd, &L.k_norm, true, error) ||
         !m->upload_vector(b + "ffn_norm.weight", n_embd, &L.ffn_norm, false, error) ||
         !m->upload_matrix(b + "ffn_gate.weight", n_embd, hp.n_ff, &L.w_gate, error) ||
         !m->upload_matrix(b + "ffn_up.weight", n_embd, hp.n_ff, &L.w_up, error) ||
         !m->upload_matrix(b + "ffn_down.weight", hp.n_ff, n_embd, &L.w_down, error))
       return nullptr;
   }
+  for (const auto& L : m->layers_)
+    if (L.q_norm.ok() != L.k_norm.ok()) {
+      *error = "attn_q_norm.weight and attn_k_norm.weight come together (qwen3); the file has one without the other";
+      return nullptr;
+    }
   if (n_blocks > 0 && !m->alloc_kv(block_size, n_blocks, error)) return nullptr;
   return m;
 }
@@ -300,6 +307,10 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
       if (L.bq.ok()) cu::add_rows(q, L.bq.as<float>(), n_x, n_q, stream_);
       if (L.bk.ok()) cu::add_rows(k, L.bk.as<float>(), n_x, n_kvd, stream_);
       if (L.bv.ok()) cu::add_rows(v, L.bv.as<float>(), n_x, n_kvd, stream_);
+      if (L.q_norm.ok()) {  // qwen3: each head's q and k RMS-normalised before RoPE (rows of head_dim)
+        cu::rms_norm(q, L.q_norm.as<float>(), q, n_x * n_head, hd, hp_.rms_eps, stream_);
+        cu::rms_norm(k, L.k_norm.as<float>(), k, n_x * n_kv, hd, hp_.rms_eps, stream_);
+      }
       cu::rope_kv_write(q, k, v, d_pos, dev + at.tok_seq, d_tables, max_blocks, n_x, n_head, n_kv, hd, hp_.n_rot,
                         hp_.rope_base, hp_.rope_scale, hp_.rope_neox, freqs, bs, k_cache, v_cache, stream_);
       if (all_decode) {

@@ -1,4 +1,4 @@
-// The llama-family forward pass on one CUDA device (kernels/cuda): weights uploaded
+// The llama-family forward pass (llama, qwen2, qwen3: per-head Q/K RMSNorm) on one CUDA device (kernels/cuda): weights uploaded
 // once from the GGUF mapping, K/V in device blocks, one call per batch with the same
 // contract as model::forward. Built only with the CUDA backend (AGENTQ_HAVE_CUDA).
 // The engine reaches it through forward_backend (cuda_backend.cpp).
@@ -60,6 +60,7 @@ class cuda_forward {
   };
   struct dev_layer {
     kernels::cuda::device_buffer attn_norm, ffn_norm, bq, bk, bv;  // f32 vectors (biases may be empty)
+    kernels::cuda::device_buffer q_norm, k_norm;  // [head_dim] per-head RMSNorm of q and k (qwen3), or empty
     dev_weight wq, wk, wv, wo, w_gate, w_up, w_down;
   };
 

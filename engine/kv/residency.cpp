@@ -134,7 +134,8 @@ void residency::report(kv_move_event::kind what, uint64_t job_key, size_t n_toke
   e.what = what;
   e.job_key = job_key;
   e.n_tokens = int32_t(n_tokens);
-  e.n_bytes = l.seq_bytes(n_tokens);  // K and V, every layer (windowed layers: the window)
+  // K and V of every layer per token; windowed KV: what the blocks hold (windowed layers: the window's blocks)
+  e.n_bytes = pool_.windowed() ? l.seq_bytes(int32_t(n_tokens)) : int64_t(n_tokens) * l.block_bytes() / l.block_size;
   e.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   on_move(e);
 }

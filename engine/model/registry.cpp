@@ -19,7 +19,7 @@ namespace {
 const arch_entry k_archs[] = {
     {"llama", build_llama, true},
     {"qwen2", build_qwen2, true},
-    {"qwen3", build_qwen3},
+    {"qwen3", build_qwen3, true},
     {"qwen3moe", build_qwen3moe},
     {"smollm3", build_smollm3},
     {"gemma2", build_gemma2},
