@@ -1,6 +1,7 @@
 // libFuzzer target: spill files are read back from disk (a crash, a bad disk, another
 // process): the start-up index sweep and restore over a mutated file must never crash, use
-// a file that fails its checks, or allocate beyond the file.
+// a file that fails its checks, or allocate beyond the file. Half the inputs mutate a windowed
+// layout's file (kv_layout::window: blocks before the window lack their windowed layers).
 #include <unistd.h>
 
 #include <cstddef>
@@ -17,15 +18,24 @@ using namespace agentq;
 
 namespace {
 const kv_layout k_layout{2, 2, 4, 4};
+kv_layout windowed_layout() {
+  kv_layout l{3, 2, 4, 4};
+  l.window = 5;
+  l.layer_windowed.set(0);
+  l.layer_windowed.set(1);
+  return l;
+}
+const kv_layout k_layout_windowed = windowed_layout();
 
 // One valid file (written by the store itself), the base every input mutates.
-std::vector<uint8_t> valid_file(const std::string& dir, std::string* name) {
-  block_pool pool(k_layout, 16);
+std::vector<uint8_t> valid_file(const std::string& dir, const kv_layout& layout, std::string* name) {
+  block_pool pool(layout, 16);
   const int32_t s = pool.create_seq();
-  pool.reserve(s, 10);
-  pool.set_n_tokens(s, 10);
-  std::vector<token_id> toks = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
-  spill_store st(dir, "fuzz-digest", k_layout);
+  std::vector<token_id> toks;
+  for (int32_t i = 0; i < (layout.window > 0 ? 22 : 10); ++i) toks.push_back(5 + i);
+  pool.reserve(s, int32_t(toks.size()));
+  pool.set_n_tokens(s, int32_t(toks.size()));
+  spill_store st(dir, "fuzz-digest", layout);
   std::string path;
   spill_store::write_options o;
   o.job_key = 42;
@@ -40,8 +50,14 @@ std::vector<uint8_t> valid_file(const std::string& dir, std::string* name) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string dir = (fs::temp_directory_path() / ("agentq-fuzz-spill-" + std::to_string(::getpid()))).string();
-  static std::string name;
-  static const std::vector<uint8_t> base = valid_file(dir, &name);
+  static std::string name, name_w;
+  static const std::vector<uint8_t> base_plain = valid_file(dir, k_layout, &name);
+  static const std::vector<uint8_t> base_w = valid_file(dir + "-w", k_layout_windowed, &name_w);
+  const bool windowed = size > 0 && (data[size - 1] & 0x80) != 0;
+  const kv_layout& layout = windowed ? k_layout_windowed : k_layout;
+  const std::string& dir_used = windowed ? dir + "-w" : dir;
+  const std::string& file_name = windowed ? name_w : name;
+  const std::vector<uint8_t>& base = windowed ? base_w : base_plain;
   if (base.empty()) return 0;
   // NOTE: mutations of a valid file reach the checksum, size and header checks far sooner
   // than random bytes would find the magic; an odd-sized input also truncates the file.
@@ -49,17 +65,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t i = 0; i < size; ++i) file[i % file.size()] ^= data[i];
   if (size % 2 == 1 && size > 0) file.resize(size_t(data[0]) % file.size());
   {
-    std::ofstream f(dir + "/" + name, std::ios::binary | std::ios::trunc);
+    std::ofstream f(dir_used + "/" + file_name, std::ios::binary | std::ios::trunc);
     f.write(reinterpret_cast<const char*>(file.data()), std::streamsize(file.size()));
   }
-  spill_store st(dir, "fuzz-digest", k_layout);
-  block_pool pool(k_layout, 16);
-  while (!st.entries().empty()) {
+  spill_store st(dir_used, "fuzz-digest", layout);
+  block_pool pool(layout, 16);
+  for (int i = 0; i < 4 && !st.entries().empty(); ++i) {  // a refused restore keeps its entry
     const int32_t s = pool.create_seq();
-    st.restore(0, 1 << 20, pool, s);
+    // a prefix of the file too (windowed: refused where its window reaches the short blocks)
+    st.restore(0, size > 2 ? 1 + int32_t(data[1]) % 24 : 1 << 20, pool, s);
+    pool.sanity();
     pool.free_seq(s);
   }
   std::error_code ec;
-  fs::remove(dir + "/" + name, ec);
+  fs::remove(dir_used + "/" + file_name, ec);
   return 0;
 }
