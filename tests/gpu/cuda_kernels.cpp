@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "agentq/kernels_cuda.h"
@@ -439,6 +441,48 @@ TEST_CASE("graph capture replays a decode-like sequence; KV blocks spill and res
       CHECK(std::memcmp(k_after.data() + a, kh.data() + b, size_t(bf) * 4) == 0);
       CHECK(std::memcmp(v_after.data() + a, vh.data() + b, size_t(bf) * 4) == 0);
     }
+  CHECK_FALSE(cu::cuda_failed());
+}
+
+TEST_CASE("family ops: gelu_mul (F16-rounded GELU-tanh), scale, softcap, moe_topk (both gatings)") {
+  require_device();
+  std::mt19937 rng(25);
+  const int64_t n = 70001;
+  const auto g = test::random_floats(size_t(n), rng, -12.0f, 12.0f), u = test::random_floats(size_t(n), rng);
+  {
+    std::vector<float> expect(static_cast<size_t>(n));
+    ref::gelu_mul(g.data(), u.data(), expect.data(), n);
+    auto dg = to_device(g), du = to_device(u);
+    cu::gelu_mul(dg.as<float>(), du.as<float>(), dg.as<float>(), n, nullptr);  // in place
+    // NOTE: tanhf and std::tanh may differ by an ulp, which can move the F16 rounding by one step
+    CHECK(rel_err(from_device<float>(dg, size_t(n)), expect) < 1e-3);
+  }
+  {
+    auto expect = g;
+    ref::scale(expect.data(), 16.0f, n);
+    auto dx = to_device(g);
+    cu::scale(dx.as<float>(), 16.0f, n, nullptr);
+    CHECK(rel_err(from_device<float>(dx, size_t(n)), expect) == 0);
+    auto capped = g;
+    ref::softcap(capped.data(), 30.0f, n);
+    auto dc = to_device(g);
+    cu::softcap(dc.as<float>(), 30.0f, n, nullptr);
+    CHECK(rel_err(from_device<float>(dc, size_t(n)), capped) < 1e-5);
+  }
+  for (auto gating : {cu::moe_gating::softmax_norm, cu::moe_gating::topk_softmax}) {
+    for (auto [n_expert, k] : {std::pair{128, 8}, std::pair{32, 4}, std::pair{8, 8}}) {
+      const int32_t n_rows = 37;
+      const auto logits = test::random_floats(size_t(n_rows) * size_t(n_expert), rng, -4.0f, 4.0f);
+      std::vector<int32_t> ids(size_t(n_rows) * size_t(k));
+      std::vector<float> w(ids.size());
+      ref::moe_topk(logits.data(), n_rows, n_expert, k, gating, ids.data(), w.data());
+      auto dl = to_device(logits);
+      cu::device_buffer did(ids.size() * 4 + 16), dw(w.size() * 4 + 16);
+      cu::moe_topk(dl.as<float>(), n_rows, n_expert, k, gating, did.as<int32_t>(), dw.as<float>(), nullptr);
+      CHECK_MESSAGE(from_device<int32_t>(did, ids.size()) == ids, "gating ", int(gating), " experts ", n_expert);
+      CHECK_MESSAGE(rel_err(from_device<float>(dw, w.size()), w) < 1e-5, "gating ", int(gating), " experts ", n_expert);
+    }
+  }
   CHECK_FALSE(cu::cuda_failed());
 }
 

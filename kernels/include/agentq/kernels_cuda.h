@@ -78,6 +78,10 @@ void set_cuda_failed(const char* reason);
 // name, file and line to stderr, and sets the failed flag for sticky errors.
 bool check_result(int code, const char* expr, const char* file, int line);
 
+// MoE router gating (moe_topk): Qwen3-MoE's softmax over every expert with the top k's
+// probabilities renormalised, or gpt-oss's softmax over the k largest logits alone.
+enum class moe_gating : int32_t { softmax_norm = 0, topk_softmax = 1 };
+
 }  // namespace agentq::kernels::cuda
 
 #define AGENTQ_CUDA_CHECK(expr) \
@@ -238,6 +242,19 @@ void gather_rows(const float* src, const int32_t* rows, int32_t n_rows, int32_t 
 // out[i] = silu(gate[i]) * up[i], i < n.  (out may alias gate or up)
 void swiglu(const float* gate, const float* up, float* out, int64_t n, stream_t s);
 
+// Ops of the families the forward pass does not run yet (families.cu; references in families.cpp).
+// out[i] = gelu_tanh(gate[i]) * up[i], gate rounded to F16 and the GELU rounded to F16 as ggml's CPU
+// backend (Gemma's FFN); exact beyond |gate| >= 10. out may alias gate or up.
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n, stream_t s);
+// x[i] *= factor (Gemma's embedding scale sqrt(n_embd)).
+void scale(float* x, float factor, int64_t n, stream_t s);
+// x[i] = cap * tanh(x[i] / cap), cap > 0 (Gemma 2's final-logit soft-capping).
+void softcap(float* x, float cap, int64_t n, stream_t s);
+// Router top-k per row: logits [n_rows][n_expert] -> ids, weights [n_rows][k] (ids by falling
+// logit, ties: lower id), weights as the gating says (engine/model/moe.cpp's rule).
+void moe_topk(const float* logits, int32_t n_rows, int32_t n_expert, int32_t k, moe_gating gating, int32_t* ids,
+              float* weights, stream_t s);
+
 // Paged attention, decode: one query token per sequence, attending positions [0, seq_lens[i]).
 //   q, out:       [n_seqs][n_head][head_dim]
 //   k/v_cache:    one layer, [n_blocks][block_size][n_head_kv*head_dim]
@@ -375,6 +392,11 @@ void add(float* x, const float* y, int64_t n);
 void add_rows(float* x, const float* b, int32_t n_rows, int32_t n);
 void gather_rows(const float* src, const int32_t* rows, int32_t n_rows, int32_t n, float* dst);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n);
+void scale(float* x, float factor, int64_t n);
+void softcap(float* x, float cap, int64_t n);
+void moe_topk(const float* logits, int32_t n_rows, int32_t n_expert, int32_t k, cuda::moe_gating gating, int32_t* ids,
+              float* weights);
 void kv_write(const float* k_new, const float* v_new, const int32_t* pos, const int32_t* tok_seq,
               const int32_t* block_tables, int32_t max_blocks, int32_t n_tokens, int32_t row, int32_t block_size,
               float* k_cache, float* v_cache);

@@ -1,0 +1,73 @@
+// Plain C++ references for families.cu (same contracts; the CPU model's own routines are in
+// engine/model/transformer.cpp and moe.cpp, which these follow).
+#include <cmath>
+#include <numeric>
+#include <algorithm>
+#include <vector>
+
+#include "agentq/kernels.h"
+#include "agentq/kernels_cuda.h"
+
+namespace agentq::kernels::ref {
+
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    float g;
+    if (x <= -10.0f) {
+      g = 0.0f;
+    } else if (x >= 10.0f) {
+      g = x;
+    } else {
+      const float h = fp16_to_fp32(fp32_to_fp16(x));
+      g = fp16_to_fp32(fp32_to_fp16(0.5f * h * (1.0f + std::tanh(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)))));
+    }
+    out[i] = g * up[i];
+  }
+}
+
+void scale(float* x, float factor, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= factor;
+}
+
+void softcap(float* x, float cap, int64_t n) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] * inv) * cap;
+}
+
+void moe_topk(const float* logits, int32_t n_rows, int32_t n_expert, int32_t k, cuda::moe_gating gating, int32_t* ids,
+              float* weights) {
+  std::vector<int32_t> order(static_cast<size_t>(n_expert));
+  for (int32_t r = 0; r < n_rows; ++r) {
+    const float* p = logits + int64_t(r) * n_expert;
+    int32_t* id = ids + int64_t(r) * k;
+    float* w = weights + int64_t(r) * k;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return p[a] != p[b] ? p[a] > p[b] : a < b; });
+    const float mx = *std::max_element(p, p + n_expert);
+    for (int32_t j = 0; j < k; ++j) id[j] = order[size_t(j)];
+    if (gating == cuda::moe_gating::softmax_norm) {
+      double sum = 0;
+      for (int32_t e = 0; e < n_expert; ++e) sum += double(std::exp(p[e] - mx));
+      const float inv = float(1.0 / sum);
+      float wsum = 0;
+      for (int32_t j = 0; j < k; ++j) {
+        w[j] = std::exp(p[id[j]] - mx) * inv;
+        wsum += w[j];
+      }
+      wsum = std::max(wsum, 6.103515625e-5f);
+      for (int32_t j = 0; j < k; ++j) w[j] /= wsum;
+    } else {
+      double sum = 0;
+      for (int32_t j = 0; j < k; ++j) {
+        w[j] = std::exp(p[id[j]] - p[id[0]]);
+        sum += double(w[j]);
+      }
+      const float inv = float(1.0 / sum);
+      for (int32_t j = 0; j < k; ++j) w[j] *= inv;
+    }
+  }
+}
+
+}  // namespace agentq::kernels::ref
