@@ -31,6 +31,7 @@ void block_pool::init() {
   if (host && host->paged()) {
     paged_ = host;
     win_users_.assign(size_t(n_blocks), 0);
+    lingering_.assign(size_t(n_blocks), 0);
     free_pages_.reserve(size_t(host->n_pages()));
     for (int32_t p = host->n_pages() - 1; p >= 0; --p) free_pages_.push_back(p);
   }
@@ -69,17 +70,53 @@ void block_pool::release_pages(int32_t b, bool windowed_only) {
 void block_pool::window_enter(int32_t b) {
   AGENTQ_KV_ASSERT(has_window_pages(b));
   ++win_users_[size_t(b)];
+  lingering_[size_t(b)] = 0;  // its deque entry goes stale
 }
 
-void block_pool::window_leave(int32_t b, bool keep_cached) {
+void block_pool::window_leave(int32_t b) {
   AGENTQ_KV_ASSERT(win_users_[size_t(b)] > 0);
-  if (--win_users_[size_t(b)] == 0 && !(keep_cached && cache_held_[size_t(b)])) release_pages(b, true);
+  if (--win_users_[size_t(b)] > 0) return;
+  if (cache_held_[size_t(b)]) {
+    lingering_[size_t(b)] = 1;
+    lingering_order_.push_back(b);
+    if (lingering_order_.size() > 2 * lingering_.size() + 64) {  // drop stale entries, keep the order
+      std::vector<uint8_t> seen(lingering_.size(), 0);
+      std::deque<int32_t> kept;
+      for (int32_t x : lingering_order_)
+        if (lingering_[size_t(x)] && !seen[size_t(x)]) {
+          seen[size_t(x)] = 1;
+          kept.push_back(x);
+        }
+      lingering_order_.swap(kept);
+    }
+  } else {
+    release_pages(b, true);
+  }
+}
+
+int64_t block_pool::n_pages_lingering() const {
+  int64_t n = 0;
+  for (size_t b = 0; b < lingering_.size(); ++b) n += lingering_[b] ? layout().n_layer_windowed() : 0;
+  return n;
+}
+
+bool block_pool::release_lingering() {
+  while (!lingering_order_.empty()) {
+    const int32_t b = lingering_order_.front();
+    lingering_order_.pop_front();
+    if (!lingering_[size_t(b)]) continue;  // stale: re-entered a window or left the cache
+    lingering_[size_t(b)] = 0;
+    release_pages(b, true);
+    ++n_lingering_released_;
+    return true;
+  }
+  return false;
 }
 
 void block_pool::slide(seq_blocks& s) {
   if (!paged_) return;
   const int32_t to = std::min<int32_t>(layout().window_block(s.n_tokens), int32_t(s.blocks.size()));
-  for (int32_t i = s.window_from; i < to; ++i) window_leave(s.blocks[size_t(i)], false);
+  for (int32_t i = s.window_from; i < to; ++i) window_leave(s.blocks[size_t(i)]);
   for (int32_t i = to; i < s.window_from; ++i) window_enter(s.blocks[size_t(i)]);
   s.window_from = to;
 }
@@ -110,7 +147,7 @@ void block_pool::free_seq(int32_t seq_idx) {
   auto& s = seqs_[size_t(seq_idx)];
   AGENTQ_KV_ASSERT(s.live);
   if (paged_)
-    for (size_t i = size_t(s.window_from); i < s.blocks.size(); ++i) window_leave(s.blocks[i], true);
+    for (size_t i = size_t(s.window_from); i < s.blocks.size(); ++i) window_leave(s.blocks[i]);
   // NOTE: released tail first so that, with a LIFO free list, a prefix's head blocks are the
   // last to be reused.
   for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) unref(*it);
@@ -163,6 +200,9 @@ int32_t block_pool::pop_free(bool windowed_layers) {
   const kv_layout& l = layout();
   const size_t n_pages = paged_ ? size_t(windowed_layers ? l.n_layer : l.n_layer_full()) : 0;
   while (free_.empty() || free_pages_.size() < n_pages) {
+    // NOTE: first the windowed pages the prefix cache keeps past every window (a later prefix
+    // hit ending there would need them), then the evictor's whole blocks.
+    if (free_pages_.size() < n_pages && release_lingering()) continue;
     if (!evictor_ || !evictor_()) return -1;
   }
   const int32_t b = free_.back();
@@ -206,7 +246,10 @@ void block_pool::cache_drop(int32_t block_idx) {
   AGENTQ_KV_ASSERT(cache_held_[size_t(block_idx)]);
   if (refs_[size_t(block_idx)] == 1) --n_cache_only_;
   cache_held_[size_t(block_idx)] = 0;
-  if (paged_ && win_users_[size_t(block_idx)] == 0) release_pages(block_idx, true);
+  if (paged_ && win_users_[size_t(block_idx)] == 0) {
+    lingering_[size_t(block_idx)] = 0;
+    release_pages(block_idx, true);
+  }
   unref(block_idx);
 }
 
@@ -251,7 +294,7 @@ bool block_pool::reserve(int32_t seq_idx, int32_t n_tokens_total) {
       s2.blocks[size_t(i)] = fresh;
       if (paged_ && i >= s2.window_from) {
         window_enter(fresh);
-        window_leave(old, false);
+        window_leave(old);
       }
       unref(old);
       ++n_cow_copies_;
@@ -315,7 +358,7 @@ int32_t block_pool::truncate(int32_t seq_idx, int32_t n_tokens) {
   const int32_t keep = blocks_for_tokens(s.n_tokens);
   while (int32_t(s.blocks.size()) > keep) {
     const int32_t b = s.blocks.back();
-    if (paged_ && int32_t(s.blocks.size()) - 1 >= s.window_from) window_leave(b, true);
+    if (paged_ && int32_t(s.blocks.size()) - 1 >= s.window_from) window_leave(b);
     s.blocks.pop_back();
     unref(b);
   }
@@ -371,6 +414,12 @@ void block_pool::sanity() const {
     for (int32_t b = 0; b < n; ++b) {
       AGENTQ_KV_ASSERT(users[size_t(b)] == win_users_[size_t(b)]);
       if (users[size_t(b)] > 0) AGENTQ_KV_ASSERT(has_window_pages(b));
+      if (lingering_[size_t(b)])
+        AGENTQ_KV_ASSERT(cache_held_[size_t(b)] && users[size_t(b)] == 0 && has_window_pages(b));
+      // windowed pages outside every window only while the cache keeps them (lingering)
+      if (users[size_t(b)] == 0 && refs_[size_t(b)] > 0 && !lingering_[size_t(b)])
+        for (int32_t il = 0; il < layout().n_layer; ++il)
+          if (layout().layer_windowed[size_t(il)]) AGENTQ_KV_ASSERT(paged_->page(b, il) < 0);
       for (int32_t il = 0; il < layout().n_layer; ++il) {
         const int32_t p = paged_->page(b, il);
         if (refs_[size_t(b)] > 0 && !layout().layer_windowed[size_t(il)]) AGENTQ_KV_ASSERT(p >= 0);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
@@ -57,6 +58,10 @@ class block_pool {
   // Windowed KV: pages held (one layer's K and V of one block each), and in total.
   bool windowed() const { return paged_ != nullptr; }
   int64_t n_pages_used() const { return paged_ ? paged_->n_pages() - int64_t(free_pages_.size()) : 0; }
+  // Windowed: blocks whose windowed pages the prefix cache keeps past every window (reclaimed
+  // first under pressure), and how many were taken back so far.
+  int64_t n_pages_lingering() const;
+  int64_t n_lingering_released() const { return n_lingering_released_; }
   // Whether a sequence of n_tokens fits in an empty pool (its full layers on every block, its
   // windowed layers on the window's blocks).
   bool fits(int32_t n_tokens) const;
@@ -124,10 +129,12 @@ class block_pool {
   int32_t pop_free(bool windowed_layers = true);  // -1 when empty after asking the evictor
   void add_ref(int32_t block_idx);  // ++refcount of a block in use (keeps n_cache_only_)
   // Windowed KV: a seq's window now covers / no longer covers block b. The last to leave gives
-  // the windowed layers' pages back, unless the prefix cache holds b and keep_cached (the end of
-  // a sequence: a later prefix hit may need its window).
+  // the windowed layers' pages back, or, when the prefix cache holds b, leaves them lingering:
+  // a later prefix hit ending near b needs them, and pop_free takes lingering pages back (oldest
+  // first) before it asks the evictor for whole blocks.
   void window_enter(int32_t block_idx);
-  void window_leave(int32_t block_idx, bool keep_cached);
+  void window_leave(int32_t block_idx);
+  bool release_lingering();  // false when none lingers
   void release_pages(int32_t block_idx, bool windowed_only);
   bool has_window_pages(int32_t block_idx) const;
   // Move s.window_from to window_block(s.n_tokens) (forward: leave; backward: enter).
@@ -141,6 +148,9 @@ class block_pool {
   kv_store* paged_ = nullptr;        // the store, when its layout is windowed (pages)
   std::vector<int32_t> free_pages_;  // windowed: stack of free pages
   std::vector<int32_t> win_users_;   // windowed: [n_block_ids] seq tables whose window covers the block
+  std::vector<uint8_t> lingering_;   // windowed: [n_block_ids] cache-held, in no window, windowed pages kept
+  std::deque<int32_t> lingering_order_;  // lingering blocks, oldest first (stale entries skipped)
+  int64_t n_lingering_released_ = 0;
   std::vector<seq_blocks> seqs_;     // slots; !live ones are reusable
   std::vector<int32_t> free_seq_slots_;
   std::function<bool()> evictor_;

@@ -250,15 +250,18 @@ void scheduler::update(const step_plan& plan, std::span<const token_id> sampled,
       AGENTQ_KV_ASSERT(na >= 0 && na <= it.n_draft);
       s.tokens.insert(s.tokens.end(), s.verify.begin() + 1, s.verify.begin() + 1 + na);
       s.n_computed += 1 + na;
+      register_blocks(s);  // NOTE: before set_n_tokens: see below
       pool_.set_n_tokens(s.seq_idx, s.n_computed);
-      register_blocks(s);
       s.tokens.push_back(sampled[i]);
       continue;
     }
     s.n_computed += it.n_tokens;
+    // NOTE: blocks are registered before set_n_tokens moves the window: with windowed KV a block
+    // the cache holds keeps its windowed pages past the window (lingering, block_pool), so a
+    // later prompt sharing this prefix can use it; one not yet cached would give them back.
+    register_blocks(s);
     pool_.set_n_tokens(s.seq_idx, s.n_computed);
     s.n_tokens_computed += std::max(0, std::min(s.n_computed, s.n_prompt) - it.n_past);
-    register_blocks(s);
     if (it.sample) s.tokens.push_back(sampled[i]);
   }
 }

@@ -120,18 +120,41 @@ TEST_CASE("windowed kv: truncation and prefix hits stop where the window's pages
   const int32_t s = pool.create_seq();
   std::vector<token_id> toks;
   for (int32_t i = 0; i < 60; ++i) toks.push_back(token_id(7 + i));
-  REQUIRE(append(pool, s, std::vector<int32_t>(toks.begin(), toks.end())));
-  // register every full block, as the scheduler does
+  // one block at a time, each registered in the cache before the sequence moves on (as the
+  // scheduler does: then the windowed pages it leaves behind linger in the cache)
   uint64_t parent = prefix_cache::root_hash;
-  for (int32_t i = 0; i < 15; ++i)
+  for (int32_t i = 0; i < 15; ++i) {
+    REQUIRE(pool.reserve(s, (i + 1) * 4));
+    for (int32_t r = 0; r < 4; ++r) stamp(pool, pool.seq(s).blocks[size_t(i)], r, float(toks[size_t(i * 4 + r)]));
     parent = cache.insert(parent, std::span(toks).subspan(size_t(i) * 4, 4), pool.seq(s).blocks[size_t(i)]);
+    pool.set_n_tokens(s, (i + 1) * 4);
+    pool.sanity();
+  }
   pool.sanity();
   cache.sanity();
   // A lookup of the whole chain is usable in full: its window's blocks hold every page.
   CHECK(cache.lookup(toks, 60).n_tokens == 60);
-  // A shorter prefix reaches blocks whose windowed pages were given back: nothing usable
+  // Memory to spare: the cache keeps the windowed pages of its blocks past the window
+  // (lingering), so a shorter prefix is usable too.
+  CHECK(pool.n_pages_lingering() == 12 * 3);
+  CHECK(cache.lookup(toks, 40).n_tokens == 40);
+  // Pressure takes lingering pages back, oldest first, before evicting whole blocks: 49 blocks
+  // fill the free pages, 9 more take the 36 lingering ones.
+  const int32_t g = pool.create_seq();
+  REQUIRE(pool.reserve(g, 49 * 4));  // whole blocks (all in g's window): every free page
+  pool.sanity();
+  CHECK(pool.n_pages_lingering() == 12 * 3);
+  REQUIRE(pool.reserve(g, 58 * 4));
+  pool.sanity();
+  CHECK(pool.n_pages_lingering() == 0);
+  CHECK(pool.n_lingering_released() == 12);
+  CHECK(cache.n_cached() == 15);  // no whole block was evicted
+  // Now a shorter prefix reaches blocks whose windowed pages are gone: nothing usable
   // (n = 40 needs blocks 7.. whole; only blocks 12.. are).
   CHECK(cache.lookup(toks, 40).n_tokens == 0);
+  CHECK(cache.lookup(toks, 60).n_tokens == 60);
+  pool.free_seq(g);
+  pool.sanity();
   // Truncating to 58 keeps 58 (its window, from block 12, is whole); to 30 falls back to 0.
   const int32_t f = pool.fork(s);
   CHECK(pool.truncate(f, 58) == 58);
@@ -139,8 +162,8 @@ TEST_CASE("windowed kv: truncation and prefix hits stop where the window's pages
   CHECK(pool.truncate(f, 30) == 0);
   pool.sanity();
   pool.free_seq(f);
-  // The sequence ends: its window's blocks keep their pages while the cache holds them, so
-  // the next turn's lookup gets the whole chain and attaches it.
+  // The sequence ends: its window's blocks keep their pages (lingering) while the cache holds
+  // them, so the next turn's lookup gets the whole chain and attaches it.
   pool.free_seq(s);
   pool.sanity();
   const auto m = cache.lookup(toks, 60);
