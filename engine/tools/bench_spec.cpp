@@ -1,6 +1,7 @@
 // agentq-bench_spec: speculative decoding (prompt lookup) on vs off in the same run, one
 // JSON line per (workload, batch): generated tokens/s both ways, their ratio, acceptance.
-//   agentq-bench_spec --model F [--batch 1,8] [--threads N] [--gen N] [--reps R] [--tool N] [--draft-model D]
+//   agentq-bench_spec --model F [--batch 1,8] [--threads N] [--gen N] [--reps R] [--tool N] [--draft-model D] [--text FILE]
+//                     [--workloads repetitive,predicted,plain]
 // --draft-model: the "on" engine also has a draft model (same vocabulary) proposing where
 // lookup finds nothing.
 // Workloads: "repetitive": the prompt holds a ~--tool-token text the model wrote (its greedy
@@ -12,6 +13,13 @@
 // synthetic random-weight models this is how a rewrite is forced (they do not copy by
 // themselves), so it measures the mechanism at ~96% agreement. Each batch runs
 // --batch copies (seeds offset per sequence). Median of --reps runs, on and off alternating.
+// --text FILE: the tool results are --tool-token passages of FILE (sequence b starts 40 b tokens
+// in) instead of the model's own continuation: for copy models (agentq-mkgguf --shape X-copy),
+// which rewrite what they read, so "repetitive" is a real rewrite with no Predicted Output.
+// Every line also reports copied: the fraction of "on" output tokens that continue the
+// context's latest bigram match (what a rewriting model does), so the premise is visible.
+#include <fstream>
+#include <sstream>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -69,6 +77,26 @@ run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int
   return r;
 }
 
+// Of the outputs' tokens, the fraction that continue the latest earlier occurrence of the two
+// tokens before them (prompt and output so far): how much of the output is a copy.
+double copied_fraction(const std::vector<std::vector<token_id>>& prompts, const std::vector<std::vector<token_id>>& outs) {
+  int64_t n = 0, hit = 0;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    std::vector<token_id> ctx = prompts[s];
+    for (token_id t : outs[s]) {
+      const size_t L = ctx.size();
+      for (size_t j = L - 1; j >= 2; --j)
+        if (ctx[j - 2] == ctx[L - 2] && ctx[j - 1] == ctx[L - 1]) {
+          hit += ctx[j] == t;
+          break;
+        }
+      ++n;
+      ctx.push_back(t);
+    }
+  }
+  return n ? double(hit) / double(n) : 0.0;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -77,7 +105,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, draft;
+  std::string model, draft, text, workloads = "repetitive,predicted,plain";
   std::vector<int> batches = {1, 8};
   int threads = 2, gen = 128, reps = 3, tool = 300;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -89,6 +117,8 @@ int main(int argc, char** argv) {
     else if (k == "--reps") reps = std::atoi(v.c_str());
     else if (k == "--tool") tool = std::atoi(v.c_str());
     else if (k == "--draft-model") draft = v;
+    else if (k == "--text") text = v;
+    else if (k == "--workloads") workloads = v;
     else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
   }
   if (model.empty()) {
@@ -118,7 +148,17 @@ int main(int argc, char** argv) {
     s.push_back(token_id((1000 + 37 * b) % n_vocab));
     seeds.push_back(s);
   }
-  {
+  if (!text.empty()) {
+    std::ifstream f(text);
+    if (!f) { std::fprintf(stderr, "cannot read %s\n", text.c_str()); return 1; }
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const auto all = on->tokenize(ss.str(), false, false);
+    if (all.size() < size_t(tool + 40 * max_batch)) { std::fprintf(stderr, "%s: too short\n", text.c_str()); return 1; }
+    for (int b = 0; b < max_batch; ++b) tools.emplace_back(all.begin() + 40 * b, all.begin() + 40 * b + tool);
+    for (auto& t : tools)
+      for (size_t j = 12; j < t.size(); j += 25) t[j] = token_id((t[j] + 7) % n_vocab);
+  } else if (workloads != "plain") {
     // the tool results: each seed's greedy continuation (without speculation), edited
     std::vector<bool> done(seeds.size(), false);
     tools.resize(seeds.size());
@@ -135,6 +175,7 @@ int main(int argc, char** argv) {
   std::printf("# model %s, draft %s, threads %d, gen %d, reps %d\n", model.c_str(), draft.empty() ? "none" : draft.c_str(),
               threads, gen, reps);
   for (const char* workload : {"repetitive", "predicted", "plain"}) {
+    if (("," + workloads + ",").find("," + std::string(workload) + ",") == std::string::npos) continue;
     const bool predicted = std::string(workload) == "predicted";
     for (int batch : batches) {
       std::vector<std::vector<token_id>> prompts;
@@ -158,21 +199,24 @@ int main(int argc, char** argv) {
       const auto* pp = predicted ? &preds : nullptr;
       run(*on, prompts, 4, temp, pp);  // warm-up
       run(*off, prompts, 4, temp, pp);
-      std::vector<double> t_on, t_off;
+      std::vector<double> t_on, t_off, paired;
+      std::vector<std::vector<token_id>> outs(prompts.size());
       run_result last_on;
       for (int r = 0; r < reps; ++r) {
         // NOTE: the order alternates: whichever runs second inherits a warmer machine
         if (r % 2) t_off.push_back(run(*off, prompts, gen, temp, pp).tok_per_s);
-        last_on = run(*on, prompts, gen, temp, pp);
+        last_on = run(*on, prompts, gen, temp, pp, &outs);
         t_on.push_back(last_on.tok_per_s);
         if (r % 2 == 0) t_off.push_back(run(*off, prompts, gen, temp, pp).tok_per_s);
+        paired.push_back(t_on.back() / t_off.back());  // the two runs next to each other
       }
       const double a = median(t_on), b = median(t_off);
       const int64_t proposed = last_on.accepted + last_on.rejected;
       std::printf(
           "{\"bench\":\"spec\",\"draft\":%s,\"workload\":\"%s\",\"batch\":%d,\"tok_per_s_spec\":%.2f,\"tok_per_s_base\":%.2f,"
-          "\"ratio\":%.3f,\"accepted\":%lld,\"rejected\":%lld,\"acceptance\":%.3f,\"accepted_per_generated\":%.3f}\n",
-          draft.empty() ? "false" : "true", workload, batch, a, b, a / b, (long long)last_on.accepted, (long long)last_on.rejected,
+          "\"ratio\":%.3f,\"ratio_paired\":%.3f,\"copied\":%.3f,\"accepted\":%lld,\"rejected\":%lld,\"acceptance\":%.3f,\"accepted_per_generated\":%.3f}\n",
+          draft.empty() ? "false" : "true", workload, batch, a, b, a / b, median(paired),
+          copied_fraction(prompts, outs), (long long)last_on.accepted, (long long)last_on.rejected,
           proposed ? double(last_on.accepted) / double(proposed) : 0.0,
           last_on.generated ? double(last_on.accepted) / double(last_on.generated) : 0.0);
       std::fflush(stdout);
