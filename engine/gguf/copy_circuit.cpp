@@ -24,6 +24,7 @@ uint64_t splitmix(uint64_t x) {
 constexpr float peak_pos = 200.0f, peak_ind = 30.0f;
 constexpr float logit_top = 25.0f;   // logit of a token every induction head votes for
 constexpr int64_t design_dist = 512;  // the induction heads' RoPE pairs turn < 1 rad this far
+constexpr int64_t max_offsets = 8;    // D at most: tokens an induction head matches
 
 // "blk.L.name" -> L and name; -1 for other tensors.
 int layer_of(const std::string& t, std::string* rest) {
@@ -48,7 +49,7 @@ std::optional<copy_circuit> copy_circuit::make(const synthetic_spec& sp, std::st
   // beta must fit. NOTE: two or three loop on code (the latest earlier occurrence of a short
   // n-gram is often the model's own output, or a later line); six rarely do.
   c.m_ = c.hd_;
-  c.n_off_ = std::min<int64_t>({6, c.n_kv_, (c.n_embd_ - 1) / c.hd_ - 2});
+  c.n_off_ = std::min<int64_t>({max_offsets, c.n_kv_, (c.n_embd_ - 1) / c.hd_ - 2});
   if (sp.arch != "llama" || sp.tied || sp.n_layer < 2 || c.n_off_ < 2 || c.hd_ < 32 || (sp.n_rot > 0 && sp.n_rot != c.hd_)) {
     *error = "copy heads need an untied llama shape with >= 2 layers, >= 2 kv heads, head_dim >= 32 and n_embd >= 4 * head_dim + 1";
     return std::nullopt;

@@ -16,8 +16,8 @@
 // --text FILE: the tool results are --tool-token passages of FILE (sequence b starts 40 b tokens
 // in) instead of the model's own continuation: for copy models (agentq-mkgguf --shape X-copy),
 // which rewrite what they read, so "repetitive" is a real rewrite with no Predicted Output.
-// Every line also reports copied: the fraction of "on" output tokens that continue the
-// context's latest bigram match (what a rewriting model does), so the premise is visible.
+// Every line also reports copied: the fraction of "on" output tokens that continue an earlier
+// occurrence of the 3 tokens before them (what a rewriting model does), so the premise is visible.
 #include <fstream>
 #include <sstream>
 #include <algorithm>
@@ -77,17 +77,17 @@ run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int
   return r;
 }
 
-// Of the outputs' tokens, the fraction that continue the latest earlier occurrence of the two
-// tokens before them (prompt and output so far): how much of the output is a copy.
+// Of the outputs' tokens, the fraction that continue an earlier occurrence of the three tokens
+// before them (prompt and output so far): how much of the output is a copy.
 double copied_fraction(const std::vector<std::vector<token_id>>& prompts, const std::vector<std::vector<token_id>>& outs) {
   int64_t n = 0, hit = 0;
   for (size_t s = 0; s < prompts.size(); ++s) {
     std::vector<token_id> ctx = prompts[s];
     for (token_id t : outs[s]) {
       const size_t L = ctx.size();
-      for (size_t j = L - 1; j >= 2; --j)
-        if (ctx[j - 2] == ctx[L - 2] && ctx[j - 1] == ctx[L - 1]) {
-          hit += ctx[j] == t;
+      for (size_t j = 3; j < L; ++j)
+        if (ctx[j] == t && std::equal(ctx.begin() + long(j) - 3, ctx.begin() + long(j), ctx.end() - 3)) {
+          ++hit;
           break;
         }
       ++n;
