@@ -16,7 +16,8 @@
 // --text FILE: the tool results are --tool-token passages of FILE (sequence b starts 40 b tokens
 // in) instead of the model's own continuation: for copy models (agentq-mkgguf --shape X-copy),
 // which rewrite what they read, so "repetitive" is a real rewrite with no Predicted Output.
-// Every line also reports copied: the fraction of "on" output tokens that continue an earlier
+// decode_tok_per_s_*: the same tokens over the time from the first text out (the prefill left
+// out; each sequence's first token is not counted). Every line also reports copied: the fraction of "on" output tokens that continue an earlier
 // occurrence of the 3 tokens before them (what a rewriting model does), so the premise is visible.
 #include <fstream>
 #include <sstream>
@@ -46,7 +47,8 @@ std::vector<int> parse_list(const std::string& s) {
 }
 
 struct run_result {
-  double tok_per_s = 0;
+  double tok_per_s = 0;         // generated tokens over the wall time from submit (with the prefill)
+  double decode_tok_per_s = 0;  // generated tokens after each one's first, from the first text out
   int64_t generated = 0, accepted = 0, rejected = 0;
 };
 
@@ -56,6 +58,8 @@ run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int
   std::vector<bool> done(prompts.size(), false);
   run_result r;
   const auto t0 = std::chrono::steady_clock::now();
+  auto t_first = t0;
+  bool any_text = false;
   for (size_t i = 0; i < prompts.size(); ++i) {
     token_request q;
     q.prompt = prompts[i];
@@ -63,7 +67,11 @@ run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int
     q.sampling.temperature = temperature;
     q.sampling.seed = 1234 + i;
     if (predictions) q.prediction = (*predictions)[i];
-    e.submit(q, {nullptr, [&, i](token_result res) {
+    e.submit(q, {[&](std::string_view) {
+                   if (!any_text) t_first = std::chrono::steady_clock::now();
+                   any_text = true;
+                 },
+                 [&, i](token_result res) {
                    done[i] = true;
                    if (outputs) (*outputs)[i] = res.output_ids;
                    r.generated += res.usage.n_tokens_generated;
@@ -72,8 +80,9 @@ run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int
                  }});
   }
   while (!std::all_of(done.begin(), done.end(), [](bool b) { return b; })) e.step();
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.tok_per_s = double(r.generated) / s;
+  const auto t1 = std::chrono::steady_clock::now();
+  r.tok_per_s = double(r.generated) / std::chrono::duration<double>(t1 - t0).count();
+  r.decode_tok_per_s = double(r.generated - int64_t(prompts.size())) / std::chrono::duration<double>(t1 - t_first).count();
   return r;
 }
 
@@ -199,23 +208,30 @@ int main(int argc, char** argv) {
       const auto* pp = predicted ? &preds : nullptr;
       run(*on, prompts, 4, temp, pp);  // warm-up
       run(*off, prompts, 4, temp, pp);
-      std::vector<double> t_on, t_off, paired;
+      std::vector<double> t_on, t_off, paired, d_on, d_off;
       std::vector<std::vector<token_id>> outs(prompts.size());
       run_result last_on;
       for (int r = 0; r < reps; ++r) {
         // NOTE: the order alternates: whichever runs second inherits a warmer machine
-        if (r % 2) t_off.push_back(run(*off, prompts, gen, temp, pp).tok_per_s);
+        auto run_off = [&] {
+          const run_result o = run(*off, prompts, gen, temp, pp);
+          t_off.push_back(o.tok_per_s);
+          d_off.push_back(o.decode_tok_per_s);
+        };
+        if (r % 2) run_off();
         last_on = run(*on, prompts, gen, temp, pp, &outs);
         t_on.push_back(last_on.tok_per_s);
-        if (r % 2 == 0) t_off.push_back(run(*off, prompts, gen, temp, pp).tok_per_s);
+        d_on.push_back(last_on.decode_tok_per_s);
+        if (r % 2 == 0) run_off();
         paired.push_back(t_on.back() / t_off.back());  // the two runs next to each other
       }
       const double a = median(t_on), b = median(t_off);
       const int64_t proposed = last_on.accepted + last_on.rejected;
       std::printf(
           "{\"bench\":\"spec\",\"draft\":%s,\"workload\":\"%s\",\"batch\":%d,\"tok_per_s_spec\":%.2f,\"tok_per_s_base\":%.2f,"
-          "\"ratio\":%.3f,\"ratio_paired\":%.3f,\"copied\":%.3f,\"accepted\":%lld,\"rejected\":%lld,\"acceptance\":%.3f,\"accepted_per_generated\":%.3f}\n",
-          draft.empty() ? "false" : "true", workload, batch, a, b, a / b, median(paired),
+          "\"ratio\":%.3f,\"ratio_paired\":%.3f,\"decode_tok_per_s_spec\":%.2f,\"decode_tok_per_s_base\":%.2f,\"ratio_decode\":%.3f,\"copied\":%.3f,\"accepted\":%lld,\"rejected\":%lld,\"acceptance\":%.3f,\"accepted_per_generated\":%.3f}\n",
+          draft.empty() ? "false" : "true", workload, batch, a, b, a / b, median(paired), median(d_on),
+          median(d_off), median(d_on) / median(d_off),
           copied_fraction(prompts, outs), (long long)last_on.accepted, (long long)last_on.rejected,
           proposed ? double(last_on.accepted) / double(proposed) : 0.0,
           last_on.generated ? double(last_on.accepted) / double(last_on.generated) : 0.0);

@@ -5,8 +5,9 @@
 #    "repetitive", a turn rewriting a ~300-token tool result (a passage of
 #    engine/spec/ngram_proposer.cpp with a token edited every 25; prompt lookup alone), and
 #    "plain" (seeded temperature-1 sampling: nothing to look up);
-#  - SHAPE (random weights, which copy nothing): "plain", and with --all also the old
-#    "repetitive" (its own continuation as the tool result) and "predicted" (a Predicted Output).
+#  - SHAPE (random weights, which copy nothing): "plain", and "repetitive" (its own continuation
+#    as the tool result, edited: lookup proposes, the model mostly disagrees: what failed
+#    proposals cost); --all adds "predicted" (a Predicted Output).
 #   scripts/bench/spec.sh [--quick] [--all] [--shapes 110m,1b] [--types q8_0,q4_k] [--batch 1,8] [--threads N] [--gen N] [--reps R] [--draft SHAPE|self]
 # --draft SHAPE: also run with a draft model of that synthetic shape (same type and vocabulary),
 # e.g. --draft 15m; "self" = the model as its own draft (acceptance ~100%, shows the overhead).
@@ -14,7 +15,7 @@
 # Models come from scripts/bench/model.sh. Env: AGENTQ_BUILD_DIR (default build), AGENTQ_BENCH_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-shapes=110m,1b; types=q8_0,q4_k; batch=1,8; threads=2; gen=128; reps=3; draft=""; random_workloads=plain
+shapes=110m,1b; types=q8_0,q4_k; batch=1,8; threads=2; gen=128; reps=3; draft=""; random_workloads=plain,repetitive
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) shapes=110m; types=q8_0; gen=64; reps=3 ;;
