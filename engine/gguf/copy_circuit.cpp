@@ -1,5 +1,6 @@
 // Hand-built induction weights for synthetic llama models (copy_circuit.h): the rows the
-// circuit adds to token_embd, layers 0 and 1 and output.weight, computed row by row.
+// circuit adds to token_embd, layer 0 (offset heads), the later layers' attention (induction
+// heads) and output.weight, computed row by row.
 #include "gguf/copy_circuit.h"
 
 #include <algorithm>
@@ -18,7 +19,7 @@ uint64_t splitmix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Target attention scores (nats): an offset head's peak, and a full bigram match of an
+// Target attention scores (nats): an offset head's peak, and a full D-token match of an
 // induction head. NOTE: the offset head's nearest rival is ~0.1 of the peak below it, so the
 // peak must be large; an induction head's rivals are crosstalk, kept well below 30.
 constexpr float peak_pos = 200.0f, peak_ind = 30.0f;
@@ -47,7 +48,8 @@ std::optional<copy_circuit> copy_circuit::make(const synthetic_spec& sp, std::st
   if (sp.sigma > 0) c.sigma_bg_ = sp.sigma;
   // Tokens an induction head matches: one kv head per offset in layer 0, and A, B1..BD, C and
   // beta must fit. NOTE: two or three loop on code (the latest earlier occurrence of a short
-  // n-gram is often the model's own output, or a later line); six rarely do.
+  // n-gram is often the model's own output, or a later line); six still looped at Q4_K, eight
+  // did not on the benchmark's passage (docs/speculative.md).
   c.m_ = c.hd_;
   c.n_off_ = std::min<int64_t>({max_offsets, c.n_kv_, (c.n_embd_ - 1) / c.hd_ - 2});
   if (sp.arch != "llama" || sp.tied || sp.n_layer < 2 || c.n_off_ < 2 || c.hd_ < 32 || (sp.n_rot > 0 && sp.n_rot != c.hd_)) {
@@ -65,13 +67,13 @@ std::optional<copy_circuit> copy_circuit::make(const synthetic_spec& sp, std::st
   c.beta_ = 2.0f * std::sqrt(d);  // beta^2 = 4 n_embd: the RMS barely depends on the codes
   const float rms0 = std::sqrt((m + c.beta_ * c.beta_) / d);           // layer 0 input: A, beta
   const float n_codes = float(c.n_off_ + 1);
-  const float rms1 = std::sqrt((n_codes * m + c.beta_ * c.beta_) / d);       // layer 1: A, B1..B3, beta
+  const float rms1 = std::sqrt((n_codes * m + c.beta_ * c.beta_) / d);       // layers 1..: A, B1..BD, beta
   const float rmsf = std::sqrt((n_codes * m + hd + c.beta_ * c.beta_) / d);  // output norm: + C
   const float xb0 = c.beta_ / rms0;                                    // normed beta at layer 0
   // offset head: score = x_b^2 s^2 * n_pos_pairs / sqrt(hd) at the peak
   c.s_pos_ = std::sqrt(peak_pos * std::sqrt(hd) / (float(c.n_pos_pairs_) * xb0 * xb0));
   c.s_o0_ = rms0;  // value = c/rms0 -> B = c
-  // induction head: q.k = s^2 (M r) n_offsets / rms1^2 for a full match (r low dims)
+  // induction head: q.k = s^2 (M r) D / rms1^2 for a full match (r low dims)
   const float r = float(2 * (n_pairs - c.low_pair_));
   c.s_ind_ = std::sqrt(peak_ind * rms1 * rms1 * std::sqrt(hd) / (m * r * float(c.n_off_)));
   c.s_o1_ = rms1 / float(c.n_kv_ * (sp.n_layer - 1));  // C = mean of every head's vote

@@ -1,7 +1,7 @@
 // Hand-built "copy" weights for synthetic llama models (agentq-mkgguf --shape 110m-copy): an
 // induction circuit on top of small random weights, so greedy decoding continues a sequence
-// with what followed the last occurrence of its last two tokens, as real models rewriting a file
-// do. Same tensors, sizes and types as the random model: the forward costs the same.
+// with what followed the latest occurrence of its last D (up to 8) tokens, as real models
+// rewriting a file do. Same tensors, sizes and types as the random model: the forward costs the same.
 #pragma once
 
 #include <cstdint>
@@ -12,10 +12,10 @@ namespace agentq::gguf {
 
 struct synthetic_spec;
 
-// Residual layout (dims of n_embd; M = head_dim; D = min(6, n_head_kv, n_embd / M - 2)):
+// Residual layout (dims of n_embd; M = head_dim; D = min(8, n_head_kv, (n_embd - 1) / M - 2)):
 //   A  [0, M)            the token's code c(t), +-1 entries (token_embd)
 //   Bk [kM, (k+1)M)      c(t[i-k]), k = 1..D, written by layer 0's offset-k head
-//   C  [(D+1)M, +M)      the induction heads' votes: mean of c(t[j]) over the attended j
+//   C  [(D+1)M, +M)      the induction heads' votes: mean of c(t[j]) over each head's j
 //   n_embd - 1           a constant (beta): RoPE-only queries/keys read it; it fixes the RMS
 // Layers 1.. are induction layers: each kv head scores key c(t[j-1]) + .. + c(t[j-D]) against
 // query c(t[i]) + .. + c(t[i-D+1]) through its own random projection into the head's
