@@ -7,6 +7,7 @@
 #include <future>
 #include <thread>
 
+#include "gguf/copy_circuit.h"
 #include "gguf/reader.h"
 #include "gguf/writer.h"
 
@@ -67,6 +68,7 @@ struct tensor_plan {
   std::vector<int64_t> dims;  // ggml order; dims[0] is the row length
   float fill;                 // constant part of every value
   float sigma;                // stddev of the normal part (0: constant)
+  const copy_circuit* circuit = nullptr;  // adds its rows on top (copy_heads)
   int64_t n_cols() const { return dims[0]; }
   int64_t n_rows() const {
     int64_t n = 1;
@@ -98,6 +100,7 @@ void generate(const tensor_plan& p, uint64_t seed, size_t idx, int n_threads, st
         if (p.fill != 0)
           for (auto& v : row) v += p.fill;
       }
+      if (p.circuit) p.circuit->overlay(p.name, r, row.data(), n_cols);
       k::quantize_row(p.type, row.data(), buf.data() + static_cast<size_t>(r) * rb, n_cols);
     }
   };
@@ -185,6 +188,8 @@ bool write_synthetic(const synthetic_spec& sp, const std::string& path, syntheti
     *error = "gpt-oss's MXFP4 experts need n_embd and n_ff_exp multiples of 32";
     return false;
   }
+  std::optional<copy_circuit> circuit;
+  if (sp.copy_heads && !(circuit = copy_circuit::make(sp, error))) return false;
   auto voc = file::open(sp.vocab, error);
   if (!voc) return false;
   const value* tokens = voc->find("tokenizer.ggml.tokens");
@@ -238,9 +243,11 @@ bool write_synthetic(const synthetic_spec& sp, const std::string& path, syntheti
   // norms are 1 so the residual stream is exercised as in real models. Varied (parity) models
   // use larger weights and norms of 1 +- 0.1 so logits spread and greedy output varies.
   const bool v = sp.varied;
-  const float s_mat = sp.sigma > 0 ? sp.sigma : v ? 0.06f : 0.02f;
-  const float s_down = sp.sigma > 0 ? sp.sigma : v ? 0.04f : 0.02f;
-  const float s_embd = sp.sigma > 0 ? sp.sigma : v ? 0.5f : 0.02f;
+  // Copy models: every matrix small (the circuit's background), the circuit on top.
+  const float s_fixed = circuit ? circuit->background_sigma() : sp.sigma;
+  const float s_mat = s_fixed > 0 ? s_fixed : v ? 0.06f : 0.02f;
+  const float s_down = s_fixed > 0 ? s_fixed : v ? 0.04f : 0.02f;
+  const float s_embd = s_fixed > 0 ? s_fixed : v ? 0.5f : 0.02f;
   const float s_norm = v ? 0.1f : 0.0f, s_bias = v ? 0.1f : 0.02f;
   // NOTE: a tied output scores each token by its embedding, so when the token's own embedding
   // dominates the residual stream greedy decoding repeats the input token. Tied parity models
@@ -323,6 +330,8 @@ bool write_synthetic(const synthetic_spec& sp, const std::string& path, syntheti
   f32("output_norm.weight", {n_embd}, out_norm_fill, s_norm * out_norm_fill);
   if (!sp.tied) matrix("output.weight", {n_embd, n_vocab}, s_mat);
 
+  if (circuit)
+    for (auto& p : plan) p.circuit = &*circuit;
   for (const auto& p : plan) w.add_tensor(p.name, static_cast<tensor_type>(static_cast<uint32_t>(p.type)), p.dims);
   if (!w.open(path, error)) return false;
   // Generate tensor i+1 while tensor i is written.

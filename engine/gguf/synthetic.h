@@ -25,6 +25,9 @@ struct synthetic_spec {
   // spread out and greedy output varies instead of repeating one token.
   bool varied = false;
   float sigma = 0.0f;  // > 0: the stddev of every matrix instead of the defaults (agentq-mkgguf --sigma)
+  // Hand-built induction heads over small random weights (gguf/copy_circuit.h; llama only):
+  // greedy decoding copies what followed the latest occurrence of its last few tokens.
+  bool copy_heads = false;
   kernels::weight_type type = kernels::weight_type::f32;
   uint64_t seed = 1;
   std::string vocab;  // a GGUF whose tokenizer.* metadata is copied

@@ -1,6 +1,7 @@
 // agentq-bench_spec: speculative decoding (prompt lookup) on vs off in the same run, one
 // JSON line per (workload, batch): generated tokens/s both ways, their ratio, acceptance.
-//   agentq-bench_spec --model F [--batch 1,8] [--threads N] [--gen N] [--reps R] [--tool N] [--draft-model D]
+//   agentq-bench_spec --model F [--batch 1,8] [--threads N] [--gen N] [--reps R] [--tool N] [--draft-model D] [--text FILE]
+//                     [--workloads repetitive,predicted,plain] [--aa 1]
 // --draft-model: the "on" engine also has a draft model (same vocabulary) proposing where
 // lookup finds nothing.
 // Workloads: "repetitive": the prompt holds a ~--tool-token text the model wrote (its greedy
@@ -12,10 +13,20 @@
 // synthetic random-weight models this is how a rewrite is forced (they do not copy by
 // themselves), so it measures the mechanism at ~96% agreement. Each batch runs
 // --batch copies (seeds offset per sequence). Median of --reps runs, on and off alternating.
+// --text FILE: the tool results are --tool-token passages of FILE (sequence b starts 40 b tokens
+// in) instead of the model's own continuation: for copy models (agentq-mkgguf --shape X-copy),
+// which rewrite what they read, so "repetitive" is a real rewrite with no Predicted Output.
+// decode_tok_per_s_*: the same tokens over the time from the first text out (the prefill left
+// out; each sequence's first token is not counted); decode_tok_per_cpu_s_*: the same over the
+// process's CPU time (what a decode costs, whoever else shares the host). Every line also reports copied: the fraction of "on" output tokens that continue an earlier
+// occurrence of the 3 tokens before them (what a rewriting model does), so the premise is visible.
+#include <fstream>
+#include <sstream>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -37,8 +48,19 @@ std::vector<int> parse_list(const std::string& s) {
   return v;
 }
 
+// CPU time of this process (all threads). NOTE: on a shared, oversubscribed host the wall
+// clock measures the other tenants as much as the engine; the CPU time a decode costs does not
+// (the idle engine's pool sleeps after ~100 us of spinning).
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 struct run_result {
-  double tok_per_s = 0;
+  double tok_per_s = 0;         // generated tokens over the wall time from submit (with the prefill)
+  double decode_tok_per_s = 0;  // generated tokens after each one's first, from the first text out
+  double decode_tok_per_cpu_s = 0;  // the same over the process's CPU time (both threads) then
   int64_t generated = 0, accepted = 0, rejected = 0;
 };
 
@@ -48,6 +70,9 @@ run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int
   std::vector<bool> done(prompts.size(), false);
   run_result r;
   const auto t0 = std::chrono::steady_clock::now();
+  auto t_first = t0;
+  double cpu_first = 0;
+  bool any_text = false;
   for (size_t i = 0; i < prompts.size(); ++i) {
     token_request q;
     q.prompt = prompts[i];
@@ -55,7 +80,14 @@ run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int
     q.sampling.temperature = temperature;
     q.sampling.seed = 1234 + i;
     if (predictions) q.prediction = (*predictions)[i];
-    e.submit(q, {nullptr, [&, i](token_result res) {
+    e.submit(q, {[&](std::string_view) {
+                   if (!any_text) {
+                     t_first = std::chrono::steady_clock::now();
+                     cpu_first = cpu_seconds();
+                   }
+                   any_text = true;
+                 },
+                 [&, i](token_result res) {
                    done[i] = true;
                    if (outputs) (*outputs)[i] = res.output_ids;
                    r.generated += res.usage.n_tokens_generated;
@@ -64,9 +96,31 @@ run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int
                  }});
   }
   while (!std::all_of(done.begin(), done.end(), [](bool b) { return b; })) e.step();
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.tok_per_s = double(r.generated) / s;
+  const auto t1 = std::chrono::steady_clock::now();
+  r.tok_per_s = double(r.generated) / std::chrono::duration<double>(t1 - t0).count();
+  r.decode_tok_per_s = double(r.generated - int64_t(prompts.size())) / std::chrono::duration<double>(t1 - t_first).count();
+  r.decode_tok_per_cpu_s = double(r.generated - int64_t(prompts.size())) / (cpu_seconds() - cpu_first);
   return r;
+}
+
+// Of the outputs' tokens, the fraction that continue an earlier occurrence of the three tokens
+// before them (prompt and output so far): how much of the output is a copy.
+double copied_fraction(const std::vector<std::vector<token_id>>& prompts, const std::vector<std::vector<token_id>>& outs) {
+  int64_t n = 0, hit = 0;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    std::vector<token_id> ctx = prompts[s];
+    for (token_id t : outs[s]) {
+      const size_t L = ctx.size();
+      for (size_t j = 3; j < L; ++j)
+        if (ctx[j] == t && std::equal(ctx.begin() + long(j) - 3, ctx.begin() + long(j), ctx.end() - 3)) {
+          ++hit;
+          break;
+        }
+      ++n;
+      ctx.push_back(t);
+    }
+  }
+  return n ? double(hit) / double(n) : 0.0;
 }
 
 double median(std::vector<double> v) {
@@ -77,9 +131,10 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, draft;
+  std::string model, draft, text, workloads = "repetitive,predicted,plain";
   std::vector<int> batches = {1, 8};
   int threads = 2, gen = 128, reps = 3, tool = 300;
+  bool aa = false;  // --aa 1: the "on" engine has speculation off too (an A/A run: the noise)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--model") model = v;
@@ -89,6 +144,9 @@ int main(int argc, char** argv) {
     else if (k == "--reps") reps = std::atoi(v.c_str());
     else if (k == "--tool") tool = std::atoi(v.c_str());
     else if (k == "--draft-model") draft = v;
+    else if (k == "--text") text = v;
+    else if (k == "--workloads") workloads = v;
+    else if (k == "--aa") aa = v == "1";
     else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
   }
   if (model.empty()) {
@@ -101,7 +159,7 @@ int main(int argc, char** argv) {
     c.model_path = model;
     c.n_threads = threads;
     c.kv_budget_bytes = 512ull << 20;
-    c.spec = spec;
+    c.spec = spec && !aa;
     if (spec) c.draft_model_path = draft;
     c.prefix_reuse = false;  // NOTE: every run prefills alike; only decoding differs
     std::string err;
@@ -118,7 +176,17 @@ int main(int argc, char** argv) {
     s.push_back(token_id((1000 + 37 * b) % n_vocab));
     seeds.push_back(s);
   }
-  {
+  if (!text.empty()) {
+    std::ifstream f(text);
+    if (!f) { std::fprintf(stderr, "cannot read %s\n", text.c_str()); return 1; }
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const auto all = on->tokenize(ss.str(), false, false);
+    if (all.size() < size_t(tool + 40 * max_batch)) { std::fprintf(stderr, "%s: too short\n", text.c_str()); return 1; }
+    for (int b = 0; b < max_batch; ++b) tools.emplace_back(all.begin() + 40 * b, all.begin() + 40 * b + tool);
+    for (auto& t : tools)
+      for (size_t j = 12; j < t.size(); j += 25) t[j] = token_id((t[j] + 7) % n_vocab);
+  } else if (workloads != "plain") {
     // the tool results: each seed's greedy continuation (without speculation), edited
     std::vector<bool> done(seeds.size(), false);
     tools.resize(seeds.size());
@@ -135,6 +203,7 @@ int main(int argc, char** argv) {
   std::printf("# model %s, draft %s, threads %d, gen %d, reps %d\n", model.c_str(), draft.empty() ? "none" : draft.c_str(),
               threads, gen, reps);
   for (const char* workload : {"repetitive", "predicted", "plain"}) {
+    if (("," + workloads + ",").find("," + std::string(workload) + ",") == std::string::npos) continue;
     const bool predicted = std::string(workload) == "predicted";
     for (int batch : batches) {
       std::vector<std::vector<token_id>> prompts;
@@ -158,21 +227,33 @@ int main(int argc, char** argv) {
       const auto* pp = predicted ? &preds : nullptr;
       run(*on, prompts, 4, temp, pp);  // warm-up
       run(*off, prompts, 4, temp, pp);
-      std::vector<double> t_on, t_off;
+      std::vector<double> t_on, t_off, paired, d_on, d_off, c_on, c_off;
+      std::vector<std::vector<token_id>> outs(prompts.size());
       run_result last_on;
       for (int r = 0; r < reps; ++r) {
         // NOTE: the order alternates: whichever runs second inherits a warmer machine
-        if (r % 2) t_off.push_back(run(*off, prompts, gen, temp, pp).tok_per_s);
-        last_on = run(*on, prompts, gen, temp, pp);
+        auto run_off = [&] {
+          const run_result o = run(*off, prompts, gen, temp, pp);
+          t_off.push_back(o.tok_per_s);
+          d_off.push_back(o.decode_tok_per_s);
+          c_off.push_back(o.decode_tok_per_cpu_s);
+        };
+        if (r % 2) run_off();
+        last_on = run(*on, prompts, gen, temp, pp, &outs);
         t_on.push_back(last_on.tok_per_s);
-        if (r % 2 == 0) t_off.push_back(run(*off, prompts, gen, temp, pp).tok_per_s);
+        d_on.push_back(last_on.decode_tok_per_s);
+        c_on.push_back(last_on.decode_tok_per_cpu_s);
+        if (r % 2 == 0) run_off();
+        paired.push_back(t_on.back() / t_off.back());  // the two runs next to each other
       }
       const double a = median(t_on), b = median(t_off);
       const int64_t proposed = last_on.accepted + last_on.rejected;
       std::printf(
           "{\"bench\":\"spec\",\"draft\":%s,\"workload\":\"%s\",\"batch\":%d,\"tok_per_s_spec\":%.2f,\"tok_per_s_base\":%.2f,"
-          "\"ratio\":%.3f,\"accepted\":%lld,\"rejected\":%lld,\"acceptance\":%.3f,\"accepted_per_generated\":%.3f}\n",
-          draft.empty() ? "false" : "true", workload, batch, a, b, a / b, (long long)last_on.accepted, (long long)last_on.rejected,
+          "\"ratio\":%.3f,\"ratio_paired\":%.3f,\"decode_tok_per_s_spec\":%.2f,\"decode_tok_per_s_base\":%.2f,\"ratio_decode\":%.3f,\"decode_tok_per_cpu_s_spec\":%.2f,\"decode_tok_per_cpu_s_base\":%.2f,\"ratio_cpu\":%.3f,\"copied\":%.3f,\"accepted\":%lld,\"rejected\":%lld,\"acceptance\":%.3f,\"accepted_per_generated\":%.3f}\n",
+          draft.empty() ? "false" : "true", workload, batch, a, b, a / b, median(paired), median(d_on),
+          median(d_off), median(d_on) / median(d_off), median(c_on), median(c_off), median(c_on) / median(c_off),
+          copied_fraction(prompts, outs), (long long)last_on.accepted, (long long)last_on.rejected,
           proposed ? double(last_on.accepted) / double(proposed) : 0.0,
           last_on.generated ? double(last_on.accepted) / double(last_on.generated) : 0.0);
       std::fflush(stdout);

@@ -3,6 +3,8 @@
 //   agentq-mkgguf --out PATH --shape {tiny,presets,15m,110m,1b,8b,moe,parity} --type {f32,f16,bf16,q8_0,q4_k,q6_k,q4_0,q4_1,q5_0,q5_1,q5_k,mxfp4,iq4_nl,iq4_xs,q2_k,q3_k}
 //                 [--vocab VOCAB_GGUF] [--seed N] [--arch ARCH] [--threads N] [--sigma S]
 // --shape parity: the per-architecture shape of the llama.cpp parity tests (gguf/synthetic.cpp).
+// --shape SHAPE-copy (e.g. 110m-copy, llama): the same tensors with hand-built induction heads
+// over small random weights, so greedy decoding copies its context (gguf/copy_circuit.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,7 +49,7 @@ int usage() {
   std::string archs;
   for (const auto& a : g::synthetic_archs()) archs += (archs.empty() ? "" : "|") + a;
   std::fprintf(stderr,
-               "usage: agentq-mkgguf --out PATH --shape {tiny,presets,15m,110m,1b,8b,moe,parity} --type {f32,f16,bf16,q8_0,q4_k,q6_k,q4_0,q4_1,q5_0,q5_1,q5_k,mxfp4,iq4_nl,iq4_xs,q2_k,q3_k}\n"
+               "usage: agentq-mkgguf --out PATH --shape {tiny,presets,15m,110m,1b,8b,moe,parity}[-copy] --type {f32,f16,bf16,q8_0,q4_k,q6_k,q4_0,q4_1,q5_0,q5_1,q5_k,mxfp4,iq4_nl,iq4_xs,q2_k,q3_k}\n"
                "                     [--vocab VOCAB_GGUF] [--seed N] [--arch %s] [--threads N] [--sigma S]\n",
                archs.c_str());
   return 2;
@@ -77,9 +79,12 @@ int main(int argc, char** argv) {
     else if (a == "--sigma") sigma = std::stof(v);
     else return usage();
   }
+  // NOTE: a shape suffix, not a flag, so scripts/bench/model.sh caches it under its own name.
+  const bool copy = shape_name.size() > 5 && shape_name.compare(shape_name.size() - 5, 5, "-copy") == 0;
+  const std::string base_shape = copy ? shape_name.substr(0, shape_name.size() - 5) : shape_name;
   const shape* sh = nullptr;
   for (const auto& s : shapes)
-    if (shape_name == s.name) sh = &s;
+    if (base_shape == s.name) sh = &s;
   k::weight_type wt = k::weight_type::f32;
   bool type_ok = false;
   for (auto t : {k::weight_type::f32, k::weight_type::f16, k::weight_type::bf16, k::weight_type::q8_0,
@@ -89,6 +94,10 @@ int main(int argc, char** argv) {
     if (type_name == k::name_of(t)) { wt = t; type_ok = true; }
   const auto& archs = g::synthetic_archs();
   const bool parity = shape_name == "parity";
+  if (copy && (parity || arch != "llama")) {
+    std::fprintf(stderr, "agentq-mkgguf: -copy shapes are llama shapes\n");
+    return 2;
+  }
   if (out.empty() || (!sh && !parity) || !type_ok || !(sigma >= 0) || std::find(archs.begin(), archs.end(), arch) == archs.end())
     return usage();
   // MoE needs experts: of the bench shapes only "moe" has them (and only MoE architectures take it).
@@ -103,7 +112,8 @@ int main(int argc, char** argv) {
   if (!parity) {
     spec = g::synthetic_spec{};
     spec.arch = arch;
-    spec.shape = sh->name;
+    spec.shape = shape_name;
+    spec.copy_heads = copy;
     spec.n_embd = sh->n_embd;
     spec.n_layer = sh->n_layer;
     spec.n_head = sh->n_head;

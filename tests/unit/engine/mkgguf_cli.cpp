@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -74,5 +75,38 @@ TEST_CASE("agentq-mkgguf writes a Llama file the reader accepts") {
     CHECK(std::sqrt(ss / 256) == doctest::Approx(0.02).epsilon(0.3));
     fs::remove(path);
   }
+  fs::remove_all(temp_path("").parent_path());
+}
+
+// SHAPE-copy (gguf/copy_circuit.h): the same tensor list, sizes and types as SHAPE (so a forward
+// costs the same), other weights; llama only. What it does is tests/unit/engine/engine_spec_copy.cpp's.
+TEST_CASE("agentq-mkgguf --shape X-copy: the same tensors as X, llama only") {
+  const fs::path bin = test::bin_dir() / "agentq-mkgguf";
+  if (!fs::exists(bin)) {
+    std::fprintf(stderr, "skipped: %s not built (build the agentq-mkgguf target)\n", bin.string().c_str());
+    std::exit(77);
+  }
+  const std::string vocab = " --vocab " + (test::shared_dir() / "models/vocab/ggml-vocab-llama-spm.gguf").string();
+  const fs::path plain = temp_path("15m.gguf"), copy = temp_path("15m-copy.gguf");
+  REQUIRE(std::system((bin.string() + " --out " + plain.string() + " --shape 15m --type q8_0" + vocab + " > /dev/null").c_str()) == 0);
+  REQUIRE(std::system((bin.string() + " --out " + copy.string() + " --shape 15m-copy --type q8_0" + vocab + " > /dev/null").c_str()) == 0);
+  std::string err;
+  auto a = gguf::file::open(plain.string(), &err), b = gguf::file::open(copy.string(), &err);
+  REQUIRE(a);
+  REQUIRE(b);
+  REQUIRE(a->tensors().size() == b->tensors().size());
+  bool same_data = true;
+  for (size_t i = 0; i < a->tensors().size(); ++i) {
+    const auto &x = a->tensors()[i], &y = b->tensors()[i];
+    CHECK(x.name == y.name);
+    CHECK(x.type == y.type);
+    CHECK(x.dims == y.dims);
+    same_data = same_data && x.n_bytes == y.n_bytes && std::memcmp(x.data, y.data, x.n_bytes) == 0;
+  }
+  CHECK(!same_data);
+  CHECK(b->get_string("general.name") == "agentq-synthetic-15m-copy-q8_0");
+  // other architectures and the parity shape are refused
+  CHECK(std::system((bin.string() + " --out " + copy.string() + " --shape 15m-copy --type q8_0 --arch qwen2" + vocab + " 2> /dev/null").c_str()) != 0);
+  CHECK(std::system((bin.string() + " --out " + copy.string() + " --shape parity-copy --type f32" + vocab + " 2> /dev/null").c_str()) != 0);
   fs::remove_all(temp_path("").parent_path());
 }
