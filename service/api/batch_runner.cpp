@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "api/batch_feeder.h"
 #include "api/batch_input.h"
 #include "api/batch_map.h"
 #include "api/model_catalog.h"
@@ -200,6 +201,7 @@ void batch_runner::ingest(const store::batch_row& b) {
       auto w0 = std::chrono::steady_clock::now();
       bool ok = deps_.batches->accept_chunk(b, job.first, job.second, store::job_priority::batch);
       write_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      if (ok && deps_.feeder) deps_.feeder->wake();
       if (!ok) {
         std::lock_guard lock(wmu);
         write_failed = true;  // retried from n_accepted next pass
