@@ -64,7 +64,8 @@ void batch_feeder::refill(const std::string& batch_id, feed& f, int64_t n_accept
   if (f.fetched >= n_accepted || n_jobs() >= options_.window / 2) return;
   auto& q = *deps_.q;
   const int batch_idx = static_cast<int>(store::job_priority::batch);
-  while (f.fetched < n_accepted && n_jobs() < options_.window) {
+  // NOTE: bounded in lines too, so a long run of refused lines is skipped over several passes.
+  while (f.fetched < n_accepted && n_jobs() < options_.window && int64_t(f.ahead.size()) < 4 * int64_t(options_.window)) {
     auto rows = deps_.batches->feed_lines(batch_id, f.fetched, options_.window);
     std::vector<std::string> ids;
     for (auto& [idx, job_id] : rows)
