@@ -3,8 +3,11 @@
 (chat completions, 1 output token, one shared system prompt), upload it (POST /v1/files, multipart,
 streamed by the client in 1 MiB pieces), create the batch and time it until every line is a durable
 job (status leaves "validating"), then optionally until it is completed. Prints one JSON line:
-upload_s, accept_s, accepted_lines_per_s, end_to_end_jobs_per_s (when --wait), agentqd peak RSS."""
-import argparse, http.client, json, os, sys, tempfile, time, urllib.parse, uuid
+upload_s, accept_s, accepted_lines_per_s, end_to_end_jobs_per_s (when --wait), agentqd's RSS sampled
+every 20 ms while the file streams in and is accepted (max; memory stays flat whatever the size), and
+with --fair-key (another tenant's key) the fairness figure: that tenant's 10-line batch, created once
+the big one is in progress, timed to completed, with how many of the big batch's jobs were still open."""
+import argparse, http.client, json, os, sys, tempfile, threading, time, urllib.parse, uuid
 
 
 def rss_kb(pid, field):
@@ -28,37 +31,48 @@ def cpu_s(pid):
         return 0.0
 
 
-def main():
-    """See the module docstring."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--url", required=True)
-    ap.add_argument("--key", required=True)
-    ap.add_argument("--model", default="stories260K")
-    ap.add_argument("--lines", type=int, default=100000)
-    ap.add_argument("--pid", type=int, default=0, help="agentqd's pid (RSS figures)")
-    ap.add_argument("--wait", action="store_true", help="also time the batch to completed")
-    a = ap.parse_args()
-    u = urllib.parse.urlparse(a.url)
-    path = os.path.join(tempfile.mkdtemp(prefix="agentq-batch-"), "in.jsonl")
+class rss_sampler:
+    """Max VmRSS of pid sampled every 20 ms between start() and stop()."""
+
+    def __init__(self, pid):
+        self.pid, self.max_kb, self.running = pid, 0, False
+
+    def start(self):
+        self.running = True
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while self.running:
+            self.max_kb = max(self.max_kb, rss_kb(self.pid, "VmRSS"))
+            time.sleep(0.02)
+
+    def stop(self):
+        self.running = False
+        self.t.join()
+        return self.max_kb
+
+
+def write_input(path, lines, model, tag):
     with open(path, "w") as f:
-        for i in range(a.lines):
-            f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
-                                "body": {"model": a.model, "max_tokens": 1,
+        for i in range(lines):
+            f.write(json.dumps({"custom_id": f"{tag}{i}", "method": "POST", "url": "/v1/chat/completions",
+                                "body": {"model": model, "max_tokens": 1,
                                          "messages": [{"role": "system", "content": "You summarise documents."},
                                                       {"role": "user", "content": f"Document {i}: once upon a time"}]}})
                     + "\n")
+
+
+def upload(c, key, path):
+    """POST /v1/files, multipart streamed in 1 MiB pieces; the file id."""
     size = os.path.getsize(path)
     boundary = uuid.uuid4().hex
     head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
             f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n"
             f"Content-Type: application/jsonl\r\n\r\n").encode()
     tail = f"\r\n--{boundary}--\r\n".encode()
-    rss_before = rss_kb(a.pid, "VmRSS")
-    cpu0 = cpu_s(a.pid)
-    c = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
-    t0 = time.time()
     c.putrequest("POST", "/v1/files")
-    c.putheader("Authorization", "Bearer " + a.key)
+    c.putheader("Authorization", "Bearer " + key)
     c.putheader("Content-Type", "multipart/form-data; boundary=" + boundary)
     c.putheader("Content-Length", str(len(head) + size + len(tail)))
     c.endheaders()
@@ -72,27 +86,75 @@ def main():
     c.send(tail)
     r = c.getresponse()
     body = r.read()
-    t_upload = time.time() - t0
     assert r.status == 200, (r.status, body[:300])
-    file_id = json.loads(body)["id"]
+    return json.loads(body)["id"]
 
-    def call(method, p, payload=None):
-        c.request(method, p, body=json.dumps(payload) if payload is not None else None,
-                  headers={"Authorization": "Bearer " + a.key, "Content-Type": "application/json"})
-        resp = c.getresponse()
-        data = resp.read()
-        assert resp.status == 200, (resp.status, data[:300])
-        return json.loads(data)
 
+def call(c, key, method, p, payload=None):
+    c.request(method, p, body=json.dumps(payload) if payload is not None else None,
+              headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+    resp = c.getresponse()
+    data = resp.read()
+    assert resp.status == 200, (resp.status, data[:300])
+    return json.loads(data)
+
+
+def fairness(u, key, model, big_id, big_key):
+    """Another tenant's 10-line batch created while the big one runs: seconds to completed, and the
+    big batch's request_counts then."""
+    path = os.path.join(tempfile.mkdtemp(prefix="agentq-batch-"), "small.jsonl")
+    write_input(path, 10, model, "s")
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
+    file_id = upload(c, key, path)
+    t0 = time.time()
+    b = call(c, key, "POST", "/v1/batches", {"input_file_id": file_id, "endpoint": "/v1/chat/completions",
+                                            "completion_window": "24h"})
+    while b["status"] not in ("completed", "failed", "cancelled", "expired"):
+        if time.time() - t0 > 300:
+            return {"fair_small_batch_status": b["status"], "fair_small_batch_s": None}
+        time.sleep(0.05)
+        b = call(c, key, "GET", "/v1/batches/" + b["id"])
+    dt = time.time() - t0
+    big = call(c, big_key, "GET", "/v1/batches/" + big_id)
+    n = big["request_counts"]
+    return {"fair_small_batch_lines": 10, "fair_small_batch_s": round(dt, 3), "fair_small_batch_status": b["status"],
+            "fair_big_batch_open_at_small_done": n["total"] - n["completed"] - n["failed"],
+            "fair_big_batch_total": n["total"]}
+
+
+def main():
+    """See the module docstring."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--key", required=True)
+    ap.add_argument("--model", default="stories260K")
+    ap.add_argument("--lines", type=int, default=100000)
+    ap.add_argument("--pid", type=int, default=0, help="agentqd's pid (RSS figures)")
+    ap.add_argument("--wait", action="store_true", help="also time the batch to completed")
+    ap.add_argument("--fair-key", default="", help="another tenant's key: the fairness figure")
+    a = ap.parse_args()
+    u = urllib.parse.urlparse(a.url)
+    path = os.path.join(tempfile.mkdtemp(prefix="agentq-batch-"), "in.jsonl")
+    write_input(path, a.lines, a.model, "r")
+    size = os.path.getsize(path)
+    rss_before = rss_kb(a.pid, "VmRSS")
+    sampler = rss_sampler(a.pid)
+    sampler.start()
+    cpu0 = cpu_s(a.pid)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
+    t0 = time.time()
+    file_id = upload(c, a.key, path)
+    t_upload = time.time() - t0
     t1 = time.time()
     cpu1 = cpu_s(a.pid)
-    b = call("POST", "/v1/batches", {"input_file_id": file_id, "endpoint": "/v1/chat/completions",
+    b = call(c, a.key, "POST", "/v1/batches", {"input_file_id": file_id, "endpoint": "/v1/chat/completions",
                                      "completion_window": "24h"})
     while b["status"] == "validating":
         time.sleep(0.05)
-        b = call("GET", "/v1/batches/" + b["id"])
+        b = call(c, a.key, "GET", "/v1/batches/" + b["id"])
     t_accept = time.time() - t1
     cpu2 = cpu_s(a.pid)
+    rss_max = sampler.stop()
     out = {"batch_lines": a.lines, "batch_file_bytes": size, "upload_s": round(t_upload, 3),
            "upload_mb_per_s": round(size / 1e6 / t_upload, 1), "upload_cpu_s": round(cpu1 - cpu0, 2),
            "accept_s": round(t_accept, 3), "accept_cpu_s": round(cpu2 - cpu1, 2),
@@ -100,11 +162,15 @@ def main():
            "batch_status_after_accept": b["status"],
            "agentqd_rss_mb_before": round(rss_before / 1024, 1),
            "agentqd_rss_mb_after_accept": round(rss_kb(a.pid, "VmRSS") / 1024, 1),
-           "agentqd_peak_rss_mb": round(rss_kb(a.pid, "VmHWM") / 1024, 1)}
+           "agentqd_rss_mb_max_while_streaming": round(rss_max / 1024, 1),
+           "agentqd_peak_rss_mb": round(rss_kb(a.pid, "VmHWM") / 1024, 1),
+           "accept_cpu_s_per_1000": round(1000 * (cpu2 - cpu1) / a.lines, 3)}
+    if a.fair_key:
+        out.update(fairness(u, a.fair_key, a.model, b["id"], a.key))
     if a.wait:
         while b["status"] not in ("completed", "failed", "cancelled", "expired"):
             time.sleep(0.2)
-            b = call("GET", "/v1/batches/" + b["id"])
+            b = call(c, a.key, "GET", "/v1/batches/" + b["id"])
         out["end_to_end_s"] = round(time.time() - t0, 3)
         out["end_to_end_jobs_per_s"] = round(a.lines / (time.time() - t0), 1)
         out["batch_final"] = b["status"]

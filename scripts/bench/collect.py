@@ -87,6 +87,20 @@ def ratios_of(name, run):
         r["submit/s vs GET /healthz/s"] = (t["submit_per_s"], run["healthz_per_s"], "per s")
         lat = run["latency"]
         r[f"submit p99 vs p50 latency at {lat['rate_per_s']:g} req/s"] = (lat["p99_ms"], lat["p50_ms"], "ms")
+        # issue 29: the same run's BullMQ baseline (absent when npm could not install it)
+        bull = run.get("bullmq", {})
+        if "jobs_per_s" in bull:
+            r["jobs/s end to end, one HTTP request per job, vs BullMQ no-op jobs/s"] = (
+                t["jobs_per_s"], bull["jobs_per_s"], "per s")
+            if "accepted_lines_per_s" in run.get("batch", {}):
+                r["batch lines accepted as durable jobs/s vs 2x BullMQ add/s"] = (
+                    run["batch"]["accepted_lines_per_s"], 2 * bull["add_per_s"], "per s")
+            if "end_to_end_jobs_per_s" in run.get("batch_e2e", {}):
+                r["batch jobs/s end to end vs BullMQ no-op jobs/s"] = (
+                    run["batch_e2e"]["end_to_end_jobs_per_s"], bull["jobs_per_s"], "per s")
+        sub = run.get("submit_1000", {})
+        if "p99_ms" in sub:
+            r["submit p99 vs p50 latency at 1000 req/s"] = (sub["p99_ms"], sub["p50_ms"], "ms")
     elif name == "retention":
         r[f"submit p99 during deletion of {run['jobs']} expired jobs vs without"] = (
             run["submit_p99_ms_during_delete"], run["submit_p99_ms_baseline"], "ms")

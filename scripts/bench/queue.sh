@@ -6,17 +6,28 @@
 # also states the durability settings the run had ("durability": SQLite journal mode read from
 # the database file, its synchronous level from the store's source, redis-server's persistence
 # settings asked of the running server with CONFIG GET).
-# Then the Batch figure (issue 29, scripts/bench/batch_accept.py): an N-line batch file uploaded
-# (POST /v1/files) and accepted as durable jobs (POST /v1/batches until it leaves "validating"):
-# seconds, lines/s, agentqd CPU seconds (the box's other load does not inflate those) and peak RSS.
-#   scripts/bench/queue.sh [--quick]   (quick: 200 jobs, 20 req/s for 5 s, a 20,000-line batch;
-#                                       full: 500 jobs, 50 req/s for 10 s, a 100,000-line batch)
-# Env: AGENTQ_BIN_DIR (default build/bin), AGENTQ_SHARED_DIR (default ../shared).
+# Then (issue 29): submit latency at 1,000 submits/s (scripts/bench/queue_node.mjs, open loop); the
+# Batch figures (scripts/bench/batch_accept.py): an E-line batch run to completed (end to end), and an
+# N-line batch file uploaded (POST /v1/files) and accepted as durable jobs (POST /v1/batches until it
+# leaves "validating": seconds, lines/s, agentqd CPU seconds, which the box's other load does not
+# inflate, and RSS while it streams), with another tenant's 10-line batch created after it, timed to
+# completed (fairness). Last, with agentqd stopped, the baseline: BullMQ (npm-installed into this
+# run's temp dir only; skipped with a message when npm cannot reach the registry) on its own
+# redis-server with agentq's Redis persistence (AOF, fsync every second): its one-at-a-time add
+# rate and no-op jobs/s; the "vs_bullmq" object gives the issue's ratios from this same run, and
+# "load_avg" the box's 1-minute load average at the start and the end.
+#   scripts/bench/queue.sh [--quick]   (quick: 200 jobs, 20 req/s for 5 s, 1,000/s for 3 s, a 2,000-line
+#                                       batch end to end, a 20,000-line batch accepted, 5,000 BullMQ jobs;
+#                                       full: 500 jobs, 50 req/s for 10 s, 1,000/s for 5 s, 10,000 lines
+#                                       end to end, 100,000 accepted, 20,000 BullMQ jobs)
+# Env: AGENTQ_BIN_DIR (default build/bin), AGENTQ_SHARED_DIR (default ../shared),
+#      AGENTQ_BENCH_NO_BULLMQ=1 (skip the baseline).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 src=$(pwd)
-jobs=500; rate=50; seconds=10; batch_lines=100000
-[ "${1:-}" = "--quick" ] && { jobs=200; rate=20; seconds=5; batch_lines=20000; }
+jobs=500; rate=50; seconds=10; batch_lines=100000; e2e_lines=10000; bull_jobs=20000; submit_s=5
+[ "${1:-}" = "--quick" ] && { jobs=200; rate=20; seconds=5; batch_lines=20000; e2e_lines=2000; bull_jobs=5000; submit_s=3; }
+load_start=$(cut -d' ' -f1 /proc/loadavg)
 bin="${AGENTQ_BIN_DIR:-${AGENTQ_BUILD_DIR:-build}/bin}"
 model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
 for b in agentqd; do
@@ -26,11 +37,26 @@ command -v redis-server >/dev/null || { echo "queue.sh: redis-server not found" 
 
 tmp=$(mktemp -d -t agentq-qbench-XXXXXX)
 pid=""
+bull_redis=""
+npm_pid=""
 cleanup() {
   [ -n "$pid" ] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+  [ -n "$bull_redis" ] && { kill "$bull_redis" 2>/dev/null || true; wait "$bull_redis" 2>/dev/null || true; }
+  [ -n "$npm_pid" ] && { kill "$npm_pid" 2>/dev/null || true; wait "$npm_pid" 2>/dev/null || true; }
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+
+# The baseline's install runs while agentq is measured (network-bound). NOTE: BullMQ and its Redis
+# client are pinned; they go into this run's temp dir and nowhere else.
+bull_pkgs="bullmq@6.7.0 ioredis@6.0.0"
+if [ "${AGENTQ_BENCH_NO_BULLMQ:-0}" != 1 ] && command -v npm >/dev/null && command -v node >/dev/null; then
+  mkdir -p "$tmp/bullmq"
+  echo '{"private":true}' >"$tmp/bullmq/package.json"
+  # shellcheck disable=SC2086
+  (cd "$tmp/bullmq" && timeout 300 npm install --no-audit --no-fund --loglevel=error $bull_pkgs >npm.log 2>&1) &
+  npm_pid=$!
+fi
 
 admin_key="aq_bench_$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 # NOTE: --rate-limit 0: the per-key token bucket would otherwise be what is measured.
@@ -44,24 +70,35 @@ for _ in $(seq 1 100); do
   curl -fsS "$url/readyz" >/dev/null 2>&1 && break
   sleep 0.1
 done
-key=$(python3 - "$url" "$admin_key" <<'PY'
+new_key() {
+  python3 - "$url" "$admin_key" "$1" <<'PY'
 import http.client, json, sys, urllib.parse
 u = urllib.parse.urlparse(sys.argv[1])
 c = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
-c.request("POST", "/v1/keys", body=json.dumps({"tenant": "bench"}),
+c.request("POST", "/v1/keys", body=json.dumps({"tenant": sys.argv[3]}),
           headers={"Authorization": "Bearer " + sys.argv[2], "Content-Type": "application/json"})
 r = c.getresponse()
 body = r.read()
 assert r.status in (200, 201), (r.status, body)
 print(json.loads(body)["key"])
 PY
-)
+}
+key=$(new_key bench)
+key2=$(new_key bench-other)
 echo "== agentqd on $url; $jobs jobs, then $rate req/s for $seconds s" >&2
 result=$(python3 scripts/bench/loadgen.py --url "$url" --key "$key" --model stories260K --jobs "$jobs" \
   --rate "$rate" --seconds "$seconds" --clients 4 | tail -n 1)
-echo "== a $batch_lines-line batch: upload and acceptance" >&2
-batch=$(python3 scripts/bench/batch_accept.py --url "$url" --key "$key" --model stories260K --lines "$batch_lines" \
-  --pid "$pid" | tail -n 1)
+submit='{"skipped":"node not found"}'
+if command -v node >/dev/null; then
+  echo "== POST /v1/jobs at 1,000/s for $submit_s s (open loop)" >&2
+  submit=$(node scripts/bench/queue_node.mjs submit --url "$url" --key "$key" --model stories260K --rate 1000 \
+    --seconds "$submit_s" | tail -n 1)
+  python3 scripts/bench/loadgen.py --url "$url" --key "$key" --model stories260K --jobs 1 --phases throughput \
+    --clients 1 >/dev/null  # drain: waits for the queue to empty behind one more job
+fi
+echo "== a $e2e_lines-line batch end to end" >&2
+batch_e2e=$(python3 scripts/bench/batch_accept.py --url "$url" --key "$key" --model stories260K --lines "$e2e_lines" \
+  --pid "$pid" --wait | tail -n 1)
 # NOTE: the embedded redis-server is agentqd's child (its process title names its port); the
 # settings are asked of it, so they are what the run used.
 redis_cfg=""
@@ -72,11 +109,60 @@ if [ -n "$redis_port" ] && command -v redis-cli >/dev/null; then
     redis_cfg+="--$k $(redis-cli -p "$redis_port" config get "$k" 2>/dev/null | sed -n 2p | tr ' ' _) "
   done
 fi
+echo "== a $batch_lines-line batch: upload and acceptance; another tenant's 10-line batch after it" >&2
+batch=$(python3 scripts/bench/batch_accept.py --url "$url" --key "$key" --model stories260K --lines "$batch_lines" \
+  --pid "$pid" --fair-key "$key2" | tail -n 1)
+kill "$pid" 2>/dev/null || true
+wait "$pid" 2>/dev/null || true
+pid=""
+
+bull='{"skipped":"AGENTQ_BENCH_NO_BULLMQ=1, or node/npm not found"}'
+if [ -n "$npm_pid" ]; then
+  if wait "$npm_pid" && [ -d "$tmp/bullmq/node_modules/bullmq" ]; then
+    npm_pid=""
+    bport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    mkdir -p "$tmp/bullmq/redis"
+    # agentq's embedded Redis persistence (service/daemon/redis_supervisor.cpp): AOF, fsync every second
+    redis-server --port "$bport" --bind 127.0.0.1 --dir "$tmp/bullmq/redis" --appendonly yes --appendfsync everysec \
+      --save '' --maxmemory-policy noeviction >"$tmp/bullmq/redis.log" 2>&1 &
+    bull_redis=$!
+    for _ in $(seq 1 100); do redis-cli -p "$bport" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    echo "== BullMQ ($bull_pkgs): $bull_jobs no-op jobs added one by one, then run end to end" >&2
+    bull=$(node scripts/bench/queue_node.mjs bullmq --bullmq-dir "$tmp/bullmq" --redis-port "$bport" \
+      --jobs "$bull_jobs" | tail -n 1)
+  else
+    npm_pid=""
+    echo "queue.sh: npm could not install $bull_pkgs (registry unreachable?): the BullMQ baseline is skipped" >&2
+    tail -n 3 "$tmp/bullmq/npm.log" >&2 || true
+    bull='{"skipped":"npm could not install '"$bull_pkgs"' (registry unreachable?)"}'
+  fi
+fi
 sync_level=$(grep -ho 'PRAGMA synchronous=[A-Z]*' service/store/conn.h service/store/store.cpp | head -n 1 | cut -d= -f2)
-python3 - "$result" "$tmp/data/agentq.db" "$redis_cfg" "${sync_level:-unknown}" "$batch" <<'PY'
+load_end=$(cut -d' ' -f1 /proc/loadavg)
+python3 - "$result" "$tmp/data/agentq.db" "$redis_cfg" "${sync_level:-unknown}" "$batch" "$batch_e2e" "$submit" "$bull" \
+  "$load_start" "$load_end" <<'PY'
 import json, sys
 out = json.loads(sys.argv[1])
 out["batch"] = json.loads(sys.argv[5])
+out["batch_e2e"] = json.loads(sys.argv[6])
+out["submit_1000"] = json.loads(sys.argv[7])
+out["bullmq"] = json.loads(sys.argv[8])
+out["load_avg"] = {"start": float(sys.argv[9]), "end": float(sys.argv[10])}
+bull, thr, b, be, sub = out["bullmq"], out["throughput"], out["batch"], out["batch_e2e"], out["submit_1000"]
+vs = {}
+if "jobs_per_s" in bull:
+    # the issue's targets (#29): >= 0.5, >= 1.0 (accept vs 2x add), >= 1.0; submit p99 <= 10 ms
+    vs["e2e_one_request_per_job_vs_bullmq_jobs"] = round(thr["jobs_per_s"] / bull["jobs_per_s"], 3)
+    vs["healthz_floor_vs_bullmq_jobs"] = round(out["healthz_per_s"] / bull["jobs_per_s"], 3)
+    vs["batch_accept_vs_2x_bullmq_add"] = round(b["accepted_lines_per_s"] / (2 * bull["add_per_s"]), 3)
+    vs["batch_e2e_vs_bullmq_jobs"] = round(be.get("end_to_end_jobs_per_s", 0) / bull["jobs_per_s"], 3)
+else:
+    vs["skipped"] = bull.get("skipped", "no BullMQ figure")
+vs["submit_p99_ms_at_1000_per_s"] = sub.get("p99_ms")
+out["vs_bullmq"] = vs
+print("queue.sh: load average %s -> %s" % (sys.argv[9], sys.argv[10]), file=sys.stderr)
+for k, v in vs.items():
+    print("queue.sh: %-40s %s" % (k, v), file=sys.stderr)
 db, args, sync = sys.argv[2], sys.argv[3].split(), sys.argv[4]
 try:
     with open(db, "rb") as f:

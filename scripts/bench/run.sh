@@ -93,7 +93,7 @@ case "$mode" in
     plan+=("grammar|$r|5|scripts/bench/grammar.sh --quick")
     plan+=("sampler|$r|8|scripts/bench/sampler.sh --quick")
     plan+=("engine|$r|25|scripts/bench/engine.sh --quick")  # 110M F16/Q8_0/Q4_K
-    if [ -x "$bin/agentqd" ]; then plan+=("queue|$r|25|scripts/bench/queue.sh --quick"); else queue_skip="no $bin/agentqd"; fi
+    if [ -x "$bin/agentqd" ]; then plan+=("queue|$r|60|scripts/bench/queue.sh --quick"); else queue_skip="no $bin/agentqd"; fi
     [ -x "$bin/agentqd" ] && plan+=("retention|1|45|scripts/bench/retention.sh --quick")
     # Optional: agentq vs a llama-bench the user built (llamacpp.sh never fetches or builds llama.cpp).
     [ -x "${AGENTQ_LLAMA_BENCH:-}" ] && plan+=("llamacpp|1|150|scripts/bench/llamacpp.sh --quick")
@@ -109,7 +109,7 @@ case "$mode" in
     plan+=("engine|$r|35|scripts/bench/engine.sh --shapes 110m --reps 2")
     # NOTE: 1B: one pp512 + tg128 per run (no best-of inside), repetitions across runs give the spread.
     plan+=("engine_1b|$r|150|scripts/bench/engine.sh --shapes 1b --reps 1")
-    if [ -x "$bin/agentqd" ]; then plan+=("queue|$r|35|scripts/bench/queue.sh"); else queue_skip="no $bin/agentqd"; fi
+    if [ -x "$bin/agentqd" ]; then plan+=("queue|$r|150|scripts/bench/queue.sh"); else queue_skip="no $bin/agentqd"; fi
     [ -x "$bin/agentqd" ] && plan+=("retention|1|200|scripts/bench/retention.sh")
     [ -x "${AGENTQ_LLAMA_BENCH:-}" ] && plan+=("llamacpp|1|1500|scripts/bench/llamacpp.sh --threads 1,2")
     ;;

@@ -167,6 +167,7 @@ void api::install(http::router& r) {
           nj.request_json = body->dump();
           nj.priority = *store::parse_job_priority(v->priority);
           nj.store_content = v->store;
+          nj.key_id = key.id;
           if (v->deadline_seconds > 0) nj.deadline_ms = store::now_ms() + int64_t(v->deadline_seconds * 1000);
           std::string idem = req.header("idempotency-key");
           if (!idem.empty()) {
@@ -178,10 +179,8 @@ void api::install(http::router& r) {
           }
           auto res = deps_.store->create_job(std::move(nj)).get();
           switch (res.outcome) {
-            case store::create_outcome::created: {
-              deps_.keys->link_job(res.job.id, key.id);
+            case store::create_outcome::created:
               return json_response(202, job_object(res.job, nullptr));
-            }
             case store::create_outcome::existing:
               return json_response(200, job_object(res.job, nullptr));
             case store::create_outcome::conflict:

@@ -15,11 +15,13 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "api/batch_feeder.h"
 #include "api/batch_input.h"
 #include "api/batch_map.h"
 #include "api/model_catalog.h"
 #include "store/store.h"
 #include "util/crypto.h"
+#include "util/fault.h"
 
 namespace agentq::api {
 
@@ -200,6 +202,8 @@ void batch_runner::ingest(const store::batch_row& b) {
       auto w0 = std::chrono::steady_clock::now();
       bool ok = deps_.batches->accept_chunk(b, job.first, job.second, store::job_priority::batch);
       write_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      if (ok) fault_point("after_batch_chunk", b.id);  // crash tests: a chunk committed, the next not
+      if (ok && deps_.feeder) deps_.feeder->wake();
       if (!ok) {
         std::lock_guard lock(wmu);
         write_failed = true;  // retried from n_accepted next pass

@@ -26,6 +26,7 @@ class ssrf_guard;
 namespace agentq::api {
 
 class model_catalog;
+class batch_feeder;
 
 struct batch_runner_options {
   std::string files_dir;                          // where files' bytes live (DATA_DIR/files)
@@ -41,6 +42,7 @@ struct batch_runner_deps {
   store::batch_store* batches = nullptr;
   const model_catalog* catalog = nullptr;
   const net::ssrf_guard* guard = nullptr;
+  batch_feeder* feeder = nullptr;  // woken after each committed chunk (its jobs go to Redis from there)
 };
 
 class batch_runner {

@@ -33,6 +33,7 @@ std::optional<store::job_row> submit(const api_deps& deps, const auth::key_info&
   nj.tenant = key.tenant;
   nj.request_json = j.spec.dump();
   nj.priority = *store::parse_job_priority(j.spec.value("priority", "normal"));
+  nj.key_id = key.id;
   std::string idem = req.header("idempotency-key");
   if (!idem.empty()) {
     if (idem.size() > 255) {
@@ -45,7 +46,7 @@ std::optional<store::job_row> submit(const api_deps& deps, const auth::key_info&
   }
   auto res = deps.store->create_job(std::move(nj)).get();
   switch (res.outcome) {
-    case store::create_outcome::created: deps.keys->link_job(res.job.id, key.id); return res.job;
+    case store::create_outcome::created: return res.job;
     case store::create_outcome::existing: return res.job;
     case store::create_outcome::conflict:
       *error = error_response(error_kind::conflict, "Idempotency-Key was already used with a different request body",

@@ -19,6 +19,7 @@
 #include "api/api.h"
 #include "api/http_metrics.h"
 #include "api/model_catalog.h"
+#include "api/batch_feeder.h"
 #include "api/batch_runner.h"
 #include "api/openai_registry.h"
 #include "api/queue_depth.h"
@@ -240,6 +241,8 @@ int run(const daemon::config& c) {
   std::unique_ptr<api::openai_registry> openai_reg;  // deleted responses, OpenAI webhook endpoints
   std::unique_ptr<store::batch_store> batches;       // Files and Batch API (issue 29)
   std::unique_ptr<api::batch_runner> batch_run;
+  std::unique_ptr<store::batch_store> feed_batches;  // the batch feeder's own connection
+  std::unique_ptr<api::batch_feeder> feeder;         // batch jobs into Redis, fair between tenants
   std::unique_ptr<api::queue_depth> depth;           // --max-queue-depth
   const std::string files_dir = (fs::path(c.data_dir) / "files").string();
   std::unique_ptr<auth::rate_limiter> limiter;
@@ -302,7 +305,16 @@ int run(const daemon::config& c) {
     api::batch_runner_options bro;
     bro.files_dir = files_dir;
     bro.max_line_bytes = size_t(c.max_body_bytes);
-    batch_run = std::make_unique<api::batch_runner>(bro, api::batch_runner_deps{st.get(), batches.get(), &catalog, &guard});
+    feed_batches = store::batch_store::open(sopts.path, &err);
+    if (!feed_batches) {
+      spdlog::critical("{}", err);
+      return 1;
+    }
+    feeder = std::make_unique<api::batch_feeder>(api::batch_feeder_options{},
+                                                 api::batch_feeder_deps{feed_batches.get(), st.get(), &q});
+    feeder->start();
+    batch_run = std::make_unique<api::batch_runner>(
+        bro, api::batch_runner_deps{st.get(), batches.get(), &catalog, &guard, feeder.get()});
     batch_run->start();
     if (c.max_queue_depth > 0 || c.max_queue_depth_per_tenant > 0) {
       depth = api::queue_depth::open(sopts.path, {c.max_queue_depth, c.max_queue_depth_per_tenant}, &err);
@@ -402,6 +414,7 @@ int run(const daemon::config& c) {
   // Order: stop accepting requests, release worker claims, drain webhooks, relay, then Redis.
   if (server) server->stop();
   if (batch_run) batch_run->stop();
+  if (feeder) feeder->stop();
   // NOTE: in parallel: each worker's stop() hands its jobs back and spills its engine's KV within
   // --shutdown-spill-s, so N models take that long once, not N times.
   {

@@ -447,6 +447,30 @@ void queue::note_unserved(const std::vector<publish_item>& items, const std::vec
   }
 }
 
+std::optional<int64_t> queue::stream_length(const std::string& stream) {
+  std::lock_guard lock(impl_->relay_mu);
+  auto r = impl_->relay.command({"XLEN", stream});
+  if (r.type != redis_reply::kind::integer) return std::nullopt;
+  return r.integer;
+}
+
+std::optional<std::vector<bool>> queue::in_flight(const std::vector<std::string>& job_ids) {
+  std::vector<bool> out;
+  if (job_ids.empty()) return out;
+  std::vector<std::vector<std::string>> cmds;
+  for (auto& id : job_ids) cmds.push_back({"HEXISTS", options_.prefix + ":inflight", id});
+  std::vector<redis_reply> replies;
+  {
+    std::lock_guard lock(impl_->relay_mu);
+    replies = impl_->relay.pipeline(cmds);
+  }
+  for (auto& r : replies) {
+    if (r.type != redis_reply::kind::integer) return std::nullopt;
+    out.push_back(r.integer == 1);
+  }
+  return out;
+}
+
 queue_stats queue::stats() const {
   queue_stats s;
   s.n_published = impl_->n_published;

@@ -123,6 +123,12 @@ class queue {
   // Publish many in one pipelined round trip (one AOF fsync for the lot); per item: published?
   std::vector<bool> publish_many(const std::vector<publish_item>& items);
 
+  // Entries in a stream (acked ones are deleted, so: published and not yet acked); nullopt on a
+  // Redis error. The batch feeder's window (api/batch_feeder.cpp).
+  std::optional<int64_t> stream_length(const std::string& stream);
+  // Whether each job has an inflight mark (published, not acked); nullopt on a Redis error.
+  std::optional<std::vector<bool>> in_flight(const std::vector<std::string>& job_ids);
+
   queue_stats stats() const;
 
  private:

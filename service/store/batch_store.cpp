@@ -270,6 +270,8 @@ bool batch_store::transition(const std::string& id, batch_status from, batch_sta
     s.bind(i, to_string(from));
     s.run();
     changed = c_->db.changes() > 0;
+    if (changed && is_final(to))
+      c_->stmt("DELETE FROM service_cursors WHERE name=?").bind(1, "batch_feed:" + id).run();
   });
   return ok && changed;
 }
@@ -286,7 +288,11 @@ bool batch_store::accept_chunk(const batch_row& b, std::vector<batch_line>& line
   std::lock_guard lock(mu_);
   int64_t now = c_->now();
   std::string status_data = json{{"status", "queued"}}.dump();
-  std::string payload = json{{"priority", static_cast<int>(priority)}}.dump();
+  // NOTE: the chunk's job ids share one random 64-bit prefix and end in the line's index, so they sort
+  // together: the inserts into the jobs, job_keys and job_events(job_id) B-trees append to a few pages
+  // instead of touching a random page per job (the ids stay as unguessable as one random id per job
+  // between tenants; within a batch, which is the tenant's own, they are sequential).
+  std::string id_prefix = "job_" + crypto::to_hex(crypto::random_bytes(8));
   bool moved_on = false;
   bool ok = in_tx(*c_, "accept_chunk", [&] {
     // NOTE: the resume point moves in the same transaction as the jobs: after a crash, acceptance
@@ -302,22 +308,21 @@ bool batch_store::accept_chunk(const batch_row& b, std::vector<batch_line>& line
         "VALUES (?,?,'queued',?,?,?,?,?)");
     auto& ins_event = c_->stmt(
         "INSERT INTO job_events(job_id, tenant, type, data_json, created_ms) VALUES (?,?,'status',?,?)");
-    auto& ins_outbox = c_->stmt(
-        "INSERT INTO outbox(kind, job_id, payload_json, target, next_attempt_ms, created_ms) "
-        "VALUES ('publish',?,?,'',0,?)");
     auto& ins_key = c_->stmt("INSERT OR IGNORE INTO job_keys(job_id, key_id) VALUES (?,?)");
     auto& ins_line = c_->stmt(
         "INSERT OR REPLACE INTO batch_jobs(batch_id, line_idx, custom_id, job_id, error_json) VALUES (?,?,?,?,?)");
+    char hex[16];
     for (auto& l : lines) {
       if (!l.request_json.empty()) {
-        if (l.job_id.empty()) l.job_id = "job_" + crypto::to_hex(crypto::random_bytes(12));
+        if (l.job_id.empty()) {
+          snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(l.line_idx) & 0xffffffffULL);
+          l.job_id = id_prefix + hex;
+        }
         ins_job.reset();
         ins_job.bind_all(l.job_id, b.tenant, static_cast<int64_t>(priority), l.request_json, now, now,
                          int64_t(l.store_content)).run();
         ins_event.reset();
         ins_event.bind_all(l.job_id, b.tenant, status_data, now).run();
-        ins_outbox.reset();
-        ins_outbox.bind_all(l.job_id, payload, now).run();
         ins_key.reset();
         ins_key.bind_all(l.job_id, b.key_id).run();
       }
@@ -328,6 +333,65 @@ bool batch_store::accept_chunk(const batch_row& b, std::vector<batch_line>& line
   if (!ok && !moved_on)
     for (auto& l : lines) l.job_id.clear();
   return ok;
+}
+
+int64_t batch_store::feed_cursor(const std::string& batch_id) {
+  std::lock_guard lock(mu_);
+  int64_t out = 0;
+  try {
+    auto& s = c_->stmt("SELECT value FROM service_cursors WHERE name=?");
+    s.bind(1, "batch_feed:" + batch_id);
+    if (s.step()) out = s.col_int(0);
+  } catch (const std::exception& e) {
+    spdlog::error("batch_store: feed_cursor: {}", e.what());
+  }
+  c_->reset_all();
+  return out;
+}
+
+bool batch_store::set_feed_cursor(const std::string& batch_id, int64_t next_line) {
+  std::lock_guard lock(mu_);
+  return in_tx(*c_, "set_feed_cursor", [&] {
+    // NOTE: only while the batch is open: a final batch's cursor was deleted with its transition.
+    c_->stmt("INSERT INTO service_cursors(name, value) SELECT ?1, ?2 WHERE EXISTS (SELECT 1 FROM batches WHERE id=?3 "
+             "AND status IN ('validating','in_progress','finalizing','cancelling')) "
+             "ON CONFLICT(name) DO UPDATE SET value=?2")
+        .bind_all("batch_feed:" + batch_id, next_line, batch_id)
+        .run();
+  });
+}
+
+std::vector<std::pair<int64_t, std::string>> batch_store::feed_lines(const std::string& batch_id, int64_t from,
+                                                                     int32_t limit) {
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<int64_t, std::string>> out;
+  try {
+    auto& s = c_->stmt("SELECT line_idx, job_id FROM batch_jobs WHERE batch_id=? AND line_idx>=? ORDER BY line_idx LIMIT ?");
+    s.bind_all(batch_id, from, int64_t(limit));
+    while (s.step()) out.emplace_back(s.col_int(0), s.col_text(1));
+  } catch (const std::exception& e) {
+    spdlog::error("batch_store: feed_lines: {}", e.what());
+  }
+  c_->reset_all();
+  return out;
+}
+
+std::vector<std::pair<int64_t, std::string>> batch_store::queued_lines(const std::string& batch_id, int64_t from,
+                                                                       int64_t below, int64_t cutoff_ms,
+                                                                       int32_t limit) {
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<int64_t, std::string>> out;
+  try {
+    auto& s = c_->stmt(
+        "SELECT b.line_idx, b.job_id FROM batch_jobs b JOIN jobs j ON j.id=b.job_id WHERE b.batch_id=? "
+        "AND b.line_idx>=? AND b.line_idx<? AND j.status='queued' AND j.updated_ms<? ORDER BY b.line_idx LIMIT ?");
+    s.bind_all(batch_id, from, below, cutoff_ms, int64_t(limit));
+    while (s.step()) out.emplace_back(s.col_int(0), s.col_text(1));
+  } catch (const std::exception& e) {
+    spdlog::error("batch_store: queued_lines: {}", e.what());
+  }
+  c_->reset_all();
+  return out;
 }
 
 batch_counts batch_store::counts(const std::string& batch_id) {
@@ -438,6 +502,9 @@ std::vector<std::string> batch_store::delete_tenant(const std::string& tenant) {
     while (f.step()) paths.push_back(f.col_text(0));
     f.reset();
     c_->stmt("DELETE FROM batch_jobs WHERE batch_id IN (SELECT id FROM batches WHERE tenant=?)").bind(1, tenant).run();
+    c_->stmt("DELETE FROM service_cursors WHERE name IN (SELECT 'batch_feed:' || id FROM batches WHERE tenant=?)")
+        .bind(1, tenant)
+        .run();
     c_->stmt("DELETE FROM job_keys WHERE job_id IN (SELECT id FROM batches WHERE tenant=?)").bind(1, tenant).run();
     c_->stmt("DELETE FROM batches WHERE tenant=?").bind(1, tenant).run();
     c_->stmt("DELETE FROM files WHERE tenant=?").bind(1, tenant).run();

@@ -95,10 +95,23 @@ class batch_store {
   bool set_counts(const std::string& id, int64_t n_completed, int64_t n_failed);
 
   // Accept lines as jobs in ONE transaction: each line with a request becomes a queued job (status
-  // event, publish outbox row at `priority`, job_keys row), each line gets a batch_jobs row, and the
-  // batch's n_accepted becomes next_line (the resume point). Only while the batch is validating or
-  // in_progress. false on a write failure (nothing of the chunk is kept) or when the batch moved on.
+  // event, job_keys row), each line gets a batch_jobs row, and the batch's n_accepted becomes
+  // next_line (the resume point). Only while the batch is validating or in_progress. false on a write
+  // failure (nothing of the chunk is kept) or when the batch moved on.
+  // NOTE: no publish outbox row: batch jobs reach Redis through api::batch_feeder (a bounded window,
+  // fair between tenants), which reads batch_jobs from its cursor.
   bool accept_chunk(const batch_row& b, std::vector<batch_line>& lines, int64_t next_line, job_priority priority);
+
+  // --- the feeder's cursor and reads (api/batch_feeder.cpp) ---
+  // Lines [0, cursor) were handed to Redis (service_cursors "batch_feed:<id>"; 0 when none).
+  int64_t feed_cursor(const std::string& batch_id);
+  bool set_feed_cursor(const std::string& batch_id, int64_t next_line);
+  // Lines with line_idx >= from, in order, at most limit: (line_idx, job_id; "" = a refused line).
+  std::vector<std::pair<int64_t, std::string>> feed_lines(const std::string& batch_id, int64_t from, int32_t limit);
+  // Jobs of lines [from, below) still queued and not updated since cutoff_ms: published, and maybe
+  // lost from Redis since (the feeder checks Redis and publishes again). (line_idx, job_id), in order.
+  std::vector<std::pair<int64_t, std::string>> queued_lines(const std::string& batch_id, int64_t from, int64_t below,
+                                                            int64_t cutoff_ms, int32_t limit);
 
   batch_counts counts(const std::string& batch_id);
   // Jobs of the batch not yet terminal (cancel / expire).

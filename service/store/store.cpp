@@ -381,6 +381,9 @@ class sqlite_store final : public store {
           ins.bind(6, nj.request_hash).bind(7, now).bind(8, now).bind(9, nj.deadline_ms).bind(10, int64_t(nj.store_content)).run();
           insert_status_event(c, id, job_status::queued, json::object(), now);
           insert_outbox(c, "publish", id, priority_payload(nj.priority), "", now);
+          // NOTE: in the job's transaction: linked apart, it was a second fsynced commit per submit.
+          if (!nj.key_id.empty())
+            c.stmt("INSERT OR IGNORE INTO job_keys(job_id, key_id) VALUES (?,?)").bind_all(id, nj.key_id).run();
           r.outcome = create_outcome::created;
           r.job = *select_job(c, id);
           return r;
@@ -432,7 +435,6 @@ class sqlite_store final : public store {
             return (!j || (!tenant.empty() && j->tenant != tenant)) ? write_status::not_found : write_status::fenced;
           }
           insert_status_event(c, job_id, job_status::cancelled, json::object(), now);
-          insert_outbox(c, "terminal", job_id, json{{"status", "cancelled"}}.dump(), "", now);
           return write_status::ok;
         },
         write_status::error);
@@ -613,7 +615,7 @@ class sqlite_store final : public store {
       std::vector<job_row> out;
       int64_t cutoff = c.now() - grace_ms;
       auto& s = c.stmt(std::string("SELECT ") + k_job_cols +
-                       " FROM jobs WHERE (status='queued' AND updated_ms<?1) OR "
+                       " FROM jobs WHERE (status='queued' AND priority<3 AND updated_ms<?1) OR "
                        "(status='running' AND lease_expires_ms<?1) ORDER BY priority, created_ms LIMIT ?2");
       s.bind_all(cutoff, static_cast<int64_t>(limit));
       while (s.step()) out.push_back(read_job(s));
@@ -631,7 +633,6 @@ class sqlite_store final : public store {
           u.bind_all(to_string(status), reason, now, job_id).run();
           if (c.db.changes() == 0) return select_job(c, job_id) ? write_status::fenced : write_status::not_found;
           insert_status_event(c, job_id, status, json{{"error", reason}}, now);
-          insert_outbox(c, "terminal", job_id, json{{"status", to_string(status)}}.dump(), "", now);
           return write_status::ok;
         },
         write_status::error);
@@ -666,7 +667,6 @@ class sqlite_store final : public store {
                              k_terminal_sql);
             u.bind_all(reason, now, job_id).run();
             insert_status_event(c, job_id, job_status::failed, json{{"error", reason}}, now);
-            insert_outbox(c, "terminal", job_id, json{{"status", "failed"}}.dump(), "", now);
             r.outcome = claim_outcome::poisoned;
             return r;
           }
@@ -850,7 +850,6 @@ class sqlite_store final : public store {
           json d = json::object();
           if (!error.empty()) d["error"] = error;
           insert_status_event(c, job_id, status, d, now);
-          insert_outbox(c, "terminal", job_id, json{{"status", to_string(status)}}.dump(), "", now);
           return write_status::ok;
         },
         write_status::error);

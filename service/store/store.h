@@ -62,6 +62,7 @@ struct new_job {
   std::string request_hash;        // required with idempotency_key
   int64_t deadline_ms = 0;         // absolute; 0 = none
   bool store_content = true;       // false: the request's "store": false
+  std::string key_id;              // the submitting API key (job_keys: webhook and tool signing); "" = none
 };
 
 enum class create_outcome { created, existing, conflict, error };
@@ -104,7 +105,8 @@ struct job_event {
 struct outbox_row {
   int64_t id = 0;
   std::string kind;                // "publish" (job -> shared stream), "continue" (-> KV-holding worker),
-                                   // "terminal" (a job reached a terminal state: webhook fan-out)
+                                   // "terminal" (written by older versions only: webhooks tail the
+                                   // status events; the dispatcher drains what is left)
   std::string job_id;
   std::string payload_json;
   std::string target;              // continue: worker id that holds the KV
@@ -180,7 +182,7 @@ class store {
   static int32_t latest_schema_version();
 
   // --- API side ------------------------------------------------------------
-  // Insert a queued job + "status" event + "publish" outbox row, atomically. With an
+  // Insert a queued job + "status" event + "publish" outbox row (+ its job_keys row), atomically. With an
   // idempotency key: same (tenant,key,hash) -> existing; same key, other hash -> conflict.
   virtual std::future<create_result> create_job(new_job job) = 0;
   // Reads (reader connection; see committed data only). tenant empty = any tenant.
@@ -217,7 +219,8 @@ class store {
 
   // --- Reconciler / reaper -------------------------------------------------
   // Jobs a queue should hold: queued and not updated for grace_ms, or running with a lease
-  // that expired more than grace_ms ago.
+  // that expired more than grace_ms ago. Queued jobs of the batch class are not listed: the batch
+  // feeder (api/batch_feeder.cpp) publishes them through its window and re-publishes its own.
   virtual std::vector<job_row> list_dispatchable(int64_t grace_ms, int32_t limit) = 0;
   // Unfenced failure (dead letter, deadline reaper); fenced if already terminal.
   virtual std::future<write_status> fail_job(const std::string& job_id, std::string reason,
@@ -252,7 +255,8 @@ class store {
   // running -> requires_action with the pending calls; the lease is dropped, lease_owner kept as KV hint.
   virtual std::future<write_status> require_action(const std::string& job_id, int64_t epoch,
                                                    std::string pending_calls_json) = 0;
-  // running -> terminal (completed / failed / incomplete / cancelled), + "terminal" outbox row.
+  // running -> terminal (completed / failed / incomplete / cancelled) + its status event (the webhook
+  // dispatcher tails those; no outbox row: it was inserted and deleted per job for nothing).
   virtual std::future<write_status> finish_job(const std::string& job_id, int64_t epoch, job_status status,
                                                std::string result_json, std::string error,
                                                usage_totals usage) = 0;

@@ -4,7 +4,8 @@
 // points pass the job's request JSON, so a test marks one job, e.g. metadata {"chaos":"poison-7"}).
 // Points: after_claim, mid_decode (turn submitted to the engine, result not yet committed),
 // after_turn_commit, after_tool_effect (tool answered, result not recorded), before_xack (worker);
-// mid_webhook (receiver answered 2xx, attempt not recorded; webhook sender in the API role).
+// mid_webhook (receiver answered 2xx, attempt not recorded; webhook sender in the API role);
+// after_batch_chunk (a batch's chunk of jobs committed, the next not yet; subject: the batch id).
 #pragma once
 
 #include <string_view>

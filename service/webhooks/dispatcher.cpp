@@ -31,6 +31,16 @@ struct dispatcher::impl {
   std::thread scan_thread, send_thread;
   std::mt19937_64 rng{std::random_device{}()};
   std::atomic<int64_t> last_cursor{0};
+  int64_t scanned_to = -1;                          // the scan cursor in memory (-1: read it from the table)
+  bool in_write = false;                            // scan_once opened its write transaction
+  std::chrono::steady_clock::time_point saved_at{};  // the cursor's last save
+
+  // The scan's write transaction, begun at its first write (most scans write nothing).
+  void begin_write() {
+    if (in_write) return;
+    db->exec("BEGIN IMMEDIATE");
+    in_write = true;
+  }
 
   impl(dispatcher_options o, store::store& s, net::http_client c, secret_fn f)
       : options(std::move(o)), store(s), client(std::move(c)), secrets(std::move(f)) {}
@@ -82,6 +92,7 @@ struct dispatcher::impl {
       // NOTE: event_id is UNIQUE (one job webhook per event); endpoint deliveries take negative ids
       // derived from (event, endpoint index), so a rescan after a crash inserts nothing twice.
       int64_t event_id = -(e.id * 64 + int64_t(k) + 1);
+      begin_write();
       db->prepare(
             "INSERT OR IGNORE INTO webhook_deliveries(id, event_id, job_id, tenant, event_type, url, payload_json, "
             "state, next_attempt_ms, created_ms, updated_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
@@ -117,14 +128,19 @@ std::unique_ptr<dispatcher> dispatcher::open(dispatcher_options options, store::
   return std::unique_ptr<dispatcher>(new dispatcher(std::move(i)));
 }
 
+// NOTE: the cursor is saved with the deliveries a scan enqueues, else at most once a second: a scan
+// that enqueues nothing (most: a job's queued/running/turn events) commits nothing and takes no write
+// lock; it was an fsynced transaction per scan. A crash rescans from the saved cursor, and the
+// deliveries' UNIQUE event_id makes that insert nothing twice.
 int32_t dispatcher::scan_once() {
   auto& m = *impl_;
   std::lock_guard lock(m.db_mu);
-  int64_t after = m.cursor();
+  if (m.scanned_to < 0) m.scanned_to = m.cursor();
+  int64_t after = m.scanned_to;
   auto events = m.store.read_all_events(after, 500);
   int32_t n_enqueued = 0;
+  m.in_write = false;
   try {
-    m.db->exec("BEGIN IMMEDIATE");
     for (const auto& e : events) {
       after = std::max(after, e.id);
       if (e.type != "status") continue;
@@ -152,6 +168,7 @@ int32_t dispatcher::scan_once() {
       json body = {{"type", event_type}, {"timestamp", double(e.created_ms) / 1000.0}, {"data", job_obj}};
       int64_t now = store::now_ms();
       std::string state = m.endpoint_disabled(job->tenant, url) ? "disabled" : "pending";
+      m.begin_write();
       m.db->prepare(
                "INSERT OR IGNORE INTO webhook_deliveries(id, event_id, job_id, tenant, event_type, url, payload_json, "
                "state, next_attempt_ms, created_ms, updated_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
@@ -160,18 +177,28 @@ int32_t dispatcher::scan_once() {
           .run();
       ++n_enqueued;
     }
-    m.db->prepare("INSERT INTO service_cursors(name, value) VALUES ('webhooks', ?) "
-                  "ON CONFLICT(name) DO UPDATE SET value=excluded.value")
-        .bind(1, after)
-        .run();
-    m.db->exec("COMMIT");
-    m.last_cursor = after;
+    auto now_tp = std::chrono::steady_clock::now();
+    if (m.in_write || (after != m.last_cursor && now_tp - m.saved_at >= std::chrono::seconds(1))) {
+      m.begin_write();
+      m.db->prepare("INSERT INTO service_cursors(name, value) VALUES ('webhooks', ?) "
+                    "ON CONFLICT(name) DO UPDATE SET value=excluded.value")
+          .bind(1, after)
+          .run();
+      m.db->exec("COMMIT");
+      m.in_write = false;
+      m.last_cursor = after;
+      m.saved_at = now_tp;
+    }
+    m.scanned_to = after;
   } catch (const std::exception& ex) {
     spdlog::error("webhooks: scan failed: {}", ex.what());
-    try {
-      m.db->exec("ROLLBACK");
-    } catch (...) {
+    if (m.in_write) {
+      try {
+        m.db->exec("ROLLBACK");
+      } catch (...) {
+      }
     }
+    m.in_write = false;
     return 0;
   }
   return n_enqueued;
@@ -335,7 +362,7 @@ void dispatcher::start() {
         for (const auto& r : rows) ids.push_back(r.id);
         m.store.complete_outbox(std::move(ids)).wait();
       }
-      if (n == 0) m.store.wait_events(m.last_cursor, m.options.poll);
+      if (n == 0) m.store.wait_events(m.scanned_to, m.options.poll);
     }
   });
   m.send_thread = std::thread([this] {
