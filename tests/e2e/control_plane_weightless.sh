@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# e2e (#28): a control plane without weights. agentqd --role api on a synthetic model with large
+# weights (agentq-mkgguf 110m, f32: ~0.5 GB of tensors) reads only the model's GGUF header: the
+# file is never mapped (not in /proc/PID/maps) and the process's peak RSS (VmHWM) stays a small
+# fraction of the weights, while an all-in-one agentqd on the same file holds them. Both answer
+# the same set of requests — valid, unknown model, empty messages, a prompt past the context, a
+# tool schema the grammar refuses, tool_choice mistakes, a bad response schema, the OpenAI chat
+# endpoint with a long prompt — with the same status and, for refusals, the same JSON body.
+# Env (set by ctest): AGENTQ_SOURCE_DIR, AGENTQ_BIN_DIR, AGENTQ_SHARED_DIR. Exit 77 = skipped.
+set -euo pipefail
+source "${AGENTQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/support/multiproc_env.sh"
+need_bins agentqd agentq-mkgguf
+need_tools redis-server redis-cli python3 curl
+vocab="$shared/models/vocab/ggml-vocab-llama-spm.gguf"
+[ -f "$vocab" ] || { echo "skip: no $vocab"; exit 77; }
+free_mb=$(awk '/MemAvailable/ {print int($2/1024)}' /proc/meminfo)
+[ "$free_mb" -gt 3000 ] || { echo "skip: $free_mb MiB available, the all-in-one daemon needs ~1.5 GiB"; exit 77; }
+
+mkdir -p "$tmp/models"
+"$bin/agentq-mkgguf" --out "$tmp/models/big.gguf" --shape 110m --type f32 --vocab "$vocab" --threads 2 \
+  >"$tmp/mkgguf.log" 2>&1 || fail "agentq-mkgguf"
+weights_mb=$(( $(stat -c %s "$tmp/models/big.gguf") >> 20 ))
+start_redis
+
+admin="aq_weightless_admin_0123456789abcdef"
+common=(--admin-key "$admin" --rate-limit 0 --model "$tmp/models/big.gguf" --chat-family chatml --listen 127.0.0.1:0)
+"$bin/agentqd" --role api --data-dir "$tmp/api" --redis "redis://127.0.0.1:$rport/0" --port-file "$tmp/api_port" \
+  "${common[@]}" >"$tmp/api.log" 2>&1 &
+api_pid=$!
+pids+=($api_pid)
+"$bin/agentqd" --role all --data-dir "$tmp/all" --redis "redis://127.0.0.1:$rport/1" --port-file "$tmp/all_port" \
+  --engine-threads 1 "${common[@]}" >"$tmp/all.log" 2>&1 &
+all_pid=$!
+pids+=($all_pid)
+wait_file "$tmp/api_port"
+for _ in $(seq 1 600); do [ -s "$tmp/all_port" ] && break; kill -0 "$all_pid" || fail "all-in-one exited"; sleep 0.1; done
+[ -s "$tmp/all_port" ] || fail "all-in-one did not start"
+
+api="http://127.0.0.1:$(cat "$tmp/api_port")"
+all="http://127.0.0.1:$(cat "$tmp/all_port")"
+export api all admin
+python3 - "$api_pid" "$all_pid" "$tmp/models/big.gguf" "$weights_mb" <<'PY' || fail "memory or validation parity"
+import json, os, sys, urllib.request
+
+api_pid, all_pid, model_path, weights_mb = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+api, all_, admin = os.environ["api"], os.environ["all"], os.environ["admin"]
+
+def post(base, path, body):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Authorization": "Bearer " + admin, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+def msgs(text):
+    return [{"role": "user", "content": text}]
+
+long_text = "Once upon a time there was a little dog. " * 200
+tool = lambda params: {"type": "function", "function": {"name": "f", "description": "d", "parameters": params}}
+cases = [
+    ("valid", "/v1/jobs", {"model": "big", "messages": msgs("Hello"), "max_turns": 1}),
+    ("valid with a tool", "/v1/jobs", {"model": "big", "messages": msgs("Hello"), "max_turns": 1,
+                                        "tools": [tool({"type": "object", "properties": {"a": {"type": "integer"}}})]}),
+    ("unknown model", "/v1/jobs", {"model": "nope", "messages": msgs("Hello")}),
+    ("empty messages", "/v1/jobs", {"model": "big", "messages": []}),
+    ("prompt past the context", "/v1/jobs", {"model": "big", "messages": msgs(long_text)}),
+    ("schema the grammar refuses", "/v1/jobs", {"model": "big", "messages": msgs("Hi"),
+                                                "tools": [tool({"type": "string", "pattern": "(("})]}),
+    ("schema with a dangling $ref", "/v1/jobs", {"model": "big", "messages": msgs("Hi"),
+                                                 "tools": [tool({"$ref": "#/definitions/missing"})]}),
+    ("tool_choice names no tool", "/v1/jobs", {"model": "big", "messages": msgs("Hi"), "tools": [tool({"type": "object"})],
+                                               "tool_choice": {"type": "function", "function": {"name": "g"}}}),
+    ("tool_choice required, no tools", "/v1/jobs", {"model": "big", "messages": msgs("Hi"), "tool_choice": "required"}),
+    ("bad response schema", "/v1/jobs", {"model": "big", "messages": msgs("Hi"),
+                                         "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(("}}}}),
+    ("chat completions, long prompt", "/v1/chat/completions", {"model": "big", "messages": msgs(long_text)}),
+]
+n_refused = 0
+for name, path, body in cases:
+    sa, ba = post(api, path, body)
+    sb, bb = post(all_, path, body)
+    if sa != sb:
+        sys.exit(f"{name}: role api answered {sa} {ba}, all-in-one {sb} {bb}")
+    if sa >= 400:
+        n_refused += 1
+        if ba != bb:
+            sys.exit(f"{name}: bodies differ:\n  api {ba}\n  all {bb}")
+    print(f"  {name}: {sa} {'' if sa < 300 else ba['error']['message'][:110]}")
+context_case = [c for c in cases if c[0] == "prompt past the context"][0]
+s, b = post(api, context_case[1], context_case[2])
+assert "context is 1024" in b["error"]["message"], b
+
+def proc(pid):
+    st = {l.split(":")[0]: l.split(":")[1].strip() for l in open(f"/proc/{pid}/status")}
+    maps = open(f"/proc/{pid}/maps").read()
+    return int(st["VmHWM"].split()[0]) >> 10, int(st["VmRSS"].split()[0]) >> 10, model_path in maps
+
+hwm_api, rss_api, mapped_api = proc(api_pid)
+hwm_all, rss_all, mapped_all = proc(all_pid)
+print(f"weights file {weights_mb} MiB; role api: peak RSS {hwm_api} MiB, RSS {rss_api} MiB, file mapped {mapped_api}; "
+      f"all-in-one: peak RSS {hwm_all} MiB, RSS {rss_all} MiB")
+assert not mapped_api, "the control plane mapped the model file"
+assert hwm_api * 4 < weights_mb, f"control plane peak RSS {hwm_api} MiB is not small next to {weights_mb} MiB of weights"
+assert hwm_all > weights_mb // 2, "the all-in-one daemon did not hold the weights: the comparison shows nothing"
+print(f"validation parity: {len(cases)} requests, {n_refused} refused, same answers")
+PY
+grep -q "weights not loaded: role api" "$tmp/api.log" || fail "the API did not log its header-only load"
+echo "control plane without weights: ok"
