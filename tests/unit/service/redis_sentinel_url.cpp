@@ -3,6 +3,9 @@
 // never repeating the password.
 #include <doctest/doctest.h>
 
+#include <string>
+#include <vector>
+
 #include "queue/redis_url.h"
 
 using agentq::queue::parse_redis_url;
@@ -36,7 +39,7 @@ TEST_CASE("sentinel URLs: sentinels, master name, db, credentials") {
   std::string many = "sentinel://";
   for (int i = 0; i < 17; ++i) many += (i ? ",h" : "h") + std::to_string(i);
   many += "/m";
-  for (const std::string bad : {"sentinel://", "sentinel:///m", "sentinel://h", "sentinel://h/", "sentinel://h,/m",
+  for (const std::string& bad : std::vector<std::string>{"sentinel://", "sentinel:///m", "sentinel://h", "sentinel://h/", "sentinel://h,/m",
                                 "sentinel://,h/m", "sentinel://h:0/m", "sentinel://h:x/m", "sentinel://h/m/x",
                                 "sentinel://h/m/-1", "sentinel://h/m a", "sentinel://h/m%20", "sentinel://[::1/m",
                                 "sentinel://h/m?x=1", "sentinel://u:@h/m", many}) {
