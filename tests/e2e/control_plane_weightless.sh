@@ -117,4 +117,22 @@ assert hwm_all > weights_mb // 2, "the all-in-one daemon did not hold the weight
 print(f"validation parity: {len(cases)} requests, {n_refused} refused, same answers")
 PY
 grep -q "weights not loaded: role api" "$tmp/api.log" || fail "the API did not log its header-only load"
+
+# The control plane's host needs no weights at all: agentq-engine header writes the header alone.
+if [ -x "$bin/agentq-engine" ]; then
+  mkdir -p "$tmp/hdr"
+  "$bin/agentq-engine" header "$tmp/models/big.gguf" "$tmp/hdr/big.gguf" >/dev/null || fail "agentq-engine header"
+  hdr_kb=$(( $(stat -c %s "$tmp/hdr/big.gguf") >> 10 ))
+  [ "$hdr_kb" -lt 4096 ] || fail "the header file is $hdr_kb KiB"
+  "$bin/agentqd" --role api --data-dir "$tmp/hdrapi" --redis "redis://127.0.0.1:$rport/3" --port-file "$tmp/hdr_port" \
+    --admin-key "$admin" --model "$tmp/hdr/big.gguf" --chat-family chatml --listen 127.0.0.1:0 >"$tmp/hdr.log" 2>&1 &
+  pids+=($!)
+  wait_file "$tmp/hdr_port"
+  long=$(python3 -c 'print("Once upon a time there was a little dog. " * 200)')
+  ask() { curl -s -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' "$1/v1/jobs" \
+    -d "{\"model\":\"big\",\"messages\":[{\"role\":\"user\",\"content\":\"$long\"}]}"; }
+  a=$(ask "$api"); h=$(ask "http://127.0.0.1:$(cat "$tmp/hdr_port")")
+  [ "$a" = "$h" ] || fail "the header-only file validates differently: $h vs $a"
+  echo "header-only file: $hdr_kb KiB, the same answers as the whole $weights_mb MiB file"
+fi
 echo "control plane without weights: ok"
