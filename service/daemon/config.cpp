@@ -27,7 +27,7 @@ const char* usage() {
                                the password out of ps
   --model PATH                 GGUF model (repeatable; name = file stem); a worker serves every model it loads;
                                --role api reads only its header (tokenizer, chat template, hyper-parameters):
-                               no weights, no KV pool (a header-only copy of the file is enough)
+                               no weights, no KV pool (the file `agentq-engine header` writes is enough)
   --model-ttl-h H              a model only workers load (their adverts) stays known to the API H hours after
                                one last advertised it: its jobs are accepted and wait while none serves it
                                (default 24; 0 = only while one does)
