@@ -2,6 +2,7 @@
 // and turn the generated text back into an assistant message (tool calls parsed).
 #include "engine_impl.h"
 #include "tokenizer/splice.h"
+#include "turn_check.h"
 
 namespace agentq {
 
@@ -9,32 +10,10 @@ std::string engine_impl::render(const std::vector<chat_message>& messages, const
   return chat::render(family_, messages, tools, true);
 }
 
-namespace {
-bool has_tool(const std::vector<tool_def>& tools, const std::string& name) {
-  for (const auto& t : tools)
-    if (t.name == name) return true;
-  return false;
-}
-}  // namespace
-
 std::optional<std::string> engine_impl::validate(const turn_request& r) const {
-  if (r.messages.empty()) return std::string("messages: at least one message is required");
-  if (r.max_tokens < 0) return std::string("max_tokens: must be >= 0");
-  for (size_t i = 0; i < r.tools.size(); ++i) {
-    if (r.tools[i].name.empty()) return "tools[" + std::to_string(i) + "].name: empty";
-    if (auto e = check_schema(r.tools[i].parameters_json)) return "tools[" + std::to_string(i) + "].parameters: " + *e;
-  }
-  if (r.choice.mode == tool_choice_mode::named && !has_tool(r.tools, r.choice.name))
-    return "tool_choice: no tool named '" + r.choice.name + "'";
-  if ((r.choice.mode == tool_choice_mode::required || r.choice.mode == tool_choice_mode::named) && r.tools.empty())
-    return std::string("tool_choice: requires tools");
-  if (auto e = check_schema(r.response_schema_json)) return "response_format: " + *e;
-  const auto& tr = chat::traits(family_);
-  const std::string text = render(r.messages, r.tools) + r.assistant_prefix;
-  const size_t n = tok_->encode(text, !tr.bos_in_text, true).size();
-  if (desc_.n_ctx > 0 && n > size_t(desc_.n_ctx))
-    return "messages: the prompt has " + std::to_string(n) + " tokens, the model's context is " +
-           std::to_string(desc_.n_ctx);
+  size_t n = 0;
+  if (auto e = check_turn(r, family_, *tok_, desc_.n_ctx, &n)) return e;
+  // NOTE: the one check a weightless control plane cannot make (model_header::validate): the pool is this engine's.
   if (!pool_->fits(int32_t(n)))
     return "messages: the prompt needs more KV memory than the engine has (" + std::to_string(n) + " tokens)";
   return std::nullopt;

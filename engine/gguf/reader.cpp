@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -22,9 +23,16 @@ struct parse_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Header-only reads (header.cpp): the bytes read so far end before `needed`; read more and parse again.
+struct need_more {
+  uint64_t needed;
+};
+
+// NOTE: n_avail bytes are in memory, n_limit is the size the checks see (the file's, or the header
+// cap): past n_avail but within n_limit is "read more" (need_more), past n_limit a truncated file.
 class cursor {
  public:
-  cursor(const uint8_t* p, uint64_t n) : base_(p), n_(n) {}
+  cursor(const uint8_t* p, uint64_t n_avail, uint64_t n_limit) : base_(p), n_avail_(n_avail), n_(n_limit) {}
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return n_ - pos_; }
 
@@ -34,6 +42,7 @@ class cursor {
                         " bytes at offset " + std::to_string(pos_) + ", " +
                         std::to_string(remaining()) + " left");
     }
+    if (n > n_avail_ - pos_) throw need_more{pos_ + n};
     const uint8_t* p = base_ + pos_;
     pos_ += n;
     return p;
@@ -53,6 +62,7 @@ class cursor {
 
  private:
   const uint8_t* base_;
+  uint64_t n_avail_;
   uint64_t n_;
   uint64_t pos_ = 0;
 };
@@ -228,8 +238,92 @@ std::unique_ptr<file> file::parse(const uint8_t* data, size_t size, std::string*
   return f;
 }
 
+std::unique_ptr<file> file::open_header(const std::string& path, std::string* error, uint64_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (error) *error = "cannot open model file '" + path + "': " + std::strerror(errno);
+    return nullptr;
+  }
+  struct stat st{};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+    ::close(fd);
+    if (error) *error = "'" + path + "' is " + (st.st_size == 0 ? "empty, not a GGUF file" : "not a regular file");
+    return nullptr;
+  }
+  std::unique_ptr<file> f(new file());
+  f->path_ = path;
+  f->header_only_ = true;
+  f->size_ = static_cast<uint64_t>(st.st_size);
+  // NOTE: the checks see min(file, cap) bytes, so a hostile count cannot reserve more than the cap.
+  f->n_limit_ = std::min<uint64_t>(f->size_, max_bytes);
+  uint64_t want = std::min<uint64_t>(f->n_limit_, 1 << 20);
+  std::string fail;
+  for (;;) {
+    f->owned_.resize(want);
+    while (f->n_avail_ < want) {
+      ssize_t n = ::pread(fd, f->owned_.data() + f->n_avail_, want - f->n_avail_, off_t(f->n_avail_));
+      if (n <= 0) {
+        if (n < 0 && errno == EINTR) continue;
+        fail = "cannot read '" + path + "': " + (n < 0 ? std::strerror(errno) : "unexpected end of file");
+        break;
+      }
+      f->n_avail_ += uint64_t(n);
+    }
+    if (!fail.empty()) break;
+    f->base_ = reinterpret_cast<const uint8_t*>(f->owned_.data());
+    try {
+      f->parse_all();
+      break;
+    } catch (const need_more& m) {
+      want = std::min(f->n_limit_, std::max(m.needed, want * 2));
+    } catch (const parse_error& e) {
+      fail = "invalid GGUF file '" + path + "': " + e.what();
+      if (f->n_limit_ < f->size_) fail += " (the header may not exceed " + std::to_string(max_bytes >> 20) + " MiB)";
+      break;
+    }
+  }
+  ::close(fd);
+  if (!fail.empty()) {
+    if (error) *error = fail;
+    return nullptr;
+  }
+  // Keep the header's own bytes only (the last chunk read may reach into the tensor data).
+  f->owned_.resize(f->header_bytes_);
+  f->owned_.shrink_to_fit();
+  f->n_avail_ = f->n_limit_ = f->owned_.size();
+  f->base_ = reinterpret_cast<const uint8_t*>(f->owned_.data());
+  f->size_ = 0;
+  f->parse_all();  // NOTE: string views now point into the trimmed copy
+  return f;
+}
+
+std::unique_ptr<file> file::parse_header(std::string_view bytes, std::string* error) {
+  std::unique_ptr<file> f(new file());
+  f->path_ = "<header>";
+  f->header_only_ = true;
+  f->owned_.assign(bytes);
+  f->base_ = reinterpret_cast<const uint8_t*>(f->owned_.data());
+  f->n_avail_ = f->n_limit_ = f->owned_.size();
+  f->size_ = 0;  // no data section to check
+  try {
+    if (f->owned_.empty()) throw parse_error("empty header");
+    f->parse_all();
+  } catch (const parse_error& e) {
+    if (error) *error = std::string("invalid GGUF header: ") + e.what();
+    return nullptr;
+  } catch (const need_more&) {
+    if (error) *error = "invalid GGUF header: truncated";
+    return nullptr;
+  }
+  return f;
+}
+
 void file::parse_all() {
-  cursor c(base_, size_);
+  kv_.clear();
+  kv_index_.clear();
+  tensors_.clear();
+  tensor_index_.clear();
+  cursor c(base_, n_avail_ ? n_avail_ : size_, n_limit_ ? n_limit_ : size_);
   uint32_t magic = c.read<uint32_t>("magic");
   if (magic != k_magic) throw parse_error("bad magic (not a GGUF file)");
   version_ = c.read<uint32_t>("version");
@@ -290,6 +384,10 @@ void file::parse_all() {
   }
 
   uint64_t data_start = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
+  header_bytes_ = c.pos();
+  // NOTE: a header read from bytes alone (parse_header), or a header-only file (agentq-engine
+  // header: it ends where the tensor data would start), has no data section to check against.
+  if (header_only_ && (size_ == 0 || size_ == c.pos())) return;
   if (data_start > size_ && !tensors_.empty()) throw parse_error("data section starts past the end of the file");
   uint64_t data_size = data_start <= size_ ? size_ - data_start : 0;
   for (auto& t : tensors_) {
@@ -297,7 +395,7 @@ void file::parse_all() {
       throw parse_error("tensor '" + t.name + "': data [" + std::to_string(t.offset) + ", +" + std::to_string(t.n_bytes) +
                         ") lies outside the data section (" + std::to_string(data_size) + " bytes; truncated file?)");
     }
-    t.data = base_ + data_start + t.offset;
+    t.data = header_only_ ? nullptr : base_ + data_start + t.offset;
   }
 }
 

@@ -63,6 +63,14 @@ class file {
   static std::unique_ptr<file> open(const std::string& path, std::string* error);
   // Parse an in-memory image (not copied; must outlive the result).
   static std::unique_ptr<file> parse(const uint8_t* data, size_t size, std::string* error);
+  // Header only: metadata and the tensor table, read with pread in growing chunks
+  // up to max_bytes; the tensor data is never mapped or read (tensor_info::data is null), nor
+  // are a split model's other files. Tensor extents are still checked against the file's size.
+  static std::unique_ptr<file> open_header(const std::string& path, std::string* error,
+                                           uint64_t max_bytes = k_max_header_bytes);
+  // Header bytes as open_header() read them (header_bytes() long; copied), e.g. from another host.
+  static std::unique_ptr<file> parse_header(std::string_view bytes, std::string* error);
+  static constexpr uint64_t k_max_header_bytes = 256ull << 20;
   ~file();
   file(const file&) = delete;
   file& operator=(const file&) = delete;
@@ -82,6 +90,11 @@ class file {
   std::optional<double> get_float(std::string_view key) const;      // any numeric type
   std::optional<bool> get_bool(std::string_view key) const;
 
+  // Bytes of the header: magic through the tensor table (the tensor data starts after padding).
+  uint64_t header_bytes() const { return header_bytes_; }
+  // open_header / parse_header: the header's own bytes (header_bytes() long); else empty.
+  std::string_view header_data() const { return std::string_view(owned_).substr(0, header_bytes_); }
+
   const std::vector<tensor_info>& tensors() const { return tensors_; }
   const tensor_info* find_tensor(std::string_view name) const;
 
@@ -94,6 +107,11 @@ class file {
   std::string path_;
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
+  // Header-only reads: n_avail_ bytes at base_ (owned_), checks against n_limit_; 0 = size_.
+  bool header_only_ = false;
+  uint64_t n_avail_ = 0, n_limit_ = 0;
+  uint64_t header_bytes_ = 0;
+  std::string owned_;
   void* map_ = nullptr;                    // non-null when we own an mmap
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;

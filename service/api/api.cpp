@@ -149,9 +149,11 @@ void api::install(http::router& r) {
           json data = json::array();
           for (const auto& m : deps_.catalog->list()) {
             json workers = served_by.count(m.name) ? served_by[m.name] : json::array();
-            data.push_back({{"id", m.name}, {"object", "model"}, {"arch", m.arch}, {"context_length", m.n_ctx},
-                            {"ready", m.ready}, {"chat_family", m.chat_family}, {"served", !workers.empty()},
-                            {"workers", workers}});
+            json one = {{"id", m.name}, {"object", "model"}, {"arch", m.arch}, {"context_length", m.n_ctx},
+                        {"ready", m.ready}, {"chat_family", m.chat_family}, {"served", !workers.empty()},
+                        {"workers", workers}, {"source", m.source}};
+            if (m.source == "fleet") one["last_seen_ms"] = m.last_seen_ms;  // --model-ttl-h counts from it
+            data.push_back(std::move(one));
           }
           return json_response(200, {{"object", "list"}, {"data", data}});
         }));

@@ -1,4 +1,5 @@
-// engine_catalog: model list and validation over loaded engines (see model_catalog.h).
+// engine_catalog and header_catalog: model list and validation over loaded engines or model headers
+// (see model_catalog.h).
 #include "api/model_catalog.h"
 
 namespace agentq::api {
@@ -20,6 +21,18 @@ std::optional<std::string> engine_catalog::validate(const std::string& model, co
   auto e = find(model);
   if (!e) return "unknown model '" + model + "'";
   return e->validate(request);
+}
+
+std::vector<model_info> header_catalog::list() const {
+  std::vector<model_info> out;
+  for (const auto& h : headers_) out.push_back({h->model().name, h->model().arch, h->model().n_ctx, true, h->model().chat_family});
+  return out;
+}
+
+std::optional<std::string> header_catalog::validate(const std::string& model, const turn_request& request) const {
+  for (const auto& h : headers_)
+    if (h->model().name == model) return h->validate(request);
+  return "unknown model '" + model + "'";
 }
 
 }  // namespace agentq::api

@@ -1,5 +1,6 @@
 // What the API needs to know about the loaded models: names, context sizes and the
-// engine's up-front request check. The daemon backs it with engines; tests with fakes.
+// engine's up-front request check. The daemon backs it with engines, model headers (--role api) and
+// the fleet's adverts (fleet_catalog.h); tests with fakes.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include <agentq/engine.h>
+#include <agentq/model_header.h>
 
 namespace agentq::api {
 
@@ -20,6 +22,10 @@ struct model_info {
   // Prompt format (model_desc::chat_family): detected or set with --chat-family;
   // "unknown" when the model's chat template matches no family (tool jobs refused).
   std::string chat_family = "plain";
+  // Where the API knows it from (#28): "local" (its own --model: an engine, or the header only
+  // with --role api) or "fleet" (a worker's advert, for --model-ttl-h after last_seen_ms).
+  std::string source = "local";
+  int64_t last_seen_ms = 0;  // fleet: when a live worker last advertised it (unix ms)
 };
 
 class model_catalog {
@@ -40,6 +46,18 @@ class engine_catalog : public model_catalog {
 
  private:
   std::vector<std::shared_ptr<engine>> engines_;
+};
+
+// A catalog over model headers (--role api: tokenizer, template and hyper-parameters only; no
+// weights, no KV pool). validate() is engine::validate but for the KV-room check.
+class header_catalog : public model_catalog {
+ public:
+  void add(std::shared_ptr<const model_header> h) { headers_.push_back(std::move(h)); }
+  std::vector<model_info> list() const override;
+  std::optional<std::string> validate(const std::string& model, const turn_request& request) const override;
+
+ private:
+  std::vector<std::shared_ptr<const model_header>> headers_;
 };
 
 }  // namespace agentq::api

@@ -185,7 +185,9 @@ json build() {
   p["/healthz"]["get"] = op("Liveness", 200, {{"type", "object"}}, {}, false);
   p["/readyz"]["get"] = op("Readiness: Redis reachable, database ok, engine loaded", 200, {{"type", "object"}}, {503}, false);
   p["/openapi.json"]["get"] = op("This document", 200, {{"type", "object"}}, {}, false);
-  p["/v1/models"]["get"] = op("Loaded models", 200, ref("List"), {401, 429});
+  p["/v1/models"]["get"] = op("Models the API knows: its own (source local) and, for --model-ttl-h after a live worker "
+                              "last advertised them, the fleet's (source fleet, last_seen_ms); served, workers", 200,
+                              ref("List"), {401, 429});
   p["/v1/workers"]["get"] =
       op("Live workers (admin): id, host, incarnation, version, protocol, device, models (name, arch, context_length, "
          "chat_family), kv (blocks used/free), max_jobs, running_jobs, free_slots, last_heartbeat_ms",

@@ -241,7 +241,7 @@ validated_job validate_or_throw(const json& b, const model_catalog& catalog, con
   if (!mi) {
     std::string names;
     for (const auto& m : models) names += (names.empty() ? "" : ", ") + m.name;
-    fail("model", "unknown model '" + out.model + "' (available: " + names + ")");
+    fail("model", "unknown model '" + out.model + "' (available: " + (names.empty() ? "none" : names) + ")");
   }
   turn_request& tr = out.first_turn;
 

@@ -15,13 +15,22 @@ using json = nlohmann::json;
 
 const char* usage() {
   return R"(usage: agentqd [options]
-  --role all|api|worker        all-in-one (default): API + worker + webhook sender
+  --role all|api|worker        all-in-one (default): API + worker + webhook sender; api: the control plane
+                               (validates with model headers only); worker: runs jobs
   --listen HOST:PORT           API address (default 127.0.0.1:8080)
   --tls-cert FILE --tls-key FILE  serve the API over HTTPS (PEM certificate chain and its private key)
   --data-dir DIR               SQLite db, embedded redis AOF, KV spill, logs (default ./agentq-data)
-  --redis URL                  redis://[[user]:password@]host[:port][/db] (AUTH, SELECT); absent = start an
-                               embedded redis-server; prefer AGENTQ_REDIS to keep the password out of ps
-  --model PATH                 GGUF model (repeatable; name = file stem); a worker serves every model it loads
+  --redis URL                  redis://[[user]:password@]host[:port][/db] (AUTH, SELECT), or through Redis
+                               Sentinel: sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[/db]
+                               (asks each sentinel for MASTER's address, checks ROLE, re-resolves after a
+                               failover); absent = start an embedded redis-server; prefer AGENTQ_REDIS to keep
+                               the password out of ps
+  --model PATH                 GGUF model (repeatable; name = file stem); a worker serves every model it loads;
+                               --role api reads only its header (tokenizer, chat template, hyper-parameters):
+                               no weights, no KV pool (the file `agentq-engine header` writes is enough)
+  --model-ttl-h H              a model only workers load (their adverts) stays known to the API H hours after
+                               one last advertised it: its jobs are accepted and wait while none serves it
+                               (default 24; 0 = only while one does)
   --device cpu|cuda|cuda:N     where the engines run (default cpu); a CUDA device that is not there fails start-up
   --chat-family NAME           prompt format of the --model before it (chatml, qwen3, hermes, llama3, mistral,
                                phi3, smollm3, gemma, deepseek-r1, harmony, plain); before any --model: the default for all
@@ -179,6 +188,16 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "reclaim-idle-ms") c.reclaim_idle_ms = std::stoll(v);
   else if (name == "reclaim-interval-ms") c.reclaim_interval_ms = std::stoll(v);
   else if (name == "max-deliveries") c.max_deliveries = std::stoi(v);
+  else if (name == "model-ttl-h") {
+    size_t idx = 0;
+    try {
+      c.model_ttl_h = std::stod(v, &idx);
+    } catch (const std::exception&) {
+      idx = 0;
+    }
+    if (idx == 0 || idx != v.size() || !(c.model_ttl_h >= 0) || c.model_ttl_h > 1e6)
+      throw std::invalid_argument("--model-ttl-h must be a number of hours >= 0");
+  }
   else if (name == "retention-days") {
     c.retention_days = std::stod(v);
     if (c.retention_days < 0) throw std::invalid_argument("--retention-days must be >= 0");
@@ -295,7 +314,9 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
         }
       }
     }
-    if (c.models.empty()) throw std::invalid_argument("no model: pass --model PATH or set AGENTQ_MODEL");
+    // NOTE: a control plane may know its models from the fleet alone (--model-ttl-h).
+    if (c.models.empty() && c.role != role::api)
+      throw std::invalid_argument("no model: pass --model PATH or set AGENTQ_MODEL");
     if (c.tls_cert.empty() != c.tls_key.empty())
       throw std::invalid_argument("--tls-cert and --tls-key go together (a certificate chain and its private key)");
     c.model_chat_families.resize(c.models.size());

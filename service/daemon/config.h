@@ -14,7 +14,7 @@ struct config {
   enum role role = role::all;
   std::string listen = "127.0.0.1:8080";          // HOST:PORT (port 0 = any free port)
   std::string data_dir = "./agentq-data";         // SQLite db, redis AOF, KV spill, logs
-  std::string redis;                              // redis://[[user]:pass@]host[:port][/db]; empty = embedded
+  std::string redis;                              // redis://... or sentinel://...; empty = embedded
   std::vector<std::string> models;                // GGUF paths; name = file stem
   std::string allow_addresses;                    // CIDR list exempt from the SSRF guard
   std::string admin_key;                          // ensure this admin key exists; empty = bootstrap
@@ -68,6 +68,9 @@ struct config {
   int64_t max_file_bytes = int64_t(200) << 20;    // one POST /v1/files upload (streamed to DATA_DIR/files)
   int64_t max_queue_depth = 0;                    // queued jobs in all; past it submits get 429 queue_full (0 = none)
   int64_t max_queue_depth_per_tenant = 0;         // queued jobs of one tenant (0 = none)
+  // Models known from the fleet (#28): a model only workers load stays known this long after a
+  // live worker last advertised it (0 = only while one does).
+  double model_ttl_h = 24;
 };
 
 // Parse argv (and the environment, and --config); nullopt with *error (usage) on bad input.

@@ -26,6 +26,7 @@
 #include "auth/keys.h"
 #include "auth/rate_limiter.h"
 #include "daemon/config.h"
+#include "daemon/control_plane.h"
 #include "daemon/redis_supervisor.h"
 #include "http/router.h"
 #include "http/server.h"
@@ -150,7 +151,15 @@ int run(const daemon::config& c) {
   if (engine_threads == 0 && run_worker && c.models.size() > 1)
     engine_threads = std::max<int32_t>(1, int32_t(std::thread::hardware_concurrency()) / int32_t(c.models.size()));
   api::engine_catalog catalog;
-  for (size_t mi = 0; mi < c.models.size(); ++mi) {
+  // NOTE (#28): --role api loads no engine: each model's header only (tokenizer, template, hparams).
+  api::header_catalog headers;
+  if (c.role == daemon::role::api && !daemon::load_model_headers(c, headers, &err)) {
+    spdlog::critical("{}", err);
+    return 1;
+  }
+  const api::model_catalog& local_models = c.role == daemon::role::api ? static_cast<const api::model_catalog&>(headers)
+                                                                       : catalog;
+  for (size_t mi = 0; c.role != daemon::role::api && mi < c.models.size(); ++mi) {
     const std::string& path = c.models[mi];
     engine_config ec;
     ec.model_path = path;
@@ -199,6 +208,13 @@ int run(const daemon::config& c) {
   queue::queue q(qopts, *st);
   // This process's store/Redis errors: served by its own /metrics, or shipped as a worker's share.
   obs::process_metrics process_metrics(serve_api ? metrics::global() : obs::worker_registry(), *st, q);
+
+  // A worker's models' headers, for control planes that have no file for them (#28).
+  std::unique_ptr<queue::header_publisher> header_pub;
+  if (run_worker && !(header_pub = daemon::start_header_publisher(c, qopts, &err))) {
+    spdlog::critical("{}", err);
+    return 1;
+  }
 
   // Every loaded model is served (#28): one worker per model (own dispatcher, housekeeper, job
   // threads, engine), reading that model's streams. The first keeps the process's worker id, the
@@ -251,7 +267,9 @@ int run(const daemon::config& c) {
   http::router router;
   std::mutex redis_mu;
   queue::redis_client redis_probe(qopts.redis);
+  std::unique_ptr<api::fleet_catalog> fleet;  // the API's models: local_models + the fleet's (#28)
   if (serve_api) {
+    fleet = daemon::start_fleet_catalog(c, local_models, q);
     webhooks::dispatcher_options dopts;
     if (!c.webhook_schedule_ms.empty()) {
       dopts.schedule.clear();
@@ -281,7 +299,7 @@ int run(const daemon::config& c) {
     deps.store = st.get();
     deps.keys = keys.get();
     deps.limiter = limiter.get();
-    deps.catalog = &catalog;
+    deps.catalog = fleet.get();
     deps.guard = &guard;
     deps.webhooks = hooks.get();
     deps.obs = obs_db.get();
@@ -314,7 +332,7 @@ int run(const daemon::config& c) {
                                                  api::batch_feeder_deps{feed_batches.get(), st.get(), &q});
     feeder->start();
     batch_run = std::make_unique<api::batch_runner>(
-        bro, api::batch_runner_deps{st.get(), batches.get(), &catalog, &guard, feeder.get()});
+        bro, api::batch_runner_deps{st.get(), batches.get(), fleet.get(), &guard, feeder.get()});
     batch_run->start();
     if (c.max_queue_depth > 0 || c.max_queue_depth_per_tenant > 0) {
       depth = api::queue_depth::open(sopts.path, {c.max_queue_depth, c.max_queue_depth_per_tenant}, &err);
@@ -425,6 +443,8 @@ int run(const daemon::config& c) {
   for (auto& sm : samplers) sm->stop();
   if (sweeper) sweeper->stop();
   if (hooks) hooks->stop();
+  if (fleet) fleet->stop();
+  if (header_pub) header_pub->stop();
   q.stop_relay();
   // NOTE: the rest (queue, store, embedded redis last) closes in reverse declaration order.
   spdlog::info("agentqd: stopped");

@@ -72,6 +72,25 @@ bool redis_client::ensure_connected() {
   if (ctx_) return true;
   int64_t now = steady_ms();
   if (now < next_attempt_ms_) return false;
+  auto back_off = [&] {
+    backoff_ms_ = backoff_ms_ == 0 ? options_.backoff_initial_ms : std::min(backoff_ms_ * 2, options_.backoff_max_ms);
+    next_attempt_ms_ = now + backoff_ms_;
+    stats_.n_io_errors++;
+  };
+  if (!options_.sentinels.empty()) {
+    std::string host, why;
+    int32_t port = 0;
+    if (!resolve_master(&host, &port, &why)) {
+      back_off();
+      if (why != last_handshake_error_) spdlog::warn("redis: sentinel: {}", why);
+      last_handshake_error_ = why;
+      return false;
+    }
+    if (host != options_.host || port != options_.port)
+      spdlog::info("redis: sentinel: master '{}' is at {}:{}", options_.master_name, host, port);
+    options_.host = host;
+    options_.port = port;
+  }
   redisContext* c = redisConnectWithTimeout(options_.host.c_str(), options_.port, to_timeval(options_.connect_timeout_ms));
   if (!c || c->err) {
     std::string why = c ? c->errstr : "out of memory";
@@ -84,11 +103,9 @@ bool redis_client::ensure_connected() {
   }
   redisSetTimeout(c, to_timeval(options_.io_timeout_ms));
   redisEnableKeepAlive(c);
-  if (std::string why; !handshake(c, &why)) {
+  if (std::string why; !handshake(c, &why) || (!options_.sentinels.empty() && !check_master(c, &why))) {
     redisFree(c);
-    backoff_ms_ = backoff_ms_ == 0 ? options_.backoff_initial_ms : std::min(backoff_ms_ * 2, options_.backoff_max_ms);
-    next_attempt_ms_ = now + backoff_ms_;
-    stats_.n_io_errors++;
+    back_off();
     // NOTE: a refused AUTH is a configuration error, not a blip: say so at warn, once per kind.
     if (why != last_handshake_error_) spdlog::warn("redis: {}:{}: {}", options_.host, options_.port, why);
     last_handshake_error_ = why;
@@ -155,7 +172,10 @@ redis_reply redis_client::command(const std::vector<std::string>& argv) {
   }
   redis_reply out = convert(r);
   freeReplyObject(r);
-  if (out.type == redis_reply::kind::error) stats_.n_errors++;
+  if (out.type == redis_reply::kind::error) {
+    stats_.n_errors++;
+    on_error_reply(out.str);
+  }
   return out;
 }
 
@@ -188,6 +208,9 @@ std::vector<redis_reply> redis_client::pipeline(const std::vector<std::vector<st
     if (out.back().type == redis_reply::kind::error) stats_.n_errors++;
     freeReplyObject(r);
   }
+  // NOTE: after every reply is read, so the context is in step until it is dropped.
+  for (const auto& r : out)
+    if (r.type == redis_reply::kind::error && ctx_) on_error_reply(r.str);
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 struct redisContext;
@@ -20,6 +21,12 @@ struct redis_options {
   std::string username;
   std::string password;
   int32_t db = 0;
+  // Redis Sentinel (sentinel:// URLs): when set, each connect asks these sentinels (in turn) for
+  // master_name's address, connects there and checks ROLE is master; a reply of READONLY,
+  // UNBLOCKED (demoted while blocked), MASTERDOWN or LOADING drops the connection, so the next
+  // command resolves again. host/port then hold the master last resolved.
+  std::vector<std::pair<std::string, int32_t>> sentinels;
+  std::string master_name;
   int32_t connect_timeout_ms = 1000;
   int32_t io_timeout_ms = 5000;        // NOTE: must exceed the longest BLOCK of a blocking read
   int32_t backoff_initial_ms = 50;     // reconnect backoff, doubling up to backoff_max_ms
@@ -60,6 +67,12 @@ class redis_client {
   bool ensure_connected();
   // AUTH + SELECT on a fresh context; false with *why (never the password) if Redis refused.
   bool handshake(redisContext* c, std::string* why);
+  // Sentinel: the master's address from the first sentinel that knows it (sentinel.cpp).
+  bool resolve_master(std::string* host, int32_t* port, std::string* why);
+  // Sentinel: the connected server says it is the master (ROLE).
+  bool check_master(redisContext* c, std::string* why);
+  // An error reply that means "not the master (any more)": drop the connection (sentinel mode).
+  void on_error_reply(const std::string& err);
   void drop(const std::string& why);
 
   redis_options options_;
@@ -68,6 +81,7 @@ class redis_client {
   int64_t next_attempt_ms_ = 0;        // steady clock ms before which we don't reconnect
   int32_t backoff_ms_ = 0;
   std::string last_handshake_error_;   // logged once until it changes or a connect succeeds
+  size_t sentinel_idx_ = 0;            // the sentinel asked first (the last that answered)
 };
 
 }  // namespace agentq::queue

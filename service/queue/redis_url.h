@@ -1,5 +1,8 @@
 // The --redis URL: redis://[[user]:password@]host[:port][/db] (host may be [IPv6]; user and
-// password percent-decoded) into redis_options. Outside input: never throws, never logs secrets.
+// password percent-decoded) into redis_options, or through Redis Sentinel:
+// sentinel://[[user]:password@]host[:port][,host[:port]...]/master_name[/db] (sentinels on port
+// 26379 by default, at most 16; user and password are the master's). Outside input: never throws,
+// never logs secrets.
 #pragma once
 
 #include <optional>

@@ -1,8 +1,10 @@
 // libFuzzer target: the GGUF reader over arbitrary bytes must never crash, hang
 // or allocate beyond the input; a parsed file's accessors must be safe, and so must
-// dequantizing a row of any weight type the kernels take (seeds: one per block format).
+// dequantizing a row of any weight type the kernels take (seeds: one per block format). The same
+// bytes as a header alone (parse_header: what a control plane gets from a worker, #28) likewise.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include <vector>
@@ -12,6 +14,10 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string err;
+  if (auto h = agentq::gguf::file::parse_header({reinterpret_cast<const char*>(data), size}, &err)) {
+    for (const auto& t : h->tensors())
+      if (t.data) std::abort();  // a header has no tensor data
+  }
   auto f = agentq::gguf::file::parse(data, size, &err);
   if (!f) return 0;
   for (const auto& [key, v] : f->metadata()) {

@@ -1,0 +1,48 @@
+// check_turn (turn_check.h): what engine::validate and model_header::validate both check.
+#include "turn_check.h"
+
+#include "grammar/constraint.h"
+
+namespace agentq {
+
+namespace {
+
+bool has_tool(const std::vector<tool_def>& tools, const std::string& name) {
+  for (const auto& t : tools)
+    if (t.name == name) return true;
+  return false;
+}
+
+std::optional<std::string> check_schema(std::string_view schema_json) {
+  if (schema_json.empty()) return std::nullopt;
+  auto r = grammar::compile_schema(schema_json);
+  if (!r.value) return r.error;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> check_turn(const turn_request& r, chat::template_family family, const tokenizer& tok,
+                                      int32_t n_ctx, size_t* n_tokens) {
+  if (r.messages.empty()) return std::string("messages: at least one message is required");
+  if (r.max_tokens < 0) return std::string("max_tokens: must be >= 0");
+  for (size_t i = 0; i < r.tools.size(); ++i) {
+    if (r.tools[i].name.empty()) return "tools[" + std::to_string(i) + "].name: empty";
+    if (auto e = check_schema(r.tools[i].parameters_json)) return "tools[" + std::to_string(i) + "].parameters: " + *e;
+  }
+  if (r.choice.mode == tool_choice_mode::named && !has_tool(r.tools, r.choice.name))
+    return "tool_choice: no tool named '" + r.choice.name + "'";
+  if ((r.choice.mode == tool_choice_mode::required || r.choice.mode == tool_choice_mode::named) && r.tools.empty())
+    return std::string("tool_choice: requires tools");
+  if (auto e = check_schema(r.response_schema_json)) return "response_format: " + *e;
+  const auto& tr = chat::traits(family);
+  const std::string text = chat::render(family, r.messages, r.tools, true) + r.assistant_prefix;
+  const size_t n = tok.encode(text, !tr.bos_in_text, true).size();
+  if (n_ctx > 0 && n > size_t(n_ctx))
+    return "messages: the prompt has " + std::to_string(n) + " tokens, the model's context is " +
+           std::to_string(n_ctx);
+  if (n_tokens) *n_tokens = n;
+  return std::nullopt;
+}
+
+}  // namespace agentq

@@ -1,0 +1,20 @@
+// The request checks a turn needs before it runs, shared by engine::validate (which adds the KV
+// room check of its pool) and model_header::validate (a control plane without weights).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "agentq/engine.h"
+#include "chat/chat.h"
+#include "tokenizer/tokenizer.h"
+
+namespace agentq {
+
+// Messages present, tools named with compiling schemas, tool_choice consistent, the response
+// schema compiling, and the rendered prompt (+ assistant prefix) within n_ctx tokens (n_ctx 0:
+// unbounded). nullopt when fine (*n_tokens = the prompt's tokens), else a message naming the field.
+std::optional<std::string> check_turn(const turn_request& r, chat::template_family family, const tokenizer& tok,
+                                      int32_t n_ctx, size_t* n_tokens);
+
+}  // namespace agentq
