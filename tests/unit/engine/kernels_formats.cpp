@@ -275,6 +275,40 @@ TEST_CASE("new formats: matmul against a double-precision reference, bit-identic
   }
 }
 
+// Every tile width (1..4 inputs per call, so 1..9 inputs leave every remainder), row ranges of
+// every parity and odd block counts (an odd number of super-blocks; 32-element formats with a
+// tail past whole groups of 8 blocks): each (row, input) has the bits of the scalar definition
+// (matmul_reference). Q2_K / Q3_K tiles (AVX2, or AVX-512 where built) are checked here too.
+TEST_CASE("new formats: every batch width and odd block counts give the scalar definition's bits") {
+  std::mt19937 rng(17);
+  for (auto t : new_types) {
+    INFO(name_of(t));
+    for (int64_t n_blocks : {1, 5, 13}) {
+      const int64_t n_cols = block_elems(t) * n_blocks, n_rows = 7;
+      CAPTURE(n_cols);
+      const size_t stride = row_bytes(t, n_cols);
+      std::vector<uint8_t> w;
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const auto row = random_row(t, n_cols, rng);
+        w.insert(w.end(), row.begin(), row.end());
+      }
+      auto x = normal_data(static_cast<size_t>(9 * n_cols), 18, 3.0f);
+      x[5] = 1e3f;  // one input with a dominant element: its other quants are small
+      std::vector<float> ref(static_cast<size_t>(9 * n_rows));
+      matmul_reference(t, w.data(), stride, n_cols, x.data(), 9, ref.data(), 0, n_rows, n_rows);
+      for (int64_t n_x = 1; n_x <= 9; ++n_x)
+        for (auto [rb, re] : {std::pair<int64_t, int64_t>{0, 7}, {1, 6}, {3, 4}}) {
+          CAPTURE(n_x);
+          CAPTURE(rb);
+          std::vector<float> y(static_cast<size_t>(n_x * n_rows), NAN);
+          matmul(t, w.data(), stride, n_cols, x.data(), n_x, y.data(), rb, re, n_rows);
+          for (int64_t b = 0; b < n_x; ++b)
+            for (int64_t r = rb; r < re; ++r) REQUIRE(same_bits(y[b * n_rows + r], ref[b * n_rows + r]));
+        }
+    }
+  }
+}
+
 // Blocks written by llama.cpp's quantizer (ggml_quantize_chunk without an importance matrix, as
 // llama-quantize) with ggml's own dequantized values: tests/unit/engine/data/ggml_blocks.bin,
 // made by scripts/dev/ggml_blocks.sh. Dequantization must give ggml's values bit for bit; where
