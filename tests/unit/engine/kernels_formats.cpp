@@ -243,7 +243,7 @@ TEST_CASE("new formats: quantizers that exist round-trip within their precision"
 TEST_CASE("new formats: matmul against a double-precision reference, bit-identical across batch shapes") {
   std::mt19937 rng(11);
   for (auto t : new_types) {
-    INFO(name_of(t));
+    INFO(std::string(name_of(t)));
     const int64_t n_cols = block_elems(t) == 256 ? 768 : 288, n_rows = 11, n_x = 9;
     const size_t stride = row_bytes(t, n_cols) + 16;  // a stride longer than the row
     std::vector<uint8_t> w(stride * n_rows, 0xCD);
@@ -282,7 +282,7 @@ TEST_CASE("new formats: matmul against a double-precision reference, bit-identic
 TEST_CASE("new formats: every batch width and odd block counts give the scalar definition's bits") {
   std::mt19937 rng(17);
   for (auto t : new_types) {
-    INFO(name_of(t));
+    INFO(std::string(name_of(t)));
     for (int64_t n_blocks : {1, 5, 13}) {
       const int64_t n_cols = block_elems(t) * n_blocks, n_rows = 7;
       CAPTURE(n_cols);
@@ -343,7 +343,7 @@ TEST_CASE("llama.cpp's quantized blocks: dequantized bit for bit, and the same b
     take(want.data(), 4 * size_t(n));
     REQUIRE(is_weight_type(id));
     const auto t = static_cast<weight_type>(id);
-    INFO(name_of(t));
+    INFO(std::string(name_of(t)));
     for (auto nt : new_types) seen_new += nt == t;
     REQUIRE(row_bytes(t, n) == nb);
     dequantize_row(t, q.data(), got.data(), n);
