@@ -115,7 +115,7 @@ void mk_iq4_xs_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, flo
   for (int64_t i = 0; i < n / qk_k; ++i) {
     const block_iq4_xsx8& blk = w[i];
     if (next) prefetch_block(next + i * int64_t(sizeof(block_iq4_xsx8)), int(sizeof(block_iq4_xsx8)));
-    auto quants = [&](int L, __m512i* lo, __m512i* hi) {
+    auto quants = [&blk, table](int L, __m512i* lo, __m512i* hi) {
       nibbles64(blk.qs + 64 * L, lo, hi);
       *lo = _mm512_shuffle_epi8(table, *lo);
       *hi = _mm512_shuffle_epi8(table, *hi);
