@@ -217,8 +217,21 @@ float dot_mxfp4(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_mxfp
 float dot_q5_k(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q5_k_scalar(w, x, n); }
 float dot_iq4_xs(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_iq4_xs_scalar(w, x, n); }
 #endif
+#if AGENTQ_DOTS_MORE_AVX2
+float dot_q2_k(const uint8_t* w, const uint8_t* x, int64_t n) {
+  float out;
+  tile_q2_k(w, &x, n, &out, 1);
+  return out;
+}
+float dot_q3_k(const uint8_t* w, const uint8_t* x, int64_t n) {
+  float out;
+  tile_q3_k(w, &x, n, &out, 1);
+  return out;
+}
+#else
 float dot_q2_k(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q2_k_scalar(w, x, n); }
 float dot_q3_k(const uint8_t* w, const uint8_t* x, int64_t n) { return dot_q3_k_scalar(w, x, n); }
+#endif
 
 dot_fn dot_more_scalar(weight_type t) {
   switch (t) {

@@ -372,6 +372,8 @@ void tile_more_avx2(weight_type t, const uint8_t* w, const uint8_t* const* x, in
       case weight_type::q5_1: tile_affine32_avx2<b, block_q5_1>(w, x, n, out, q5_1_q{}); break;
       case weight_type::q5_k: tile_q5_k<b>(w, x, n, out); break;
       case weight_type::iq4_xs: tile_iq4_xs<b>(w, x, n, out); break;
+      case weight_type::q2_k: tile_q2_k(w, x, n, out, b); break;
+      case weight_type::q3_k: tile_q3_k(w, x, n, out, b); break;
       default: for (int k = 0; k < b; ++k) out[k] = dot_more(t)(w, x[k], n); break;
     }
   });

@@ -22,6 +22,7 @@
 #include "cpu/tiles_avx512.h"
 #include "cpu/x8_avx2.h"
 #include "cpu/x8_avx512.h"
+#include "cpu/x8_more_avx2.h"
 #include "cpu/x8_more_avx512.h"
 
 namespace agentq::kernels {
@@ -236,6 +237,8 @@ tile_set more_set(weight_type t) {
     case weight_type::mxfp4: return make_set<more_avx2_tiles<weight_type::mxfp4>::t>(4);
     case weight_type::q5_k: return make_set<more_avx2_tiles<weight_type::q5_k>::t>(4);
     case weight_type::iq4_xs: return make_set<more_avx2_tiles<weight_type::iq4_xs>::t>(4);
+    case weight_type::q2_k: return make_set<more_avx2_tiles<weight_type::q2_k>::t>(4);
+    case weight_type::q3_k: return make_set<more_avx2_tiles<weight_type::q3_k>::t>(4);
     default: break;
   }
 #endif
@@ -495,6 +498,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
                                              mk_q4_0_x16<5>, mk_q4_0_x16<6>, mk_q4_0_x16<7>, mk_q4_0_x16<8>};
   static constexpr x8_fn q5_k[mb + 1] = {nullptr, mk_q5_k_x8<1>, mk_q5_k_x8<2>, mk_q5_k_x8<3>, mk_q5_k_x8<4>};
   static constexpr x8_fn iq4_xs[mb + 1] = {nullptr, mk_iq4_xs_x8<1>, mk_iq4_xs_x8<2>, mk_iq4_xs_x8<3>, mk_iq4_xs_x8<4>};
+  constexpr int mb_q4_0 = mb_max;
 #else
   static constexpr x8_fn q8_0[mb + 1] = {nullptr, mk_q8_0_x8_avx2<1>, mk_q8_0_x8_avx2<2>, mk_q8_0_x8_avx2<3>,
                                          mk_q8_0_x8_avx2<4>};
@@ -502,6 +506,15 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
                                          mk_q4_k_x8_avx2<4>};
   static constexpr x8_fn q6_k[mb + 1] = {nullptr, mk_q6_k_x8_avx2<1>, mk_q6_k_x8_avx2<2>, mk_q6_k_x8_avx2<3>,
                                          mk_q6_k_x8_avx2<4>};
+  // NOTE: Q4_0 at up to 4 inputs here: its 16-row AVX2 kernel holds 8 nibble vectors and 2 accumulators
+  // per input in 16 registers.
+  static constexpr x8_fn q4_0[mb + 1] = {nullptr, mk_q4_0_x16_avx2<1>, mk_q4_0_x16_avx2<2>, mk_q4_0_x16_avx2<3>,
+                                         mk_q4_0_x16_avx2<4>};
+  static constexpr x8_fn q5_k[mb + 1] = {nullptr, mk_q5_k_x8_avx2<1>, mk_q5_k_x8_avx2<2>, mk_q5_k_x8_avx2<3>,
+                                         mk_q5_k_x8_avx2<4>};
+  static constexpr x8_fn iq4_xs[mb + 1] = {nullptr, mk_iq4_xs_x8_avx2<1>, mk_iq4_xs_x8_avx2<2>, mk_iq4_xs_x8_avx2<3>,
+                                           mk_iq4_xs_x8_avx2<4>};
+  constexpr int mb_q4_0 = mb;
 #endif
   const x8_fn* fns = nullptr;
   int mb_t = mb;
@@ -509,14 +522,12 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
     case weight_type::q8_0_x8: fns = q8_0; break;
     case weight_type::q4_k_x8: fns = q4_k; break;
     case weight_type::q6_k_x8: fns = q6_k; break;
-#if AGENTQ_KERNELS_AVX512VNNI
-    case weight_type::q4_0_x16: fns = q4_0, mb_t = mb_max; break;
+    case weight_type::q4_0_x16: fns = q4_0, mb_t = mb_q4_0; break;
     case weight_type::q5_k_x8: fns = q5_k; break;
     case weight_type::iq4_xs_x8: fns = iq4_xs; break;
-#endif
     default: break;
   }
-  AGENTQ_KCHECK(fns != nullptr);  // q4_0_x16, q5_k/iq4_xs_x8 need the AVX-512 VNNI kernels (preferred_layout knows)
+  AGENTQ_KCHECK(fns != nullptr);
   const int64_t gr = group_rows(t);
   const size_t group_bytes = static_cast<size_t>(gr) * row_stride;
   const int64_t g_begin = row_begin / gr, g_end = (row_end + gr - 1) / gr;

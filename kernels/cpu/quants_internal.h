@@ -110,8 +110,11 @@ float dot_mxfp4_avx2(const uint8_t* w, const uint8_t* x, int64_t n);
 float dot_q5_k_avx2(const uint8_t* w, const uint8_t* x, int64_t n);
 float dot_iq4_xs_avx2(const uint8_t* w, const uint8_t* x, int64_t n);
 // n_x (1..4) inputs against one row, out[k] = dot_more(t)(w, x[k], n) bit for bit; the
-// 32-element formats, Q5_K and IQ4_XS unpack each block once for all inputs (prefill tiles).
+// 32-element formats, Q2_K, Q3_K, Q5_K and IQ4_XS unpack each block once for all inputs (prefill tiles).
 void tile_more_avx2(weight_type t, const uint8_t* w, const uint8_t* const* x, int64_t n, float* out, int n_x);
+// dots_q2_k_q3_k.cpp: n_x (1..4) inputs against one Q2_K / Q3_K row, out[k] the scalar dot's bits.
+void tile_q2_k(const uint8_t* w, const uint8_t* const* x, int64_t n, float* out, int n_x);
+void tile_q3_k(const uint8_t* w, const uint8_t* const* x, int64_t n, float* out, int n_x);
 #endif
 float dot_q4_0(const uint8_t* w, const uint8_t* x, int64_t n);
 float dot_q4_1(const uint8_t* w, const uint8_t* x, int64_t n);

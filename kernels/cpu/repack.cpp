@@ -42,12 +42,10 @@ void repack_q4_k_x8(const block_q4_k* src, int64_t n_rows, int64_t nb, block_q4_
         for (int s = 0; s < 8; ++s) {
           uint8_t sc, m;
           detail::get_scale_min_k4(s, b.scales, &sc, &m);
-          o.scales[(s / 2) * 16 + r * 2 + s % 2] = sc;
-          o.mins[(s / 2) * 16 + r * 2 + s % 2] = m;
+          o.scales[detail::x8_scale_at(s, r)] = sc;
+          o.mins[detail::x8_scale_at(s, r)] = m;
         }
-        for (int k = 0; k < 32; ++k)
-          for (int j = 0; j < 4; ++j)
-            o.qs[k * 32 + r * 4 + j] = uint8_t(q4_k_quant(b, 8 * k + j) | (q4_k_quant(b, 8 * k + 4 + j) << 4));
+        detail::pack_nibbles(o.qs, 8, r, qk_k, [&](int e) { return q4_k_quant(b, e); });
       }
     }
 }
@@ -68,10 +66,8 @@ void repack_q6_k_x8(const block_q6_k* src, int64_t n_rows, int64_t nb, block_q6_
       for (int r = 0; r < 8; ++r) {
         const block_q6_k& b = src[(g * 8 + r) * nb + i];
         o.d[r] = b.d;
-        for (int s = 0; s < 16; ++s) o.scales[(s / 2) * 16 + r * 2 + s % 2] = b.scales[s];
-        for (int k = 0; k < 32; ++k)
-          for (int j = 0; j < 4; ++j)
-            o.ql[k * 32 + r * 4 + j] = uint8_t((q6_k_quant(b, 8 * k + j) & 0xF) | ((q6_k_quant(b, 8 * k + 4 + j) & 0xF) << 4));
+        for (int s = 0; s < 16; ++s) o.scales[detail::x8_scale_at(s, r)] = b.scales[s];
+        detail::pack_nibbles(o.ql, 8, r, qk_k, [&](int e) { return q6_k_quant(b, e) & 0xF; });
         for (int c = 0; c < 16; ++c)
           for (int j = 0; j < 4; ++j) {
             uint8_t h = 0;
@@ -86,12 +82,6 @@ void repack_q6_k_x8(const block_q6_k* src, int64_t n_rows, int64_t nb, block_q6_
 
 namespace detail {
 
-// The 4-bit field of element e (< 256) of row r in an x8 block's [chunk][row][4] nibbles.
-static int x8_nibble(const uint8_t* qs, int r, int e) {
-  const uint8_t byte = qs[(e / 8) * 32 + r * 4 + e % 4];
-  return e % 8 < 4 ? byte & 0xF : byte >> 4;
-}
-
 float dot_q6_k_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t n) {
   auto w = reinterpret_cast<const block_q6_kx8*>(group);
   auto x = reinterpret_cast<const block_q8_k*>(xq);
@@ -103,10 +93,10 @@ float dot_q6_k_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t
       int32_t dot = 0;
       for (int e = 16 * s; e < 16 * s + 16; ++e) {
         const int c = e / 16, f = (e % 16) / 4;
-        const int q = x8_nibble(b.ql, r, e) | (((b.qh[c * 32 + r * 4 + e % 4] >> (2 * f)) & 3) << 4);
+        const int q = x8_nibble(b.ql, 8, r, e) | (((b.qh[c * 32 + r * 4 + e % 4] >> (2 * f)) & 3) << 4);
         dot += q * x[i].qs[e];
       }
-      const int sc = b.scales[(s / 2) * 16 + r * 2 + s % 2];
+      const int sc = b.scales[x8_scale_at(s, r)];
       sumi += sc * dot;
       summ += sc * x[i].bsums[s];
     }
@@ -138,9 +128,9 @@ float dot_q4_k_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t
     for (int s = 0; s < 8; ++s) {
       int32_t dot = 0;
       for (int e = 32 * s; e < 32 * s + 32; ++e) {
-        dot += x8_nibble(b.qs, r, e) * x[i].qs[e];
+        dot += x8_nibble(b.qs, 8, r, e) * x[i].qs[e];
       }
-      const int at = (s / 2) * 16 + r * 2 + s % 2;
+      const int at = x8_scale_at(s, r);
       sumi += b.scales[at] * dot;
       summ += b.mins[at] * (x[i].bsums[2 * s] + x[i].bsums[2 * s + 1]);
     }
@@ -159,13 +149,9 @@ weight_type preferred_layout(weight_type t, int64_t n_rows, int64_t n_cols) {
   if (t == weight_type::q8_0 && groups && n_cols % qk8_0 == 0) return weight_type::q8_0_x8;
   if (t == weight_type::q4_k && groups && n_cols % qk_k == 0) return weight_type::q4_k_x8;
   if (t == weight_type::q6_k && groups && n_cols % qk_k == 0) return weight_type::q6_k_x8;
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-  // NOTE: these three have AVX-512 VNNI kernels only (x8_more_avx512.h); AVX2 builds keep the
-  // file layouts' row kernels.
   if (t == weight_type::q4_0 && n_rows > 0 && n_rows % 16 == 0 && n_cols % qk8_0 == 0) return weight_type::q4_0_x16;
   if (t == weight_type::q5_k && groups && n_cols % qk_k == 0) return weight_type::q5_k_x8;
   if (t == weight_type::iq4_xs && groups && n_cols % qk_k == 0) return weight_type::iq4_xs_x8;
-#endif
 #else
   (void)n_rows;
   (void)n_cols;

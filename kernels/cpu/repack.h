@@ -9,6 +9,21 @@
 
 namespace agentq::kernels::detail {
 
+// The interleaved layouts' nibble order, G rows a group (8; q4_0_x16: 16): chunk k of row r
+// holds elements 8k + j (low nibble) and 8k + 4 + j (high) at byte [k][r][j], j < 4.
+inline int x8_nibble(const uint8_t* qs, int G, int r, int e) {
+  const uint8_t byte = qs[(e / 8) * 4 * G + r * 4 + e % 4];
+  return e % 8 < 4 ? byte & 0xF : byte >> 4;
+}
+// Writes row r's n_elems 4-bit fields quant(e) into qs in that order.
+template <class Quant>
+void pack_nibbles(uint8_t* qs, int G, int r, int n_elems, Quant quant) {
+  for (int k = 0; k < n_elems / 8; ++k)
+    for (int j = 0; j < 4; ++j) qs[k * 4 * G + r * 4 + j] = uint8_t(quant(8 * k + j) | (quant(8 * k + 4 + j) << 4));
+}
+// Where sub-block s's scale (or min) of row r sits in the x8 layouts' [pair][row][2] bytes.
+inline int x8_scale_at(int s, int r) { return (s / 2) * 16 + r * 2 + s % 2; }
+
 // Row r (< 8) of a group of 8 q8_0_x8 rows (n / 32 block_q8_0x8) against one Q8_0 activation:
 // per block the exact int32 sum s, then acc = fma(d_r * d_x, s, acc).
 float dot_q8_0_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);

@@ -10,20 +10,6 @@ namespace agentq::kernels::detail {
 
 namespace {
 
-// Q4_K_x8's nibble order: chunk k of row r holds q[8k + j] | q[8k + 4 + j] << 4 at byte
-// [k][r][j]; quant(e) gives a row's 4-bit field of element e.
-template <class Quant>
-void pack_nibbles_x8(uint8_t* qs, int r, int n_elems, Quant quant) {
-  for (int k = 0; k < n_elems / 8; ++k)
-    for (int j = 0; j < 4; ++j) qs[k * 32 + r * 4 + j] = uint8_t(quant(8 * k + j) | (quant(8 * k + 4 + j) << 4));
-}
-
-// The 4-bit field of element e of row r in an x8 block's [chunk][row][4] nibbles.
-int x8_field(const uint8_t* qs, int r, int e) {
-  const uint8_t byte = qs[(e / 8) * 32 + r * 4 + e % 4];
-  return e % 8 < 4 ? byte & 0xF : byte >> 4;
-}
-
 int q4_0_quant(const block_q4_0& b, int e) { return e < 16 ? b.qs[e] & 0xF : b.qs[e - 16] >> 4; }
 int q5_k_low4(const block_q5_k& b, int e) { return (b.qs[32 * (e / 64) + e % 32] >> (4 * ((e % 64) / 32))) & 0xF; }
 int q5_k_bit5(const block_q5_k& b, int e) { return (b.qh[e % 32] >> (e / 32)) & 1; }
@@ -41,9 +27,7 @@ void repack_q4_0_x16(const block_q4_0* src, int64_t n_rows, int64_t nb, block_q4
       for (int r = 0; r < 16; ++r) {
         const block_q4_0& b = src[(g * 16 + r) * nb + i];
         o.d[r] = b.d;
-        for (int k = 0; k < 4; ++k)
-          for (int j = 0; j < 4; ++j)
-            o.qs[64 * k + 4 * r + j] = uint8_t(q4_0_quant(b, 8 * k + j) | (q4_0_quant(b, 8 * k + 4 + j) << 4));
+        pack_nibbles(o.qs, 16, r, qk8_0, [&](int e) { return q4_0_quant(b, e); });
       }
     }
 }
@@ -60,10 +44,10 @@ void repack_q5_k_x8(const block_q5_k* src, int64_t n_rows, int64_t nb, block_q5_
         for (int s = 0; s < 8; ++s) {
           uint8_t sc, m;
           get_scale_min_k4(s, b.scales, &sc, &m);
-          o.scales[(s / 2) * 16 + r * 2 + s % 2] = sc;
-          o.mins[(s / 2) * 16 + r * 2 + s % 2] = m;
+          o.scales[x8_scale_at(s, r)] = sc;
+          o.mins[x8_scale_at(s, r)] = m;
         }
-        pack_nibbles_x8(o.qs, r, 256, [&](int e) { return q5_k_low4(b, e); });
+        pack_nibbles(o.qs, 8, r, qk_k, [&](int e) { return q5_k_low4(b, e); });
         // Byte 32 h + 4 r + j of load L is chunk k = 2L + h of row r: elements 8k + j (low) and 8k + 4 + j (high).
         for (int L = 0; L < 16; ++L)
           for (int h = 0; h < 2; ++h)
@@ -83,8 +67,8 @@ void repack_iq4_xs_x8(const block_iq4_xs* src, int64_t n_rows, int64_t nb, block
       for (int r = 0; r < 8; ++r) {
         const block_iq4_xs& b = src[(g * 8 + r) * nb + i];
         o.d[r] = b.d;
-        for (int s = 0; s < 8; ++s) o.scales[(s / 2) * 16 + r * 2 + s % 2] = int8_t(iq4_xs_scale(b, s) - 32);
-        pack_nibbles_x8(o.qs, r, 256, [&](int e) { return iq4_xs_index(b, e); });
+        for (int s = 0; s < 8; ++s) o.scales[x8_scale_at(s, r)] = int8_t(iq4_xs_scale(b, s) - 32);
+        pack_nibbles(o.qs, 8, r, qk_k, [&](int e) { return iq4_xs_index(b, e); });
       }
     }
 }
@@ -95,10 +79,7 @@ float dot_q4_0_x16_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_
   float acc = 0;
   for (int64_t i = 0; i < n / qk8_0; ++i) {
     int32_t s = 0;
-    for (int e = 0; e < qk8_0; ++e) {
-      const uint8_t byte = w[i].qs[64 * (e / 8) + 4 * r + e % 4];
-      s += ((e % 8 < 4 ? byte & 0xF : byte >> 4) - 8) * x[i].qs[e];
-    }
+    for (int e = 0; e < qk8_0; ++e) s += (x8_nibble(w[i].qs, 16, r, e) - 8) * x[i].qs[e];
     acc = std::fma(fp16_to_fp32(w[i].d[r]) * x[i].d, static_cast<float>(s), acc);  // the kernel's fmadd
   }
   return acc;
@@ -116,9 +97,9 @@ float dot_q5_k_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64_t
       for (int e = 32 * s; e < 32 * s + 32; ++e) {
         const int L = e / 16, byte = ((e / 8) % 2) * 32 + r * 4 + e % 4;
         const int bit5 = int((b.qh[L][e % 8 < 4 ? 0 : 1] >> byte) & 1);
-        dot += (x8_field(b.qs, r, e) | (bit5 << 4)) * x[i].qs[e];
+        dot += (x8_nibble(b.qs, 8, r, e) | (bit5 << 4)) * x[i].qs[e];
       }
-      const int at = (s / 2) * 16 + r * 2 + s % 2;
+      const int at = x8_scale_at(s, r);
       sumi += b.scales[at] * dot;
       summ += b.mins[at] * (x[i].bsums[2 * s] + x[i].bsums[2 * s + 1]);
     }
@@ -137,8 +118,8 @@ float dot_iq4_xs_x8_scalar(const uint8_t* group, int r, const uint8_t* xq, int64
     int32_t sumi = 0;
     for (int s = 0; s < 8; ++s) {
       int32_t dot = 0;
-      for (int e = 32 * s; e < 32 * s + 32; ++e) dot += kvalues_iq4nl[x8_field(b.qs, r, e)] * x[i].qs[e];
-      sumi += b.scales[(s / 2) * 16 + r * 2 + s % 2] * dot;
+      for (int e = 32 * s; e < 32 * s + 32; ++e) dot += kvalues_iq4nl[x8_nibble(b.qs, 8, r, e)] * x[i].qs[e];
+      sumi += b.scales[x8_scale_at(s, r)] * dot;
     }
     acc = std::fma(fp16_to_fp32(b.d[r]) * x[i].d, static_cast<float>(sumi), acc);
   }

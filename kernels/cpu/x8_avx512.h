@@ -83,49 +83,70 @@ void mk_q8_0_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float
   for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
 }
 
-// As avx2::mk_q4_k_x8_avx2. Per pair of 8-element chunks (one 64-byte load): the low nibbles
-// against x's dwords [8k, 8k + 3] / [8k + 8, 8k + 11], the high ones against the next 4 of
-// each, two vpdpbusd into int32 lanes [chunk parity][row]; per 32-element sub-block one
-// multiply by the rows' scales (int32: the sub-block's sums no longer fit int16's madd).
+// The 8 rows' int32 sums over one super-block of scale_s * (sub-block s's quants . x[b][i]), for
+// the layouts in Q4_K_x8's nibble order with [pair][row][2] byte scales (Q4_K, Q5_K, IQ4_XS).
+// quants(L, &lo, &hi): the unsigned quants of 64-byte load L (chunks 2L, 2L + 1) in its low and
+// high nibbles' order; scales(p): pair p's 16 scales widened to int32 lanes [row][2]. Per load:
+// the low quants against x's dwords [16L, 16L + 3] / [16L + 8, 16L + 11], the high ones against
+// the next 4 of each, two vpdpbusd into int32 lanes [chunk parity][row]; per 32-element
+// sub-block one multiply by the rows' scales (int32: the sums no longer fit int16's madd).
+template <int B, class Quants, class Scales>
+inline void x8_scaled_sums(Quants quants, Scales scales, const block_q8_k* const* x, int64_t i, __m512i* sumi) {
+  const __m512i pick_lo = pick2(0, 2), pick_hi = pick2(1, 3);
+  const __m512i sc_even = scale_pick(0), sc_odd = scale_pick(1);
+  for (int b = 0; b < B; ++b) sumi[b] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p) {
+    const __m512i sc = scales(p);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {  // sub-block 2p + h: loads 4p + 2h, 4p + 2h + 1
+      __m512i a32[B];
+      for (int b = 0; b < B; ++b) a32[b] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+      for (int L = 4 * p + 2 * h; L < 4 * p + 2 * h + 2; ++L) {
+        __m512i lo, hi;
+        quants(L, &lo, &hi);
+        for (int b = 0; b < B; ++b) {
+          const __m512i xv = load_x16(x[b][i].qs + 16 * L);
+          a32[b] = _mm512_dpbusd_epi32(a32[b], lo, _mm512_permutexvar_epi32(pick_lo, xv));
+          a32[b] = _mm512_dpbusd_epi32(a32[b], hi, _mm512_permutexvar_epi32(pick_hi, xv));
+        }
+      }
+      const __m512i scale = _mm512_permutexvar_epi32(h ? sc_odd : sc_even, sc);
+      for (int b = 0; b < B; ++b) sumi[b] = _mm512_add_epi32(sumi[b], _mm512_mullo_epi32(a32[b], scale));
+    }
+  }
+}
+
+// The low and high nibbles of 64 bytes.
+inline void nibbles64(const uint8_t* p, __m512i* lo, __m512i* hi) {
+  const __m512i q = _mm512_loadu_si512(p), m4 = _mm512_set1_epi8(0xF);
+  *lo = _mm512_and_si512(q, m4);
+  *hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+}
+
+// Pair p's 16 unsigned / signed byte scales as int32 lanes.
+inline __m512i scales_u8(const uint8_t* scales, int p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * p)));
+}
+inline __m512i scales_i8(const int8_t* scales, int p) {
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * p)));
+}
+
+// As avx2::mk_q4_k_x8_avx2, the sums by x8_scaled_sums.
 template <int B>
 void mk_q4_k_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
   auto w = reinterpret_cast<const block_q4_kx8*>(group);
   const block_q8_k* x[B];
   for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
-  const __m512i m4 = _mm512_set1_epi8(0xF);
-  const __m512i pick_lo = pick2(0, 2), pick_hi = pick2(1, 3);
-  const __m512i sc_even = scale_pick(0), sc_odd = scale_pick(1);
   __m256 acc[B];
   for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / qk_k; ++i) {
     const block_q4_kx8& blk = w[i];
     if (next) prefetch_block(next + i * int64_t(sizeof(block_q4_kx8)), int(sizeof(block_q4_kx8)));
     __m512i sumi[B];
-    for (int b = 0; b < B; ++b) sumi[b] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {
-      const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const int s = 2 * p + h;  // sub-block
-        __m512i a32[B];
-        for (int b = 0; b < B; ++b) a32[b] = _mm512_setzero_si512();
-#pragma GCC unroll 2
-        for (int kk = 0; kk < 4; kk += 2) {
-          const int k = 4 * s + kk;
-          const __m512i q = _mm512_loadu_si512(blk.qs + 32 * k);
-          const __m512i lo = _mm512_and_si512(q, m4);
-          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-          for (int b = 0; b < B; ++b) {
-            const __m512i xv = load_x16(x[b][i].qs + 8 * k);
-            a32[b] = _mm512_dpbusd_epi32(a32[b], lo, _mm512_permutexvar_epi32(pick_lo, xv));
-            a32[b] = _mm512_dpbusd_epi32(a32[b], hi, _mm512_permutexvar_epi32(pick_hi, xv));
-          }
-        }
-        const __m512i scale = _mm512_permutexvar_epi32(h ? sc_odd : sc_even, sc);
-        for (int b = 0; b < B; ++b) sumi[b] = _mm512_add_epi32(sumi[b], _mm512_mullo_epi32(a32[b], scale));
-      }
-    }
+    x8_scaled_sums<B>([&](int L, __m512i* lo, __m512i* hi) { nibbles64(blk.qs + 64 * L, lo, hi); },
+                      [&](int p) { return scales_u8(blk.scales, p); }, x, i, sumi);
     // Mins and the float steps: exactly the AVX2 kernel's.
     const avx2::q4_k_x8_tail tail(blk);
     for (int b = 0; b < B; ++b) acc[b] = tail.apply(x[b][i], fold(sumi[b]), acc[b]);

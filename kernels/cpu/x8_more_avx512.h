@@ -27,7 +27,6 @@ void mk_q4_0_x16(const uint8_t* group, const uint8_t* const* xb, int64_t n, floa
     x[b] = reinterpret_cast<const block_q8_0x*>(xb[b]);
     xsum8[b] = reinterpret_cast<const int32_t*>(xb[b] + nb * int64_t(sizeof(block_q8_0x)));
   }
-  const __m512i m4 = _mm512_set1_epi8(0xF);
   auto bcast4 = [](const int8_t* p) {
     int32_t v;
     std::memcpy(&v, p, 4);
@@ -39,11 +38,7 @@ void mk_q4_0_x16(const uint8_t* group, const uint8_t* const* xb, int64_t n, floa
     const block_q4_0x16& blk = w[i];
     if (next) prefetch_block(next + i * int64_t(sizeof(block_q4_0x16)), int(sizeof(block_q4_0x16)));
     __m512i lo[4], hi[4];
-    for (int k = 0; k < 4; ++k) {
-      const __m512i q = _mm512_loadu_si512(blk.qs + 64 * k);
-      lo[k] = _mm512_and_si512(q, m4);
-      hi[k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-    }
+    for (int k = 0; k < 4; ++k) nibbles64(blk.qs + 64 * k, &lo[k], &hi[k]);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.d)));
     for (int b = 0; b < B; ++b) {
       const int8_t* xq = x[b][i].qs;
@@ -69,42 +64,19 @@ void mk_q5_k_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float
   auto w = reinterpret_cast<const block_q5_kx8*>(group);
   const block_q8_k* x[B];
   for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
-  const __m512i m4 = _mm512_set1_epi8(0xF), v16 = _mm512_set1_epi8(16);
-  const __m512i pick_lo = pick2(0, 2), pick_hi = pick2(1, 3);
-  const __m512i sc_even = scale_pick(0), sc_odd = scale_pick(1);
+  const __m512i v16 = _mm512_set1_epi8(16);
   __m256 acc[B];
   for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / qk_k; ++i) {
     const block_q5_kx8& blk = w[i];
     if (next) prefetch_block(next + i * int64_t(sizeof(block_q5_kx8)), int(sizeof(block_q5_kx8)));
+    auto quants = [&](int L, __m512i* lo, __m512i* hi) {
+      nibbles64(blk.qs + 64 * L, lo, hi);
+      *lo = _mm512_mask_add_epi8(*lo, _cvtu64_mask64(blk.qh[L][0]), *lo, v16);
+      *hi = _mm512_mask_add_epi8(*hi, _cvtu64_mask64(blk.qh[L][1]), *hi, v16);
+    };
     __m512i sumi[B];
-    for (int b = 0; b < B; ++b) sumi[b] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {
-      const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const int s = 2 * p + h;  // sub-block
-        __m512i a32[B];
-        for (int b = 0; b < B; ++b) a32[b] = _mm512_setzero_si512();
-#pragma GCC unroll 2
-        for (int kk = 0; kk < 4; kk += 2) {
-          const int k = 4 * s + kk, L = k / 2;
-          const __m512i q = _mm512_loadu_si512(blk.qs + 32 * k);
-          __m512i lo = _mm512_and_si512(q, m4);
-          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-          lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(blk.qh[L][0]), lo, v16);
-          hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(blk.qh[L][1]), hi, v16);
-          for (int b = 0; b < B; ++b) {
-            const __m512i xv = load_x16(x[b][i].qs + 8 * k);
-            a32[b] = _mm512_dpbusd_epi32(a32[b], lo, _mm512_permutexvar_epi32(pick_lo, xv));
-            a32[b] = _mm512_dpbusd_epi32(a32[b], hi, _mm512_permutexvar_epi32(pick_hi, xv));
-          }
-        }
-        const __m512i scale = _mm512_permutexvar_epi32(h ? sc_odd : sc_even, sc);
-        for (int b = 0; b < B; ++b) sumi[b] = _mm512_add_epi32(sumi[b], _mm512_mullo_epi32(a32[b], scale));
-      }
-    }
+    x8_scaled_sums<B>(quants, [&](int p) { return scales_u8(blk.scales, p); }, x, i, sumi);
     const avx2::q4_k_x8_tail tail(blk);
     for (int b = 0; b < B; ++b) acc[b] = tail.apply(x[b][i], fold(sumi[b]), acc[b]);
   }
@@ -134,42 +106,22 @@ void mk_iq4_xs_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, flo
   auto w = reinterpret_cast<const block_iq4_xsx8*>(group);
   const block_q8_k* x[B];
   for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
-  const __m512i m4 = _mm512_set1_epi8(0xF);
-  const __m512i table = _mm512_broadcast_i32x4(
+  // NOTE: not _mm512_broadcast_i32x4, whose undefined source GCC 12 reports as uninitialized.
+  const __m512i t128 = _mm512_zextsi128_si512(
       _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(detail::kvalues_iq4nl)), _mm_set1_epi8(char(0x80))));
-  const __m512i pick_lo = pick2(0, 2), pick_hi = pick2(1, 3);
-  const __m512i sc_even = scale_pick(0), sc_odd = scale_pick(1);
+  const __m512i table = _mm512_shuffle_i32x4(t128, t128, 0);
   __m256 acc[B];
   for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / qk_k; ++i) {
     const block_iq4_xsx8& blk = w[i];
     if (next) prefetch_block(next + i * int64_t(sizeof(block_iq4_xsx8)), int(sizeof(block_iq4_xsx8)));
+    auto quants = [&blk, table](int L, __m512i* lo, __m512i* hi) {
+      nibbles64(blk.qs + 64 * L, lo, hi);
+      *lo = _mm512_shuffle_epi8(table, *lo);
+      *hi = _mm512_shuffle_epi8(table, *hi);
+    };
     __m512i sumi[B];
-    for (int b = 0; b < B; ++b) sumi[b] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {
-      const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const int s = 2 * p + h;  // sub-block
-        __m512i a32[B];
-        for (int b = 0; b < B; ++b) a32[b] = _mm512_setzero_si512();
-#pragma GCC unroll 2
-        for (int kk = 0; kk < 4; kk += 2) {
-          const int k = 4 * s + kk;
-          const __m512i q = _mm512_loadu_si512(blk.qs + 32 * k);
-          const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
-          const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
-          for (int b = 0; b < B; ++b) {
-            const __m512i xv = load_x16(x[b][i].qs + 8 * k);
-            a32[b] = _mm512_dpbusd_epi32(a32[b], lo, _mm512_permutexvar_epi32(pick_lo, xv));
-            a32[b] = _mm512_dpbusd_epi32(a32[b], hi, _mm512_permutexvar_epi32(pick_hi, xv));
-          }
-        }
-        const __m512i scale = _mm512_permutexvar_epi32(h ? sc_odd : sc_even, sc);
-        for (int b = 0; b < B; ++b) sumi[b] = _mm512_add_epi32(sumi[b], _mm512_mullo_epi32(a32[b], scale));
-      }
-    }
+    x8_scaled_sums<B>(quants, [&](int p) { return scales_i8(blk.scales, p); }, x, i, sumi);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
     for (int b = 0; b < B; ++b) {
       const __m256i total = _mm256_sub_epi32(fold(sumi[b]), _mm256_slli_epi32(iq4_xs_x8_scaled_xsums(blk, x[b][i]), 7));

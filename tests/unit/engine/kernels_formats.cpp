@@ -243,7 +243,7 @@ TEST_CASE("new formats: quantizers that exist round-trip within their precision"
 TEST_CASE("new formats: matmul against a double-precision reference, bit-identical across batch shapes") {
   std::mt19937 rng(11);
   for (auto t : new_types) {
-    INFO(name_of(t));
+    INFO(std::string(name_of(t)));
     const int64_t n_cols = block_elems(t) == 256 ? 768 : 288, n_rows = 11, n_x = 9;
     const size_t stride = row_bytes(t, n_cols) + 16;  // a stride longer than the row
     std::vector<uint8_t> w(stride * n_rows, 0xCD);
@@ -271,6 +271,40 @@ TEST_CASE("new formats: matmul against a double-precision reference, bit-identic
         REQUIRE(same_bits(got, y_ref[b * n_rows + r]));
         REQUIRE(same_bits(got, solo[r]));
       }
+    }
+  }
+}
+
+// Every tile width (1..4 inputs per call, so 1..9 inputs leave every remainder), row ranges of
+// every parity and odd block counts (an odd number of super-blocks; 32-element formats with a
+// tail past whole groups of 8 blocks): each (row, input) has the bits of the scalar definition
+// (matmul_reference). Q2_K / Q3_K tiles (AVX2, or AVX-512 where built) are checked here too.
+TEST_CASE("new formats: every batch width and odd block counts give the scalar definition's bits") {
+  std::mt19937 rng(17);
+  for (auto t : new_types) {
+    INFO(std::string(name_of(t)));
+    for (int64_t n_blocks : {1, 5, 13}) {
+      const int64_t n_cols = block_elems(t) * n_blocks, n_rows = 7;
+      CAPTURE(n_cols);
+      const size_t stride = row_bytes(t, n_cols);
+      std::vector<uint8_t> w;
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const auto row = random_row(t, n_cols, rng);
+        w.insert(w.end(), row.begin(), row.end());
+      }
+      auto x = normal_data(static_cast<size_t>(9 * n_cols), 18, 3.0f);
+      x[5] = 1e3f;  // one input with a dominant element: its other quants are small
+      std::vector<float> ref(static_cast<size_t>(9 * n_rows));
+      matmul_reference(t, w.data(), stride, n_cols, x.data(), 9, ref.data(), 0, n_rows, n_rows);
+      for (int64_t n_x = 1; n_x <= 9; ++n_x)
+        for (auto [rb, re] : {std::pair<int64_t, int64_t>{0, 7}, {1, 6}, {3, 4}}) {
+          CAPTURE(n_x);
+          CAPTURE(rb);
+          std::vector<float> y(static_cast<size_t>(n_x * n_rows), NAN);
+          matmul(t, w.data(), stride, n_cols, x.data(), n_x, y.data(), rb, re, n_rows);
+          for (int64_t b = 0; b < n_x; ++b)
+            for (int64_t r = rb; r < re; ++r) REQUIRE(same_bits(y[b * n_rows + r], ref[b * n_rows + r]));
+        }
     }
   }
 }
@@ -309,7 +343,7 @@ TEST_CASE("llama.cpp's quantized blocks: dequantized bit for bit, and the same b
     take(want.data(), 4 * size_t(n));
     REQUIRE(is_weight_type(id));
     const auto t = static_cast<weight_type>(id);
-    INFO(name_of(t));
+    INFO(std::string(name_of(t)));
     for (auto nt : new_types) seen_new += nt == t;
     REQUIRE(row_bytes(t, n) == nb);
     dequantize_row(t, q.data(), got.data(), n);

@@ -1,0 +1,176 @@
+// Private to kernels/cpu: AVX2 kernels of the Q4_0 (_x16), Q5_K and IQ4_XS (_x8) layouts
+// (block_q4_0x16, block_q5_kx8, block_iq4_xsx8), in the form of x8_avx2.h's: one group of 16 or
+// 8 rows against B inputs, each row's sum in its own lane, for decode and prefill. AVX-512 VNNI
+// builds run x8_more_avx512.h's forms instead; both give the bits of the scalar definitions
+// (repack_more.cpp): the integer sums are exact and the float steps per (row, input) the same.
+// NOTE: maddubs saturates int16 pair sums, so each kernel says where its partial sums widen.
+#pragma once
+#include "cpu/x8_avx2.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+namespace agentq::kernels::avx2 {
+
+// 4 bytes at p broadcast to every dword.
+inline __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// out[b * 16 + r] = dot(row r of the group of 16, x[b]) for B Q8_0 inputs (each followed by 8 *
+// its block sums, add_q8_0_sums); per (row, input) exactly detail::dot_q4_0_x16_scalar's float
+// operations. Per block and half (rows 0-7, then 8-15): four 32-byte loads (chunk k: 4 bytes of
+// each of the 8 rows), the unsigned nibbles against x's dwords 2k / 2k + 1 broadcast; the 8
+// maddubs add up in int16 (16 products per lane: |sum| <= 16 * 15 * 127 < 2^15), one madd widens,
+// 8 * sum(x) comes off, one fma for the 8 rows.
+template <int B>
+void mk_q4_0_x16_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
+  auto w = reinterpret_cast<const block_q4_0x16*>(group);
+  const int64_t nb = n / qk8_0;
+  const block_q8_0x* x[B];
+  const int32_t* xsum8[B];
+  for (int b = 0; b < B; ++b) {
+    x[b] = reinterpret_cast<const block_q8_0x*>(xb[b]);
+    xsum8[b] = reinterpret_cast<const int32_t*>(xb[b] + nb * int64_t(sizeof(block_q8_0x)));
+  }
+  const __m256i m4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);
+  __m256 acc[B][2];
+  for (int b = 0; b < B; ++b) acc[b][0] = acc[b][1] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const block_q4_0x16& blk = w[i];
+    if (next) prefetch_block(next + i * int64_t(sizeof(block_q4_0x16)), int(sizeof(block_q4_0x16)));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i lo[4], hi[4];
+      for (int k = 0; k < 4; ++k) x8_nibbles(blk.qs + 64 * k + 32 * h, m4, &lo[k], &hi[k]);
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d + 8 * h)));
+      for (int b = 0; b < B; ++b) {
+        const int8_t* xq = x[b][i].qs;
+        __m256i p16 = _mm256_maddubs_epi16(lo[0], bcast4(xq));
+        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[0], bcast4(xq + 4)));
+        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(lo[1], bcast4(xq + 8)));
+        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[1], bcast4(xq + 12)));
+        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(lo[2], bcast4(xq + 16)));
+        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[2], bcast4(xq + 20)));
+        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(lo[3], bcast4(xq + 24)));
+        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[3], bcast4(xq + 28)));
+        const __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(p16, ones), _mm256_set1_epi32(xsum8[b][i]));
+        acc[b][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[b][i].d)), _mm256_cvtepi32_ps(s), acc[b][h]);
+      }
+    }
+  }
+  for (int b = 0; b < B; ++b) {
+    _mm256_storeu_ps(out + 16 * b, acc[b][0]);
+    _mm256_storeu_ps(out + 16 * b + 8, acc[b][1]);
+  }
+}
+
+// Bit j of the 32-bit mask at p as byte j: 16 where set, 0 where not (Q5_K_x8's fifth bits of
+// one chunk: qh[L][low / high] holds chunks 2L and 2L + 1 as its two dwords).
+inline __m256i fifth_bits(const uint64_t* qh, int half) {
+  uint32_t m;
+  std::memcpy(&m, reinterpret_cast<const uint8_t*>(qh) + 4 * half, 4);
+  const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+  const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(m)), spread), bit);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16));
+}
+
+// As mk_q4_k_x8_avx2 with 5-bit quants (< 32): two chunks' products add up in int16 (8 per
+// lane: |sum| <= 8 * 31 * 127 < 2^15), so a sub-block widens in two madds with its scale; the
+// mins and the float tail are Q4_K_x8's (q4_k_x8_tail).
+template <int B>
+void mk_q5_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
+  auto w = reinterpret_cast<const block_q5_kx8*>(group);
+  const block_q8_k* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
+  __m256 acc[B];
+  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const block_q5_kx8& blk = w[i];
+    if (next) prefetch_block(next + i * int64_t(sizeof(block_q5_kx8)), int(sizeof(block_q5_kx8)));
+    __m256i sumi[B];
+    for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const __m256i sc = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i scale = _mm256_shuffle_epi8(sc, h ? dup_b : dup_a);
+#pragma GCC unroll 2
+        for (int L = 4 * p + 2 * h; L < 4 * p + 2 * h + 2; ++L) {  // chunks 2L, 2L + 1
+          __m256i lo[2], hi[2];
+          for (int c = 0; c < 2; ++c) {
+            x8_nibbles(blk.qs + 32 * (2 * L + c), m4, &lo[c], &hi[c]);
+            lo[c] = _mm256_or_si256(lo[c], fifth_bits(blk.qh[L] + 0, c));
+            hi[c] = _mm256_or_si256(hi[c], fifth_bits(blk.qh[L] + 1, c));
+          }
+          for (int b = 0; b < B; ++b) {
+            const int8_t* xq = x[b][i].qs + 16 * L;
+            __m256i p16 = _mm256_maddubs_epi16(lo[0], bcast4(xq));
+            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[0], bcast4(xq + 4)));
+            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(lo[1], bcast4(xq + 8)));
+            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[1], bcast4(xq + 12)));
+            sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(p16, scale));
+          }
+        }
+      }
+    }
+    const q4_k_x8_tail tail(blk);
+    for (int b = 0; b < B; ++b) acc[b] = tail.apply(x[b][i], sumi[b], acc[b]);
+  }
+  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+}
+
+// As mk_q4_k_x8_avx2 with IQ4_NL's values: a pshufb of each nibble through the value table, then
+// maddubs on |value| against x carrying the value's sign (|x| <= 127: a pair of products is below
+// 2^15, but not four), so every maddubs widens by one madd with the rows' signed scales; no
+// offset to take off, the float tail one fma.
+template <int B>
+void mk_iq4_xs_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
+  auto w = reinterpret_cast<const block_iq4_xsx8*>(group);
+  const block_q8_k* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(detail::kvalues_iq4nl)));
+  const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
+  __m256 acc[B];
+  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const block_iq4_xsx8& blk = w[i];
+    if (next) prefetch_block(next + i * int64_t(sizeof(block_iq4_xsx8)), int(sizeof(block_iq4_xsx8)));
+    __m256i sumi[B];
+    for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i scale = _mm256_shuffle_epi8(sc, h ? dup_b : dup_a);
+#pragma GCC unroll 4
+        for (int k = 8 * p + 4 * h; k < 8 * p + 4 * h + 4; ++k) {
+          __m256i lo, hi;
+          x8_nibbles(blk.qs + 32 * k, m4, &lo, &hi);
+          lo = _mm256_shuffle_epi8(table, lo);
+          hi = _mm256_shuffle_epi8(table, hi);
+          const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
+          for (int b = 0; b < B; ++b) {
+            const int8_t* xq = x[b][i].qs + 8 * k;
+            const __m256i pl = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast4(xq), lo));
+            const __m256i ph = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast4(xq + 4), hi));
+            sumi[b] = _mm256_add_epi32(sumi[b], _mm256_add_epi32(_mm256_madd_epi16(pl, scale), _mm256_madd_epi16(ph, scale)));
+          }
+        }
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    for (int b = 0; b < B; ++b)
+      acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[b][i].d)), _mm256_cvtepi32_ps(sumi[b]), acc[b]);
+  }
+  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+}
+
+}  // namespace agentq::kernels::avx2
+#endif
