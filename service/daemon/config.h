@@ -68,6 +68,11 @@ struct config {
   int64_t max_file_bytes = int64_t(200) << 20;    // one POST /v1/files upload (streamed to DATA_DIR/files)
   int64_t max_queue_depth = 0;                    // queued jobs in all; past it submits get 429 queue_full (0 = none)
   int64_t max_queue_depth_per_tenant = 0;         // queued jobs of one tenant (0 = none)
+  // Remote workers (#28; docs/deploy.md "Remote workers"):
+  std::string remote;                             // worker: the control plane's base URL; opens no database
+  std::string control_plane_token;                // worker: the worker token it presents (--remote)
+  std::string worker_token;                       // control plane: accept remote workers presenting this token
+  int32_t protocol_version = 2;                   // message protocol spoken (the previous/next one for upgrades)
 };
 
 // Parse argv (and the environment, and --config); nullopt with *error (usage) on bad input.
