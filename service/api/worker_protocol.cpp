@@ -10,6 +10,7 @@
 #include "store/sqlite.h"
 #include "store/store.h"
 #include "util/crypto.h"
+#include "util/json_depth.h"
 #include "worker/control_plane.h"
 #include "worker/protocol.h"
 
@@ -61,6 +62,9 @@ http::response worker_protocol::handle(const http::request& req) {
   if (presented.empty() || !crypto::constant_time_equal(presented, options_.token))
     return http::error_response(http::error_kind::authentication,
                                 "a worker token is required (Authorization: Bearer <--worker-token>)");
+  // NOTE: deeper JSON would overflow the stack when dumped (replies, applied_messages): refused.
+  if (util::json_depth(req.body) > util::k_max_json_depth)
+    return http::error_response(http::error_kind::invalid_request, "JSON nested too deeply", "messages");
   json body = json::parse(req.body, nullptr, false);
   if (!body.is_object() || !body.contains("messages") || !body["messages"].is_array())
     return http::error_response(http::error_kind::invalid_request, "expected {\"messages\": [...]}", "messages");
@@ -88,7 +92,7 @@ json worker_protocol::apply(const json& m) {
     if (!proto::is_known_kind(kind))
       return reply(msg_id, write_status::invalid, {{"reason", "kind"}}, "unknown message kind '" + kind + "'");
     if (msg_id.empty()) return reply(msg_id, write_status::invalid, json::object(), "msg_id is required");
-    const bool is_write = !proto::is_read_kind(kind);
+    const bool is_write = proto::is_recorded_kind(kind);
     if (is_write)
       if (auto r = recorded(msg_id)) {
         // NOTE: a claim's secret is not kept in applied_messages; a replayed claim looks it up again.

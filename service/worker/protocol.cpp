@@ -19,6 +19,10 @@ bool is_read_kind(const std::string& kind) {
          kind == "cancelled_among" || kind == "live_kv_keys";
 }
 
+bool is_recorded_kind(const std::string& kind) {
+  return !is_read_kind(kind) && kind != "renew" && kind != "fence" && kind != "engine_sample";
+}
+
 json to_json(const store::job_row& r) {
   return {{"id", r.id},
           {"tenant", r.tenant},

@@ -28,7 +28,10 @@ inline constexpr const char* k_path = "/v1/worker/messages";
 // require_action, finish, release, timeline, timeline_close, engine_sample. Kinds that read: job,
 // job_models, transcript, tool_results, cancelled_among, live_kv_keys.
 bool is_known_kind(const std::string& kind);
-bool is_read_kind(const std::string& kind);  // reads are neither recorded nor deduplicated
+bool is_read_kind(const std::string& kind);
+// Writes the control plane records in applied_messages (a repeat gets the first reply): all but the
+// reads and the naturally repeatable ones (renew, fence, engine_sample), which would only fill the table.
+bool is_recorded_kind(const std::string& kind);
 // A reply: {msg_id, status: ok|fenced|not_found|invalid|error, result?, error?}.
 
 json to_json(const store::job_row& r);
