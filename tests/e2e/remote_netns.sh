@@ -46,7 +46,7 @@ join() {
 join "$ns_cp" 10.231.0.1 c
 in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 
-# control-plane namespace: redis-server, the tool server (/slow: 3 s; one effect per call id), the API
+# control-plane namespace: redis-server, the tool server (/slow: 8 s; one effect per call id), the API
 rport=6379
 mkdir -p "$tmp/redis"
 in_ns "$ns_cp" redis-server --port $rport --bind 10.231.0.1 --dir "$tmp/redis" --appendonly yes --appendfsync always \
@@ -61,7 +61,7 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         call_id = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))["call_id"]
         with lock, open(calls, "a") as f: f.write(call_id + "\n")
-        if self.path == "/slow": time.sleep(3)
+        if self.path == "/slow": time.sleep(8)
         with lock:
             if call_id not in open(effects).read().split():
                 with open(effects, "a") as f: f.write(call_id + "\n")
@@ -76,7 +76,8 @@ pids+=($!)
 admin="aq_remote_netns_admin_0123456789ab"
 wtoken="wt_remote_netns_token_0123456789"
 in_ns "$ns_cp" "$bin/agentqd" --role api --listen 10.231.0.1:8080 --data-dir "$tmp/cp" --redis "redis://10.231.0.1:$rport" \
-  --model "$model" --admin-key "$admin" --rate-limit 0 --heartbeat-ms 200 --worker-token "$wtoken" >"$tmp/cp.log" 2>&1 &
+  --model "$model" --admin-key "$admin" --rate-limit 0 --heartbeat-ms 200 --worker-token "$wtoken" --allow-addresses 10.231.0.0/24 \
+  >"$tmp/cp.log" 2>&1 &
 pids+=($!)
 base="http://10.231.0.1:8080"
 api() { in_ns "$ns_cp" curl -sf -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' "$@"; }
@@ -131,7 +132,7 @@ echo "across namespaces: $j1 (server tool) on $(owner "$j1"), $j2 (client tool) 
 
 # 2. kill a worker's namespace inside a tool call
 j3=$(tool_job slow); all+=("$j3")
-for _ in $(seq 1 300); do grep -q "$j3" "$tmp/calls.txt" && break; sleep 0.05; done
+for _ in $(seq 1 300); do grep -q "${j3#job_}" "$tmp/calls.txt" && break; sleep 0.05; done
 victim=$(owner "$j3")
 for p in $(ip netns pids "${tag}$victim"); do kill -9 "$p"; done
 t0=$(date +%s.%N)
@@ -144,7 +145,7 @@ survivor=$(owner "$j3")
 start_worker wc
 sleep 1
 j4=$(tool_job slow); all+=("$j4")
-for _ in $(seq 1 300); do grep -q "$j4" "$tmp/calls.txt" && break; sleep 0.05; done
+for _ in $(seq 1 300); do grep -q "${j4#job_}" "$tmp/calls.txt" && break; sleep 0.05; done
 held=$(owner "$j4")
 veth="v${tag}${held}"
 ip link set "$veth" down

@@ -17,7 +17,7 @@ need_tools redis-server redis-cli python3 curl
 
 start_redis --appendfsync always
 
-# Tool server: /fast answers at once, /slow after 3 s. Each request is a line in calls.txt
+# Tool server: /fast answers at once, /slow after 8 s. Each request is a line in calls.txt
 # (call_id, signature check); the "effect" (effects.txt) happens once per call id, as a receiver
 # deduplicating by the stable call id does. The key's secret to verify with is in $tmp/secret.
 cat >"$tmp/tools.py" <<'PY'
@@ -39,7 +39,7 @@ class H(http.server.BaseHTTPRequestHandler):
         call_id = json.loads(body)["call_id"]
         with lock:
             with open(calls, "a") as f: f.write(f"{call_id} {self.path} {verified(self.headers, body)}\n")
-        if self.path == "/slow": time.sleep(3)
+        if self.path == "/slow": time.sleep(8)
         with lock:
             seen = open(effects).read().split()
             if call_id not in seen:
@@ -62,7 +62,8 @@ admin="aq_remote_worker_admin_0123456789ab"
 wtoken="wt_remote_worker_token_0123456789"
 redis_url="redis://127.0.0.1:$rport"
 "$bin/agentqd" --role api --listen 127.0.0.1:0 --port-file "$tmp/api_port" --data-dir "$tmp/cp" --redis "$redis_url" \
-  --model "$model" --admin-key "$admin" --rate-limit 0 --heartbeat-ms 200 --worker-token "$wtoken" >"$tmp/cp.log" 2>&1 &
+  --model "$model" --admin-key "$admin" --rate-limit 0 --heartbeat-ms 200 --worker-token "$wtoken" --allow-addresses 127.0.0.0/8 \
+  >"$tmp/cp.log" 2>&1 &
 pids+=($!)
 wait_file "$tmp/api_port"
 base="http://127.0.0.1:$(cat "$tmp/api_port")"
@@ -118,8 +119,8 @@ api "$base/v1/jobs/$j1/timeline" >/dev/null || fail "no timeline for $j1"
 # 2. a server-side tool: the request is signed with the tenant key's secret (handed over with the claim)
 j2=$(tool_job fast)
 wait_status "$j2" completed incomplete
-grep -q "$j2" "$tmp/calls.txt" || fail "no tool call of $j2 reached the tool server"
-grep "$j2" "$tmp/calls.txt" | grep -qv " signed$" && fail "a tool request of $j2 was not signed with the key's secret: $(cat "$tmp/calls.txt")"
+grep -q "${j2#job_}" "$tmp/calls.txt" || fail "no tool call of $j2 reached the tool server: $(api "$base/v1/jobs/$j2")"
+grep "${j2#job_}" "$tmp/calls.txt" | grep -qv " signed$" && fail "a tool request of $j2 was not signed with the key's secret: $(cat "$tmp/calls.txt")"
 n_tool_rows=$(api "$base/v1/jobs/$j2" | python3 -c 'import json,sys; print(sum(1 for m in json.load(sys.stdin)["transcript"] if m["role"]=="tool"))')
 [ "$n_tool_rows" -ge 1 ] || fail "$j2 has no tool result in its transcript"
 echo "server-side tool: $j2 $(status "$j2") on $(owner "$j2"), request signed"
@@ -164,8 +165,8 @@ echo "worker endpoint: no/wrong token, admin key, tenant key -> 401; stale epoch
 start_worker w2
 sleep 1
 j4=$(tool_job slow)
-for _ in $(seq 1 200); do grep -q "$j4" "$tmp/calls.txt" && break; sleep 0.05; done
-grep -q "$j4" "$tmp/calls.txt" || fail "$j4: no tool call"
+for _ in $(seq 1 200); do grep -q "${j4#job_}" "$tmp/calls.txt" && break; sleep 0.05; done
+grep -q "${j4#job_}" "$tmp/calls.txt" || fail "$j4: no tool call"
 victim=$(owner "$j4")
 kill -9 "${wpid[$victim]}"
 killed_at=$(date +%s.%N)
@@ -173,9 +174,9 @@ wait_status "$j4" completed incomplete
 recovered=$(python3 -c "import time; print(f'{time.time() - $killed_at:.1f}')")
 survivor=$(owner "$j4")
 [ "$survivor" != "$victim" ] || fail "$j4 finished on the killed worker $victim"
-n_calls=$(grep -c "$j4" "$tmp/calls.txt")
-n_effects=$(grep -c "$j4" "$tmp/effects.txt")
-n_ids=$(grep "$j4" "$tmp/calls.txt" | cut -d' ' -f1 | sort -u | wc -l)
+n_calls=$(grep -c "${j4#job_}" "$tmp/calls.txt")
+n_effects=$(grep -c "${j4#job_}" "$tmp/effects.txt")
+n_ids=$(grep "${j4#job_}" "$tmp/calls.txt" | cut -d' ' -f1 | sort -u | wc -l)
 [ "$n_effects" = "$n_ids" ] || fail "$j4: $n_effects effects for $n_ids call ids"
 n_tool_rows=$(api "$base/v1/jobs/$j4" | python3 -c 'import json,sys; d=[m for m in json.load(sys.stdin)["transcript"] if m["role"]=="tool"]; ids=[m.get("tool_call_id") for m in d]; assert len(ids)==len(set(ids)), ids; print(len(d))')
 echo "kill -9: $j4 moved $victim -> $survivor, done ${recovered}s after the kill; $n_calls request(s) for $n_ids call id(s), $n_effects effect(s), $n_tool_rows tool result(s)"
