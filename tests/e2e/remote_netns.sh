@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # e2e (#28), multi-host: the control plane (with redis-server and a tool server) and each of two
-# remote workers in its own network namespace (veth pairs on a bridge, private test addresses
-# 10.231.0.0/24 that exist only inside the namespaces this test creates) and its own data dir. Jobs
+# remote workers in its own network namespace (a veth pair from each worker's namespace to the control plane's, private test addresses
+# 10.231.0.0/16 that exist only inside the namespaces this test creates) and its own data dir. Jobs
 # with a server-side tool and a client tool complete across the namespaces; a worker's whole
 # namespace is killed (every process in it, -9) inside a tool call and the job finishes on the
 # other; then the other worker's link is cut past its lease and healed: its late writes are fenced
@@ -16,7 +16,6 @@ need_tools redis-server redis-cli python3 curl ip
 
 tag="aq$$"
 ns_cp="${tag}cp"
-br="${tag}br"
 if ! ip netns add "$ns_cp" 2>"$tmp/netns.err"; then
   echo "skip: cannot create network namespaces: $(cat "$tmp/netns.err")"
   exit 77
@@ -28,28 +27,31 @@ net_cleanup() {
   done
   cleanup
   for ns in "${namespaces[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
-  ip link del "$br" 2>/dev/null || true
 }
 trap net_cleanup EXIT
-ip link add "$br" type bridge
-ip link set "$br" up
-# join NS IP: a veth pair NS <-> bridge, NS's end addressed IP/24
-join() {
-  local ns=$1 addr=$2 v="v${tag}${3}"
-  ip link add "$v" type veth peer name "${v}p"
-  ip link set "${v}p" netns "$ns"
-  ip link set "$v" master "$br" up
-  ip netns exec "$ns" ip addr add "$addr/24" dev "${v}p"
-  ip netns exec "$ns" ip link set "${v}p" up
+# NOTE: a veth pair per worker straight into the control plane's namespace, not a bridge: a host
+# with bridge-nf-call-iptables filters bridged traffic through its own firewall. The control plane
+# is 10.231.0.1 (on its lo) for everyone; worker N reaches it over 10.231.N.0/24.
+ip netns exec "$ns_cp" ip link set lo up
+ip netns exec "$ns_cp" ip addr add 10.231.0.1/32 dev lo
+join() {  # join NS N: NS <-> the control plane's namespace; the control plane's end is cp<N>
+  local ns=$1 n=$2
+  ip link add "${tag}a$n" type veth peer name "${tag}b$n"
+  ip link set "${tag}a$n" netns "$ns_cp"
+  ip link set "${tag}b$n" netns "$ns"
+  ip netns exec "$ns_cp" ip addr add "10.231.$n.1/24" dev "${tag}a$n"
+  ip netns exec "$ns_cp" ip link set "${tag}a$n" up
+  ip netns exec "$ns" ip addr add "10.231.$n.2/24" dev "${tag}b$n"
+  ip netns exec "$ns" ip link set "${tag}b$n" up
   ip netns exec "$ns" ip link set lo up
+  ip netns exec "$ns" ip route add 10.231.0.1/32 via "10.231.$n.1"
 }
-join "$ns_cp" 10.231.0.1 c
 in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 
 # control-plane namespace: redis-server, the tool server (/slow: 8 s; one effect per call id), the API
 rport=6379
 mkdir -p "$tmp/redis"
-in_ns "$ns_cp" redis-server --port $rport --bind 10.231.0.1 --dir "$tmp/redis" --appendonly yes --appendfsync always \
+in_ns "$ns_cp" redis-server --port $rport --bind 10.231.0.1 --protected-mode no --dir "$tmp/redis" --appendonly yes --appendfsync always \
   --save "" --logfile "$tmp/redis.log" &
 pids+=($!)
 for _ in $(seq 1 100); do in_ns "$ns_cp" redis-cli -h 10.231.0.1 ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
@@ -76,7 +78,7 @@ pids+=($!)
 admin="aq_remote_netns_admin_0123456789ab"
 wtoken="wt_remote_netns_token_0123456789"
 in_ns "$ns_cp" "$bin/agentqd" --role api --listen 10.231.0.1:8080 --data-dir "$tmp/cp" --redis "redis://10.231.0.1:$rport" \
-  --model "$model" --admin-key "$admin" --rate-limit 0 --heartbeat-ms 200 --worker-token "$wtoken" --allow-addresses 10.231.0.0/24 \
+  --model "$model" --admin-key "$admin" --rate-limit 0 --heartbeat-ms 200 --worker-token "$wtoken" --allow-addresses 10.231.0.0/16 \
   >"$tmp/cp.log" 2>&1 &
 pids+=($!)
 base="http://10.231.0.1:8080"
@@ -89,9 +91,10 @@ start_worker() {  # start_worker ID: a new namespace with one remote worker
   n_w=$((n_w + 1))
   ip netns add "$ns"
   namespaces+=("$ns")
-  join "$ns" "10.231.0.$((10 + n_w))" "$id"
+  join "$ns" "$n_w"
+  echo "$n_w" >"$tmp/$id.link"
   in_ns "$ns" "$bin/agentqd" --role worker --remote "$base" --control-plane-token "$wtoken" --data-dir "$tmp/$id" \
-    --worker-id "$id" --redis "redis://10.231.0.1:$rport" --model "$model" --allow-addresses 10.231.0.0/24 \
+    --worker-id "$id" --redis "redis://10.231.0.1:$rport" --model "$model" --allow-addresses 10.231.0.0/16 \
     --lease-ms 3000 --heartbeat-ms 200 --reclaim-idle-ms 1500 --reclaim-interval-ms 300 >"$tmp/$id.log" 2>&1 &
   pids+=($!)
 }
@@ -147,11 +150,11 @@ sleep 1
 j4=$(tool_job slow); all+=("$j4")
 for _ in $(seq 1 300); do grep -q "${j4#job_}" "$tmp/calls.txt" && break; sleep 0.05; done
 held=$(owner "$j4")
-veth="v${tag}${held}"
-ip link set "$veth" down
+link="${tag}a$(cat "$tmp/$held.link")"
+ip netns exec "$ns_cp" ip link set "$link" down
 t0=$(date +%s.%N)
 sleep 5  # past the 3 s lease: the other worker claims the job (epoch + 1)
-ip link set "$veth" up
+ip netns exec "$ns_cp" ip link set "$link" up
 wait_status "$j4" completed incomplete
 echo "partition of $held: $j4 finished on $(owner "$j4") $(python3 -c "import time; print(f'{time.time()-$t0:.1f}')") s after the cut"
 grep -q "fenced\|dropped\|lost" "$tmp/$held.log" && echo "$held after healing: its late writes were refused (log)"
