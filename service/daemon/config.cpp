@@ -65,8 +65,9 @@ const char* usage() {
   --max-queue-depth N          queued jobs in all before submits get 429 queue_full + Retry-After (default 0 = none)
   --max-queue-depth-per-tenant N   the same bound for one tenant's queued jobs (default 0 = none)
 remote workers (docs/deploy.md "Remote workers"):
-  --remote URL                 worker: apply every job write through the control plane at URL (http[s]://host:port)
-                               and open no database file (DATA_DIR keeps only kv/ and worker-id); needs --role worker
+  --remote URL                 worker: every read and write of its jobs goes to the control plane at URL
+                               (http[s]://host:port); opens no database file (DATA_DIR keeps kv/, worker-id, the log);
+                               needs --role worker, --redis and --control-plane-token
   --control-plane-token T      worker (--remote): the worker token it presents (AGENTQ_CONTROL_PLANE_TOKEN)
   --worker-token T             control plane (--role api|all): accept remote workers presenting T on
                                POST /v1/worker/messages (AGENTQ_WORKER_TOKEN); absent = no remote workers
