@@ -73,10 +73,18 @@ const char* usage() {
   --max-file-bytes N           largest POST /v1/files upload, streamed to disk (default 209715200 = 200 MiB)
   --max-queue-depth N          queued jobs in all before submits get 429 queue_full + Retry-After (default 0 = none)
   --max-queue-depth-per-tenant N   the same bound for one tenant's queued jobs (default 0 = none)
+remote workers (docs/deploy.md "Remote workers"):
+  --remote URL                 worker: every read and write of its jobs goes to the control plane at URL
+                               (http[s]://host:port); opens no database file (DATA_DIR keeps kv/, worker-id, the log);
+                               needs --role worker, --redis and --control-plane-token
+  --control-plane-token T      worker (--remote): the worker token it presents (AGENTQ_CONTROL_PLANE_TOKEN)
+  --worker-token T             control plane (--role api|all): accept remote workers presenting T on
+                               POST /v1/worker/messages (AGENTQ_WORKER_TOKEN); absent = no remote workers
+  --protocol-version N         worker-message protocol version spoken (default 2; a control plane accepts N-1..N+1)
 subcommand: agentqd backup --data-dir DIR --to FILE   online, consistent copy of the job store
 environment: AGENTQ_ROLE AGENTQ_LISTEN AGENTQ_DATA_DIR AGENTQ_REDIS AGENTQ_MODEL AGENTQ_ALLOW_ADDRESSES
              AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL AGENTQ_LOG_FORMAT AGENTQ_METRICS_TOKEN AGENTQ_TLS_CERT AGENTQ_TLS_KEY
-             AGENTQ_WORKER_ID
+             AGENTQ_WORKER_ID AGENTQ_REMOTE AGENTQ_CONTROL_PLANE_TOKEN AGENTQ_WORKER_TOKEN
 )";
 }
 
@@ -198,6 +206,13 @@ void set_option(config& c, const std::string& name, const std::string& v) {
     if (idx == 0 || idx != v.size() || !(c.model_ttl_h >= 0) || c.model_ttl_h > 1e6)
       throw std::invalid_argument("--model-ttl-h must be a number of hours >= 0");
   }
+  else if (name == "remote") c.remote = v;
+  else if (name == "control-plane-token") c.control_plane_token = v;
+  else if (name == "worker-token") c.worker_token = v;
+  else if (name == "protocol-version") {
+    c.protocol_version = std::stoi(v);
+    if (c.protocol_version < 1 || c.protocol_version > 99) throw std::invalid_argument("--protocol-version must be 1..99");
+  }
   else if (name == "retention-days") {
     c.retention_days = std::stod(v);
     if (c.retention_days < 0) throw std::invalid_argument("--retention-days must be >= 0");
@@ -253,7 +268,9 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
         {"AGENTQ_REDIS", "redis"},     {"AGENTQ_ALLOW_ADDRESSES", "allow-addresses"},
         {"AGENTQ_ADMIN_KEY", "admin-key"}, {"AGENTQ_LOG_LEVEL", "log-level"},
         {"AGENTQ_LOG_FORMAT", "log-format"}, {"AGENTQ_METRICS_TOKEN", "metrics-token"},
-        {"AGENTQ_TLS_CERT", "tls-cert"}, {"AGENTQ_TLS_KEY", "tls-key"}, {"AGENTQ_WORKER_ID", "worker-id"}};
+        {"AGENTQ_TLS_CERT", "tls-cert"}, {"AGENTQ_TLS_KEY", "tls-key"}, {"AGENTQ_WORKER_ID", "worker-id"},
+        {"AGENTQ_REMOTE", "remote"}, {"AGENTQ_CONTROL_PLANE_TOKEN", "control-plane-token"},
+        {"AGENTQ_WORKER_TOKEN", "worker-token"}};
     for (auto [env, name] : k_env)
       if (const char* v = std::getenv(env); v && *v) set_option(c, name, v);
     std::vector<std::string> flag_models, flag_families, flag_drafts;
@@ -319,6 +336,16 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
       throw std::invalid_argument("no model: pass --model PATH or set AGENTQ_MODEL");
     if (c.tls_cert.empty() != c.tls_key.empty())
       throw std::invalid_argument("--tls-cert and --tls-key go together (a certificate chain and its private key)");
+    if (!c.remote.empty()) {
+      if (c.role != role::worker) throw std::invalid_argument("--remote needs --role worker");
+      if (!c.remote.starts_with("http://") && !c.remote.starts_with("https://"))
+        throw std::invalid_argument("--remote must be an http:// or https:// URL of the control plane");
+      if (c.control_plane_token.empty())
+        throw std::invalid_argument("--remote needs --control-plane-token (or AGENTQ_CONTROL_PLANE_TOKEN)");
+      if (c.redis.empty()) throw std::invalid_argument("--remote needs --redis (the control plane's Redis)");
+    }
+    if (!c.worker_token.empty() && c.role == role::worker)
+      throw std::invalid_argument("--worker-token is the control plane's (--role api or all)");
     c.model_chat_families.resize(c.models.size());
     c.model_drafts.resize(c.models.size());
   } catch (const std::exception& e) {

@@ -71,6 +71,11 @@ struct config {
   // Models known from the fleet (#28): a model only workers load stays known this long after a
   // live worker last advertised it (0 = only while one does).
   double model_ttl_h = 24;
+  // Remote workers (#28; docs/deploy.md "Remote workers"):
+  std::string remote;                             // worker: the control plane's base URL; opens no database
+  std::string control_plane_token;                // worker: the worker token it presents (--remote)
+  std::string worker_token;                       // control plane: accept remote workers presenting this token
+  int32_t protocol_version = 2;                   // message protocol spoken (the previous/next one for upgrades)
 };
 
 // Parse argv (and the environment, and --config); nullopt with *error (usage) on bad input.

@@ -23,6 +23,7 @@
 #include "api/batch_runner.h"
 #include "api/openai_registry.h"
 #include "api/queue_depth.h"
+#include "api/worker_protocol.h"
 #include "auth/keys.h"
 #include "auth/rate_limiter.h"
 #include "daemon/config.h"
@@ -48,6 +49,8 @@
 #include "webhooks/dispatcher.h"
 #include "webhooks/signing.h"
 #include "worker/identity.h"
+#include "worker/protocol.h"
+#include "worker/remote_control_plane.h"
 #include "worker/worker.h"
 
 namespace fs = std::filesystem;
@@ -107,27 +110,36 @@ int run(const daemon::config& c) {
     }
   }
 
-  // Store (applies migrations) and the API's tables
+  // Store (applies migrations) and the API's tables. NOTE: a remote worker (--remote) opens none of
+  // them: every read and write of its jobs goes to the control plane as a message.
+  const bool remote_worker = !c.remote.empty();
   store::store_options sopts;
   sopts.path = (fs::path(c.data_dir) / "agentq.db").string();
-  auto st = store::store::open(sopts, &err);
-  if (!st) {
-    spdlog::critical("cannot open the job store: {}", err);
-    return 1;
-  }
-  auto keys = auth::key_store::open(sopts.path, &err);
-  if (!keys) {
-    spdlog::critical("{}", err);
-    return 1;
-  }
-  auto obs_db = obs::obs_store::open(sopts.path, &err);  // engine samples, timelines (service/obs)
-  if (!obs_db) {
-    spdlog::critical("{}", err);
-    return 1;
+  std::unique_ptr<store::store> st;
+  std::unique_ptr<auth::key_store> keys;
+  std::unique_ptr<obs::obs_store> obs_db;
+  if (!remote_worker) {
+    st = store::store::open(sopts, &err);
+    if (!st) {
+      spdlog::critical("cannot open the job store: {}", err);
+      return 1;
+    }
+    keys = auth::key_store::open(sopts.path, &err);
+    if (!keys) {
+      spdlog::critical("{}", err);
+      return 1;
+    }
+    obs_db = obs::obs_store::open(sopts.path, &err);  // engine samples, timelines (service/obs)
+    if (!obs_db) {
+      spdlog::critical("{}", err);
+      return 1;
+    }
   }
 
   // Keys: operator-supplied admin key, or first-run bootstrap
-  if (!c.admin_key.empty()) {
+  if (remote_worker) {
+    // no keys here
+  } else if (!c.admin_key.empty()) {
     if (!keys->ensure(c.admin_key, "admin", true, &err)) {
       spdlog::critical("--admin-key: {}", err);
       return 2;
@@ -205,9 +217,26 @@ int run(const daemon::config& c) {
   qopts.max_deliveries = c.max_deliveries;
   // NOTE: a worker counts as alive (continuations routed to it) for 5 heartbeats after its last one.
   qopts.heartbeat_ttl_ms = 5 * c.heartbeat_ms;
-  queue::queue q(qopts, *st);
+  auto queue_ptr = remote_worker ? std::make_unique<queue::queue>(qopts) : std::make_unique<queue::queue>(qopts, *st);
+  queue::queue& q = *queue_ptr;
   // This process's store/Redis errors: served by its own /metrics, or shipped as a worker's share.
-  obs::process_metrics process_metrics(serve_api ? metrics::global() : obs::worker_registry(), *st, q);
+  obs::process_metrics process_metrics(serve_api ? metrics::global() : obs::worker_registry(), st.get(), q);
+
+  // A remote worker's link to the control plane (#28): claims, turns, tool results, events, timeline
+  // rows and engine samples go there as messages; nothing here writes SQLite.
+  std::unique_ptr<worker::remote_control_plane> link;
+  if (remote_worker) {
+    worker::remote_options ro;
+    ro.url = c.remote;
+    ro.token = c.control_plane_token;
+    ro.version = c.protocol_version;
+    ro.worker_id = identity->id();
+    ro.incarnation = identity->incarnation();
+    ro.retry_for_ms = c.lease_ms;  // NOTE: past the lease the job is another worker's anyway
+    link = std::make_unique<worker::remote_control_plane>(ro);
+    spdlog::info("remote worker: control plane {} (message protocol {}); no database is opened here", c.remote,
+                 c.protocol_version);
+  }
 
   // A worker's models' headers, for control planes that have no file for them (#28).
   std::unique_ptr<queue::header_publisher> header_pub;
@@ -237,12 +266,20 @@ int run(const daemon::config& c) {
     wo.shutdown_spill_s = c.shutdown_spill_s;  // w->stop() below writes resident KV to disk
     wo.client_tool_park_s = c.client_tool_park_s;
     wo.response_kv_ttl_s = c.response_kv_ttl_s;  // a stored response's KV kept for previous_response_id
+    // server-side tools go through the worker's built-in client: net::http_client + signing
+    wo.tool_allow_cidrs = c.allow_addresses;
+    if (remote_worker) {
+      // NOTE: a job's signing secret comes with its claim (control_plane::tool_secret), only for the jobs run here.
+      wo.timeline = link.get();
+      auto& w = workers.emplace_back(std::make_unique<worker::worker>(wo, catalog.find(model), *link, q, true));
+      w->start();
+      samplers.emplace_back(std::make_unique<obs::engine_sampler>(*link, catalog.find(model), w->id()))->start();
+      continue;
+    }
     // a job's tool requests are signed with the whsec_ secret of the key that submitted it
     wo.tool_secret = [k = keys.get()](const std::string& job_id, const std::string& tenant) {
       return k->webhook_secret_for(job_id, tenant);
     };
-    // server-side tools go through the worker's built-in client: net::http_client + signing
-    wo.tool_allow_cidrs = c.allow_addresses;
     wo.timeline = obs_db.get();
     auto& w = workers.emplace_back(std::make_unique<worker::worker>(wo, catalog.find(model), *st, q, true));
     w->start();
@@ -264,6 +301,7 @@ int run(const daemon::config& c) {
   std::unique_ptr<auth::rate_limiter> limiter;
   std::unique_ptr<http::server> server;
   std::unique_ptr<api::api> rest;  // outlives the router's handlers (they capture it)
+  std::unique_ptr<api::worker_protocol> worker_proto;  // --worker-token: remote workers' messages
   http::router router;
   std::mutex redis_mu;
   queue::redis_client redis_probe(qopts.redis);
@@ -386,6 +424,19 @@ int run(const daemon::config& c) {
     aopts.max_batch_line_bytes = size_t(c.max_body_bytes);
     rest = std::make_unique<api::api>(aopts, std::move(deps));
     rest->install(router);
+    if (!c.worker_token.empty()) {  // remote workers (#28): POST /v1/worker/messages with the worker token
+      api::worker_protocol_options wpo;
+      wpo.token = c.worker_token;
+      wpo.version = c.protocol_version;
+      worker_proto = api::worker_protocol::open(wpo, *st, obs_db.get(), *keys, sopts.path, &err);
+      if (!worker_proto) {
+        spdlog::critical("{}", err);
+        return 1;
+      }
+      api::install_worker_protocol_routes(router, *worker_proto);
+      spdlog::info("remote workers accepted on {} (message protocol {}, accepting {}..{})",
+                   worker::protocol::k_path, c.protocol_version, c.protocol_version - 1, c.protocol_version + 1);
+    }
 
     http::server_options hopts;
     size_t colon = c.listen.rfind(':');

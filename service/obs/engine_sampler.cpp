@@ -58,7 +58,7 @@ void export_engine_stats(const engine_stats& s) {
 
 }  // namespace
 
-engine_sampler::engine_sampler(obs_store& db, std::shared_ptr<engine> eng, std::string worker_id,
+engine_sampler::engine_sampler(sample_sink& db, std::shared_ptr<engine> eng, std::string worker_id,
                                sampler_options options)
     : db_(db), eng_(std::move(eng)), worker_id_(std::move(worker_id)), options_(options) {}
 

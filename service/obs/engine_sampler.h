@@ -15,7 +15,7 @@
 
 namespace agentq::obs {
 
-class obs_store;
+class sample_sink;
 
 struct sampler_options {
   std::chrono::milliseconds busy_interval{1000};
@@ -25,7 +25,7 @@ struct sampler_options {
 
 class engine_sampler {
  public:
-  engine_sampler(obs_store& db, std::shared_ptr<engine> eng, std::string worker_id, sampler_options options = {});
+  engine_sampler(sample_sink& db, std::shared_ptr<engine> eng, std::string worker_id, sampler_options options = {});
   ~engine_sampler();  // stop()
   void start();
   void stop();  // writes a last sample
@@ -33,7 +33,7 @@ class engine_sampler {
   bool sample_once(bool force = false);
 
  private:
-  obs_store& db_;
+  sample_sink& db_;
   std::shared_ptr<engine> eng_;
   std::string worker_id_;
   sampler_options options_;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "obs/sinks.h"
+
 namespace agentq::store {
 class sqlite_db;
 struct job_row;
@@ -56,19 +58,19 @@ struct timeline_entry {
   nlohmann::json attrs = nlohmann::json::object();
 };
 
-class obs_store {
+class obs_store : public timeline_sink, public sample_sink {
  public:
   // db_path: the job store's file (migrated here if needed). nullptr with *error on failure.
   static std::unique_ptr<obs_store> open(const std::string& db_path, std::string* error);
-  ~obs_store();
+  ~obs_store() override;
 
   // --- worker side (errors are logged and reported as false) ---------------------
-  bool write_sample(const std::string& worker_id, const engine_sample& s, const nlohmann::json& families);
-  void prune(int64_t before_ms);  // samples older than before_ms
+  bool write_sample(const std::string& worker_id, const engine_sample& s, const nlohmann::json& families) override;
+  void prune(int64_t before_ms) override;  // samples older than before_ms
   // Fenced on the job's lease epoch (a stale worker writes nothing): false when fenced or on error.
-  bool record(const std::string& job_id, int64_t epoch, const timeline_entry& e);
+  bool record(const std::string& job_id, int64_t epoch, const timeline_entry& e) override;
   // Close this job's open spans of a kind at end_ms (fenced).
-  bool close_open(const std::string& job_id, int64_t epoch, const std::string& kind, int64_t end_ms);
+  bool close_open(const std::string& job_id, int64_t epoch, const std::string& kind, int64_t end_ms) override;
 
   // --- API side --------------------------------------------------------------------
   // {"object":"engine.stats","now_ms","workers":[{"worker_id","samples":[...]}]}; samples at_ms > since_ms.

@@ -18,9 +18,12 @@ struct process_metrics::state {
 };
 
 process_metrics::process_metrics(metrics::registry& reg, store::store& st, queue::queue& q)
+    : process_metrics(reg, &st, q) {}
+
+process_metrics::process_metrics(metrics::registry& reg, store::store* st, queue::queue& q)
     : state_(std::make_shared<state>()) {
-  auto poll = [s = state_.get(), &st, &q] {
-    s->sqlite_errors = double(st.stats().n_write_errors);
+  auto poll = [s = state_.get(), st, &q] {
+    if (st) s->sqlite_errors = double(st->stats().n_write_errors);
     auto qs = q.stats();
     s->redis_errors = double(qs.redis.n_errors + qs.redis.n_io_errors);
     s->redis_reconnects = double(qs.redis.n_reconnects);

@@ -21,6 +21,8 @@ class process_metrics {
  public:
   // Registers a collector on reg; st and q must outlive this object (declare it after them).
   process_metrics(metrics::registry& reg, store::store& st, queue::queue& q);
+  // st nullptr: a process without a job store (a remote worker); its SQLite counter stays 0.
+  process_metrics(metrics::registry& reg, store::store* st, queue::queue& q);
   ~process_metrics();  // stops the poller; the collector then serves the last copy
   process_metrics(const process_metrics&) = delete;
   process_metrics& operator=(const process_metrics&) = delete;

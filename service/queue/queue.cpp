@@ -82,7 +82,9 @@ struct queue::impl {
 };
 
 queue::queue(queue_options options, store::store& store)
-    : impl_(std::make_unique<impl>(options.redis)), options_(std::move(options)), store_(store) {}
+    : impl_(std::make_unique<impl>(options.redis)), options_(std::move(options)), store_(&store) {}
+
+queue::queue(queue_options options) : impl_(std::make_unique<impl>(options.redis)), options_(std::move(options)) {}
 
 queue::~queue() { stop_relay(); }
 
@@ -141,13 +143,14 @@ std::vector<bool> queue::publish_many(const std::vector<publish_item>& items) {
 
 int32_t queue::relay_once() {
   int32_t n = 0;
+  if (!store_) return 0;  // a consumer-only queue (remote worker)
   for (const char* kind : {"publish", "continue"}) {
-    auto rows = store_.fetch_outbox(kind, 256);
+    auto rows = store_->fetch_outbox(kind, 256);
     if (rows.empty()) continue;
     std::vector<std::string> ids;
     for (auto& row : rows) ids.push_back(row.job_id);
     // NOTE: routing (#28): each job goes to its model's stream
-    const auto models = options_.route_by_model ? store_.job_models(ids) : std::map<std::string, std::string>{};
+    const auto models = options_.route_by_model ? store_->job_models(ids) : std::map<std::string, std::string>{};
     std::vector<publish_item> items;
     for (auto& row : rows) {
       json p = json::parse(row.payload_json, nullptr, false);
@@ -162,7 +165,7 @@ int32_t queue::relay_once() {
       if (ok[i]) done.push_back(rows[i].id);  // failed rows stay in the outbox for the next pass
     if (!done.empty()) {
       n += static_cast<int32_t>(done.size());
-      store_.complete_outbox(std::move(done)).get();
+      store_->complete_outbox(std::move(done)).get();
     }
     note_unserved(items, ok);
   }
@@ -171,7 +174,8 @@ int32_t queue::relay_once() {
 }
 
 int32_t queue::reconcile_once() {
-  auto jobs = store_.list_dispatchable(options_.reconcile_grace_ms, 1000);
+  if (!store_) return 0;
+  auto jobs = store_->list_dispatchable(options_.reconcile_grace_ms, 1000);
   if (jobs.empty()) return 0;
   std::vector<std::vector<std::string>> cmds;
   for (auto& j : jobs) cmds.push_back({"HGET", options_.prefix + ":inflight", j.id});
@@ -207,7 +211,7 @@ int32_t queue::reconcile_once() {
 }
 
 void queue::start_relay() {
-  if (relay_running_.exchange(true)) return;
+  if (!store_ || relay_running_.exchange(true)) return;
   relay_thread_ = std::thread([this] {
     auto next_reconcile = std::chrono::steady_clock::now();
     while (relay_running_) {
@@ -222,7 +226,7 @@ void queue::start_relay() {
         spdlog::warn("queue: relay pass failed: {}", e.what());
       }
       // NOTE: poll, but wake on local commits so a job published in-process goes out at once.
-      if (n == 0) store_.wait_events(0, std::chrono::milliseconds(options_.relay_interval_ms));
+      if (n == 0) store_->wait_events(0, std::chrono::milliseconds(options_.relay_interval_ms));
     }
   });
 }
@@ -432,6 +436,7 @@ std::optional<std::vector<std::string>> queue::live_models() {
 }
 
 void queue::note_unserved(const std::vector<publish_item>& items, const std::vector<bool>& published) {
+  if (!store_) return;  // a remote worker re-routing an entry: the control plane's relay says it
   std::optional<std::vector<std::string>> live;
   for (size_t i = 0; i < items.size(); ++i) {
     if (!published[i] || items[i].model.empty() || !items[i].worker_id.empty()) continue;
@@ -439,7 +444,7 @@ void queue::note_unserved(const std::vector<publish_item>& items, const std::vec
     if (!live) return;  // Redis cannot say: tell nobody
     if (std::find(live->begin(), live->end(), items[i].model) != live->end()) continue;
     // NOTE: the job stays queued in its model's stream; a worker serving the model takes it when it comes.
-    store_.append_queued_event(items[i].job_id, "waiting",
+    store_->append_queued_event(items[i].job_id, "waiting",
                                json{{"model", items[i].model},
                                     {"reason", "no live worker serves model '" + items[i].model +
                                                    "'; the job waits in its queue until one does"}}

@@ -53,6 +53,8 @@ struct queue_stats {
 class queue {
  public:
   queue(queue_options options, store::store& store);
+  // Consumer side only (a remote worker, which opens no database): no relay or reconciler.
+  explicit queue(queue_options options);
   ~queue();
   queue(const queue&) = delete;
   queue& operator=(const queue&) = delete;
@@ -139,7 +141,7 @@ class queue {
   struct impl;
   std::unique_ptr<impl> impl_;
   queue_options options_;
-  store::store& store_;
+  store::store* store_ = nullptr;  // nullptr: consumer only
   std::atomic<bool> relay_running_{false};
   std::thread relay_thread_;
 };

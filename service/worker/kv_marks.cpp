@@ -24,7 +24,7 @@ void kv_marks::on_move(const kv_move_event& e) {
   queued_.push_back({store::now_ms(), e});
 }
 
-void kv_marks::flush(obs::obs_store& timeline, const std::string& worker_id) {
+void kv_marks::flush(obs::timeline_sink& timeline, const std::string& worker_id) {
   std::vector<std::pair<pending, std::pair<std::string, int64_t>>> todo;
   {
     std::lock_guard lock(mu_);

@@ -14,7 +14,7 @@
 #include <vector>
 
 namespace agentq::obs {
-class obs_store;
+class timeline_sink;
 }
 
 namespace agentq::worker {
@@ -28,7 +28,7 @@ class kv_marks {
   // engine::on_kv_move listener: queues the move with the wall-clock time (no I/O here).
   void on_move(const kv_move_event& e);
   // Write the queued moves as timeline marks (best effort; fenced writes of a lost job are dropped).
-  void flush(obs::obs_store& timeline, const std::string& worker_id);
+  void flush(obs::timeline_sink& timeline, const std::string& worker_id);
 
  private:
   struct pending {

@@ -5,6 +5,7 @@
 // bounds them (64 by default). Concurrency on the GPU comes from the engine batching their turns.
 #include "worker/worker.h"
 #include "worker/call_ids.h"
+#include "worker/control_plane.h"
 
 #include <unistd.h>
 
@@ -174,7 +175,8 @@ struct job_ctx {
 struct worker::impl {
   worker_options options;
   std::shared_ptr<engine> eng;
-  store::store& db;
+  std::unique_ptr<control_plane> owned_db;  // the local one, when constructed on a store
+  control_plane& db;
   queue::queue& q;
   bool start_engine;
   std::string id;
@@ -197,8 +199,9 @@ struct worker::impl {
   std::atomic<int64_t> n_fenced_at_start{0};
   int64_t started_ms = 0;
 
-  impl(worker_options o, std::shared_ptr<engine> e, store::store& s, queue::queue& qq, bool se)
-      : options(std::move(o)), eng(std::move(e)), db(s), q(qq), start_engine(se) {
+  impl(worker_options o, std::shared_ptr<engine> e, std::unique_ptr<control_plane> owned, control_plane& cp,
+       queue::queue& qq, bool se)
+      : options(std::move(o)), eng(std::move(e)), owned_db(std::move(owned)), db(cp), q(qq), start_engine(se) {
     id = options.worker_id.empty() ? default_worker_id() : options.worker_id;
     incarnation = options.incarnation.empty() ? std::to_string(store::now_ms()) + "-" + crypto::to_hex(crypto::random_bytes(4))
                                               : options.incarnation;
@@ -215,7 +218,8 @@ struct worker::impl {
     while (running) {
       reap();
       int32_t cap = options.max_jobs - n_active();
-      if (!eng->healthy() || superseded) cap = 0;  // a failed device takes no new jobs; /readyz says why
+      // A failed device takes no new jobs (/readyz says why); nor does a worker the control plane refused.
+      if (!eng->healthy() || superseded || !db.refused().empty()) cap = 0;
       if (cap <= 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         continue;
@@ -277,7 +281,7 @@ struct worker::impl {
       q.ack(d);
       return;
     }
-    auto c = db.claim_job(d.job_id, id, options.lease_ms, options.max_deliveries).get();
+    auto c = db.claim_job(d.job_id, id, options.lease_ms, options.max_deliveries);
     switch (c.outcome) {
       case store::claim_outcome::claimed: break;
       case store::claim_outcome::busy:
@@ -315,10 +319,15 @@ struct worker::impl {
     ctx->thread = std::thread([this, ctx, row = c.won->job] {
       try {
         run_job(*ctx, row);
+      } catch (const link_error& e) {
+        // The control plane did not answer: not the job's fault. Left as it is (not acked): the
+        // lease lapses and the job is claimed again, here or elsewhere.
+        spdlog::warn("worker {}: job {} dropped: the control plane did not answer ({})", id, ctx->job_id, e.what());
+        n_fenced++;
+        release_kv(*ctx);
       } catch (const std::exception& e) {
         spdlog::error("worker {}: job {} crashed: {}", id, ctx->job_id, e.what());
-        db.finish_job(ctx->job_id, ctx->epoch, job_status::failed, "", std::string("internal error: ") + e.what(), {})
-            .get();
+        db.finish_job(ctx->job_id, ctx->epoch, job_status::failed, "", std::string("internal error: ") + e.what(), {});
         release_kv(*ctx);
         ack(*ctx);
       }
@@ -330,10 +339,17 @@ struct worker::impl {
   // model's stream, then acked here (publish first: the ack keeps the new inflight mark). True if moved.
   bool reroute(const queue::delivery& d) {
     if (d.stream.find(":jobs:" + options.model + ":") != std::string::npos) return false;  // the model's own stream
-    auto models = db.job_models({d.job_id});
+    std::map<std::string, std::string> models;
+    std::optional<store::job_row> row;
+    try {
+      models = db.job_models({d.job_id});
+      auto it = models.find(d.job_id);
+      if (it == models.end() || it->second == options.model) return false;
+      row = db.get_job(d.job_id);
+    } catch (const link_error&) {
+      return true;  // left pending: reclaimed later
+    }
     auto it = models.find(d.job_id);
-    if (it == models.end() || it->second == options.model) return false;
-    auto row = db.get_job(d.job_id);
     int prio = row ? static_cast<int>(row->priority) : 1;
     if (!q.publish(d.job_id, prio, {}, it->second)) return true;  // Redis trouble: left pending, reclaimed later
     q.ack(d);
@@ -374,7 +390,7 @@ struct worker::impl {
       if (now >= next_renew && !jobs.empty()) {
         std::vector<std::pair<std::string, int64_t>> leases;
         for (auto& c : jobs) leases.push_back({c->job_id, c->epoch});
-        auto lost = db.renew_leases(leases, options.lease_ms).get();
+        auto lost = db.renew_leases(leases, options.lease_ms);
         for (auto& jid : lost)
           for (auto& c : jobs)
             if (c->job_id == jid && !c->done && !c->lost.exchange(true)) interrupt(*c);
@@ -419,7 +435,8 @@ struct worker::impl {
                 {"host", host},
                 {"pid", getpid()},
                 {"version", k_version},
-                {"protocol", k_protocol_version},
+                {"protocol", db.protocol_version()},
+                {"refused", db.refused()},  // non-empty: the control plane refused this worker; it claims nothing
                 {"device", m.device},
                 {"engine_threads", options.n_engine_threads},
                 {"models", models},
@@ -429,7 +446,7 @@ struct worker::impl {
                 {"max_jobs", options.max_jobs},
                 {"running_jobs", n_running},
                 {"running_job_ids", running_ids},
-                {"free_slots", superseded || !es.healthy ? 0 : std::max(0, options.max_jobs - n_running)},
+                {"free_slots", superseded || !es.healthy || !db.refused().empty() ? 0 : std::max(0, options.max_jobs - n_running)},
                 {"healthy", es.healthy},
                 {"started_ms", started_ms},
                 {"last_heartbeat_ms", store::now_ms()}}
@@ -460,7 +477,12 @@ struct worker::impl {
   void on_lost(job_ctx& c) {
     n_fenced++;
     release_kv(c);
-    auto row = db.get_job(c.job_id);
+    std::optional<store::job_row> row;
+    try {
+      row = db.get_job(c.job_id);
+    } catch (const link_error&) {
+      return;  // unknown: not acked; the entry is reclaimed and the claim decides
+    }
     if (!row || store::is_terminal(row->status)) {
       if (row && row->status == job_status::cancelled) n_cancelled++;
       ack(c);
@@ -481,7 +503,7 @@ struct worker::impl {
       json parsed = json::parse(content, nullptr, false);
       if (!parsed.is_discarded() && (parsed.is_object() || parsed.is_array())) result["parsed"] = parsed;
     }
-    auto ws = db.finish_job(c.job_id, c.epoch, st, result.dump(), error, usage).get();
+    auto ws = db.finish_job(c.job_id, c.epoch, st, result.dump(), error, usage);
     if (ws != write_status::ok) {
       on_lost(c);
       return false;
@@ -573,7 +595,7 @@ struct worker::impl {
         r.name = m.name;
         input.push_back(std::move(r));
       }
-      if (db.init_transcript(c.job_id, c.epoch, input).get() != write_status::ok) return on_lost(c);
+      if (db.init_transcript(c.job_id, c.epoch, input) != write_status::ok) return on_lost(c);
       rows = db.read_transcript(c.job_id);
     } else if (rows.size() > spec->messages.size()) {
       n_resumed++;
@@ -583,7 +605,7 @@ struct worker::impl {
     for (;;) {
       if (c.cancelled || c.lost) return on_lost(c);
       if (c.stopping) {
-        if (db.release_job(c.job_id, c.epoch).get() == write_status::ok)
+        if (db.release_job(c.job_id, c.epoch) == write_status::ok)
           ack(c);
         else
           on_lost(c);
@@ -604,7 +626,7 @@ struct worker::impl {
         if (!client_calls.empty()) {
           json pending = json::array();
           for (auto& tc : client_calls) pending.push_back({{"id", tc.id}, {"name", tc.name}, {"arguments", tc.arguments_json}});
-          if (db.require_action(c.job_id, c.epoch, pending.dump()).get() != write_status::ok) return on_lost(c);
+          if (db.require_action(c.job_id, c.epoch, pending.dump()) != write_status::ok) return on_lost(c);
           n_requires_action++;
           eng->park(c.job_key, options.client_tool_park_s);
           record_parked(c, st.n_turns - 1, options.client_tool_park_s);
@@ -651,7 +673,7 @@ struct worker::impl {
       if (spec->stream_tokens) {
         std::string jid = c.job_id;
         int64_t epoch = c.epoch;
-        store::store* s = &db;
+        control_plane* s = &db;
         cb.on_text = [s, jid, epoch](std::string_view piece) {
           s->append_event(jid, epoch, "token", json{{"text", std::string(piece)}}.dump());  // NOTE: not awaited
         };
@@ -676,7 +698,7 @@ struct worker::impl {
         // The device failed under this job, not the job itself: hand it back for another worker
         // (the dispatcher stops claiming while the engine is unhealthy).
         spdlog::error("worker {}: engine failed; handing job {} back: {}", id, c.job_id, res.error);
-        if (db.release_job(c.job_id, c.epoch).get() == write_status::ok)
+        if (db.release_job(c.job_id, c.epoch) == write_status::ok)
           ack(c);
         else
           on_lost(c);
@@ -718,7 +740,7 @@ struct worker::impl {
                                 {"decode_ms", res.usage.decode_ms}}
                                .dump();
       tc.job_usage = usage;
-      if (db.commit_turn(c.job_id, c.epoch, tc).get() != write_status::ok) return on_lost(c);
+      if (db.commit_turn(c.job_id, c.epoch, tc) != write_status::ok) return on_lost(c);
       n_turns++;
       obs::observe_turn(res.usage);
       spdlog::debug("worker {}: job {} turn {}: {} prompt tokens ({} cached), {} generated, prefill {:.0f} ms, decode {:.0f} ms",
@@ -747,21 +769,11 @@ struct worker::impl {
   void prune_spill() {
     std::set<uint64_t> live;
     try {
-      for (auto st : {job_status::requires_action, job_status::queued, job_status::running}) {
-        std::string before;
-        for (;;) {
-          auto rows = db.list_jobs("", st, 1000, before);
-          for (const auto& r : rows) live.insert(job_key_of(kv_chain_of(r.request_json, r.id)));
-          if (rows.size() < 1000) break;
-          before = rows.back().id;
-        }
-      }
+      live = db.live_kv_keys();
     } catch (const std::exception& e) {
       spdlog::warn("worker {}: listing live jobs for the KV spill sweep failed ({}); keeping every file", id, e.what());
       return;
     }
-    // NOTE: three reads, not one snapshot: a job changing state between them may be missed and
-    // its file deleted; the cost is a re-prefill of that job, never a wrong answer.
     const int32_t n = eng->prune_spill([&live](uint64_t k) { return live.count(k) != 0; });
     if (n > 0) spdlog::info("worker {}: removed {} KV spill file(s) of jobs that are over", id, n);
   }
@@ -843,7 +855,7 @@ struct worker::impl {
       if (recorded.count(tc.id)) continue;
       const tool_spec* t = spec.find_tool(tc.name);
       if (!t) {
-        db.record_tool_result(c.job_id, c.epoch, {tc.id, "error: no tool named '" + tc.name + "'", true}, tc.name).get();
+        db.record_tool_result(c.job_id, c.epoch, {tc.id, "error: no tool named '" + tc.name + "'", true}, tc.name);
         continue;
       }
       if (t->http)
@@ -876,7 +888,7 @@ struct worker::impl {
     req.job_id = c.job_id;
     req.call_id = tc.id;
     // NOTE: looked up per call, not per job: a rotated secret takes effect at the next call.
-    if (options.tool_secret) req.secret = options.tool_secret(c.job_id, c.tenant);
+    req.secret = options.tool_secret ? options.tool_secret(c.job_id, c.tenant) : db.tool_secret(c.job_id, c.tenant);
     req.timeout_ms = t.http->timeout_ms;
     req.max_response_bytes = t.http->max_response_bytes;
     http_tool_response res;
@@ -907,15 +919,22 @@ struct worker::impl {
       out.output = "error: " + res.error;
       out.is_error = true;
     }
-    if (db.record_tool_result(c.job_id, c.epoch, out, tc.name).get() != write_status::ok) c.lost = true;
+    if (db.record_tool_result(c.job_id, c.epoch, out, tc.name) != write_status::ok) c.lost = true;
   }
 };
 
 // ---------------------------------------------------------------------------
 
 worker::worker(worker_options options, std::shared_ptr<engine> engine, store::store& store, queue::queue& queue,
+               bool start_engine) {
+  auto local = make_local_control_plane(store);
+  control_plane& cp = *local;
+  impl_ = std::make_unique<impl>(std::move(options), std::move(engine), std::move(local), cp, queue, start_engine);
+}
+
+worker::worker(worker_options options, std::shared_ptr<engine> engine, control_plane& cp, queue::queue& queue,
                bool start_engine)
-    : impl_(std::make_unique<impl>(std::move(options), std::move(engine), store, queue, start_engine)) {}
+    : impl_(std::make_unique<impl>(std::move(options), std::move(engine), nullptr, cp, queue, start_engine)) {}
 
 worker::~worker() { stop(); }
 
@@ -927,7 +946,7 @@ void worker::start() {
   impl_->started_ms = store::now_ms();
   // A stable id (#28): jobs the previous run of this id still held are fenced and claimable now.
   try {
-    auto fenced = impl_->db.fence_worker_leases(impl_->id).get();
+    auto fenced = impl_->db.fence_worker_leases(impl_->id);
     impl_->n_fenced_at_start = static_cast<int64_t>(fenced.size());
     if (!fenced.empty())
       spdlog::info("worker {}: fenced {} lease(s) held by its previous run; they are claimable again", impl_->id,

@@ -19,10 +19,12 @@ namespace agentq::queue {
 class queue;
 }
 namespace agentq::obs {
-class obs_store;
+class timeline_sink;
 }
 
 namespace agentq::worker {
+
+class control_plane;
 
 // A server-side tool call: POST {job_id, call_id, name, arguments} to url.
 struct http_tool_request {
@@ -78,7 +80,7 @@ struct worker_options {
   std::string tool_allow_cidrs;        // SSRF allow-list for tool URLs, e.g. "127.0.0.0/8" (tests)
   int32_t max_deliveries = 5;          // claims before a job is dead-lettered
   http_tool_fn http_tool;              // empty = built-in client
-  obs::obs_store* timeline = nullptr;  // records tool and KV-parking spans of job timelines; nullptr = none
+  obs::timeline_sink* timeline = nullptr;  // records tool and KV-parking spans of job timelines; nullptr = none
 };
 
 struct worker_stats {
@@ -94,6 +96,9 @@ class worker {
   // The engine is shared (the daemon may own it); the worker starts/stops its loop thread
   // only if start_engine. store and queue must outlive the worker.
   worker(worker_options options, std::shared_ptr<engine> engine, store::store& store, queue::queue& queue,
+         bool start_engine = true);
+  // The same on a control plane (worker/control_plane.h: local, or a remote worker's link); cp outlives it.
+  worker(worker_options options, std::shared_ptr<engine> engine, control_plane& cp, queue::queue& queue,
          bool start_engine = true);
   ~worker();                           // stop(): held jobs are released back to the queue
   worker(const worker&) = delete;

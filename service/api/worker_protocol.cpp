@@ -1,0 +1,251 @@
+// POST /v1/worker/messages: remote workers' reads and fenced writes, applied to the job store
+// (worker_protocol.h; the worker's side is worker/remote_control_plane.cpp).
+#include "api/worker_protocol.h"
+
+#include <spdlog/spdlog.h>
+
+#include "api/reply.h"
+#include "auth/keys.h"
+#include "obs/obs_store.h"
+#include "store/sqlite.h"
+#include "store/store.h"
+#include "util/crypto.h"
+#include "util/json_depth.h"
+#include "worker/control_plane.h"
+#include "worker/protocol.h"
+
+namespace agentq::api {
+
+using json = nlohmann::json;
+namespace proto = worker::protocol;
+using store::write_status;
+
+namespace {
+
+json reply(const std::string& msg_id, write_status st, json result = json::object(), const std::string& error = {}) {
+  json r = {{"msg_id", msg_id}, {"status", store::to_string(st)}, {"result", std::move(result)}};
+  if (!error.empty()) r["error"] = error;
+  return r;
+}
+
+std::string bearer_of(const http::request& req) {
+  std::string h = req.header("authorization");
+  if (h.size() > 7 && (h.compare(0, 7, "Bearer ") == 0 || h.compare(0, 7, "bearer ") == 0)) return h.substr(7);
+  return {};
+}
+
+}  // namespace
+
+std::unique_ptr<worker_protocol> worker_protocol::open(worker_protocol_options options, store::store& store,
+                                                       obs::obs_store* obs, auth::key_store& keys,
+                                                       const std::string& db_path, std::string* error) {
+  try {
+    auto db = std::make_unique<store::sqlite_db>(db_path, 5000);
+    db->exec("PRAGMA journal_mode=WAL");
+    db->prepare("SELECT count(*) FROM applied_messages").run();  // the store migrated it (0009)
+    return std::unique_ptr<worker_protocol>(new worker_protocol(std::move(options), store, obs, keys, std::move(db)));
+  } catch (const std::exception& e) {
+    if (error) *error = std::string("opening applied_messages: ") + e.what();
+    return nullptr;
+  }
+}
+
+worker_protocol::worker_protocol(worker_protocol_options options, store::store& store, obs::obs_store* obs,
+                                 auth::key_store& keys, std::unique_ptr<store::sqlite_db> db)
+    : options_(std::move(options)), store_(store), obs_(obs), keys_(keys), db_(std::move(db)) {}
+
+worker_protocol::~worker_protocol() = default;
+
+http::response worker_protocol::handle(const http::request& req) {
+  // NOTE: only the worker token: a tenant's (or the admin's) API key is not a worker credential.
+  const std::string presented = bearer_of(req);
+  if (presented.empty() || !crypto::constant_time_equal(presented, options_.token))
+    return http::error_response(http::error_kind::authentication,
+                                "a worker token is required (Authorization: Bearer <--worker-token>)");
+  // NOTE: deeper JSON would overflow the stack when dumped (replies, applied_messages): refused.
+  if (util::json_depth(req.body) > util::k_max_json_depth)
+    return http::error_response(http::error_kind::invalid_request, "JSON nested too deeply", "messages");
+  json body = json::parse(req.body, nullptr, false);
+  if (!body.is_object() || !body.contains("messages") || !body["messages"].is_array())
+    return http::error_response(http::error_kind::invalid_request, "expected {\"messages\": [...]}", "messages");
+  const json& msgs = body["messages"];
+  if (msgs.size() > size_t(options_.max_messages))
+    return http::error_response(http::error_kind::invalid_request,
+                                "at most " + std::to_string(options_.max_messages) + " messages per request", "messages");
+  json replies = json::array();
+  for (const auto& m : msgs) replies.push_back(apply(m));
+  return json_response(200, {{"replies", replies}});
+}
+
+json worker_protocol::apply(const json& m) {
+  std::string msg_id;
+  try {
+    if (!m.is_object()) return reply("", write_status::invalid, json::object(), "a message is a JSON object");
+    msg_id = m.value("msg_id", "");
+    const int v = m.at("v").get<int>();
+    if (v < options_.version - 1 || v > options_.version + 1)
+      return reply(msg_id, write_status::invalid, {{"reason", "protocol"}},
+                   "protocol version " + std::to_string(v) + " is not accepted: this control plane speaks " +
+                       std::to_string(options_.version) + " and accepts " + std::to_string(options_.version - 1) +
+                       ".." + std::to_string(options_.version + 1));
+    const std::string kind = m.at("kind").get<std::string>();
+    if (!proto::is_known_kind(kind))
+      return reply(msg_id, write_status::invalid, {{"reason", "kind"}}, "unknown message kind '" + kind + "'");
+    if (msg_id.empty()) return reply(msg_id, write_status::invalid, json::object(), "msg_id is required");
+    const bool is_write = proto::is_recorded_kind(kind);
+    if (is_write)
+      if (auto r = recorded(msg_id)) {
+        // NOTE: a claim's secret is not kept in applied_messages; a replayed claim looks it up again.
+        if (kind == "claim" && (*r)["result"].contains("job"))
+          (*r)["result"]["secret"] =
+              keys_.webhook_secret_for(m.value("job_id", ""), (*r)["result"]["job"].value("tenant", ""));
+        return *r;
+      }
+    json r = apply_kind(kind, m);
+    r["msg_id"] = msg_id;
+    // NOTE: recorded after applying (another connection than the store's writer): a control plane
+    // killed in between applies that message again on the worker's retry; only an event or a
+    // timeline row can repeat then (turns, tool results, claims and terminal states are keyed).
+    if (is_write && r.value("status", "") != "error") {
+      json kept = r;
+      if (kept["result"].is_object()) kept["result"].erase("secret");
+      record(msg_id, m.value("job_id", ""), kept);
+    }
+    return r;
+  } catch (const std::exception& e) {
+    return reply(msg_id, write_status::invalid, json::object(), std::string("malformed message: ") + e.what());
+  }
+}
+
+json worker_protocol::apply_kind(const std::string& kind, const json& m) {
+  const std::string job_id = m.value("job_id", "");
+  const int64_t epoch = m.value("epoch", int64_t(0));
+  const std::string worker_id = m.at("worker_id").get<std::string>();
+  const json body = m.value("body", json::object());
+  const std::string msg_id = m.value("msg_id", "");
+  auto done = [&](write_status st, json result = json::object()) { return reply(msg_id, st, std::move(result)); };
+
+  if (kind == "claim") {
+    auto c = store_.claim_job(job_id, worker_id, body.at("lease_ms").get<int64_t>(), body.at("max_attempts").get<int32_t>())
+                 .get();
+    json res = {{"outcome", proto::to_string(c.outcome)}};
+    if (c.outcome == store::claim_outcome::claimed && c.won) {
+      // What the worker needs to run the job, so it opens no database: the spec (the row), the
+      // transcript so far, the recorded tool results, and the job key's signing secret.
+      res["epoch"] = c.won->epoch;
+      res["job"] = proto::to_json(c.won->job);
+      json tr = json::array(), tools = json::array();
+      for (const auto& row : store_.read_transcript(job_id)) tr.push_back(proto::to_json(row));
+      for (const auto& o : store_.read_tool_results(job_id)) tools.push_back(proto::to_json(o));
+      res["transcript"] = tr;
+      res["tool_results"] = tools;
+      res["secret"] = keys_.webhook_secret_for(job_id, c.won->job.tenant);
+    }
+    return done(c.outcome == store::claim_outcome::error ? write_status::error : write_status::ok, res);
+  }
+  if (kind == "fence") return done(write_status::ok, {{"jobs", store_.fence_worker_leases(worker_id).get()}});
+  if (kind == "renew") {
+    std::vector<std::pair<std::string, int64_t>> jobs;
+    for (const auto& j : body.at("jobs")) jobs.emplace_back(j.at(0).get<std::string>(), j.at(1).get<int64_t>());
+    return done(write_status::ok, {{"lost", store_.renew_leases(std::move(jobs), body.at("lease_ms").get<int64_t>()).get()}});
+  }
+  if (kind == "init_transcript") {
+    std::vector<store::transcript_row> rows;
+    for (const auto& r : body.at("rows")) rows.push_back(proto::transcript_row_from_json(r));
+    return done(store_.init_transcript(job_id, epoch, std::move(rows)).get());
+  }
+  if (kind == "commit_turn") return done(store_.commit_turn(job_id, epoch, proto::turn_commit_from_json(body)).get());
+  if (kind == "tool_result")
+    return done(store_.record_tool_result(job_id, epoch, proto::tool_output_from_json(body.at("output")),
+                                          body.value("name", ""))
+                    .get());
+  if (kind == "event")
+    return done(store_.append_event(job_id, epoch, body.at("type").get<std::string>(), body.at("data").get<std::string>())
+                    .get());
+  if (kind == "require_action")
+    return done(store_.require_action(job_id, epoch, body.at("pending").get<std::string>()).get());
+  if (kind == "finish") {
+    auto st = store::parse_job_status(body.at("status").get<std::string>());
+    if (!st || !store::is_terminal(*st)) return done(write_status::invalid);
+    return done(store_.finish_job(job_id, epoch, *st, body.value("result", ""), body.value("error", ""),
+                                  store::usage_totals::from_json(body.value("usage", "")))
+                    .get());
+  }
+  if (kind == "release") return done(store_.release_job(job_id, epoch).get());
+  if (kind == "timeline" || kind == "timeline_close") {
+    if (!obs_) return done(write_status::ok);  // no timelines kept here
+    bool ok = kind == "timeline" ? obs_->record(job_id, epoch, proto::timeline_entry_from_json(body.at("entry")))
+                                 : obs_->close_open(job_id, epoch, body.at("kind").get<std::string>(),
+                                                    body.at("end_ms").get<int64_t>());
+    return done(ok ? write_status::ok : write_status::fenced);
+  }
+  if (kind == "engine_sample") {
+    if (!obs_) return done(write_status::ok);
+    bool ok = obs_->write_sample(worker_id, proto::engine_sample_from_json(body.at("sample")),
+                                 body.value("families", json::object()));
+    // NOTE: the samplers of remote workers do not prune; the control plane does, once a minute.
+    const int64_t now = store::now_ms();
+    std::lock_guard lock(mu_);
+    if (now >= next_sample_prune_ms_) {
+      obs_->prune(now - 3600 * 1000);
+      next_sample_prune_ms_ = now + 60000;
+    }
+    return done(ok ? write_status::ok : write_status::error);
+  }
+  // --- reads ---
+  if (kind == "job") {
+    auto row = store_.get_job(job_id);
+    if (!row) return done(write_status::not_found);
+    return done(write_status::ok, {{"job", proto::to_json(*row)}});
+  }
+  if (kind == "job_models") {
+    auto models = store_.job_models(body.at("ids").get<std::vector<std::string>>());
+    return done(write_status::ok, {{"models", models}});
+  }
+  if (kind == "transcript") {
+    json tr = json::array();
+    for (const auto& row : store_.read_transcript(job_id)) tr.push_back(proto::to_json(row));
+    return done(write_status::ok, {{"transcript", tr}});
+  }
+  if (kind == "tool_results") {
+    json tools = json::array();
+    for (const auto& o : store_.read_tool_results(job_id)) tools.push_back(proto::to_json(o));
+    return done(write_status::ok, {{"tool_results", tools}});
+  }
+  if (kind == "cancelled_among")
+    return done(write_status::ok, {{"ids", store_.cancelled_among(body.at("ids").get<std::vector<std::string>>())}});
+  if (kind == "live_kv_keys") return done(write_status::ok, {{"keys", worker::live_kv_keys_of(store_)}});
+  return done(write_status::invalid);
+}
+
+std::optional<json> worker_protocol::recorded(const std::string& msg_id) {
+  std::lock_guard lock(mu_);
+  auto s = db_->prepare("SELECT reply FROM applied_messages WHERE msg_id = ?");
+  s.bind(1, msg_id);
+  if (!s.step()) return std::nullopt;
+  json r = json::parse(s.col_text(0), nullptr, false);
+  if (r.is_discarded()) return std::nullopt;
+  return r;
+}
+
+void worker_protocol::record(const std::string& msg_id, const std::string& job_id, const json& r) {
+  const int64_t now = store::now_ms();
+  std::lock_guard lock(mu_);
+  try {
+    db_->prepare("INSERT OR IGNORE INTO applied_messages(msg_id, job_id, reply, created_ms) VALUES (?,?,?,?)")
+        .bind_all(msg_id, job_id, r.dump(-1, ' ', false, json::error_handler_t::replace), now)
+        .run();
+    if (now >= next_prune_ms_) {
+      db_->prepare("DELETE FROM applied_messages WHERE created_ms < ?").bind(1, now - options_.applied_retention_ms).run();
+      next_prune_ms_ = now + 60000;
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("worker protocol: recording message {} failed: {}", msg_id, e.what());
+  }
+}
+
+void install_worker_protocol_routes(http::router& r, worker_protocol& wp) {
+  r.add("POST", proto::k_path, [&wp](http::request& req) { return wp.handle(req); });
+}
+
+}  // namespace agentq::api
