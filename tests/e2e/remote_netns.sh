@@ -101,18 +101,7 @@ start_worker() {  # start_worker ID: a new namespace with one remote worker
 start_worker wa
 start_worker wb
 
-field() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
-status() { api "$base/v1/jobs/$1" | field '["status"]'; }
-wait_status() {
-  local s
-  for _ in $(seq 1 600); do
-    s=$(status "$1")
-    for want in "${@:2}"; do [ "$s" = "$want" ] && return 0; done
-    case "$s" in failed | cancelled) fail "$1 is $s" ;; esac
-    sleep 0.1
-  done
-  fail "$1 is $(status "$1"), wanted ${*:2}"
-}
+wait_polls=600  # namespaces: slower paths
 owner() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT lease_owner FROM jobs WHERE id=?', (sys.argv[2],)).fetchone()[0])" "$tmp/cp/agentq.db" "$1"; }
 submit() { api "$base/v1/jobs" -d "$1" | field '["id"]'; }
 fn='"function":{"name":"look","parameters":{"type":"object","properties":{"q":{"enum":["Paris","London"]}},"required":["q"]}}'

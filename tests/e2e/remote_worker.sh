@@ -85,18 +85,6 @@ key=$(echo "$made" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ke
 echo "$made" | python3 -c 'import json,sys; print(json.load(sys.stdin)["webhook_secret"])' >"$tmp/secret"
 
 api() { curl -sf -H "Authorization: Bearer $key" -H 'Content-Type: application/json' "$@"; }
-field() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
-status() { api "$base/v1/jobs/$1" | field '["status"]'; }
-wait_status() {  # wait_status JOB STATUS...
-  local s
-  for _ in $(seq 1 400); do
-    s=$(status "$1")
-    for want in "${@:2}"; do [ "$s" = "$want" ] && return 0; done
-    case "$s" in failed | cancelled) fail "$1 is $s" ;; esac
-    sleep 0.1
-  done
-  fail "$1 is $(status "$1"), wanted ${*:2}"
-}
 owner() { python3 - "$tmp/cp/agentq.db" "$1" <<'PY'
 import sqlite3, sys
 print(sqlite3.connect(sys.argv[1]).execute("SELECT lease_owner FROM jobs WHERE id=?", (sys.argv[2],)).fetchone()[0])

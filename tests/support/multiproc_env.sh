@@ -38,3 +38,19 @@ start_redis() {
   pids+=($!)
   for _ in $(seq 1 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
 }
+
+# Job status through the caller's api() (curl with its key) at $base: field EXPR reads stdin's JSON
+# at a Python subscript; wait_status JOB STATUS... polls every 0.1 s, $wait_polls times (default 400),
+# failing at once on failed / cancelled.
+field() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+status() { api "$base/v1/jobs/$1" | field '["status"]'; }
+wait_status() {
+  local s
+  for _ in $(seq 1 "${wait_polls:-400}"); do
+    s=$(status "$1")
+    for want in "${@:2}"; do [ "$s" = "$want" ] && return 0; done
+    case "$s" in failed | cancelled) fail "$1 is $s" ;; esac
+    sleep 0.1
+  done
+  fail "$1 is $(status "$1"), wanted ${*:2}"
+}
