@@ -8,38 +8,19 @@
 
 #include "kv/block_pool.h"
 #include "kv/prefix_cache.h"
+#include "kv_stamp.h"
 
 using namespace agentq;
+using test::append;
+using test::stamp;
 
 namespace {
 
 kv_layout tiny_layout(int32_t block_size) { return {2, 1, 2, block_size}; }
 
-// Each position's K and V rows carry a stamp (the token value) in every layer.
-void stamp(block_pool& pool, int32_t block, int32_t row, float v) {
-  const int32_t w = pool.layout().row();
-  for (int32_t l = 0; l < pool.layout().n_layer; ++l) {
-    pool.store().k(l, block)[row * w] = v;
-    pool.store().v(l, block)[row * w + 1] = -v;
-  }
-}
 bool stamped(const block_pool& pool, int32_t block, int32_t row, float v) {
-  const int32_t w = pool.layout().row();
-  for (int32_t l = 0; l < pool.layout().n_layer; ++l) {
-    if (pool.store().k(l, block)[row * w] != v || pool.store().v(l, block)[row * w + 1] != -v) return false;
-  }
-  return true;
-}
-// Append values to a seq (reserve, write, commit); false when the pool is exhausted.
-bool append(block_pool& pool, int32_t seq, const std::vector<int32_t>& vals) {
-  const int32_t n0 = pool.seq(seq).n_tokens;
-  if (!pool.reserve(seq, n0 + int32_t(vals.size()))) return false;
-  const int32_t bs = pool.block_size();
-  for (size_t i = 0; i < vals.size(); ++i) {
-    const int32_t pos = n0 + int32_t(i);
-    stamp(pool, pool.seq(seq).blocks[size_t(pos / bs)], pos % bs, float(vals[i]));
-  }
-  pool.set_n_tokens(seq, n0 + int32_t(vals.size()));
+  for (int32_t l = 0; l < pool.layout().n_layer; ++l)
+    if (!test::stamped_in(pool, l, block, row, v)) return false;
   return true;
 }
 bool matches(const block_pool& pool, int32_t seq, const std::vector<int32_t>& vals) {

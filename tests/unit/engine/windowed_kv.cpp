@@ -14,8 +14,11 @@
 #include "kv/block_pool.h"
 #include "kv/prefix_cache.h"
 #include "kv/spill.h"
+#include "kv_stamp.h"
 
 using namespace agentq;
+using test::append;
+using test::stamp;
 namespace fs = std::filesystem;
 
 namespace {
@@ -30,38 +33,18 @@ kv_layout windowed_layout(int32_t block_size = 4, int32_t window = 10) {
 
 bool is_windowed(const block_pool& pool, int32_t il) { return pool.layout().layer_windowed[size_t(il)]; }
 
-// Stamp position pos's K/V rows in every layer that holds the block.
-void stamp(block_pool& pool, int32_t block, int32_t row, float v) {
-  const int32_t w = pool.layout().row();
-  for (int32_t l = 0; l < pool.layout().n_layer; ++l) {
-    pool.store().k(l, block)[row * w] = v;
-    pool.store().v(l, block)[row * w + 1] = -v;
-  }
-}
-bool append(block_pool& pool, int32_t seq, const std::vector<int32_t>& vals) {
-  const int32_t n0 = pool.seq(seq).n_tokens;
-  if (!pool.reserve(seq, n0 + int32_t(vals.size()))) return false;
-  const int32_t bs = pool.block_size();
-  for (size_t i = 0; i < vals.size(); ++i) {
-    const int32_t pos = n0 + int32_t(i);
-    stamp(pool, pool.seq(seq).blocks[size_t(pos / bs)], pos % bs, float(vals[i]));
-  }
-  pool.set_n_tokens(seq, n0 + int32_t(vals.size()));
-  return true;
-}
 // Full layers hold every position; windowed layers every position from the window's first
 // block on (what attention may read for the next token).
 bool matches(const block_pool& pool, int32_t seq, const std::vector<int32_t>& vals) {
   const auto& s = pool.seq(seq);
   if (s.n_tokens != int32_t(vals.size())) return false;
-  const int32_t bs = pool.block_size(), w = pool.layout().row();
+  const int32_t bs = pool.block_size();
   const int32_t first = pool.layout().window_block(s.n_tokens) * bs;
   for (int32_t pos = 0; pos < s.n_tokens; ++pos) {
     const int32_t b = s.blocks[size_t(pos / bs)], row = pos % bs;
     for (int32_t l = 0; l < pool.layout().n_layer; ++l) {
       if (is_windowed(pool, l) && pos < first) continue;
-      const float v = float(vals[size_t(pos)]);
-      if (pool.store().k(l, b)[row * w] != v || pool.store().v(l, b)[row * w + 1] != -v) return false;
+      if (!test::stamped_in(pool, l, b, row, float(vals[size_t(pos)]))) return false;
     }
   }
   return true;
