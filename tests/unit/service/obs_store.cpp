@@ -10,35 +10,17 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "store/store.h"
-#include "temp_dir.h"
+#include "store_obs_fixture.h"
 
 using namespace agentq;
 using json = nlohmann::json;
 
 namespace {
 
-struct fixture {
-  test::temp_dir dir;
-  std::unique_ptr<store::store> st;
-  std::unique_ptr<obs::obs_store> obs;
-  fixture() {
-    std::string err;
-    store::store_options o;
-    o.path = dir.file("jobs.db");
-    st = store::store::open(o, &err);
-    REQUIRE_MESSAGE(st, err);
-    obs = obs::obs_store::open(o.path, &err);
-    REQUIRE_MESSAGE(obs, err);
-  }
-  store::job_row job() {
-    store::new_job nj;
-    nj.tenant = "t1";
-    nj.request_json = R"({"messages":[{"role":"user","content":"hi"}]})";
-    auto r = st->create_job(nj).get();
-    REQUIRE(r.outcome == store::create_outcome::created);
-    return r.job;
-  }
+// jobs.db: the file name this test has always used.
+struct fixture : test::store_obs_fixture {
+  fixture() : store_obs_fixture("jobs.db") {}
+  store::job_row job() { return new_job(); }
 };
 
 obs::timeline_entry tool_span(int64_t start, int64_t end) {

@@ -9,46 +9,28 @@
 #include <nlohmann/json.hpp>
 
 #include "auth/keys.h"
-#include "obs/obs_store.h"
-#include "store/store.h"
-#include "temp_dir.h"
+#include "store_obs_fixture.h"
 
 using namespace agentq;
 using json = nlohmann::json;
 
 namespace {
 
-struct fixture {
-  test::temp_dir dir;
-  std::unique_ptr<store::store> st;
+struct fixture : test::store_obs_fixture {
   std::unique_ptr<auth::key_store> keys;
-  std::unique_ptr<obs::obs_store> obs;
   std::unique_ptr<api::worker_protocol> wp;
   int seq = 0;
   fixture() {
     std::string err;
-    store::store_options o;
-    o.path = dir.file("agentq.db");
-    st = store::store::open(o, &err);
-    REQUIRE_MESSAGE(st, err);
-    keys = auth::key_store::open(o.path, &err);
+    keys = auth::key_store::open(db_path, &err);
     REQUIRE_MESSAGE(keys, err);
-    obs = obs::obs_store::open(o.path, &err);
-    REQUIRE_MESSAGE(obs, err);
     api::worker_protocol_options wo;
     wo.token = "wt_secret_token";
     wo.version = 2;
-    wp = api::worker_protocol::open(wo, *st, obs.get(), *keys, o.path, &err);
+    wp = api::worker_protocol::open(wo, *st, obs.get(), *keys, db_path, &err);
     REQUIRE_MESSAGE(wp, err);
   }
-  std::string job(const std::string& tenant = "t1") {
-    store::new_job nj;
-    nj.tenant = tenant;
-    nj.request_json = R"({"messages":[{"role":"user","content":"hi"}]})";
-    auto r = st->create_job(nj).get();
-    REQUIRE(r.outcome == store::create_outcome::created);
-    return r.job.id;
-  }
+  std::string job(const std::string& tenant = "t1") { return new_job(tenant).id; }
   json msg(const std::string& kind, const std::string& job_id, int64_t epoch, json body, int v = 2,
            std::string msg_id = {}) {
     return {{"v", v},
