@@ -2,7 +2,7 @@
 // encode, or, when it starts with "GGUF", a model file whose tokenizer metadata
 // is loaded and exercised. Build and run:
 //   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address -Iengine -Iengine/include -Ikernels/include \
-//     tests/fuzz/fuzz_tokenizer.cpp engine/tokenizer/*.cpp engine/gguf/*.cpp -o fuzz_tokenizer && ./fuzz_tokenizer -max_total_time=60
+//     tests/fuzz/fuzz_tokenizer.cpp engine/tokenizer/*.cpp engine/gguf/{reader,types,split}.cpp -o fuzz_tokenizer && ./fuzz_tokenizer -max_total_time=60
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -64,9 +64,11 @@ std::shared_ptr<const gguf::file> parity_model(const std::string& arch, const fs
   return f;
 }
 
-// Top-5 logits within this of llama.cpp's (the CUDA K/V is F32, llama.cpp's F16). gpt-oss: its MXFP4
-// experts' activations are rounded to Q8_0 by llama.cpp (and the CPU engine), not by the CUDA matvec.
-float logit_tol(const std::string& arch) { return arch == "gpt-oss" ? 3e-2f : 1e-2f; }
+// Top-5 logits within this of llama.cpp's and the CPU engine's (the CUDA K/V is F32, llama.cpp's F16).
+// gpt-oss: its MXFP4 experts' activations are rounded to Q8_0 by llama.cpp and the CPU engine, not by
+// the CUDA matvec: the references of these ops differ from the CPU engine by 0.030 on this model
+// (unit.cuda_reference_forward), the CPU engine from llama.cpp by up to 0.015.
+float logit_tol(const std::string& arch) { return arch == "gpt-oss" ? 5e-2f : 1e-2f; }
 
 token_id argmax(const float* v, int32_t n) {
   token_id best = 0;
