@@ -4,10 +4,9 @@
 // no --chat-family given; a tool job on the Phi-4-mini model is accepted (a known family).
 #include <doctest/doctest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "agentqd_e2e.h"
@@ -60,8 +59,9 @@ TEST_CASE("GET /v1/models shows each model's architecture and detected chat fami
                {"messages", {{{"role", "user"}, {"content", "Look it up."}}}},
                {"max_turns", 1},
                {"max_tokens_per_turn", 8}};
-  body["tools"] = {{{"type", "function"},
-                    {"function", {{"name", "lookup"}, {"parameters", {{"type", "object"}, {"properties", json::object()}}}}}}};
+  body["tools"] = {
+      {{"type", "function"},
+       {"function", {{"name", "lookup"}, {"parameters", {{"type", "object"}, {"properties", json::object()}}}}}}};
   auto r = user.post("/v1/jobs", body);
   CHECK_MESSAGE(r.status == 202, r.raw);
   fs::remove_all(dir);

@@ -6,6 +6,7 @@
 // windows, sinks, MoE); a family the registry does not mark cuda is refused by name.
 // Exits 77 (skipped) without a device, without CUDA, or without the vocab for the models.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,8 +17,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "test_env.h"
 
@@ -68,7 +67,9 @@ std::shared_ptr<const gguf::file> parity_model(const std::string& arch, const fs
 // gpt-oss: its MXFP4 experts' activations are rounded to Q8_0 by llama.cpp and the CPU engine, not by
 // the CUDA matvec: the references of these ops differ from the CPU engine by 0.030 on this model
 // (unit.cuda_reference_forward), the CPU engine from llama.cpp by up to 0.015.
-float logit_tol(const std::string& arch) { return arch == "gpt-oss" ? 5e-2f : 1e-2f; }
+float logit_tol(const std::string& arch) {
+  return arch == "gpt-oss" ? 5e-2f : 1e-2f;
+}
 
 token_id argmax(const float* v, int32_t n) {
   token_id best = 0;
@@ -81,8 +82,10 @@ token_id argmax(const float* v, int32_t n) {
 std::pair<float, float> top2(const float* v, int32_t n) {
   float a = -INFINITY, b = -INFINITY;
   for (int32_t i = 0; i < n; ++i) {
-    if (v[i] > a) b = a, a = v[i];
-    else if (v[i] > b) b = v[i];
+    if (v[i] > a)
+      b = a, a = v[i];
+    else if (v[i] > b)
+      b = v[i];
   }
   return {a, b};
 }
@@ -94,7 +97,8 @@ TEST_CASE("cuda runs every registered architecture: llama.cpp's greedy tokens on
   for (const auto& arch : gguf::synthetic_archs()) {
     CAPTURE(arch);
     auto f = parity_model(arch, vocab);
-    auto cases = test::load_golden(test::source_dir() / "tests" / "unit" / "engine" / "data" / "families" / (arch + ".jsonl"));
+    auto cases =
+        test::load_golden(test::source_dir() / "tests" / "unit" / "engine" / "data" / "families" / (arch + ".jsonl"));
     REQUIRE(cases.size() >= 2);
     int32_t n_checked = 0;
     float worst = 0;
@@ -124,7 +128,8 @@ TEST_CASE("cuda runs every registered architecture: llama.cpp's greedy tokens on
         const token_id got = argmax(logits.data(), n_vocab);
         if (got != c.output_ids[step]) {
           const float gap = c.top5[step][0].second - c.top5[step][1].second;
-          REQUIRE_MESSAGE(gap < k_near_tie, "token mismatch at step ", step, ": got ", got, ", want ", c.output_ids[step]);
+          REQUIRE_MESSAGE(gap < k_near_tie, "token mismatch at step ", step, ": got ", got, ", want ",
+                          c.output_ids[step]);
           break;
         }
         ++n_checked;
@@ -135,7 +140,8 @@ TEST_CASE("cuda runs every registered architecture: llama.cpp's greedy tokens on
         REQUIRE(m->forward({&s, 1}, logits.data()) == 1);
       }
     }
-    MESSAGE(arch, " on cuda: ", n_checked, " greedy tokens equal to llama.cpp's; largest top-5 logit difference ", worst);
+    MESSAGE(arch, " on cuda: ", n_checked, " greedy tokens equal to llama.cpp's; largest top-5 logit difference ",
+            worst);
     CHECK(n_checked >= 32);
   }
   CHECK_FALSE(kernels::cuda::cuda_failed());
@@ -183,7 +189,8 @@ TEST_CASE("cuda gives the CPU engine's greedy tokens and logits, batched, past t
     // Greedy decode of both sequences from the CPU's tokens (the same inputs either way).
     token_id na = argmax(lc.data(), n_vocab), nb = 7;
     for (int32_t step = 0; step < 40; ++step) {
-      compare({batch_seq{ta.data(), 33 + step, &na, 1, false}, batch_seq{tb.data(), 20 + step, &nb, 1, false}}, "decode");
+      compare({batch_seq{ta.data(), 33 + step, &na, 1, false}, batch_seq{tb.data(), 20 + step, &nb, 1, false}},
+              "decode");
       na = argmax(lc.data(), n_vocab);
       nb = argmax(lc.data() + n_vocab, n_vocab);
     }
@@ -245,6 +252,8 @@ TEST_CASE("cuda refuses the architectures the registry does not mark for it, by 
 
 #else
 
-TEST_CASE("cuda families: built without CUDA") { test::skip("built without CUDA"); }
+TEST_CASE("cuda families: built without CUDA") {
+  test::skip("built without CUDA");
+}
 
 #endif

@@ -98,9 +98,9 @@ TEST_CASE("attention with a window, soft-capping and sinks: decode (split and on
           const std::vector<int32_t> q_start = {0, 1, 51, 1551, 1588};
           const auto qp = test::random_floats(size_t(q_start.back()) * per, rng);
           std::vector<float> expp(qp.size());
-          ref::attention_prefill(qp.data(), f.k.data(), f.v.data(), f.block_tables.data(), f.max_blocks,
-                                 q_start.data(), n_past.data(), n_seqs, n_head, n_head_kv, head_dim, block_size, scale,
-                                 expp.data(), ro);
+          ref::attention_prefill(qp.data(), f.k.data(), f.v.data(), f.block_tables.data(), f.max_blocks, q_start.data(),
+                                 n_past.data(), n_seqs, n_head, n_head_kv, head_dim, block_size, scale, expp.data(),
+                                 ro);
           auto dqp = to_device(qp), dqs = to_device(q_start), dnp = to_device(n_past);
           cu::device_buffer doutp(qp.size() * 4);
           cu::attention_prefill(dqp.as<float>(), dk.as<float>(), dv.as<float>(), dtab.as<int32_t>(), f.max_blocks,
@@ -126,7 +126,8 @@ TEST_CASE("rope_kv_write_table: angles from a table (with a magnitude), NoPE wri
       CAPTURE(neox);
       CAPTURE(n_rot);
       std::vector<float> inv(size_t(std::max(n_rot / 2, 1)));
-      for (size_t i = 0; i < inv.size(); ++i) inv[i] = std::pow(10000.0f, -2.0f * float(i) / float(std::max(n_rot, 2))) / 1.5f;
+      for (size_t i = 0; i < inv.size(); ++i)
+        inv[i] = std::pow(10000.0f, -2.0f * float(i) / float(std::max(n_rot, 2))) / 1.5f;
       const float mscale = n_rot == 32 ? 1.2f : 1.0f;
       auto q = test::random_floats(size_t(n_tokens * n_head * head_dim), rng);
       auto k = test::random_floats(size_t(n_tokens * row), rng);
@@ -135,8 +136,8 @@ TEST_CASE("rope_kv_write_table: angles from a table (with a magnitude), NoPE wri
       auto dq = to_device(q), dk = to_device(k), dv = to_device(v), dpos = to_device(pos), dts = to_device(tok_seq);
       auto dtab = to_device(tables), dinv = to_device(inv), dkc = to_device(kc), dvc = to_device(vc);
       ref::rope_kv_write_table(q.data(), k.data(), v.data(), pos.data(), tok_seq.data(), tables.data(), max_blocks,
-                               n_tokens, n_head, n_head_kv, head_dim, n_rot, neox, n_rot ? inv.data() : nullptr,
-                               mscale, block_size, kc.data(), vc.data());
+                               n_tokens, n_head, n_head_kv, head_dim, n_rot, neox, n_rot ? inv.data() : nullptr, mscale,
+                               block_size, kc.data(), vc.data());
       cu::rope_kv_write_table(dq.as<float>(), dk.as<float>(), dv.as<float>(), dpos.as<int32_t>(), dts.as<int32_t>(),
                               dtab.as<int32_t>(), max_blocks, n_tokens, n_head, n_head_kv, head_dim, n_rot, neox,
                               n_rot ? dinv.as<float>() : nullptr, mscale, block_size, dkc.as<float>(), dvc.as<float>(),
@@ -149,8 +150,9 @@ TEST_CASE("rope_kv_write_table: angles from a table (with a magnitude), NoPE wri
   CHECK_FALSE(cu::cuda_failed());
 }
 
-TEST_CASE("MoE ops: moe_matvec (every type; bitwise matvec on the chosen expert), expert biases, clamped SwiGLU, "
-          "weighted sum") {
+TEST_CASE(
+    "MoE ops: moe_matvec (every type; bitwise matvec on the chosen expert), expert biases, clamped SwiGLU, "
+    "weighted sum") {
   require_device();
   std::mt19937 rng(28);
   const weight_type types[] = {weight_type::f32,  weight_type::f16,  weight_type::bf16, weight_type::q8_0,
@@ -192,7 +194,8 @@ TEST_CASE("MoE ops: moe_matvec (every type; bitwise matvec on the chosen expert)
   }
   {
     const int64_t n = 10007;
-    const auto g = test::random_floats(size_t(n), rng, -10.0f, 10.0f), u = test::random_floats(size_t(n), rng, -10.0f, 10.0f);
+    const auto g = test::random_floats(size_t(n), rng, -10.0f, 10.0f),
+               u = test::random_floats(size_t(n), rng, -10.0f, 10.0f);
     std::vector<float> expect(static_cast<size_t>(n));
     ref::swiglu_oai(g.data(), u.data(), expect.data(), n);
     auto dg = to_device(g), du = to_device(u);

@@ -8,14 +8,13 @@
 // every registered family, so the gpu tests (kernels vs these references, the pass vs the CPU) check
 // the rest. Prompts longer than the synthetic windows (8), prefill then greedy decode.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "agentq/kernels_cuda.h"
 #include "gguf/reader.h"
@@ -49,8 +48,12 @@ struct mat {
 mat view(const weight& w) {
   return w ? mat{static_cast<cu::weight_type>(static_cast<int32_t>(w.type)), w.data, w.n_in, w.n_out} : mat{};
 }
-void linear(const mat& w, const float* x, int32_t n_x, float* y) { ref::matvec(w.type, w.data, w.n_out, w.n_in, x, n_x, y); }
-const float* ptr(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+void linear(const mat& w, const float* x, int32_t n_x, float* y) {
+  ref::matvec(w.type, w.data, w.n_out, w.n_in, x, n_x, y);
+}
+const float* ptr(const std::vector<float>& v) {
+  return v.empty() ? nullptr : v.data();
+}
 
 // The ops of cuda_forward's launch_step over one sequence's new tokens (positions n_past..), K/V in
 // host blocks laid out as the device's ([layer][block][block_size][n_kv * hd], F32, contiguous table).
@@ -72,13 +75,14 @@ class ref_forward {
     const int32_t k_used = d_.n_expert_used, n_exp = d_.n_expert, n_ff_e = d_.n_ff_exp, n_moe = n_x * k_used;
     std::vector<int32_t> ids(tokens.begin(), tokens.end()), pos, tok_seq(size_t(n_x), 0);
     for (int32_t t = 0; t < n_x; ++t) pos.push_back(n_past + t);
-    std::vector<float> x(size_t(n_x) * n_embd), xb(x.size()), q(size_t(n_x) * n_q), k(size_t(n_x) * n_kvd),
-        v(k.size()), att(q.size()), hb(size_t(n_x) * std::max(n_ff, 1)), hb2(hb.size());
+    std::vector<float> x(size_t(n_x) * n_embd), xb(x.size()), q(size_t(n_x) * n_q), k(size_t(n_x) * n_kvd), v(k.size()),
+        att(q.size()), hb(size_t(n_x) * std::max(n_ff, 1)), hb2(hb.size());
     const mat tok_embd = view(d_.tok_embd);
     ref::embedding(tok_embd.type, tok_embd.data, ids.data(), n_x, n_embd, x.data());
     if (d_.embd_scale != 0.0f) ref::scale(x.data(), d_.embd_scale, int64_t(n_x) * n_embd);
     const float att_scale = d_.q_scale != 0.0f ? 1.0f : 1.0f / std::sqrt(float(hd));
-    const auto gating = d_.gating == moe_gating::softmax_topk ? cu::moe_gating::topk_softmax : cu::moe_gating::softmax_norm;
+    const auto gating =
+        d_.gating == moe_gating::softmax_topk ? cu::moe_gating::topk_softmax : cu::moe_gating::softmax_norm;
     // x += [post](W a [+ b]), as cuda_forward::residual_out
     auto residual_out = [&](const mat& w, const std::vector<float>& b, const std::vector<float>& post, const float* a) {
       std::vector<float> tmp(size_t(n_x) * w.n_out);
@@ -128,8 +132,8 @@ class ref_forward {
 
       ref::rms_norm(x.data(), L.ffn_norm.data(), xb.data(), n_x, n_embd, hp.rms_eps);
       if (L.moe_router) {
-        std::vector<float> router(size_t(n_x) * n_exp), w(static_cast<size_t>(n_moe)), g(size_t(n_moe) * n_ff_e), u(g.size()),
-            y(size_t(n_moe) * n_embd);
+        std::vector<float> router(size_t(n_x) * n_exp), w(static_cast<size_t>(n_moe)), g(size_t(n_moe) * n_ff_e),
+            u(g.size()), y(size_t(n_moe) * n_embd);
         std::vector<int32_t> sel(static_cast<size_t>(n_moe));
         linear(view(L.moe_router), xb.data(), n_x, router.data());
         if (!L.moe_router_b.empty()) ref::add_rows(router.data(), L.moe_router_b.data(), n_x, n_exp);
@@ -148,7 +152,8 @@ class ref_forward {
         ref::moe_matvec(ds.type, ds.data, n_embd, n_ff_e, g.data(), 1, sel.data(), n_moe, y.data());
         if (!L.moe_down_b.empty()) ref::add_rows_by_id(y.data(), L.moe_down_b.data(), sel.data(), n_moe, n_embd);
         ref::moe_combine(y.data(), w.data(), n_x, k_used, n_embd, xb.data());
-        if (!L.ffn_post_norm.empty()) ref::rms_norm(xb.data(), L.ffn_post_norm.data(), xb.data(), n_x, n_embd, hp.rms_eps);
+        if (!L.ffn_post_norm.empty())
+          ref::rms_norm(xb.data(), L.ffn_post_norm.data(), xb.data(), n_x, n_embd, hp.rms_eps);
         ref::add(x.data(), xb.data(), int64_t(xb.size()));
         continue;
       }
@@ -198,7 +203,8 @@ TEST_CASE("the CUDA pass's ops, run as references, give the CPU engine's logits 
     CAPTURE(arch);
     const fs::path path = dir / (arch + ".gguf");
     std::string err;
-    REQUIRE_MESSAGE(gguf::write_synthetic(gguf::parity_spec(arch, 25, vocab.string()), path.string(), nullptr, &err), err);
+    REQUIRE_MESSAGE(gguf::write_synthetic(gguf::parity_spec(arch, 25, vocab.string()), path.string(), nullptr, &err),
+                    err);
     std::shared_ptr<const gguf::file> f = gguf::file::open(path.string(), &err);
     REQUIRE_MESSAGE(f, err);
     fs::remove(path);
