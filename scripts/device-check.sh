@@ -2,7 +2,9 @@
 # The one prepared check for a CUDA machine (H100/H200, CUDA 13, CMake + ninja + a C++
 # compiler, none of the Debian deps): engine-only build with the CUDA backend; the gpu tests
 # (every kernel vs its C++ reference, the engine on the GPU vs on the CPU: greedy tokens,
-# residency, spill/restore, failed state) and the device unit tests; then the engine on
+# residency, spill/restore, failed state; every registered model family vs llama.cpp's reference
+# tokens and the CPU engine: gpu.cuda_families, its new kernels: gpu.cuda_family_ops) and the
+# device unit tests; then the engine on
 # synthetic 1B/8B-class F16 and Q4_K models: batch-1 decode as a fraction of the HBM
 # roofline, aggregate decode at 32 and 128 sequences, a multi-turn residency run; last the
 # kernel microbenchmark table. Budget: under 5 minutes on one H200 (phases past BUDGET_S
@@ -52,7 +54,7 @@ nvcc --version 2>/dev/null | tail -1
 have_gpu=0
 if [ "$(nvidia-smi -L 2>/dev/null | grep -c GPU)" -gt 0 ] || ls /dev/nvidia[0-9]* >/dev/null 2>&1; then have_gpu=1; fi
 
-targets=(test_cuda_reference test_engine_device agentq-bench_cuda agentq-bench_engine agentq-bench_sched agentq-mkgguf)
+targets=(test_cuda_reference test_cuda_reference_forward test_engine_device agentq-bench_cuda agentq-bench_engine agentq-bench_sched agentq-mkgguf)
 for f in tests/gpu/*.cpp; do targets+=("test_$(basename "$f" .cpp)"); done
 
 # Binaries built elsewhere run when every library they need resolves and they start.

@@ -1,9 +1,13 @@
-// The llama-family forward pass over kernels/cuda, mirroring engine/model/llama.cpp
-// step for step (norm, QKV, biases, RoPE, paged KV write, attention, SwiGLU FFN).
+// The transformer forward pass over kernels/cuda, run from a layer_stack (describe_model) and
+// mirroring engine/model/transformer.cpp step for step: embedding (scaled), norm, QKV (fused or
+// not), biases, Q/K norms, RoPE from the stack's tables (NoPE layers, local bases, YaRN, LongRoPE),
+// paged KV write, attention (windows, soft-caps, sinks), output (bias, post-norm), the gated FFN
+// (SwiGLU, GeGLU, fused gate/up) or the mixture of experts, final norm, logits (soft-capped).
 #if AGENTQ_HAVE_CUDA
 
 #include "backend/cuda_forward.h"
 #include "model/registry.h"
+#include "model/transformer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -33,76 +37,137 @@ std::unique_ptr<cuda_forward> cuda_forward::create(std::shared_ptr<const gguf::f
     *error = "no CUDA device";
     return nullptr;
   }
-  // The CPU model validates metadata and shapes; its weights are views into the mapping.
-  auto cpu = model::load(file, 1, error, model::weights::validate);
-  if (!cpu) return nullptr;
-  // NOTE: this pass implements the llama/qwen2/qwen3 layer only; other registered families are refused
-  // here rather than run wrong (registry.cpp marks which ones the CUDA pass runs).
-  const arch_entry* arch = find_architecture(cpu->hparams().arch);
+  if (!file) {
+    *error = "no model file";
+    return nullptr;
+  }
+  // The CPU path's description of the model: metadata and shapes checked there, weights as views
+  // into the mapping in the file's types (an empty weight_store copies nothing).
+  const weight_store views;
+  layer_stack d;
+  if (!describe_model(*file, views, &d, error)) return nullptr;
+  const std::string& arch_name = d.hp.arch;
+  // NOTE: the registry's cuda flag is the switch for a family this pass has not been checked on:
+  // it is refused by name rather than run wrong.
+  const arch_entry* arch = find_architecture(arch_name);
   if (!arch || !arch->cuda) {
-    *error = "architecture " + cpu->hparams().arch + " not supported on cuda yet (run it with device=cpu)";
+    *error = "architecture " + arch_name + " not supported on cuda yet (run it with device=cpu)";
+    return nullptr;
+  }
+  if (d.hp.head_dim > cu::attention_max_head_dim) {
+    *error = "architecture " + arch_name + ": head dimension " + std::to_string(d.hp.head_dim) +
+             " exceeds the CUDA attention limit of 256";
     return nullptr;
   }
   std::unique_ptr<cuda_forward> m(new cuda_forward());
   m->file_ = std::move(file);
-  m->hp_ = cpu->hparams();
+  m->hp_ = d.hp;
   m->block_size_ = block_size;
   // AGENTQ_CUDA_GRAPHS=0 launches every kernel of a decode step directly (A/B measurements).
   const char* graphs = std::getenv("AGENTQ_CUDA_GRAPHS");
   m->graphs_enabled_ = !(graphs && std::strcmp(graphs, "0") == 0);
-  const auto& hp = m->hp_;
-  if (hp.head_dim > cu::attention_max_head_dim) {
-    *error = "head dimension " + std::to_string(hp.head_dim) + " exceeds the CUDA attention limit of 256";
-    return nullptr;
-  }
-  if (hp.rope_yarn || hp.rope_attn_factor != 1.0f) {
-    *error = "YaRN RoPE scaling and rope.scaling.attn_factor run on the CPU backend only (the CUDA rope "
-             "kernels take a linear scale and rope_freqs)";
-    return nullptr;
-  }
   m->stream_ = cu::stream_create();
   m->cublas_ = m->stream_ ? cu::cublas_create(m->stream_) : nullptr;
   if (!m->cublas_) {
     *error = "CUDA stream / cuBLAS initialisation failed";
     return nullptr;
   }
-  const int64_t n_embd = hp.n_embd, hd = hp.head_dim;
-  if (!m->upload_matrix("token_embd.weight", n_embd, hp.n_vocab, &m->tok_embd_, error)) return nullptr;
-  if (m->file_->find_tensor("output.weight")) {
-    if (!m->upload_matrix("output.weight", n_embd, hp.n_vocab, &m->output_, error)) return nullptr;
-  } else if (!m->upload_matrix("token_embd.weight", n_embd, hp.n_vocab, &m->output_, error)) {  // tied
+  if (!m->upload(d.tok_embd, &m->tok_embd_, error) || !m->upload(d.output, &m->output_, error) ||
+      !m->upload(d.output_norm, &m->output_norm_, error))
     return nullptr;
+  for (const auto& freqs : d.rope_inv_freq) {
+    m->rope_sets_.emplace_back();
+    if (!m->upload(freqs, &m->rope_sets_.back(), error)) return nullptr;
   }
-  if (!m->upload_vector("output_norm.weight", n_embd, &m->output_norm_, false, error) ||
-      !m->upload_vector("rope_freqs.weight", hp.n_rot / 2, &m->rope_freqs_, true, error))
-    return nullptr;
-  m->layers_.resize(size_t(hp.n_layer));
-  for (int32_t il = 0; il < hp.n_layer; ++il) {
-    const std::string b = "blk." + std::to_string(il) + ".";
-    dev_layer& L = m->layers_[size_t(il)];
-    if (!m->upload_vector(b + "attn_norm.weight", n_embd, &L.attn_norm, false, error) ||
-        !m->upload_matrix(b + "attn_q.weight", n_embd, hp.n_head * hd, &L.wq, error) ||
-        !m->upload_matrix(b + "attn_k.weight", n_embd, hp.n_head_kv * hd, &L.wk, error) ||
-        !m->upload_matrix(b + "attn_v.weight", n_embd, hp.n_head_kv * hd, &L.wv, error) ||
-        !m->upload_matrix(b + "attn_output.weight", hp.n_head * hd, n_embd, &L.wo, error) ||
-        !m->upload_vector(b + "attn_q.bias", hp.n_head * hd, &L.bq, true, error) ||
-        !m->upload_vector(b + "attn_k.bias", hp.n_head_kv * hd, &L.bk, true, error) ||
-        !m->upload_vector(b + "attn_v.bias", hp.n_head_kv * hd, &L.bv, true, error) ||
-        !m->upload_vector(b + "attn_q_norm.weight", hd, &L.q_norm, true, error) ||
-        !m->upload_vector(b + "attn_k_norm.weight", hd, &L.k_norm, true, error) ||
-        !m->upload_vector(b + "ffn_norm.weight", n_embd, &L.ffn_norm, false, error) ||
-        !m->upload_matrix(b + "ffn_gate.weight", n_embd, hp.n_ff, &L.w_gate, error) ||
-        !m->upload_matrix(b + "ffn_up.weight", n_embd, hp.n_ff, &L.w_up, error) ||
-        !m->upload_matrix(b + "ffn_down.weight", hp.n_ff, n_embd, &L.w_down, error))
-      return nullptr;
+  m->layers_.resize(d.layers.size());
+  for (size_t il = 0; il < d.layers.size(); ++il) {
+    if (!m->upload_layer(d.layers[il], m->layers_[il], error)) return nullptr;
+    d.layers[il] = layer_desc{};  // uploaded: free its host vectors
   }
-  for (const auto& L : m->layers_)
-    if (L.q_norm.ok() != L.k_norm.ok()) {
-      *error = "attn_q_norm.weight and attn_k_norm.weight come together (qwen3); the file has one without the other";
-      return nullptr;
-    }
+  d.layers.clear();
+  m->opts_ = std::move(d);
   if (n_blocks > 0 && !m->alloc_kv(block_size, n_blocks, error)) return nullptr;
   return m;
+}
+
+cuda_forward::mat cuda_forward::mat::rows(int64_t first, int64_t n) const {
+  mat v = *this;
+  v.data = static_cast<const uint8_t*>(data) + size_t(first) * cu::row_bytes(type, n_in);
+  v.n_out = n;
+  return v;
+}
+
+bool cuda_forward::upload(const weight& w, mat* out, std::string* error) {
+  *out = mat{};
+  if (!w) return true;
+  const gguf::tensor_info* t = w.info;
+  // NOTE: same ggml ids. describe_model refused a type the CPU does not support (gguf::is_supported);
+  // cu::supported is the same set today, checked here by name.
+  if (!cu::supported(static_cast<int32_t>(t->type))) {
+    *error = "tensor " + t->name + " has weight type " + gguf::name_of(t->type) +
+             ", which the CUDA backend does not support";
+    return false;
+  }
+  out->type = static_cast<cu::weight_type>(static_cast<int32_t>(t->type));
+  out->n_in = w.n_in;
+  out->n_out = w.n_out;
+  for (const auto& [info, dev] : uploaded_)
+    if (info == t) {  // a tied output: the embedding's bytes
+      out->data = dev;
+      return true;
+    }
+  const size_t bytes = cu::row_bytes(out->type, w.n_in) * size_t(w.n_out);
+  cu::device_buffer buf(bytes);
+  if (!buf.ok() || !buf.upload(t->data, bytes)) {
+    *error = "could not upload " + t->name + " to the device (" + std::to_string(bytes) + " bytes)";
+    return false;
+  }
+  out->data = buf.data();
+  uploaded_.emplace_back(t, buf.data());
+  tensors_.push_back(std::move(buf));
+  return true;
+}
+
+bool cuda_forward::upload(const std::vector<float>& v, cu::device_buffer* out, std::string* error) {
+  if (v.empty()) return true;
+  *out = cu::device_buffer(v.size() * 4);
+  if (!out->ok() || !out->upload(v.data(), v.size() * 4)) {
+    *error = "could not upload a vector of " + std::to_string(v.size()) + " floats to the device";
+    return false;
+  }
+  return true;
+}
+
+bool cuda_forward::upload_layer(const layer_desc& L, dev_layer& D, std::string* error) {
+  const int64_t n_q = int64_t(hp_.n_head) * hp_.head_dim, n_kvd = int64_t(hp_.n_head_kv) * hp_.head_dim;
+  D.use_rope = L.use_rope;
+  D.rope_set = L.rope_set;
+  D.window = L.window;
+  for (auto [v, b] : {std::pair{&L.attn_norm, &D.attn_norm}, {&L.bq, &D.bq}, {&L.bk, &D.bk}, {&L.bv, &D.bv},
+                      {&L.q_norm, &D.q_norm}, {&L.k_norm, &D.k_norm}, {&L.bo, &D.bo}, {&L.sinks, &D.sinks},
+                      {&L.attn_post_norm, &D.attn_post_norm}, {&L.ffn_norm, &D.ffn_norm},
+                      {&L.ffn_post_norm, &D.ffn_post_norm}, {&L.moe_router_b, &D.moe_router_b},
+                      {&L.moe_gate_b, &D.moe_gate_b}, {&L.moe_up_b, &D.moe_up_b}, {&L.moe_down_b, &D.moe_down_b}})
+    if (!upload(*v, b, error)) return false;
+  for (auto [w, dm] : {std::pair{&L.wq, &D.wq}, {&L.wk, &D.wk}, {&L.wv, &D.wv}, {&L.wo, &D.wo}, {&L.w_gate, &D.w_gate},
+                       {&L.w_up, &D.w_up}, {&L.w_down, &D.w_down}, {&L.moe_router, &D.moe_router},
+                       {&L.moe_gate, &D.moe_gate}, {&L.moe_up, &D.moe_up}, {&L.moe_down, &D.moe_down}})
+    if (!upload(*w, dm, error)) return false;
+  // Fused tensors (phi3) as views of their parts: q, k, v rows; gate rows, then up rows.
+  if (L.wqkv) {
+    mat qkv;
+    if (!upload(L.wqkv, &qkv, error)) return false;
+    D.wq = qkv.rows(0, n_q);
+    D.wk = qkv.rows(n_q, n_kvd);
+    D.wv = qkv.rows(n_q + n_kvd, n_kvd);
+  }
+  if (L.w_gate_up) {
+    mat gu;
+    if (!upload(L.w_gate_up, &gu, error)) return false;
+    D.w_gate = gu.rows(0, hp_.n_ff);
+    D.w_up = gu.rows(hp_.n_ff, hp_.n_ff);
+  }
+  return true;
 }
 
 bool cuda_forward::alloc_kv(int32_t block_size, int32_t n_blocks, std::string* error) {
@@ -124,75 +189,43 @@ cuda_forward::~cuda_forward() {
   cu::stream_destroy(stream_);
 }
 
-bool cuda_forward::upload_matrix(const std::string& name, int64_t n_in, int64_t n_out, dev_weight* w,
-                                 std::string* error) {
-  const gguf::tensor_info* t = file_->find_tensor(name);
-  if (!t) {
-    *error = "missing tensor " + name;
-    return false;
-  }
-  // NOTE: same ggml ids. create() ran model::load first, which refuses a type the CPU does not
-  // support (gguf::is_supported); cu::supported is the same set today, checked here by name.
-  if (!cu::supported(static_cast<int32_t>(t->type))) {
-    *error = "tensor " + name + " has weight type " + gguf::name_of(t->type) + ", which the CUDA backend does not support";
-    return false;
-  }
-  w->type = static_cast<cu::weight_type>(static_cast<int32_t>(t->type));
-  w->n_in = n_in;
-  w->n_out = n_out;
-  const size_t bytes = cu::row_bytes(w->type, n_in) * size_t(n_out);
-  w->data = cu::device_buffer(bytes);
-  if (!w->data.ok() || !w->data.upload(t->data, bytes)) {
-    *error = "could not upload " + name + " to the device (" + std::to_string(bytes) + " bytes)";
-    return false;
-  }
-  return true;
-}
-
-bool cuda_forward::upload_vector(const std::string& name, int64_t n, cu::device_buffer* out, bool optional,
-                                 std::string* error) {
-  const gguf::tensor_info* t = file_->find_tensor(name);
-  if (!t) {
-    if (!optional) *error = "missing tensor " + name;
-    return optional;
-  }
-  std::vector<float> host(static_cast<size_t>(n));
-  dequantize_row(t->type, t->data, host.data(), n);
-  *out = cu::device_buffer(host.size() * 4);
-  if (!out->ok() || !out->upload(host.data(), host.size() * 4)) {
-    *error = "could not upload " + name + " to the device";
-    return false;
-  }
-  return true;
-}
-
 float* cuda_forward::scratch(cu::device_buffer& b, size_t floats) {
   if (b.bytes() < floats * 4) b = cu::device_buffer(std::max<size_t>(floats * 4, 256));
   return b.as<float>();
 }
 
-bool cuda_forward::uses_matvec(const dev_weight& w, int32_t n_x) {
+bool cuda_forward::uses_matvec(const mat& w, int32_t n_x) {
   return n_x <= kGemmMinRows || w.type == cu::weight_type::f32;
 }
 
-void cuda_forward::linear(const dev_weight& w, const float* x, int32_t n_x, float* y) {
+void cuda_forward::linear(const mat& w, const float* x, int32_t n_x, float* y) {
   if (uses_matvec(w, n_x)) {
-    cu::matvec(w.type, w.data.data(), w.n_out, w.n_in, x, n_x, y, stream_);
+    cu::matvec(w.type, w.data, w.n_out, w.n_in, x, n_x, y, stream_);
     return;
   }
   const size_t need = cu::gemm_scratch_bytes(w.type, w.n_out, w.n_in, n_x);
   if (gemm_ws_.bytes() < need) gemm_ws_ = cu::device_buffer(need);
-  cu::gemm(cublas_, w.type, w.data.data(), w.n_out, w.n_in, x, n_x, y, gemm_ws_.data(), stream_);
+  cu::gemm(cublas_, w.type, w.data, w.n_out, w.n_in, x, n_x, y, gemm_ws_.data(), stream_);
 }
 
-void cuda_forward::residual_linear(const dev_weight& w, const float* a, int32_t n_x, float* x, float* tmp) {
+void cuda_forward::residual_linear(const mat& w, const float* a, int32_t n_x, float* x, float* tmp) {
   if (uses_matvec(w, n_x)) {  // x += W a in the matvec's epilogue: the same bits as the separate add
-    const cu::matvec_segment seg{w.data.data(), x, w.n_out};
+    const cu::matvec_segment seg{w.data, x, w.n_out};
     cu::matvec_multi(w.type, &seg, 1, w.n_in, a, n_x, true, stream_);
     return;
   }
   linear(w, a, n_x, tmp);
   cu::add(x, tmp, int64_t(n_x) * w.n_out, stream_);
+}
+
+void cuda_forward::residual_out(const mat& w, const cu::device_buffer& b, const cu::device_buffer& post, const float* a,
+                                int32_t n_x, float* x, float* tmp) {
+  if (!b.ok() && !post.ok()) return residual_linear(w, a, n_x, x, tmp);
+  const int32_t n = int32_t(w.n_out);
+  linear(w, a, n_x, tmp);
+  if (b.ok()) cu::add_rows(tmp, b.as<float>(), n_x, n, stream_);
+  if (post.ok()) cu::rms_norm(tmp, post.as<float>(), tmp, n_x, n, hp_.rms_eps, stream_);
+  cu::add(x, tmp, int64_t(n_x) * n, stream_);
 }
 
 int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
@@ -267,28 +300,65 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
   if (!cu::memcpy_h2d_async(index_.data(), host, at.total * 4, stream_)) return -1;
   const int32_t* dev = index_.as<int32_t>();
 
+  const int32_t k_used = opts_.n_expert_used, n_exp = opts_.n_expert, n_ff_e = opts_.n_ff_exp;
+  const int32_t n_ffw = std::max(n_ff, 1);
+  const int32_t n_moe = n_x * k_used;  // (token, chosen expert) rows
   float* x = scratch(x_, size_t(n_x) * n_embd);     // [n_x][n_embd] residual stream
   float* xb = scratch(xb_, size_t(n_x) * n_embd);   // [n_x][n_embd]
   float* q = scratch(q_, size_t(n_x) * n_q);        // [n_x][n_head*hd]
   float* k = scratch(k_, size_t(n_x) * n_kvd);      // [n_x][n_kv*hd]
   float* v = scratch(v_, size_t(n_x) * n_kvd);      // [n_x][n_kv*hd]
   float* att = scratch(att_, size_t(n_x) * n_q);    // [n_x][n_head*hd]
-  float* hb = scratch(hb_, size_t(n_x) * n_ff);     // [n_x][n_ff]
-  float* hb2 = scratch(hb2_, size_t(n_x) * n_ff);   // [n_x][n_ff]
+  float* hb = scratch(hb_, size_t(n_x) * std::max(n_ffw, n_embd));  // [n_x][n_ff]; the FFN's output when post-normed
+  float* hb2 = scratch(hb2_, size_t(n_x) * n_ffw);  // [n_x][n_ff]
   float* rows = scratch(rows_, size_t(n_out) * n_embd);     // [n_out][n_embd]
   float* dlogits = scratch(logits_, size_t(n_out) * n_vocab);  // [n_out][n_vocab]
   float* ws = all_decode ? scratch(attn_ws_, cu::attention_decode_workspace_floats(n_seqs, n_head, hd, max_len))
                          : nullptr;
+  float *router = nullptr, *moe_w = nullptr, *moe_g = nullptr, *moe_u = nullptr, *moe_y = nullptr;
+  int32_t* moe_ids = nullptr;
+  if (n_exp > 0) {
+    router = scratch(router_, size_t(n_x) * n_exp);            // [n_x][n_expert] router logits
+    moe_ids = reinterpret_cast<int32_t*>(scratch(moe_ids_, size_t(n_moe)));  // [n_x][k] chosen experts
+    moe_w = scratch(moe_w_, size_t(n_moe));                     // [n_x][k] their weights
+    moe_g = scratch(moe_g_, size_t(n_moe) * n_ff_e);            // [n_x][k][n_ff_exp]
+    moe_u = scratch(moe_u_, size_t(n_moe) * n_ff_e);            // [n_x][k][n_ff_exp]
+    moe_y = scratch(moe_y_, size_t(n_moe) * n_embd);            // [n_x][k][n_embd]
+    if (!router || !moe_ids || !moe_w || !moe_g || !moe_u || !moe_y) return -1;
+  }
   if (cu::cuda_failed() || !x || !xb || !q || !k || !v || !att || !hb || !hb2 || !rows || !dlogits) return -1;
   const int32_t* d_ids = dev + at.ids;
   const int32_t* d_pos = dev + at.pos;
   const int32_t* d_tables = dev + at.tables;
-  const float* freqs = rope_freqs_.ok() ? rope_freqs_.as<float>() : nullptr;
-  const float att_scale = 1.0f / std::sqrt(float(hd));
+  // NOTE: as the CPU pass: a family with q_scale multiplies q (after RoPE) and leaves the scores unscaled.
+  const float att_scale = opts_.q_scale != 0.0f ? 1.0f : 1.0f / std::sqrt(float(hd));
+  const auto gating = opts_.gating == moe_gating::softmax_topk ? cu::moe_gating::topk_softmax : cu::moe_gating::softmax_norm;
+
+  // The mixture of experts on xb into xb: router, top-k, each (token, expert) row's gate/up, the
+  // activation, down, and the weighted sum in rank order (engine/model/moe.cpp's steps).
+  auto moe_ffn = [&](const dev_layer& L) {
+    linear(L.moe_router, xb, n_x, router);
+    if (L.moe_router_b.ok()) cu::add_rows(router, L.moe_router_b.as<float>(), n_x, n_exp, stream_);
+    cu::moe_topk(router, n_x, n_exp, k_used, gating, moe_ids, moe_w, stream_);
+    cu::moe_matvec(L.moe_gate.type, L.moe_gate.data, n_ff_e, n_embd, xb, k_used, moe_ids, n_moe, moe_g, stream_);
+    cu::moe_matvec(L.moe_up.type, L.moe_up.data, n_ff_e, n_embd, xb, k_used, moe_ids, n_moe, moe_u, stream_);
+    if (L.moe_gate_b.ok()) {
+      cu::add_rows_by_id(moe_g, L.moe_gate_b.as<float>(), moe_ids, n_moe, n_ff_e, stream_);
+      cu::add_rows_by_id(moe_u, L.moe_up_b.as<float>(), moe_ids, n_moe, n_ff_e, stream_);
+    }
+    if (opts_.moe_act == ffn_act::swiglu_oai)
+      cu::swiglu_oai(moe_g, moe_u, moe_g, int64_t(n_moe) * n_ff_e, stream_);
+    else
+      cu::swiglu(moe_g, moe_u, moe_g, int64_t(n_moe) * n_ff_e, stream_);
+    cu::moe_matvec(L.moe_down.type, L.moe_down.data, n_embd, n_ff_e, moe_g, 1, moe_ids, n_moe, moe_y, stream_);
+    if (L.moe_down_b.ok()) cu::add_rows_by_id(moe_y, L.moe_down_b.as<float>(), moe_ids, n_moe, n_embd, stream_);
+    cu::moe_combine(moe_y, moe_w, n_x, k_used, n_embd, xb, stream_);
+  };
 
   // Every launch of the step, in order (captured into graph_ when graphed).
   auto launch_step = [&] {
-    cu::embedding(tok_embd_.type, tok_embd_.data.data(), d_ids, n_x, n_embd, x, stream_);
+    cu::embedding(tok_embd_.type, tok_embd_.data, d_ids, n_x, n_embd, x, stream_);
+    if (opts_.embd_scale != 0.0f) cu::scale(x, opts_.embd_scale, int64_t(n_x) * n_embd, stream_);
     for (int32_t il = 0; il < hp_.n_layer; ++il) {
       const dev_layer& L = layers_[size_t(il)];
       float* k_cache = kv_.k_layer(il);
@@ -296,8 +366,7 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
 
       cu::rms_norm(x, L.attn_norm.as<float>(), xb, n_x, n_embd, hp_.rms_eps, stream_);
       if (uses_matvec(L.wq, n_x) && L.wq.type == L.wk.type && L.wq.type == L.wv.type) {  // one launch for Q, K, V
-        const cu::matvec_segment qkv[3] = {{L.wq.data.data(), q, n_q}, {L.wk.data.data(), k, n_kvd},
-                                           {L.wv.data.data(), v, n_kvd}};
+        const cu::matvec_segment qkv[3] = {{L.wq.data, q, n_q}, {L.wk.data, k, n_kvd}, {L.wv.data, v, n_kvd}};
         cu::matvec_multi(L.wq.type, qkv, 3, n_embd, xb, n_x, false, stream_);
       } else {
         linear(L.wq, xb, n_x, q);
@@ -307,35 +376,53 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
       if (L.bq.ok()) cu::add_rows(q, L.bq.as<float>(), n_x, n_q, stream_);
       if (L.bk.ok()) cu::add_rows(k, L.bk.as<float>(), n_x, n_kvd, stream_);
       if (L.bv.ok()) cu::add_rows(v, L.bv.as<float>(), n_x, n_kvd, stream_);
-      if (L.q_norm.ok()) {  // qwen3: each head's q and k RMS-normalised before RoPE (rows of head_dim)
+      if (L.q_norm.ok()) {  // qwen3, gemma3: each head's q and k RMS-normalised before RoPE (rows of head_dim)
         cu::rms_norm(q, L.q_norm.as<float>(), q, n_x * n_head, hd, hp_.rms_eps, stream_);
         cu::rms_norm(k, L.k_norm.as<float>(), k, n_x * n_kv, hd, hp_.rms_eps, stream_);
       }
-      cu::rope_kv_write(q, k, v, d_pos, dev + at.tok_seq, d_tables, max_blocks, n_x, n_head, n_kv, hd, hp_.n_rot,
-                        hp_.rope_base, hp_.rope_scale, hp_.rope_neox, freqs, bs, k_cache, v_cache, stream_);
+      const float* inv_freq = L.use_rope ? rope_sets_[size_t(L.rope_set)].as<float>() : nullptr;
+      cu::rope_kv_write_table(q, k, v, d_pos, dev + at.tok_seq, d_tables, max_blocks, n_x, n_head, n_kv, hd, hp_.n_rot,
+                              hp_.rope_neox, inv_freq, opts_.rope_mscale, bs, k_cache, v_cache, stream_);
+      if (opts_.q_scale != 0.0f) cu::scale(q, opts_.q_scale, int64_t(n_x) * n_q, stream_);
+      const cu::attention_options ao{L.window, opts_.attn_softcap, L.sinks.ok() ? L.sinks.as<float>() : nullptr};
       if (all_decode) {
         cu::attention_decode(q, k_cache, v_cache, d_tables, max_blocks, dev + at.seq_lens, n_seqs, max_len,
-                             n_head, n_kv, hd, bs, att_scale, ws, att, stream_);
+                             n_head, n_kv, hd, bs, att_scale, ws, att, stream_, ao);
       } else {
         cu::attention_prefill(q, k_cache, v_cache, d_tables, max_blocks, dev + at.q_start, dev + at.n_past,
-                              n_seqs, max_q, n_head, n_kv, hd, bs, att_scale, att, stream_);
+                              n_seqs, max_q, n_head, n_kv, hd, bs, att_scale, att, stream_, ao);
       }
-      residual_linear(L.wo, att, n_x, x, xb);
+      residual_out(L.wo, L.bo, L.attn_post_norm, att, n_x, x, xb);  // x += [post_norm](W_o att [+ b_o])
 
       cu::rms_norm(x, L.ffn_norm.as<float>(), xb, n_x, n_embd, hp_.rms_eps, stream_);
-      if (uses_matvec(L.w_gate, n_x) && L.w_gate.type == L.w_up.type) {  // one launch for gate, up and SwiGLU
-        cu::matvec_swiglu(L.w_gate.type, L.w_gate.data.data(), L.w_up.data.data(), n_ff, n_embd, xb, n_x, hb,
-                          stream_);
+      if (L.moe_router) {
+        moe_ffn(L);  // xb -> xb
+        if (L.ffn_post_norm.ok()) cu::rms_norm(xb, L.ffn_post_norm.as<float>(), xb, n_x, n_embd, hp_.rms_eps, stream_);
+        cu::add(x, xb, int64_t(n_x) * n_embd, stream_);
+        continue;
+      }
+      if (opts_.act == ffn_act::gelu_tanh) {  // GeGLU (gemma): gelu(gate) * up, gelu through F16 as ggml
+        if (uses_matvec(L.w_gate, n_x) && L.w_gate.type == L.w_up.type) {
+          const cu::matvec_segment gu[2] = {{L.w_gate.data, hb, n_ff}, {L.w_up.data, hb2, n_ff}};
+          cu::matvec_multi(L.w_gate.type, gu, 2, n_embd, xb, n_x, false, stream_);
+        } else {
+          linear(L.w_gate, xb, n_x, hb);
+          linear(L.w_up, xb, n_x, hb2);
+        }
+        cu::gelu_mul(hb, hb2, hb, int64_t(n_x) * n_ff, stream_);
+      } else if (uses_matvec(L.w_gate, n_x) && L.w_gate.type == L.w_up.type) {  // one launch for gate, up and SwiGLU
+        cu::matvec_swiglu(L.w_gate.type, L.w_gate.data, L.w_up.data, n_ff, n_embd, xb, n_x, hb, stream_);
       } else {
         linear(L.w_gate, xb, n_x, hb);
         linear(L.w_up, xb, n_x, hb2);
         cu::swiglu(hb, hb2, hb, int64_t(n_x) * n_ff, stream_);
       }
-      residual_linear(L.w_down, hb, n_x, x, xb);
+      residual_out(L.w_down, cu::device_buffer{}, L.ffn_post_norm, hb, n_x, x, xb);  // x += [post_norm](W_down h)
     }
     cu::gather_rows(x, dev + at.out_rows, n_out, n_embd, rows, stream_);
     cu::rms_norm(rows, output_norm_.as<float>(), rows, n_out, n_embd, hp_.rms_eps, stream_);
     linear(output_, rows, n_out, dlogits);
+    if (opts_.final_softcap != 0.0f) cu::softcap(dlogits, opts_.final_softcap, int64_t(n_out) * n_vocab, stream_);
   };
   if (graphed) {
     // What the captured launches depend on besides the device-side indices.
@@ -344,7 +431,8 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
         uintptr_t(dev),      uintptr_t(x),        uintptr_t(xb),         uintptr_t(q),
         uintptr_t(k),        uintptr_t(v),        uintptr_t(att),        uintptr_t(hb),
         uintptr_t(hb2),      uintptr_t(rows),     uintptr_t(dlogits),    uintptr_t(ws),
-        uintptr_t(kv_.k_layer(0)), uintptr_t(kv_.v_layer(0))};
+        uintptr_t(kv_.k_layer(0)), uintptr_t(kv_.v_layer(0)), uintptr_t(router),   uintptr_t(moe_ids),
+        uintptr_t(moe_w),    uintptr_t(moe_g),    uintptr_t(moe_u),      uintptr_t(moe_y)};
     if (key != graph_key_ || !graph_.ready()) {
       graph_key_.clear();
       bool captured = graph_.begin_capture(stream_);

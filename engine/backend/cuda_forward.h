@@ -1,5 +1,6 @@
-// The llama-family forward pass (llama, qwen2, qwen3: per-head Q/K RMSNorm) on one CUDA device (kernels/cuda): weights uploaded
-// once from the GGUF mapping, K/V in device blocks, one call per batch with the same
+// The transformer forward pass on one CUDA device (kernels/cuda), run from the same description
+// of the layer stack as the CPU's (describe_model -> layer_stack, engine/model/<arch>.cpp): weights
+// uploaded once from the GGUF mapping, K/V in device blocks, one call per batch with the same
 // contract as model::forward. Built only with the CUDA backend (AGENTQ_HAVE_CUDA).
 // The engine reaches it through forward_backend (cuda_backend.cpp).
 #pragma once
@@ -10,10 +11,12 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agentq/kernels_cuda.h"
 #include "model/model.h"
+#include "model/transformer.h"
 
 namespace agentq {
 
@@ -22,7 +25,8 @@ class cuda_forward {
   // Validates the model through model::load (same hparams and error messages as the CPU
   // path), uploads every weight and allocates n_blocks KV blocks of block_size tokens
   // (none when n_blocks is 0: call alloc_kv later). Uses the calling thread's current device.
-  // nullptr + *error on failure (no device, out of device memory, unsupported model).
+  // nullptr + *error on failure (no device, out of device memory, an architecture the registry
+  // does not mark cuda or a description this pass cannot run: the message names the architecture).
   static std::unique_ptr<cuda_forward> create(std::shared_ptr<const gguf::file> file, int32_t block_size,
                                               int32_t n_blocks, std::string* error);
   ~cuda_forward();
@@ -53,39 +57,55 @@ class cuda_forward {
   int64_t graph_captures() const { return graph_captures_; }
 
  private:
-  struct dev_weight {
+  // A matrix on the device: a view of rows of an uploaded tensor (a fused attn_qkv or ffn_up is
+  // viewed as its parts; a stack of experts is one view of n_expert * rows).
+  struct mat {
     kernels::cuda::weight_type type = kernels::cuda::weight_type::f32;
-    kernels::cuda::device_buffer data;  // [n_out][row_bytes]
+    const void* data = nullptr;  // [n_out][row_bytes]
     int64_t n_in = 0, n_out = 0;
+    explicit operator bool() const { return data != nullptr; }
+    mat rows(int64_t first, int64_t n) const;
   };
+  // One layer_desc on the device: f32 vectors (an empty buffer: absent) and matrices (null: absent).
   struct dev_layer {
-    kernels::cuda::device_buffer attn_norm, ffn_norm, bq, bk, bv;  // f32 vectors (biases may be empty)
-    kernels::cuda::device_buffer q_norm, k_norm;  // [head_dim] per-head RMSNorm of q and k (qwen3), or empty
-    dev_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    kernels::cuda::device_buffer attn_norm, bq, bk, bv, q_norm, k_norm, bo, sinks, attn_post_norm;
+    kernels::cuda::device_buffer ffn_norm, ffn_post_norm, moe_router_b, moe_gate_b, moe_up_b, moe_down_b;
+    mat wq, wk, wv, wo, w_gate, w_up, w_down, moe_router, moe_gate, moe_up, moe_down;
+    bool use_rope = true;
+    int32_t rope_set = 0;
+    int32_t window = 0;  // positions; 0: none
   };
 
   cuda_forward() = default;
-  bool upload_matrix(const std::string& name, int64_t n_in, int64_t n_out, dev_weight* w, std::string* error);
-  bool upload_vector(const std::string& name, int64_t n, kernels::cuda::device_buffer* out, bool optional,
-                     std::string* error);
-  static bool uses_matvec(const dev_weight& w, int32_t n_x);  // else cuBLAS GEMM
-  void linear(const dev_weight& w, const float* x, int32_t n_x, float* y);
+  bool upload(const weight& w, mat* out, std::string* error);
+  bool upload(const std::vector<float>& v, kernels::cuda::device_buffer* out, std::string* error);
+  bool upload_layer(const layer_desc& L, dev_layer& D, std::string* error);
+  static bool uses_matvec(const mat& w, int32_t n_x);  // else cuBLAS GEMM
+  void linear(const mat& w, const float* x, int32_t n_x, float* y);
   // x += W a (tmp: scratch for the GEMM path's product).
-  void residual_linear(const dev_weight& w, const float* a, int32_t n_x, float* x, float* tmp);
+  void residual_linear(const mat& w, const float* a, int32_t n_x, float* x, float* tmp);
+  // x += post_norm(W a + b) (bias and norm when the layer has them; tmp: scratch [n_x][W.n_out]).
+  void residual_out(const mat& w, const kernels::cuda::device_buffer& b, const kernels::cuda::device_buffer& post,
+                    const float* a, int32_t n_x, float* x, float* tmp);
   float* scratch(kernels::cuda::device_buffer& b, size_t floats);
 
   std::shared_ptr<const gguf::file> file_;
   model_hparams hp_;
+  layer_stack opts_;  // the description's options and RoPE tables (its layers are in layers_)
   int32_t block_size_ = 16;
   kernels::cuda::stream_t stream_ = nullptr;
   void* cublas_ = nullptr;
-  dev_weight tok_embd_, output_;
-  kernels::cuda::device_buffer output_norm_, rope_freqs_;
+  std::vector<kernels::cuda::device_buffer> tensors_;                     // every uploaded matrix
+  std::vector<std::pair<const gguf::tensor_info*, const void*>> uploaded_;  // tensor -> its bytes (a tied output)
+  mat tok_embd_, output_;
+  kernels::cuda::device_buffer output_norm_;
+  std::vector<kernels::cuda::device_buffer> rope_sets_;  // [n_rot/2] angles per position, per RoPE set
   std::vector<dev_layer> layers_;
   kernels::cuda::kv_device_cache kv_;
 
   // Per-batch device scratch, grown on demand. NOTE: forward() is not reentrant.
   kernels::cuda::device_buffer x_, xb_, q_, k_, v_, att_, hb_, hb2_, rows_, logits_, attn_ws_, gemm_ws_;
+  kernels::cuda::device_buffer router_, moe_ids_, moe_w_, moe_g_, moe_u_, moe_y_;  // mixture of experts
   kernels::cuda::pinned_buffer staging_;  // host side of the per-batch index arrays
   kernels::cuda::device_buffer index_;    // ids, positions, block tables... (one upload per batch)
 

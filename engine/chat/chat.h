@@ -22,6 +22,7 @@ enum class template_family {
   mistral,  // Mistral Nemo: [INST], [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS]
   phi3,     // Phi-3 / 3.5 mini: <|user|> ... <|end|> (no native tools: our extension)
   phi4,     // Phi-4 (14B): <|im_start|>role<|im_sep|> ... <|im_end|> (no native tools: our extension)
+  phi4_mini,  // Phi-4-mini: <|role|>content<|end|>, no newlines (tools: our extension, as phi3)
   smollm3,  // SmolLM3 (Unsloth template): ChatML with a metadata system header
   gemma,    // Gemma 2 / 3 instruct: <start_of_turn>user|model ... <end_of_turn> (no native tools: our extension)
   deepseek_r1,       // DeepSeek-R1 (Llama distill template): <｜User｜> ... <｜Assistant｜><think>\n (tools: our extension)
@@ -31,7 +32,7 @@ enum class template_family {
 
 const char* to_string(template_family f);
 // "chatml", "qwen2.5", "hermes", "qwen3", "llama3", "llama3.1", "llama3.2", "mistral",
-// "nemo", "phi3", "phi3.5", "phi4", "phi-4", "smollm3", "gemma", "gemma2", "gemma3", "deepseek-r1",
+// "nemo", "phi3", "phi3.5", "phi4", "phi-4", "phi4-mini", "phi-4-mini", "smollm3", "gemma", "gemma2", "gemma3", "deepseek-r1",
 // "deepseek-r1-distill-llama", "deepseek-r1-distill-qwen", "harmony", "gpt-oss", "plain"; nullopt when unknown.
 std::optional<template_family> family_from_name(std::string_view name);
 // Recognise a model's Jinja chat template by distinctive substrings: plain when the

@@ -36,6 +36,7 @@ const char* to_string(template_family f) {
     case template_family::mistral: return "mistral";
     case template_family::phi3: return "phi3";
     case template_family::phi4: return "phi4";
+    case template_family::phi4_mini: return "phi4-mini";
     case template_family::smollm3: return "smollm3";
     case template_family::gemma: return "gemma";
     case template_family::deepseek_r1: return "deepseek-r1";
@@ -54,6 +55,7 @@ std::optional<template_family> family_from_name(std::string_view n) {
   if (n == "mistral" || n == "nemo" || n == "mistral-nemo") return template_family::mistral;
   if (n == "phi3" || n == "phi3.5" || n == "phi-3") return template_family::phi3;
   if (n == "phi4" || n == "phi-4") return template_family::phi4;
+  if (n == "phi4-mini" || n == "phi-4-mini") return template_family::phi4_mini;
   if (n == "smollm3") return template_family::smollm3;
   if (n == "gemma" || n == "gemma2" || n == "gemma3") return template_family::gemma;
   if (n == "deepseek-r1" || n == "deepseek-r1-distill-llama") return template_family::deepseek_r1;
@@ -73,6 +75,8 @@ std::optional<template_family> detect_family(std::string_view t) {
   if (has("<|im_start|>")) return template_family::chatml;
   if (has("<|start_header_id|>")) return template_family::llama3;
   if (has("[INST]") || has("[TOOL_CALLS]")) return template_family::mistral;
+  // Phi-4-mini writes every role as '<|' + role + '|>' and has a <|tool|> ... <|/tool|> system block.
+  if (has("<|/tool|>") && has("<|end|>")) return template_family::phi4_mini;
   if (has("<|user|>") && has("<|end|>")) return template_family::phi3;
   if (has("<start_of_turn>")) return template_family::gemma;
   // NOTE: the Qwen distill's template differs from DeepSeek's own (the Llama distill's) in its
@@ -104,7 +108,8 @@ const family_traits& traits(template_family f) {
     case template_family::hermes: return hermes;
     case template_family::llama3: return llama3;
     case template_family::mistral: return mistral;
-    case template_family::phi3: return phi3;
+    case template_family::phi3:
+    case template_family::phi4_mini: return phi3;
     case template_family::phi4: return chatml;
     case template_family::gemma: return gemma;
     case template_family::deepseek_r1:
@@ -605,6 +610,35 @@ std::string render_phi4(const msgs& m, const std::vector<tool_def>& tools, bool 
   return out;
 }
 
+// Phi-4-mini (microsoft/Phi-4-mini-instruct's template, tests/unit/engine/data/chat/templates/):
+// '<|' + role + '|>' + content + '<|end|>' with no newlines; every system message is rendered,
+// even empty; without a generation prompt the template ends in eos_token ("<|endoftext|>"). Its
+// native tool list (a system message's 'tools' string in <|tool|>...<|/tool|>) comes with no call
+// syntax in the template, so tools and calls use the extension phi3 uses (<tool_call> lines,
+// results as <tool_response> user turns).
+std::string render_phi4_mini(const msgs& m, const std::vector<tool_def>& tools, bool gen) {
+  std::string out;
+  auto turn = [&](const char* r, const std::string& c) { out += std::string("<|") + r + "|>" + c + "<|end|>"; };
+  bool first_system = !m.empty() && m[0].role == role::system;
+  if (!tools.empty() && !first_system) turn("system", qwen_tools_block(tools));
+  for (size_t i = 0; i < m.size(); i++) {
+    const auto& x = m[i];
+    if (x.role == role::system) {
+      std::string c = x.content;
+      if (i == 0 && !tools.empty()) c += (c.empty() ? "" : "\n\n") + qwen_tools_block(tools);
+      turn("system", c);
+    } else if (x.role == role::user) {
+      turn("user", x.content);
+    } else if (x.role == role::assistant) {
+      turn("assistant", x.content + calls_as_text(x, "\n"));
+    } else {
+      turn("user", "<tool_response>\n" + x.content + "\n</tool_response>");
+    }
+  }
+  out += gen ? "<|assistant|>" : "<|endoftext|>";
+  return out;
+}
+
 // ---------------------------------------------------------------------------
 // SmolLM3 (the Unsloth template in shared/templates). The template prints no
 // tools and no tool calls; our extension appends the Qwen tool block to the
@@ -762,6 +796,7 @@ std::string render(template_family family, const std::vector<chat_message>& mess
     case template_family::mistral: return render_mistral(messages, tools, add_generation_prompt);
     case template_family::phi3: return render_phi3(messages, tools, add_generation_prompt);
     case template_family::phi4: return render_phi4(messages, tools, add_generation_prompt);
+    case template_family::phi4_mini: return render_phi4_mini(messages, tools, add_generation_prompt);
     case template_family::smollm3: return render_smollm3(messages, tools, add_generation_prompt);
     case template_family::gemma: return render_gemma(messages, tools, add_generation_prompt);
     case template_family::deepseek_r1: return render_deepseek_r1(messages, tools, add_generation_prompt, false);

@@ -237,7 +237,9 @@ bool write_synthetic(const synthetic_spec& sp, const std::string& path, syntheti
     w.set_f32(a + "rope.scaling.attn_factor", 1.1902381f);
   }
   for (const auto& [key, val] : voc->metadata())
-    if (key.rfind("tokenizer.", 0) == 0) w.set_value(key, val);
+    if (key.rfind("tokenizer.", 0) == 0 && !(key == "tokenizer.chat_template" && !sp.chat_template.empty()))
+      w.set_value(key, val);
+  if (!sp.chat_template.empty()) w.set_string("tokenizer.chat_template", sp.chat_template);
 
   // Tensors in llama.cpp's order. NOTE: sigma 0.02 keeps activations sane through many layers;
   // norms are 1 so the residual stream is exercised as in real models. Varied (parity) models

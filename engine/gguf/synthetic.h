@@ -31,6 +31,7 @@ struct synthetic_spec {
   kernels::weight_type type = kernels::weight_type::f32;
   uint64_t seed = 1;
   std::string vocab;  // a GGUF whose tokenizer.* metadata is copied
+  std::string chat_template;  // non-empty: written as tokenizer.chat_template (instead of the vocab's)
   int n_threads = 1;
 };
 

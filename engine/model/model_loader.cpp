@@ -133,6 +133,31 @@ bool model_loader::vecs(const std::string& name, int64_t n, int64_t n_rows, std:
   return true;
 }
 
+bool describe_model(const gguf::file& f, const weight_store& store, layer_stack* d, std::string* error) {
+  auto arch = f.get_string("general.architecture");
+  if (!arch) {
+    *error = "missing general.architecture";
+    return false;
+  }
+  const arch_entry* entry = find_architecture(*arch);
+  if (!entry) {
+    *error = "unsupported architecture '" + std::string(*arch) + "' (supported: " + architecture_names() + ")";
+    return false;
+  }
+  *d = layer_stack{};
+  d->hp.arch = std::string(*arch);
+  model_loader ld(f, store, *d, error);
+  if (!entry->build(ld)) return false;
+  if (d->rope_inv_freq.empty()) ld.add_rope_set(d->hp.rope_base, d->hp.rope_scale);
+  if (int32_t(d->layers.size()) != d->hp.n_layer || d->output_norm.empty()) {
+    *error = "architecture '" + d->hp.arch + "': incomplete model description";
+    return false;
+  }
+  d->hp.layer_window.clear();
+  for (const auto& L : d->layers) d->hp.layer_window.push_back(L.window);
+  return true;
+}
+
 std::unique_ptr<model> model::load(std::shared_ptr<const gguf::file> file, int32_t n_threads, std::string* error,
                                    weights mode) {
   if (!file) {
@@ -163,16 +188,7 @@ std::unique_ptr<model> model::load(std::shared_ptr<const gguf::file> file, int32
     });
   }
   layer_stack d;
-  d.hp.arch = std::string(*arch);
-  model_loader ld(*file, *store, d, error);
-  if (!entry->build(ld)) return nullptr;
-  if (d.rope_inv_freq.empty()) ld.add_rope_set(d.hp.rope_base, d.hp.rope_scale);
-  if (int32_t(d.layers.size()) != d.hp.n_layer || d.output_norm.empty()) {
-    *error = "architecture '" + d.hp.arch + "': incomplete model description";
-    return nullptr;
-  }
-  d.hp.layer_window.clear();
-  for (const auto& L : d.layers) d.hp.layer_window.push_back(L.window);
+  if (!describe_model(*file, *store, &d, error)) return nullptr;
   return make_transformer(std::move(file), std::move(store), std::move(d), n_threads);
 }
 

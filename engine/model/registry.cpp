@@ -20,12 +20,12 @@ const arch_entry k_archs[] = {
     {"llama", build_llama, true},
     {"qwen2", build_qwen2, true},
     {"qwen3", build_qwen3, true},
-    {"qwen3moe", build_qwen3moe},
-    {"smollm3", build_smollm3},
-    {"gemma2", build_gemma2},
-    {"gemma3", build_gemma3},
-    {"phi3", build_phi3},
-    {"gpt-oss", build_gpt_oss},
+    {"qwen3moe", build_qwen3moe, true},
+    {"smollm3", build_smollm3, true},
+    {"gemma2", build_gemma2, true},
+    {"gemma3", build_gemma3, true},
+    {"phi3", build_phi3, true},
+    {"gpt-oss", build_gpt_oss, true},
 };
 }  // namespace
 

@@ -123,6 +123,12 @@ class model_loader {
   rope_scaling rope_scaling_;  // rope.scaling.*, read by common_hparams
 };
 
+// The description of f's architecture (registry.cpp -> engine/model/<arch>.cpp): hyper-parameters,
+// options, tensors (weights where store put them: views into the mapping for an empty store), RoPE
+// tables, per-layer windows. Both backends run from it: the CPU's transformer.cpp and the CUDA
+// backend's cuda_forward.cpp. false + *error (naming the architecture or tensor) on failure.
+bool describe_model(const gguf::file& f, const weight_store& store, layer_stack* d, std::string* error);
+
 // The CPU forward pass over a layer_stack (transformer.cpp).
 std::unique_ptr<model> make_transformer(std::shared_ptr<const gguf::file> file, std::unique_ptr<weight_store> store,
                                         layer_stack desc, int32_t n_threads);

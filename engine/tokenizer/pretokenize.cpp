@@ -3,6 +3,8 @@
 #include "tokenizer/pretokenize.h"
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "tokenizer/unicode.h"
 
@@ -202,6 +204,111 @@ void split_cased(const range& r, size_t max_digits, bool contractions, std::vect
   }
 }
 
+// --- llama.cpp's multi-regex pre-tokenizers (unicode_regex_split) --------------------------
+// Each regex of the list splits every piece made so far into its leftmost matches and the gaps
+// between them, which stay pieces of their own. The regexes that name \p{..} classes run on
+// llama.cpp's "collapsed" text, where ASCII keeps its own classes (\p{P} is only
+// !"#%&'()*,-./:;?@[\]_{}, \s is ASCII's " \t\n\v\f\r") and other code points stand for their
+// category (whitespace first).
+
+bool is_p_llamacpp(uint32_t cp) {  // \p{P} as llama.cpp's collapsed regexes read it
+  if (cp < 0x80) {
+    switch (cp) {
+      case '$': case '+': case '<': case '=': case '>': case '^': case '`': case '|': case '~': return false;
+      default: return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) ||
+                      (cp >= 0x7B && cp <= 0x7E);
+    }
+  }
+  return !unicode::is_whitespace(cp) && unicode::class_of(cp) == unicode::cpt_class::punctuation;
+}
+
+// Refines *ends (piece ends over t) by one regex: match(r, pos) is the length of its match at pos
+// (0: none), r the piece as a range.
+template <class Match>
+void refine(const cpt_text& t, std::vector<size_t>* ends, Match match) {
+  std::vector<size_t> out;
+  out.reserve(ends->size() * 2);
+  size_t begin = 0;
+  for (size_t e : *ends) {
+    const range r{t, begin, e};
+    size_t gap = begin;
+    for (size_t pos = begin; pos < e;) {
+      const size_t n = match(r, pos);
+      if (n == 0) {
+        ++pos;
+        continue;
+      }
+      if (pos > gap) out.push_back(pos);
+      pos += n;
+      out.push_back(pos);
+      gap = pos;
+    }
+    if (gap < e) out.push_back(e);
+    begin = e;
+  }
+  *ends = std::move(out);
+}
+
+// Length of a run of code points from pos for which pred holds.
+template <class Pred>
+size_t run(const range& r, size_t pos, Pred pred) {
+  size_t n = 0;
+  while (pos + n < r.hi && pred(r.cpt(pos + n), r.flag(pos + n))) ++n;
+  return n;
+}
+
+bool is_ascii_digit(uint32_t cp) { return cp >= '0' && cp <= '9'; }
+
+// '[0-9][0-9][0-9]'
+size_t match_digit_triplet(const range& r, size_t pos) {
+  return is_ascii_digit(r.cpt(pos)) && is_ascii_digit(r.cpt(pos + 1)) && is_ascii_digit(r.cpt(pos + 2)) ? 3 : 0;
+}
+
+// Falcon: '[\p{P}\$\+<=>\^~\|`]+' (every ASCII punctuation and symbol, other \p{P}), then GPT-2's
+// regex in each piece, then '[0-9][0-9][0-9]'.
+void split_falcon(const cpt_text& t, std::vector<size_t>* ends) {
+  ends->assign(1, t.cpts.size());
+  refine(t, ends, [](const range& r, size_t pos) {
+    return run(r, pos, [](uint32_t cp, uint8_t) {
+      return cp < 0x80 ? (cp >= 0x21 && cp <= 0x7E && !(cp >= '0' && cp <= '9') && !(cp >= 'A' && cp <= 'Z') &&
+                          !(cp >= 'a' && cp <= 'z'))
+                       : is_p_llamacpp(cp);
+    });
+  });
+  std::vector<size_t> pieces;
+  size_t begin = 0;
+  for (size_t e : *ends) {
+    split_gpt2(range{t, begin, e}, &pieces);
+    begin = e;
+  }
+  *ends = std::move(pieces);
+  refine(t, ends, match_digit_triplet);
+}
+
+// DeepSeek Coder: '[\r\n]', '\s?\p{L}+', '\s?\p{P}+', '[一-龥ࠀ-一가-퟿]+', '\p{N}'.
+void split_deepseek_coder(const cpt_text& t, std::vector<size_t>* ends) {
+  ends->assign(1, t.cpts.size());
+  refine(t, ends, [](const range& r, size_t pos) -> size_t { return r.cpt(pos) == '\r' || r.cpt(pos) == '\n'; });
+  // '\s?X+': X at pos, or one whitespace then X
+  auto space_then = [](auto is_x) {
+    return [is_x](const range& r, size_t pos) -> size_t {
+      auto xs = [&](size_t at) { return run(r, at, [&](uint32_t cp, uint8_t f) { return is_x(cp, f); }); };
+      if (const size_t n = xs(pos)) return n;
+      if (r.flag(pos) & f_space)
+        if (const size_t n = xs(pos + 1)) return n + 1;
+      return 0;
+    };
+  };
+  refine(t, ends, space_then([](uint32_t, uint8_t f) { return (f & f_letter) != 0; }));
+  refine(t, ends, space_then([](uint32_t cp, uint8_t) { return is_p_llamacpp(cp); }));
+  refine(t, ends, [](const range& r, size_t pos) {
+    return run(r, pos, [](uint32_t cp, uint8_t) {
+      return (cp >= 0x4E00 && cp <= 0x9FA5) || (cp >= 0x0800 && cp <= 0x4E00) || (cp >= 0xAC00 && cp <= 0xD7FF);
+    });
+  });
+  refine(t, ends, [](const range& r, size_t pos) -> size_t { return (r.flag(pos) & f_number) != 0; });
+}
+
 }  // namespace
 
 void pre_split(pre_type type, std::string_view text, std::vector<byte_span>* out) {
@@ -217,6 +324,8 @@ void pre_split(pre_type type, std::string_view text, std::vector<byte_span>* out
     case pre_type::qwen2: split_llama3(all, 1, &ends); break;
     case pre_type::tekken: split_cased(all, 1, false, &ends); break;
     case pre_type::gpt4o: split_cased(all, 3, true, &ends); break;
+    case pre_type::falcon: split_falcon(t, &ends); break;
+    case pre_type::deepseek_coder: split_deepseek_coder(t, &ends); break;
   }
   size_t begin = 0;
   for (size_t e : ends) {

@@ -1,4 +1,4 @@
-// Byte-level BPE pre-tokenizers: the regex splits of GPT-2, Llama 3, Qwen2, Tekken, GPT-4o,
+// Byte-level BPE pre-tokenizers: the regex splits of GPT-2, Llama 3, Qwen2, Tekken, GPT-4o, Falcon, DeepSeek Coder,
 // hand-written over code points (no std::regex: too slow, and no \p{L}).
 #pragma once
 
@@ -17,6 +17,9 @@ enum class pre_type {
            //   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}|
            //   ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
   gpt4o,   // as tekken, with (?i:'s|'t|'re|'ve|'m|'ll|'d)? after each word and \p{N}{1,3}
+  // llama.cpp's multi-regex lists (each regex splits the previous pieces; gaps stay pieces):
+  falcon,          // [\p{P}\$\+<=>\^~\|`]+ ; gpt2 ; [0-9][0-9][0-9]
+  deepseek_coder,  // [\r\n] ; \s?\p{L}+ ; \s?\p{P}+ ; [一-龥ࠀ-一가-퟿]+ ; \p{N}
 };
 
 struct byte_span {

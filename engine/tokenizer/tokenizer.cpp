@@ -115,10 +115,17 @@ bool tokenizer::init(const gguf::file& f, std::string* error) {
     } else if (pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "smollm" ||
                pre == "codeshell" || pre == "exaone" || pre == "minerva-7b") {
       pre_ = pre_type::gpt2_digits;
+    } else if (pre == "falcon") {
+      pre_ = pre_type::falcon;
+    } else if (pre == "deepseek-coder") {
+      pre_ = pre_type::deepseek_coder;
     } else if (pre == "gpt-2" || pre == "phi-2" || pre == "jina-es" || pre == "jina-de" || pre == "gigachat" ||
                pre == "jina-v2-es" || pre == "jina-v2-de" || pre == "a.x-4.0" || pre == "mellum" ||
-               pre == "modern-bert" || pre == "jina-v1-en" || pre == "jina-v2-code" || pre == "roberta-bpe") {
-      pre_ = pre_type::gpt2;  // llama.cpp's LLAMA_VOCAB_PRE_TYPE_GPT2 names
+               pre == "modern-bert" || pre == "jina-v1-en" || pre == "jina-v2-code" || pre == "roberta-bpe" ||
+               pre == "mpt" || pre == "olmo" || pre == "jais") {
+      // llama.cpp's LLAMA_VOCAB_PRE_TYPE_GPT2 names, and MPT, OLMo and JAIS, which llama.cpp splits
+      // with the same regex and no other option
+      pre_ = pre_type::gpt2;
     } else if (pre == "default") {
       // NOTE: "default" (also what an absent key means, as in llama.cpp) splits as GPT-2 does;
       // llama.cpp's default regex set differs in punctuation and digit runs, so a few splits may differ.
@@ -128,7 +135,8 @@ bool tokenizer::init(const gguf::file& f, std::string* error) {
       // model's, which no error would ever show.
       *error = "unsupported pre-tokenizer '" + std::string(pre) +
                "' (tokenizer.ggml.pre; supported: default, gpt-2 and its aliases, llama3/llama-bpe, qwen2, tekken, "
-               "gpt-4o, starcoder/refact/smollm and the other digit-splitting GPT-2 variants)";
+               "gpt-4o, starcoder/refact/smollm and the other digit-splitting GPT-2 variants, mpt/olmo, falcon, "
+               "deepseek-coder)";
       return false;
     }
     const gguf::value* merges = f.find("tokenizer.ggml.merges");

@@ -1,5 +1,6 @@
 // Reference paged decode attention for attention_decode.cu, using the same split:
-// partials per attention_partition tokens, combined in partition order (double math).
+// partials per attention_partition tokens, combined in partition order (double math); keys
+// before a window skipped, scores soft-capped, a sink added to the denominator (attention_options).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -10,7 +11,8 @@ namespace agentq::kernels::ref {
 
 void attention_decode(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_tables,
                       int32_t max_blocks, const int32_t* seq_lens, int32_t n_seqs, int32_t n_head,
-                      int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale, float* out) {
+                      int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale, float* out,
+                      const cuda::attention_options& opt) {
   const int32_t row = n_head_kv * head_dim;
   const int32_t group = n_head / n_head_kv;
   std::vector<double> acc(static_cast<size_t>(head_dim)), part(static_cast<size_t>(head_dim));
@@ -22,8 +24,10 @@ void attention_decode(const float* q, const float* k_cache, const float* v_cache
       const int32_t kvh = h / group;
       double big_m = -INFINITY, big_l = 0;
       std::fill(acc.begin(), acc.end(), 0.0);
-      for (int32_t p0 = 0; p0 < len; p0 += cuda::attention_partition) {
-        const int32_t p1 = std::min(len, p0 + cuda::attention_partition);
+      const int32_t first = opt.window > 0 ? std::max(0, len - opt.window) : 0;
+      for (int32_t pp = 0; pp < len; pp += cuda::attention_partition) {
+        const int32_t p0 = std::max(pp, first), p1 = std::min(len, pp + cuda::attention_partition);
+        if (p0 >= p1) continue;
         std::vector<double> sc(size_t(p1 - p0));
         double m = -INFINITY;
         for (int32_t p = p0; p < p1; ++p) {
@@ -31,8 +35,10 @@ void attention_decode(const float* q, const float* k_cache, const float* v_cache
                            int64_t(kvh) * head_dim;
           double d = 0;
           for (int32_t i = 0; i < head_dim; ++i) d += double(qh[i]) * double(k[i]);
-          sc[size_t(p - p0)] = d * scale;
-          m = std::max(m, d * scale);
+          d *= scale;
+          if (opt.softcap != 0.0f) d = std::tanh(d / opt.softcap) * opt.softcap;
+          sc[size_t(p - p0)] = d;
+          m = std::max(m, d);
         }
         double l = 0;
         std::fill(part.begin(), part.end(), 0.0);
@@ -51,6 +57,7 @@ void attention_decode(const float* q, const float* k_cache, const float* v_cache
         big_l = big_l * a + l * b;
         big_m = new_m;
       }
+      if (opt.sinks) big_l += std::exp(double(opt.sinks[h]) - big_m);
       float* o = out + (int64_t(s) * n_head + h) * head_dim;
       for (int32_t i = 0; i < head_dim; ++i) o[i] = big_l > 0 ? float(acc[size_t(i)] / big_l) : 0.0f;
     }

@@ -1,7 +1,9 @@
 // Paged attention for decode: one query token per sequence, K/V read through the
 // block table. Split-K over fixed attention_partition-token partitions (grid z),
 // then a second kernel combines each head's partials in partition order. A warp keeps
-// kGroup tokens' K/V rows in flight.
+// kGroup tokens' K/V rows in flight. attention_options: a sliding window starts the sequence's
+// reads at its first visible key (partitions wholly before it record nothing), soft-capping turns
+// each score, and a sink joins the final combine as one more logit with no value row.
 #include "common.cuh"
 
 namespace agentq::kernels::cuda {
@@ -23,16 +25,24 @@ __global__ void __launch_bounds__(kWarps * 32)
                              const float* __restrict__ v_cache, const int32_t* __restrict__ block_tables,
                              int32_t max_blocks, const int32_t* __restrict__ seq_lens, int32_t n_head,
                              int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale, int32_t max_parts,
+                             int32_t window, float softcap, const float* __restrict__ sinks,
                              float* __restrict__ ws, float* __restrict__ out) {
   const int32_t h = blockIdx.x, s = blockIdx.y, part = blockIdx.z;
   const int32_t len = seq_lens[s];
-  const int32_t p0 = part * attention_partition;
+  const int32_t first = window > 0 ? max(0, len - window) : 0;  // the first visible key
+  int32_t p0 = part * attention_partition;
   if (p0 >= len) {
     if (out)  // one partition and an empty sequence: what the reduce writes (acc 0 * inv_l 0)
       for (int32_t d = threadIdx.x; d < head_dim; d += blockDim.x) out[(int64_t(s) * n_head + h) * head_dim + d] = 0.0f;
     return;
   }
   const int32_t p1 = min(len, p0 + attention_partition);
+  if (p1 <= first) {  // wholly before the window: an empty record (the reduce skips it)
+    if (threadIdx.x == 0) ws[part_offset(s, h, part, n_head, max_parts, head_dim) + head_dim] = -INFINITY;
+    return;
+  }
+  p0 = max(p0, first);
+  const float inv_cap = softcap != 0.0f ? 1.0f / softcap : 0.0f;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int32_t row = n_head_kv * head_dim;
   const int64_t kv_off = int64_t(h / (n_head / n_head_kv)) * head_dim;
@@ -73,6 +83,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) dot[g] = detail::warp_sum(dot[g]) * scale;
+    if (softcap != 0.0f)
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) dot[g] = tanhf(dot[g] * inv_cap) * softcap;
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
       if (pg + g * kWarps >= p1) break;
@@ -101,6 +114,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   float big_m = -INFINITY;
   for (int w = 0; w < kWarps; ++w) big_m = fmaxf(big_m, sm_m[w]);
   if (out) {
+    if (sinks) big_m = fmaxf(big_m, sinks[h]);
     // One partition (max_parts == 1): normalise here instead of in attention_decode_reduce,
     // with its arithmetic for a single record (weights expf(0) = 1 applied as fmaf(x, 1, 0)),
     // so the bits are the two-kernel path's.
@@ -108,6 +122,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int w = 0; w < kWarps; ++w)
       if (sm_m[w] != -INFINITY) big_l = fmaf(sm_l[w], expf(sm_m[w] - big_m), big_l);
     big_l = fmaf(big_l, 1.0f, 0.0f);
+    if (sinks) big_l += expf(sinks[h] - big_m);
     const float inv_l = big_l > 0.0f ? 1.0f / big_l : 0.0f;
     float* o_row = out + (int64_t(s) * n_head + h) * head_dim;
     for (int32_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
@@ -135,17 +150,20 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 __global__ void attention_decode_reduce(const float* __restrict__ ws, const int32_t* __restrict__ seq_lens,
-                                        int32_t n_head, int32_t head_dim, int32_t max_parts, float* __restrict__ out) {
+                                        int32_t n_head, int32_t head_dim, int32_t max_parts,
+                                        const float* __restrict__ sinks, float* __restrict__ out) {
   const int32_t h = blockIdx.x, s = blockIdx.y;
   const int32_t n_parts = (seq_lens[s] + attention_partition - 1) / attention_partition;
   float* o = out + (int64_t(s) * n_head + h) * head_dim;
   float big_m = -INFINITY;
   for (int32_t p = 0; p < n_parts; ++p) big_m = fmaxf(big_m, ws[part_offset(s, h, p, n_head, max_parts, head_dim) + head_dim]);
+  if (sinks) big_m = fmaxf(big_m, sinks[h]);
   float big_l = 0.0f;
   for (int32_t p = 0; p < n_parts; ++p) {
     const float* rec = ws + part_offset(s, h, p, n_head, max_parts, head_dim);
     if (rec[head_dim] != -INFINITY) big_l = fmaf(rec[head_dim + 1], expf(rec[head_dim] - big_m), big_l);
   }
+  if (sinks) big_l += expf(sinks[h] - big_m);
   const float inv_l = big_l > 0.0f ? 1.0f / big_l : 0.0f;
   for (int32_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float acc = 0.0f;
@@ -167,18 +185,19 @@ size_t attention_decode_workspace_floats(int32_t n_seqs, int32_t n_head, int32_t
 void attention_decode(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_tables,
                       int32_t max_blocks, const int32_t* seq_lens, int32_t n_seqs, int32_t max_seq_len,
                       int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale,
-                      float* workspace, float* out, stream_t s) {
+                      float* workspace, float* out, stream_t s, const attention_options& opt) {
   if (n_seqs <= 0 || max_seq_len <= 0) return;
   AGENTQ_CUDA_REQUIRE(head_dim > 0 && head_dim <= attention_max_head_dim && n_head % n_head_kv == 0);
+  AGENTQ_CUDA_REQUIRE(opt.window >= 0);
   const int32_t max_parts = (max_seq_len + attention_partition - 1) / attention_partition;
   const cudaStream_t st = detail::as_stream(s);
   attention_decode_partial<<<dim3(n_head, n_seqs, max_parts), kWarps * 32, 0, st>>>(
       q, k_cache, v_cache, block_tables, max_blocks, seq_lens, n_head, n_head_kv, head_dim, block_size, scale,
-      max_parts, workspace, max_parts == 1 ? out : nullptr);
+      max_parts, opt.window, opt.softcap, opt.sinks, workspace, max_parts == 1 ? out : nullptr);
   AGENTQ_CUDA_CHECK_LAUNCH();
   if (max_parts == 1) return;  // the partial kernel wrote the output
   attention_decode_reduce<<<dim3(n_head, n_seqs), 128, 0, st>>>(workspace, seq_lens, n_head, head_dim, max_parts,
-                                                                 out);
+                                                                 opt.sinks, out);
   AGENTQ_CUDA_CHECK_LAUNCH();
 }
 

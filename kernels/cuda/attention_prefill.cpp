@@ -1,5 +1,6 @@
 // Reference paged causal prefill attention for attention_prefill.cu: a direct
-// softmax over positions [0, n_past + j] per query row (double math), GQA.
+// softmax over positions [0, n_past + j] per query row (double math), GQA; a window's masked keys
+// skipped, scores soft-capped, a sink added to the denominator (attention_options).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -11,7 +12,7 @@ namespace agentq::kernels::ref {
 void attention_prefill(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_tables,
                        int32_t max_blocks, const int32_t* q_start, const int32_t* n_past, int32_t n_seqs,
                        int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale,
-                       float* out) {
+                       float* out, const cuda::attention_options& opt) {
   const int32_t row = n_head_kv * head_dim;
   const int32_t group = n_head / n_head_kv;
   std::vector<double> sc, acc(static_cast<size_t>(head_dim));
@@ -24,21 +25,25 @@ void attention_prefill(const float* q, const float* k_cache, const float* v_cach
         const float* qh = q + (int64_t(t) * n_head + h) * head_dim;
         const int64_t kv_off = int64_t(h / group) * head_dim;
         double m = -INFINITY;
-        for (int32_t p = 0; p < n_keys; ++p) {
+        const int32_t first = opt.window > 0 ? std::max(0, n_keys - opt.window) : 0;
+        for (int32_t p = first; p < n_keys; ++p) {
           const float* k = k_cache + (int64_t(table[p / block_size]) * block_size + p % block_size) * row + kv_off;
           double d = 0;
           for (int32_t i = 0; i < head_dim; ++i) d += double(qh[i]) * double(k[i]);
-          sc[size_t(p)] = d * scale;
-          m = std::max(m, sc[size_t(p)]);
+          d *= scale;
+          if (opt.softcap != 0.0f) d = std::tanh(d / opt.softcap) * opt.softcap;
+          sc[size_t(p)] = d;
+          m = std::max(m, d);
         }
         double l = 0;
         std::fill(acc.begin(), acc.end(), 0.0);
-        for (int32_t p = 0; p < n_keys; ++p) {
+        for (int32_t p = first; p < n_keys; ++p) {
           const float* v = v_cache + (int64_t(table[p / block_size]) * block_size + p % block_size) * row + kv_off;
           const double e = std::exp(sc[size_t(p)] - m);
           l += e;
           for (int32_t i = 0; i < head_dim; ++i) acc[size_t(i)] += e * double(v[i]);
         }
+        if (opt.sinks) l += std::exp(double(opt.sinks[h]) - m);
         float* o = out + (int64_t(t) * n_head + h) * head_dim;
         for (int32_t i = 0; i < head_dim; ++i) o[i] = float(acc[size_t(i)] / l);
       }

@@ -1,6 +1,9 @@
 // Paged attention for prefill: causal, GQA, flash-attention style tiling in fp32.
 // A block takes kTileQ query rows of one head of one sequence and walks the keys in
 // tiles of 32 (one key per lane), keeping an online softmax per row in registers.
+// attention_options: a sliding window masks keys t - p >= window (and skips the tiles wholly
+// before the tile's first window), soft-capping turns each score, a sink joins each row's final
+// normalisation as one more logit with no value row.
 // NOTE: fp32 CUDA cores, not tensor cores: correct and simple first; an mma/wgmma
 // version is the next step for long prompts.
 #include "common.cuh"
@@ -25,7 +28,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                              const float* __restrict__ v_cache, const int32_t* __restrict__ block_tables,
                              int32_t max_blocks, const int32_t* __restrict__ q_start,
                              const int32_t* __restrict__ n_past, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
-                             int32_t block_size, float scale, float* __restrict__ out) {
+                             int32_t block_size, float scale, int32_t window, float softcap,
+                             const float* __restrict__ sinks, float* __restrict__ out) {
   extern __shared__ float smem[];
   float* sq = smem;                                   // [kTileQ][head_dim]
   float* sk = sq + kTileQ * head_dim;                 // [kTileK][head_dim + 1]
@@ -56,7 +60,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int j = 0; j < kMaxDimPerLane; ++j) acc[r][j] = 0.0f;
   }
 
-  for (int32_t kb = 0; kb < n_keys; kb += kTileK) {
+  // The first key any row of the tile sees, rounded down to a tile.
+  const int32_t kb0 = window > 0 ? max(0, past + qi0 + 1 - window) / kTileK * kTileK : 0;
+  const float inv_cap = softcap != 0.0f ? 1.0f / softcap : 0.0f;
+  for (int32_t kb = kb0; kb < n_keys; kb += kTileK) {
     __syncthreads();  // previous tile fully consumed (and sq written, first time)
     for (int32_t i = threadIdx.x; i < kTileK * head_dim; i += blockDim.x) {
       const int32_t c = i / head_dim, d = i % head_dim, p = kb + c;
@@ -75,12 +82,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const int32_t qr = warp * kRowsPerWarp + r;  // row within the tile
       const int32_t q_pos = past + qi0 + qr;
-      const bool valid = qr < n_q_tile && p < n_keys && p <= q_pos;
+      const bool valid = qr < n_q_tile && p < n_keys && p <= q_pos && (window <= 0 || q_pos - p < window);
       const float* qrow = sq + qr * head_dim;
       const float* krow = sk + lane * (head_dim + 1);
       float dot = 0.0f;
       for (int32_t d = 0; d < head_dim; ++d) dot = fmaf(qrow[d], krow[d], dot);
-      const float sc = valid ? dot : -INFINITY;
+      const float sc = !valid ? -INFINITY : softcap != 0.0f ? tanhf(dot * inv_cap) * softcap : dot;
       const float new_m = fmaxf(m[r], detail::warp_max(sc));
       if (new_m == -INFINITY) continue;  // nothing visible yet (or a padding row): warp-uniform
       const float pe = valid ? expf(sc - new_m) : 0.0f;
@@ -103,6 +110,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int32_t qr = warp * kRowsPerWarp + r;
     if (qr >= n_q_tile) continue;
     float* o = out + (int64_t(row0 + qi0 + qr) * n_head + h) * head_dim;
+    if (sinks) {  // the sink as one more logit: rescale to the new max, add its share of the denominator
+      const float sk = sinks[h], new_m = fmaxf(m[r], sk);
+      const float corr = m[r] == -INFINITY ? 0.0f : expf(m[r] - new_m);
+      l[r] = fmaf(l[r], corr, expf(sk - new_m));
+#pragma unroll
+      for (int j = 0; j < kMaxDimPerLane; ++j) acc[r][j] *= corr;
+    }
     const float inv_l = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
 #pragma unroll
     for (int j = 0; j < kMaxDimPerLane; ++j)
@@ -115,7 +129,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 void attention_prefill(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_tables,
                        int32_t max_blocks, const int32_t* q_start, const int32_t* n_past, int32_t n_seqs,
                        int32_t max_q, int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t block_size,
-                       float scale, float* out, stream_t s) {
+                       float scale, float* out, stream_t s, const attention_options& opt) {
   if (n_seqs <= 0 || max_q <= 0) return;
   AGENTQ_CUDA_REQUIRE(head_dim > 0 && head_dim <= attention_max_head_dim && n_head % n_head_kv == 0);
   const size_t smem = prefill_smem_bytes(head_dim);
@@ -128,7 +142,7 @@ void attention_prefill(const float* q, const float* k_cache, const float* v_cach
   const dim3 grid(detail::ceil_div(max_q, kTileQ), unsigned(n_head), unsigned(n_seqs));
   attention_prefill_kernel<<<grid, kWarps * 32, smem, detail::as_stream(s)>>>(
       q, k_cache, v_cache, block_tables, max_blocks, q_start, n_past, n_head, n_head_kv, head_dim, block_size, scale,
-      out);
+      opt.window, opt.softcap, opt.sinks, out);
   AGENTQ_CUDA_CHECK_LAUNCH();
 }
 

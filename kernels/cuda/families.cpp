@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numeric>
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "agentq/kernels.h"
@@ -68,6 +69,41 @@ void moe_topk(const float* logits, int32_t n_rows, int32_t n_expert, int32_t k, 
       for (int32_t j = 0; j < k; ++j) w[j] *= inv;
     }
   }
+}
+
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float alpha = 1.702f, limit = 7.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    out[i] = x / (1.0f + std::exp(alpha * (-x))) * (u + 1.0f);
+  }
+}
+
+void add_rows_by_id(float* x, const float* b, const int32_t* ids, int32_t n_rows, int32_t n) {
+  for (int32_t r = 0; r < n_rows; ++r)
+    for (int32_t i = 0; i < n; ++i) x[int64_t(r) * n + i] += b[int64_t(ids[r]) * n + i];
+}
+
+void moe_combine(const float* y, const float* w, int32_t n_tok, int32_t k, int32_t n, float* out) {
+  for (int32_t t = 0; t < n_tok; ++t)
+    for (int32_t c = 0; c < n; ++c) {
+      const float* yt = y + int64_t(t) * k * n;
+      volatile float o = yt[c] * w[int64_t(t) * k];  // NOTE: volatile: each product rounded, no FMA contraction
+      for (int32_t j = 1; j < k; ++j) {
+        volatile float p = yt[int64_t(j) * n + c] * w[int64_t(t) * k + j];
+        o = o + p;
+      }
+      out[int64_t(t) * n + c] = o;
+    }
+}
+
+void moe_matvec(weight_type type, const void* stack, int64_t n_out, int64_t n_in, const float* x, int32_t x_div,
+                const int32_t* ids, int32_t n_rows, float* y) {
+  const size_t rb = cuda::row_bytes(type, n_in);
+  for (int32_t r = 0; r < n_rows; ++r)
+    matvec(type, static_cast<const uint8_t*>(stack) + size_t(ids[r]) * size_t(n_out) * rb, n_out, n_in,
+           x + int64_t(r / x_div) * n_in, 1, y + int64_t(r) * n_out);
 }
 
 }  // namespace agentq::kernels::ref

@@ -1,7 +1,8 @@
 // Elementwise and routing ops of the families beyond llama/qwen2 (their C++ references:
 // families.cpp): Gemma's GELU-tanh gate rounded through F16 as ggml's CPU backend, the embedding
-// scale, logit soft-capping, and the MoE router's top-k (Qwen3-MoE's normalised softmax, gpt-oss's
-// softmax over the top k). Not yet wired into backend/cuda_forward.cpp (those families run on the CPU).
+// scale, logit soft-capping, the MoE router's top-k (Qwen3-MoE's normalised softmax, gpt-oss's
+// softmax over the top k), GPT-OSS's clamped SwiGLU, per-expert biases and the experts' weighted
+// sum. backend/cuda_forward.cpp runs them where a layer_stack asks for them.
 #include "common.cuh"
 
 namespace agentq::kernels::cuda {
@@ -81,6 +82,34 @@ __global__ void moe_topk_kernel(const float* logits, int32_t n_rows, int32_t n_e
   }
 }
 
+__global__ void swiglu_oai_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float alpha = 1.702f, limit = 7.0f;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = fminf(gate[i], limit);
+    const float u = fminf(fmaxf(up[i], -limit), limit);
+    out[i] = x / (1.0f + expf(alpha * (-x))) * (u + 1.0f);
+  }
+}
+
+__global__ void add_rows_by_id_kernel(float* x, const float* b, const int32_t* ids, int32_t n_rows, int32_t n) {
+  const int64_t total = int64_t(n_rows) * n;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] += b[int64_t(ids[i / n]) * n + i % n];
+}
+
+// NOTE: __fmul_rn / __fadd_rn keep each product rounded before the add (no FMA contraction), as
+// the reference and the CPU's moe.cpp.
+__global__ void moe_combine_kernel(const float* y, const float* w, int32_t n_tok, int32_t k, int32_t n, float* out) {
+  const int64_t total = int64_t(n_tok) * n;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = i / n, c = i % n;
+    const float* yt = y + t * k * n;
+    float o = __fmul_rn(yt[c], w[t * k]);
+    for (int32_t j = 1; j < k; ++j) o = __fadd_rn(o, __fmul_rn(yt[int64_t(j) * n + c], w[t * k + j]));
+    out[i] = o;
+  }
+}
+
 }  // namespace
 
 void gelu_mul(const float* gate, const float* up, float* out, int64_t n, stream_t s) {
@@ -108,6 +137,25 @@ void moe_topk(const float* logits, int32_t n_rows, int32_t n_expert, int32_t k, 
   AGENTQ_CUDA_REQUIRE(k > 0 && k <= n_expert);
   moe_topk_kernel<<<detail::ceil_div(n_rows, 64), 64, 0, detail::as_stream(s)>>>(
       logits, n_rows, n_expert, k, gating == moe_gating::softmax_norm, ids, weights);
+  AGENTQ_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, stream_t s) {
+  if (n <= 0) return;
+  swiglu_oai_kernel<<<grid_for(n), 256, 0, detail::as_stream(s)>>>(gate, up, out, n);
+  AGENTQ_CUDA_CHECK_LAUNCH();
+}
+
+void add_rows_by_id(float* x, const float* b, const int32_t* ids, int32_t n_rows, int32_t n, stream_t s) {
+  if (n_rows <= 0 || n <= 0) return;
+  add_rows_by_id_kernel<<<grid_for(int64_t(n_rows) * n), 256, 0, detail::as_stream(s)>>>(x, b, ids, n_rows, n);
+  AGENTQ_CUDA_CHECK_LAUNCH();
+}
+
+void moe_combine(const float* y, const float* w, int32_t n_tok, int32_t k, int32_t n, float* out, stream_t s) {
+  if (n_tok <= 0 || n <= 0) return;
+  AGENTQ_CUDA_REQUIRE(k > 0);
+  moe_combine_kernel<<<grid_for(int64_t(n_tok) * n), 256, 0, detail::as_stream(s)>>>(y, w, n_tok, k, n, out);
   AGENTQ_CUDA_CHECK_LAUNCH();
 }
 

@@ -519,6 +519,37 @@ struct swiglu_op {
   }
 };
 
+// Mixture-of-experts rows (moe_matvec): block (rows, r) computes rows of expert ids[r0 + r]'s matrix
+// for vector (r0 + r) / x_div, with row_dot's one-vector arithmetic (matvec's bits for n_x = 1).
+template <weight_type T>
+__global__ void __launch_bounds__(kRowsPerBlock * 32)
+    moe_matvec_kernel(const uint8_t* __restrict__ stack, size_t rb, int64_t n_out, int64_t n_in,
+                      const float* __restrict__ x, int32_t x_div, const int32_t* __restrict__ ids, int32_t r0,
+                      float* __restrict__ y) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  if (row >= n_out) return;
+  const int32_t r = r0 + int32_t(blockIdx.y);
+  const float* xs[1] = {x + int64_t(r / x_div) * n_in};
+  float acc[1] = {0.0f};
+  row_dot<T, 1>(stack + (size_t(ids[r]) * size_t(n_out) + size_t(row)) * rb, n_in, xs, lane, acc);
+  acc[0] = detail::warp_sum(acc[0]);
+  if (lane == 0) y[int64_t(r) * n_out + row] = acc[0];
+}
+
+template <weight_type T>
+struct moe_op {
+  static void run(const void* stack, int64_t n_out, int64_t n_in, const float* x, int32_t x_div, const int32_t* ids,
+                  int32_t n_rows, float* y, cudaStream_t s) {
+    const size_t rb = row_bytes(T, n_in);
+    for (int32_t r0 = 0; r0 < n_rows; r0 += 65535) {  // grid.y is at most 65535
+      const int32_t n = min(65535, n_rows - r0);
+      moe_matvec_kernel<T><<<dim3(detail::ceil_div(n_out, kRowsPerBlock), unsigned(n)), kRowsPerBlock * 32, 0, s>>>(
+          static_cast<const uint8_t*>(stack), rb, n_out, n_in, x, x_div, ids, r0, y);
+    }
+  }
+};
+
 // Op<type>::run(args...) with the weight type as a template argument.
 template <template <weight_type> class Op, class... A>
 void dispatch(weight_type type, A&&... a) {
@@ -589,6 +620,14 @@ void matvec_swiglu(weight_type type, const void* gate, const void* up, int64_t n
   AGENTQ_CUDA_REQUIRE(n_in % row_multiple(type) == 0);
   const cudaStream_t st = detail::as_stream(s);
   dispatch<swiglu_op>(type, gate, up, n_out, n_in, x, n_x, y, st);
+  AGENTQ_CUDA_CHECK_LAUNCH();
+}
+
+void moe_matvec(weight_type type, const void* stack, int64_t n_out, int64_t n_in, const float* x, int32_t x_div,
+                const int32_t* ids, int32_t n_rows, float* y, stream_t s) {
+  if (n_out <= 0 || n_rows <= 0) return;
+  AGENTQ_CUDA_REQUIRE(n_in % row_multiple(type) == 0 && x_div > 0);
+  dispatch<moe_op>(type, stack, n_out, n_in, x, x_div, ids, n_rows, y, detail::as_stream(s));
   AGENTQ_CUDA_CHECK_LAUNCH();
 }
 

@@ -25,6 +25,8 @@ FAMILIES = {  # family -> (template file, bos, eos)
     "mistral": ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "<s>", "</s>"),
     "phi3": ("microsoft-Phi-3.5-mini-instruct.jinja", "<s>", "<|endoftext|>"),
     "phi4": ("microsoft-phi-4.jinja", "<|endoftext|>", "<|im_end|>"),
+    # microsoft/Phi-4-mini-instruct's tokenizer_config.json: bos and eos "<|endoftext|>"
+    "phi4-mini": ("microsoft-Phi-4-mini-instruct.jinja", "<|endoftext|>", "<|endoftext|>"),
     "smollm3": ("HuggingFaceTB-SmolLM3-3B.jinja", "", "<|im_end|>"),
     "gemma": ("google-gemma-2-2b-it.jinja", "<bos>", "<eos>"),
     "deepseek-r1-distill-llama": ("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", "<｜begin▁of▁sentence｜>",

@@ -2,7 +2,7 @@
 // encode, or, when it starts with "GGUF", a model file whose tokenizer metadata
 // is loaded and exercised. Build and run:
 //   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address -Iengine -Iengine/include -Ikernels/include \
-//     tests/fuzz/fuzz_tokenizer.cpp engine/tokenizer/*.cpp engine/gguf/*.cpp -o fuzz_tokenizer && ./fuzz_tokenizer -max_total_time=60
+//     tests/fuzz/fuzz_tokenizer.cpp engine/tokenizer/*.cpp engine/gguf/{reader,types,split}.cpp -o fuzz_tokenizer && ./fuzz_tokenizer -max_total_time=60
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gguf/reader.h"
+#include "tokenizer/pretokenize.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -66,6 +67,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const tokenizer& tok = vocab();
   const std::string_view text(reinterpret_cast<const char*>(data), size);
+
+  // Every pre-tokenizer's pieces tile the text in order, none empty.
+  for (pre_type p : {pre_type::gpt2, pre_type::llama3, pre_type::qwen2, pre_type::gpt2_digits, pre_type::tekken,
+                     pre_type::gpt4o, pre_type::falcon, pre_type::deepseek_coder}) {
+    std::vector<byte_span> spans;
+    pre_split(p, text, &spans);
+    size_t next = 0;
+    for (const byte_span& sp : spans) {
+      if (sp.begin != next || sp.end <= sp.begin) std::abort();
+      next = sp.end;
+    }
+    if (next != text.size()) std::abort();
+  }
 
   const auto plain = tok.encode(text, true, false);
   for (token_id id : plain) {

@@ -231,6 +231,15 @@ void rope_kv_write(float* q, float* k, const float* v, const int32_t* pos, const
                    const int32_t* block_tables, int32_t max_blocks, int32_t n_tokens, int32_t n_head,
                    int32_t n_head_kv, int32_t head_dim, int32_t n_rot, float base, float scale, bool neox,
                    const float* freq_factors, int32_t block_size, float* k_cache, float* v_cache, stream_t s);
+// rope_kv_write from a table of angles, as the CPU forward pass (transformer.cpp) rotates: pair i
+// turns by theta = float(pos) * inv_freq[i] (float product), cos/sin of it times mscale (YaRN's and
+// LongRoPE's magnitude), (a, b) -> (a c - b s, a s + b c) as fmaf(a, c, -(b s)), fmaf(a, s, b c).
+// Every family's RoPE is such a table (layer_stack::rope_inv_freq: plain, rope_freqs, LongRoPE,
+// YaRN, a local base). inv_freq: [n_rot/2] (device); nullptr: no rotation (a NoPE layer), only the write.
+void rope_kv_write_table(float* q, float* k, const float* v, const int32_t* pos, const int32_t* tok_seq,
+                         const int32_t* block_tables, int32_t max_blocks, int32_t n_tokens, int32_t n_head,
+                         int32_t n_head_kv, int32_t head_dim, int32_t n_rot, bool neox, const float* inv_freq,
+                         float mscale, int32_t block_size, float* k_cache, float* v_cache, stream_t s);
 
 // x[i] += y[i], i < n.
 void add(float* x, const float* y, int64_t n, stream_t s);
@@ -242,7 +251,7 @@ void gather_rows(const float* src, const int32_t* rows, int32_t n_rows, int32_t 
 // out[i] = silu(gate[i]) * up[i], i < n.  (out may alias gate or up)
 void swiglu(const float* gate, const float* up, float* out, int64_t n, stream_t s);
 
-// Ops of the families the forward pass does not run yet (families.cu; references in families.cpp).
+// Ops of the families beyond llama (families.cu; references in families.cpp).
 // out[i] = gelu_tanh(gate[i]) * up[i], gate rounded to F16 and the GELU rounded to F16 as ggml's CPU
 // backend (Gemma's FFN); exact beyond |gate| >= 10. out may alias gate or up.
 void gelu_mul(const float* gate, const float* up, float* out, int64_t n, stream_t s);
@@ -254,6 +263,23 @@ void softcap(float* x, float cap, int64_t n, stream_t s);
 // logit, ties: lower id), weights as the gating says (engine/model/moe.cpp's rule).
 void moe_topk(const float* logits, int32_t n_rows, int32_t n_expert, int32_t k, moe_gating gating, int32_t* ids,
               float* weights, stream_t s);
+// GPT-OSS's clamped SwiGLU: out = min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1).
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, stream_t s);
+// Per-expert biases: x[r][i] += b[ids[r]][i].  x: [n_rows][n]  b: [n_expert][n]  ids: [n_rows]
+void add_rows_by_id(float* x, const float* b, const int32_t* ids, int32_t n_rows, int32_t n, stream_t s);
+// The experts' outputs weighed and summed in rank order, each product rounded before it is added
+// (ggml's order, engine/model/moe.cpp): out[i] = w[i][0] y[i][0] + w[i][1] y[i][1] + ...
+//   y: [n_tok][k][n]  w: [n_tok][k]  out: [n_tok][n]
+void moe_combine(const float* y, const float* w, int32_t n_tok, int32_t k, int32_t n, float* out, stream_t s);
+
+// What the families beyond llama add to attention (engine/model/attention.h's attention_args):
+// a sliding window, score soft-capping and a per-head sink logit. The defaults change nothing
+// (the kernels then take the plain path's arithmetic).
+struct attention_options {
+  int32_t window = 0;            // key p is visible from query position t iff t - p < window; 0: all of 0..t
+  float softcap = 0.0f;          // scores -> softcap * tanh(scores / softcap) before the softmax; 0: none
+  const float* sinks = nullptr;  // [n_head] one more logit per head in the softmax's denominator, no value row
+};
 
 // Paged attention, decode: one query token per sequence, attending positions [0, seq_lens[i]).
 //   q, out:       [n_seqs][n_head][head_dim]
@@ -270,7 +296,7 @@ size_t attention_decode_workspace_floats(int32_t n_seqs, int32_t n_head, int32_t
 void attention_decode(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_tables,
                       int32_t max_blocks, const int32_t* seq_lens, int32_t n_seqs, int32_t max_seq_len,
                       int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale,
-                      float* workspace, float* out, stream_t s);
+                      float* workspace, float* out, stream_t s, const attention_options& opt = {});
 
 // Paged attention, prefill: causal, GQA, tiled (flash-attention style, fp32).
 // Sequence i owns query rows [q_start[i], q_start[i+1]) at positions n_past[i] + j;
@@ -280,7 +306,7 @@ void attention_decode(const float* q, const float* k_cache, const float* v_cache
 void attention_prefill(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_tables,
                        int32_t max_blocks, const int32_t* q_start, const int32_t* n_past, int32_t n_seqs,
                        int32_t max_q, int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t block_size,
-                       float scale, float* out, stream_t s);
+                       float scale, float* out, stream_t s, const attention_options& opt = {});
 
 // Dequantising matrix-vector products: y[i][o] = dot(W row o, x[i]), fp32 accumulate.
 //   w: [n_out][row_bytes(type, n_in)]  x: [n_x][n_in]  y: [n_x][n_out]
@@ -302,6 +328,12 @@ void matvec_multi(weight_type type, const matvec_segment* segs, int32_t n_segs, 
                   int32_t n_x, bool accumulate, stream_t s);
 void matvec_swiglu(weight_type type, const void* gate, const void* up, int64_t n_out, int64_t n_in, const float* x,
                    int32_t n_x, float* y, stream_t s);
+// Mixture-of-experts rows: for r < n_rows, y[r] = W_{ids[r]} x[r / x_div], W_e the e-th matrix
+// [n_out][n_in] of a stack [n_expert][n_out][n_in]. Decode and prefill read only the chosen
+// experts' rows; each dot product is matvec's for one vector (the same bits as matvec on W_e).
+//   x: [n_rows / x_div][n_in]  ids: [n_rows]  y: [n_rows][n_out]
+void moe_matvec(weight_type type, const void* stack, int64_t n_out, int64_t n_in, const float* x, int32_t x_div,
+                const int32_t* ids, int32_t n_rows, float* y, stream_t s);
 // Batch-1 decode over f16/bf16 weights runs a variant: rows per warp (1, 2, 4) x 16-byte
 // loads per row in flight (2, 4, 8; at most 16 in all). Every variant gives the same bits;
 // this picks the speed (benchmarks sweep it; AGENTQ_MATVEC16="RxU" sets it at start-up).
@@ -397,17 +429,27 @@ void scale(float* x, float factor, int64_t n);
 void softcap(float* x, float cap, int64_t n);
 void moe_topk(const float* logits, int32_t n_rows, int32_t n_expert, int32_t k, cuda::moe_gating gating, int32_t* ids,
               float* weights);
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n);
+void add_rows_by_id(float* x, const float* b, const int32_t* ids, int32_t n_rows, int32_t n);
+void moe_combine(const float* y, const float* w, int32_t n_tok, int32_t k, int32_t n, float* out);
+void moe_matvec(weight_type type, const void* stack, int64_t n_out, int64_t n_in, const float* x, int32_t x_div,
+                const int32_t* ids, int32_t n_rows, float* y);
+void rope_kv_write_table(float* q, float* k, const float* v, const int32_t* pos, const int32_t* tok_seq,
+                         const int32_t* block_tables, int32_t max_blocks, int32_t n_tokens, int32_t n_head,
+                         int32_t n_head_kv, int32_t head_dim, int32_t n_rot, bool neox, const float* inv_freq,
+                         float mscale, int32_t block_size, float* k_cache, float* v_cache);
 void kv_write(const float* k_new, const float* v_new, const int32_t* pos, const int32_t* tok_seq,
               const int32_t* block_tables, int32_t max_blocks, int32_t n_tokens, int32_t row, int32_t block_size,
               float* k_cache, float* v_cache);
 // Same partitioned split-K algorithm as the kernel (partials per attention_partition tokens).
 void attention_decode(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_tables,
                       int32_t max_blocks, const int32_t* seq_lens, int32_t n_seqs, int32_t n_head,
-                      int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale, float* out);
+                      int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale, float* out,
+                      const cuda::attention_options& opt = {});
 void attention_prefill(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_tables,
                        int32_t max_blocks, const int32_t* q_start, const int32_t* n_past, int32_t n_seqs,
                        int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale,
-                       float* out);
+                       float* out, const cuda::attention_options& opt = {});
 // y[i][o] = dot(dequant(W row o), x[i]) in double, rounded to float.
 void matvec(weight_type type, const void* w, int64_t n_out, int64_t n_in, const float* x, int32_t n_x, float* y);
 // The kernel's sampling rule on the host (see sample_rule in sample.cpp).

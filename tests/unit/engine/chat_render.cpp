@@ -140,6 +140,10 @@ TEST_CASE("detects the family of every shared template") {
   const std::string phi4 = slurp(data_dir() / "templates" / "microsoft-phi-4.jinja");
   REQUIRE(!phi4.empty());
   CHECK(chat::detect_family(phi4) == template_family::phi4);
+  // Phi-4-mini (arch phi3) differs from both Phi-3.5 and Phi-4: no newlines, '<|' + role + '|>'.
+  const std::string phi4_mini = slurp(data_dir() / "templates" / "microsoft-Phi-4-mini-instruct.jinja");
+  REQUIRE(!phi4_mini.empty());
+  CHECK(chat::detect_family(phi4_mini) == template_family::phi4_mini);
   CHECK(chat::detect_family("") == template_family::plain);
   // A template that matches no family is "unknown", never silently plain.
   CHECK_FALSE(chat::detect_family("{{ messages }}"));
@@ -148,7 +152,7 @@ TEST_CASE("detects the family of every shared template") {
   CHECK_FALSE(chat::family_from_name("gpt"));
   for (auto f : {template_family::plain, template_family::chatml, template_family::hermes, template_family::qwen3,
                  template_family::llama3, template_family::mistral, template_family::phi3, template_family::phi4,
-                 template_family::smollm3,
+                 template_family::phi4_mini, template_family::smollm3,
                  template_family::gemma, template_family::deepseek_r1, template_family::deepseek_r1_qwen,
                  template_family::harmony})
     CHECK(chat::family_from_name(chat::to_string(f)) == f);
@@ -201,6 +205,8 @@ TEST_CASE("append-only: prefixes stay prefixes, except the documented breaks") {
   // phi3: without a generation prompt the template ends in "<|endoftext|>", so
   // only appending the assistant's turn to a generation prompt keeps the prefix.
   CHECK(append_breaks(template_family::phi3, m, tools) == v{1, 3, 4, 6, 8});
+  // phi4-mini: the same (its template also ends in eos_token without a generation prompt).
+  CHECK(append_breaks(template_family::phi4_mini, m, tools) == v{1, 3, 4, 6, 8});
   // smollm3, gemma, plain, phi4: fully append-only.
   CHECK(append_breaks(template_family::smollm3, m, tools).empty());
   CHECK(append_breaks(template_family::phi4, m, tools).empty());

@@ -1,7 +1,9 @@
-// Tokenizers against the vocab test vectors in llama.cpp's own tree (models/ggml-vocab-*.gguf
-// with .inp/.out, read from LLAMA_CPP_DIR, default llama.cpp beside the shared dir; never
-// copied here): exact ids for the pre-tokenizers we implement, a load error naming the
-// pre-tokenizer for those we do not (#25). Skipped (77) without that tree.
+// Tokenizers against llama.cpp's vocab test vectors: the texts and llama.cpp's ids are committed
+// (tests/unit/engine/data/llamacpp_vocab: models/ggml-vocab.inp and ggml-vocab-<name>.gguf.out from
+// llama.cpp's tree, commit d32676d7), the vocab GGUFs (1-4 MB each) are read from
+// $LLAMA_CPP_DIR/models (default: llama.cpp beside the shared dir), never copied here: exact ids for
+// the pre-tokenizers we implement (starcoder, refact, falcon, deepseek-coder, mpt), a load error
+// naming the pre-tokenizer for one we do not (deepseek-llm) (#25). Skipped (77) without the GGUFs.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -34,23 +36,29 @@ std::string slurp(const fs::path& p) {
 TEST_CASE("llama.cpp's vocab vectors: exact ids, or a load error naming the pre-tokenizer") {
   // NOTE: the families' own vocabularies (qwen2, gemma, gpt-4o/o200k) are not in llama.cpp's tree
   // as .gguf (only their .inp/.out), so these are the BPE pre-tokenizers whose vocabularies are.
-  const char* supported[] = {"starcoder", "refact"};
-  const char* unsupported[] = {"deepseek-coder", "deepseek-llm", "falcon", "mpt"};
+  // deepseek-llm's regexes (explicit letter ranges, std::wregex's \s and '\s+$') are not implemented.
+  const char* supported[] = {"starcoder", "refact", "falcon", "deepseek-coder", "mpt"};
+  const char* unsupported[] = {"deepseek-llm"};
   int n_found = 0;
+  const fs::path vectors = test::source_dir() / "tests" / "unit" / "engine" / "data" / "llamacpp_vocab";
+  const std::string all = slurp(vectors / "ggml-vocab.inp"), sep = "\n__ggml_vocab_test__\n";
+  REQUIRE(!all.empty());
+  std::vector<std::string> texts;
+  for (size_t b = 0, at; (at = all.find(sep, b)) != std::string::npos; b = at + sep.size()) texts.push_back(all.substr(b, at - b));
+  REQUIRE(texts.size() > 40);
   for (const char* name : supported) {
-    const fs::path path = models_dir() / ("ggml-vocab-" + std::string(name) + ".gguf");
-    if (!fs::exists(path) || !fs::exists(path.string() + ".inp") || fs::file_size(path) < 4096) continue;  // absent, or an LFS pointer
+    const std::string file = "ggml-vocab-" + std::string(name) + ".gguf";
+    const fs::path path = models_dir() / file;
+    if (!fs::exists(path) || fs::file_size(path) < 4096) continue;  // absent, or an LFS pointer
     ++n_found;
-    INFO(name);
+    INFO(std::string(name));
     std::string err;
     auto f = gguf::file::open(path.string(), &err);
     REQUIRE_MESSAGE(f, err);
     auto tok = tokenizer::load(*f, &err);
     REQUIRE_MESSAGE(tok, err);
-    const std::string all = slurp(path.string() + ".inp"), sep = "\n__ggml_vocab_test__\n";
-    std::vector<std::string> texts;
-    for (size_t b = 0, at; (at = all.find(sep, b)) != std::string::npos; b = at + sep.size()) texts.push_back(all.substr(b, at - b));
-    std::ifstream out(path.string() + ".out");
+    std::ifstream out(vectors / (file + ".out"));
+    REQUIRE(out.good());
     std::vector<std::vector<token_id>> want;
     for (std::string line; std::getline(out, line);) {
       std::istringstream ss(line);
@@ -58,7 +66,6 @@ TEST_CASE("llama.cpp's vocab vectors: exact ids, or a load error naming the pre-
       for (token_id id; ss >> id;) want.back().push_back(id);
     }
     REQUIRE(texts.size() == want.size());
-    REQUIRE(texts.size() > 40);
     int n_fail = 0;
     for (size_t i = 0; i < texts.size(); ++i)
       if (tok->encode(texts[i], false, false) != want[i]) {

@@ -50,6 +50,21 @@ std::unique_ptr<tokenizer> load_vocab(const char* name) {
 
 }  // namespace
 
+TEST_CASE("llama.cpp's multi-regex splits: falcon and deepseek-coder (each regex splits the pieces so far)") {
+  // falcon: punctuation runs first (so no contractions), GPT-2 in each piece, then ASCII digit triplets
+  // (which also part a number from its leading space).
+  CHECK(split(pre_type::falcon, "x 12345 \xC2\xBD!?") == pieces{"x", " ", "123", "45", " \xC2\xBD", "!?"});
+  CHECK(split(pre_type::falcon, "don't") == pieces{"don", "'", "t"});
+  CHECK(split(pre_type::falcon, "a+b = c") == pieces{"a", "+", "b", " ", "=", " c"});
+  CHECK(split(pre_type::falcon, "`~|^") == pieces{"`~|^"});
+  // deepseek-coder: line breaks alone, letters and punctuation with one leading space, CJK runs,
+  // one digit per piece; what no regex matches stays a piece ("$" is a symbol, not \p{P}).
+  CHECK(split(pre_type::deepseek_coder, "Hello world\n123 x") == pieces{"Hello", " world", "\n", "1", "2", "3", " x"});
+  CHECK(split(pre_type::deepseek_coder, "a, b$ \xE4\xBD\xA0\xE5\xA5\xBD") ==
+        pieces{"a", ",", " b", "$", " ", "\xE4\xBD\xA0\xE5\xA5\xBD"});
+  CHECK(split(pre_type::deepseek_coder, "  x") == pieces{" ", " x"});
+}
+
 TEST_CASE("unicode classes") {
   CHECK(unicode::is_letter('a'));
   CHECK(unicode::is_letter(0xE9));      // é
