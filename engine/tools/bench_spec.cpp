@@ -1,7 +1,7 @@
 // agentq-bench_spec: speculative decoding (prompt lookup) on vs off in the same run, one
 // JSON line per (workload, batch): generated tokens/s both ways, their ratio, acceptance.
 //   agentq-bench_spec --model F [--batch 1,8] [--threads N] [--gen N] [--reps R] [--tool N] [--draft-model D] [--text FILE]
-//                     [--workloads repetitive,predicted,plain] [--aa 1]
+//                     [--workloads repetitive,predicted,plain] [--aa 1] [--only on|off]
 // --draft-model: the "on" engine also has a draft model (same vocabulary) proposing where
 // lookup finds nothing.
 // Workloads: "repetitive": the prompt holds a ~--tool-token text the model wrote (its greedy
@@ -20,6 +20,7 @@
 // out; each sequence's first token is not counted); decode_tok_per_cpu_s_*: the same over the
 // process's CPU time (what a decode costs, whoever else shares the host). Every line also reports copied: the fraction of "on" output tokens that continue an earlier
 // occurrence of the 3 tokens before them (what a rewriting model does), so the premise is visible.
+// --only on|off: time one engine only (for perf record; the ratios then read 0 or inf).
 #include <fstream>
 #include <sstream>
 #include <algorithm>
@@ -135,6 +136,7 @@ int main(int argc, char** argv) {
   std::vector<int> batches = {1, 8};
   int threads = 2, gen = 128, reps = 3, tool = 300;
   bool aa = false;  // --aa 1: the "on" engine has speculation off too (an A/A run: the noise)
+  std::string only;  // --only on|off: run one engine's reps only (profiling)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--model") model = v;
@@ -147,6 +149,7 @@ int main(int argc, char** argv) {
     else if (k == "--text") text = v;
     else if (k == "--workloads") workloads = v;
     else if (k == "--aa") aa = v == "1";
+    else if (k == "--only" && (v == "on" || v == "off")) only = v;
     else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
   }
   if (model.empty()) {
@@ -233,13 +236,13 @@ int main(int argc, char** argv) {
       for (int r = 0; r < reps; ++r) {
         // NOTE: the order alternates: whichever runs second inherits a warmer machine
         auto run_off = [&] {
-          const run_result o = run(*off, prompts, gen, temp, pp);
+          const run_result o = only == "on" ? run_result{} : run(*off, prompts, gen, temp, pp);
           t_off.push_back(o.tok_per_s);
           d_off.push_back(o.decode_tok_per_s);
           c_off.push_back(o.decode_tok_per_cpu_s);
         };
         if (r % 2) run_off();
-        last_on = run(*on, prompts, gen, temp, pp, &outs);
+        last_on = only == "off" ? run_result{} : run(*on, prompts, gen, temp, pp, &outs);
         t_on.push_back(last_on.tok_per_s);
         d_on.push_back(last_on.decode_tok_per_s);
         c_on.push_back(last_on.decode_tok_per_cpu_s);

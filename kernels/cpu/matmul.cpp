@@ -537,21 +537,29 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
     for (int j = 0; j < kb; ++j)
       for (int64_t r = lo; r < hi; ++r) y[(b + j) * n_rows + r] = o[gr * j + (r - gr * g)];
   };
+  // NOTE: the stream is read linearly; the kernel prefetches k_ahead bytes past its position
+  // (Zen 3: 1.5-3 KiB measured best for Q8_0 at 4096 columns, +15-20% over one group ahead,
+  // 35 KiB there; Q4_K within noise). A Zen 5 core (k_avx512_core) keeps more misses in
+  // flight: 6-8 KiB best, 2 threads 70-74 -> 80-83 GB/s at 768-2048 columns (CPU clock;
+  // 12-16 KiB fell back).
+  constexpr size_t k_ahead = k_avx512_core ? 6144 : 2048;
   if (n_x == 1) {
     for (int64_t g = g_begin; g < g_end; ++g) {
       const uint8_t* wg = w + static_cast<size_t>(g) * group_bytes;
-      // NOTE: the stream is read linearly; the kernel prefetches k_ahead bytes past its position
-      // (Zen 3: 1.5-3 KiB measured best for Q8_0 at 4096 columns, +15-20% over one group ahead,
-      // 35 KiB there; Q4_K within noise). A Zen 5 core (k_avx512_core) keeps more misses in
-      // flight: 6-8 KiB best, 2 threads 70-74 -> 80-83 GB/s at 768-2048 columns (CPU clock;
-      // 12-16 KiB fell back).
-      constexpr size_t k_ahead = k_avx512_core ? 6144 : 2048;
       fns[1](wg, &qx, n_cols, o, g + 1 < g_end ? wg + k_ahead : nullptr);
       store(g, 0, 1);
     }
     return;
   }
-  const int64_t n_l1 = std::max<int64_t>(mb_t, static_cast<int64_t>((20u << 10) / std::max<size_t>(x_stride, 1)) / mb_t * mb_t);
+  // NOTE: few inputs (a verify pass of up to 9 tokens, a small decode batch) form one block
+  // whatever their size, so every group is read from memory once and consumed whole, and is
+  // prefetched ahead as decode does. Without it a second kernel call on the same group (5..8
+  // inputs) broke the hardware prefetcher's stream: 5 inputs cost 2.1 matvecs against 1.2 for
+  // 4 (Zen 5, 2048 x 768 Q8_0; 1.3-1.5 with the prefetch). More inputs reuse a chunk from L2
+  // over several input blocks; a non-temporal prefetch there would evict what they reuse.
+  const bool few = n_x <= 3 * mb_t;
+  const int64_t n_l1 =
+      few ? n_x : std::max<int64_t>(mb_t, static_cast<int64_t>((20u << 10) / std::max<size_t>(x_stride, 1)) / mb_t * mb_t);
   const int64_t n_chunk = std::max<int64_t>(1, static_cast<int64_t>((128u << 10) / std::max<size_t>(group_bytes, 1)));
   const uint8_t* xs[mb_max];
   for (int64_t g0 = g_begin; g0 < g_end; g0 += n_chunk) {
@@ -563,7 +571,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
         for (int64_t b = b1; b < b1_end;) {
           const int kb = static_cast<int>(std::min<int64_t>(mb_t, b1_end - b));
           for (int i = 0; i < kb; ++i) xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
-          fns[kb](wg, xs, n_cols, o, nullptr);
+          fns[kb](wg, xs, n_cols, o, few && b == b1 && g + 1 < g_end ? wg + k_ahead : nullptr);
           store(g, b, kb);
           b += kb;
         }
