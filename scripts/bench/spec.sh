@@ -13,8 +13,8 @@
 # e.g. --draft 15m; "self" = the model as its own draft (acceptance ~100%, shows the overhead).
 # --quick: 110m Q8_0, batch 1 and 8, 64 tokens, 3 reps. Default: 110m and 1b x q8_0 and q4_k, 3 reps.
 # --llama-bin DIR (or $AGENTQ_LLAMA_BIN): a llama.cpp build's bin/ (CPU; never built here). Per
-# copy model, llama-lookup (prompt lookup, --draft-max 7: 8 tokens a verify, as agentq's CPU step)
-# and llama-lookup --draft-max 0 (plain decoding, the same harness) on the same GGUF file and the
+# copy model, llama-lookup (prompt lookup, --spec-draft-n-max 7: 8 tokens a verify, as agentq's CPU step)
+# and llama-lookup --spec-draft-n-max 0 (plain decoding, the same harness) on the same GGUF file and the
 # same "repetitive" prompt as text (bench_spec --dump-prompt; llama.cpp tokenizes it again), greedy,
 # alternating, medians of --reps: one JSON line each ("bench":"spec_llamacpp"); with --draft, also
 # llama-speculative with that draft. Prints "skipped" and the reason when the binaries are absent.
@@ -67,13 +67,13 @@ e = float(enc.group(2)) if enc else 0.0
 print(n / s, n / (s + e), drafted.group(1) if drafted else 0, accept.group(1) if accept else 0, enc.group(1) if enc else 0)
 PY
 }
-# llama-lookup with prompt lookup (on) and without (--draft-max 0), alternating; one JSON line.
+# llama-lookup with prompt lookup (on) and without (--spec-draft-n-max 0), alternating; one JSON line.
 llama_compare() {
   local model="$1" name="$2" on=() off=() r
   for ((r = 0; r < reps; r++)); do
-    if ((r % 2)); then off+=("$(llama_run "$llama_bin/llama-lookup" -m "$model" --draft-max 0)") || return 1; fi
-    on+=("$(llama_run "$llama_bin/llama-lookup" -m "$model" --draft-max 7)") || return 1
-    if ((r % 2 == 0)); then off+=("$(llama_run "$llama_bin/llama-lookup" -m "$model" --draft-max 0)") || return 1; fi
+    if ((r % 2)); then off+=("$(llama_run "$llama_bin/llama-lookup" -m "$model" --spec-draft-n-max 0)") || return 1; fi
+    on+=("$(llama_run "$llama_bin/llama-lookup" -m "$model" --spec-draft-n-max 7)") || return 1
+    if ((r % 2 == 0)); then off+=("$(llama_run "$llama_bin/llama-lookup" -m "$model" --spec-draft-n-max 0)") || return 1; fi
   done
   python3 - "$name" "$(cut -d' ' -f1-3 /proc/loadavg)" "${on[@]}" -- "${off[@]}" <<'PY'
 import json, statistics, sys
@@ -113,7 +113,7 @@ for s in ${shapes//,/ }; do
       if [ -z "$llama_why" ] && [ -x "$llama_bin/llama-speculative" ]; then
         # llama-speculative (a draft model, greedy) on the copy model's prompt: decode tok/s and acceptance
         echo "# $s $t with llama.cpp's llama-speculative, draft $(basename "$d")"
-        llama_run "$llama_bin/llama-speculative" -m "$m" -md "$d" --draft-max 7 |
+        llama_run "$llama_bin/llama-speculative" -m "$m" -md "$d" --spec-draft-n-max 7 |
           awk '{ printf "{\"bench\":\"spec_llamacpp\",\"tool\":\"llama-speculative\",\"decode_tok_per_s_spec\":%.2f,\"tok_per_s_spec\":%.2f,\"drafted\":%d,\"accepted\":%d}\n", $1, $2, $3, $4 }' ||
           echo "# llama.cpp: llama-speculative failed"
       else
