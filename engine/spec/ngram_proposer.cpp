@@ -59,17 +59,22 @@ void ngram_proposer::propose(std::span<const token_id> ctx, int32_t n_generated,
   if (want <= 0) return;
   // NOTE: the Predicted Output first: the client said the output looks like it.
   if (propose_from_prediction(ctx, n_generated, want, out) || !params_.context) return;
-  // NOTE: longest suffix first, latest occurrence first: a rewrite of a tool result follows
-  // the most recent copy, and a longer match predicts better than a shorter one.
-  for (int32_t n = std::min(params_.n_max, len - 1); n >= n_; --n) {
-    const token_id* suffix = ctx.data() + (len - n);
-    for (int32_t p = len - n - 1; p >= 0; --p) {
-      if (ctx[size_t(p)] != suffix[0] || !std::equal(suffix, suffix + n, ctx.data() + p)) continue;
-      const int32_t from = p + n, to = std::min(len, from + want);
-      out.assign(ctx.begin() + from, ctx.begin() + to);
-      return;
-    }
+  // NOTE: the longest suffix match wins, the latest occurrence among equally long ones: a
+  // rewrite of a tool result follows its most recent copy, and a longer match predicts better
+  // (a model continues what its whole recent context matched, not its last two tokens). One
+  // backward pass: at each earlier occurrence of the last token, the match's length up to n_max.
+  const int32_t n_hi = std::min(params_.n_max, len - 1);
+  if (n_hi < n_) return;
+  const token_id last = ctx[size_t(len - 1)];
+  int32_t best_n = 0, best_from = 0;
+  for (int32_t p = len - 2; p >= 0 && best_n < n_hi; --p) {
+    if (ctx[size_t(p)] != last) continue;
+    int32_t m = 1;
+    while (m < n_hi && p - m >= 0 && ctx[size_t(p - m)] == ctx[size_t(len - 1 - m)]) ++m;
+    if (m > best_n) best_n = m, best_from = p + 1;
   }
+  if (best_n < n_) return;
+  out.assign(ctx.begin() + best_from, ctx.begin() + std::min(len, best_from + want));
 }
 
 void ngram_proposer::on_verified(int32_t n_proposed, int32_t n_accepted) {

@@ -15,7 +15,11 @@ namespace agentq {
 struct spec_params {
   int32_t k_max = 8;   // proposed tokens per step at most
   int32_t n_min = 2;   // shortest suffix matched (tokens)
-  int32_t n_max = 4;   // longest suffix matched (tokens)
+  // longest suffix matched (tokens). NOTE: 8, not 4: on the copy model's rewrite (which
+  // continues its last 6 tokens' match) acceptance went 0.86 -> 0.99 (Q8_0), 0.77 -> 0.98
+  // (Q4_K); a 4-token suffix that recurs in the passage picked its latest copy, not the one the
+  // longer context continues. 16 read the same.
+  int32_t n_max = 8;
   bool context = true; // match in the sequence's own context (false: the prediction only)
 };
 

@@ -1,7 +1,8 @@
 // agentq-bench_spec: speculative decoding (prompt lookup) on vs off in the same run, one
 // JSON line per (workload, batch): generated tokens/s both ways, their ratio, acceptance.
 //   agentq-bench_spec --model F [--batch 1,8] [--threads N] [--gen N] [--reps R] [--tool N] [--draft-model D] [--text FILE]
-//                     [--workloads repetitive,predicted,plain] [--aa 1]
+//                     [--workloads repetitive,predicted,plain] [--aa 1] [--only on|off]
+//                     [--max-draft K] [--step-tokens N] [--dump-prompt FILE]
 // --draft-model: the "on" engine also has a draft model (same vocabulary) proposing where
 // lookup finds nothing.
 // Workloads: "repetitive": the prompt holds a ~--tool-token text the model wrote (its greedy
@@ -20,6 +21,11 @@
 // out; each sequence's first token is not counted); decode_tok_per_cpu_s_*: the same over the
 // process's CPU time (what a decode costs, whoever else shares the host). Every line also reports copied: the fraction of "on" output tokens that continue an earlier
 // occurrence of the 3 tokens before them (what a rewriting model does), so the premise is visible.
+// --only on|off: time one engine only (for perf record; the ratios then read 0 or inf).
+// --max-draft K, --step-tokens N: the "on" engine's spec_max_draft and spec_step_tokens (0:
+// the engine's defaults).
+// --dump-prompt FILE: also write the first sequence's "repetitive" prompt as text (no BOS), the
+// prompt scripts/bench/spec.sh gives llama.cpp's llama-lookup (which tokenizes it again).
 #include <fstream>
 #include <sstream>
 #include <algorithm>
@@ -135,6 +141,9 @@ int main(int argc, char** argv) {
   std::vector<int> batches = {1, 8};
   int threads = 2, gen = 128, reps = 3, tool = 300;
   bool aa = false;  // --aa 1: the "on" engine has speculation off too (an A/A run: the noise)
+  std::string only;  // --only on|off: run one engine's reps only (profiling)
+  int max_draft = 0, step_tokens = 0;
+  std::string dump_prompt;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--model") model = v;
@@ -147,6 +156,10 @@ int main(int argc, char** argv) {
     else if (k == "--text") text = v;
     else if (k == "--workloads") workloads = v;
     else if (k == "--aa") aa = v == "1";
+    else if (k == "--only" && (v == "on" || v == "off")) only = v;
+    else if (k == "--max-draft") max_draft = std::atoi(v.c_str());
+    else if (k == "--step-tokens") step_tokens = std::atoi(v.c_str());
+    else if (k == "--dump-prompt") dump_prompt = v;
     else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
   }
   if (model.empty()) {
@@ -161,6 +174,8 @@ int main(int argc, char** argv) {
     c.kv_budget_bytes = 512ull << 20;
     c.spec = spec && !aa;
     if (spec) c.draft_model_path = draft;
+    if (spec && max_draft > 0) c.spec_max_draft = max_draft;
+    if (spec && step_tokens > 0) c.spec_step_tokens = step_tokens;
     c.prefix_reuse = false;  // NOTE: every run prefills alike; only decoding differs
     std::string err;
     auto e = engine::load(c, &err);
@@ -200,6 +215,15 @@ int main(int argc, char** argv) {
     for (auto& t : tools)
       for (size_t j = 12; j < t.size(); j += 25) t[j] = token_id((t[j] + 7) % n_vocab);
   }
+  if (!dump_prompt.empty() && !tools.empty()) {
+    // seed (its BOS left out: llama-lookup adds its own) + tool result + seed, as "repetitive"
+    std::vector<token_id> p(seeds[0].begin() + (seeds[0].empty() ? 0 : 1), seeds[0].end());
+    p.insert(p.end(), tools[0].begin(), tools[0].end());
+    p.insert(p.end(), seeds[0].begin() + (seeds[0].empty() ? 0 : 1), seeds[0].end());
+    std::ofstream f(dump_prompt, std::ios::binary);
+    f << on->detokenize(p);
+    if (!f) { std::fprintf(stderr, "cannot write %s\n", dump_prompt.c_str()); return 1; }
+  }
   std::printf("# model %s, draft %s, threads %d, gen %d, reps %d\n", model.c_str(), draft.empty() ? "none" : draft.c_str(),
               threads, gen, reps);
   for (const char* workload : {"repetitive", "predicted", "plain"}) {
@@ -233,13 +257,13 @@ int main(int argc, char** argv) {
       for (int r = 0; r < reps; ++r) {
         // NOTE: the order alternates: whichever runs second inherits a warmer machine
         auto run_off = [&] {
-          const run_result o = run(*off, prompts, gen, temp, pp);
+          const run_result o = only == "on" ? run_result{} : run(*off, prompts, gen, temp, pp);
           t_off.push_back(o.tok_per_s);
           d_off.push_back(o.decode_tok_per_s);
           c_off.push_back(o.decode_tok_per_cpu_s);
         };
         if (r % 2) run_off();
-        last_on = run(*on, prompts, gen, temp, pp, &outs);
+        last_on = only == "off" ? run_result{} : run(*on, prompts, gen, temp, pp, &outs);
         t_on.push_back(last_on.tok_per_s);
         d_on.push_back(last_on.decode_tok_per_s);
         c_on.push_back(last_on.decode_tok_per_cpu_s);

@@ -477,6 +477,16 @@ bool is_x8(weight_type t) { return file_type(t) != t; }
 // Rows per group of a repacked layout (16 for q4_0_x16, 8 for the _x8 ones).
 int64_t group_rows(weight_type t) { return t == weight_type::q4_0_x16 ? 16 : 8; }
 
+// Q8_0 activation blocks (bytes of them) with every quant biased by +128 (x ^ 0x80: an
+// unsigned byte), for mk_q8_0_x8_pair; the scales as they were.
+void bias_q8_0_activations(const uint8_t* qx, size_t bytes, uint8_t* out) {
+  std::memcpy(out, qx, bytes);
+  for (size_t o = 0; o < bytes; o += sizeof(detail::block_q8_0x)) {
+    auto* blk = reinterpret_cast<detail::block_q8_0x*>(out + o);
+    for (auto& q : blk->qs) q = static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80u);
+  }
+}
+
 // _x8 layouts: groups of 8 rows (16 for q4_0_x16; row_stride bytes per row, so a group is
 // 8 * row_stride bytes) x up to 4 inputs (q4_0_x16: 8) per kernel call; a group the row range cuts is computed whole into a
 // buffer and only its rows in range are stored. Blocked like run_tiles: a chunk of groups
@@ -537,23 +547,76 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
     for (int j = 0; j < kb; ++j)
       for (int64_t r = lo; r < hi; ++r) y[(b + j) * n_rows + r] = o[gr * j + (r - gr * g)];
   };
+  // NOTE: the stream is read linearly; the kernel prefetches k_ahead bytes past its position
+  // (Zen 3: 1.5-3 KiB measured best for Q8_0 at 4096 columns, +15-20% over one group ahead,
+  // 35 KiB there; Q4_K within noise). A Zen 5 core (k_avx512_core) keeps more misses in
+  // flight: 6-8 KiB best, 2 threads 70-74 -> 80-83 GB/s at 768-2048 columns (CPU clock;
+  // 12-16 KiB fell back).
+  constexpr size_t k_ahead = k_avx512_core ? 6144 : 2048;
   if (n_x == 1) {
     for (int64_t g = g_begin; g < g_end; ++g) {
       const uint8_t* wg = w + static_cast<size_t>(g) * group_bytes;
-      // NOTE: the stream is read linearly; the kernel prefetches k_ahead bytes past its position
-      // (Zen 3: 1.5-3 KiB measured best for Q8_0 at 4096 columns, +15-20% over one group ahead,
-      // 35 KiB there; Q4_K within noise). A Zen 5 core (k_avx512_core) keeps more misses in
-      // flight: 6-8 KiB best, 2 threads 70-74 -> 80-83 GB/s at 768-2048 columns (CPU clock;
-      // 12-16 KiB fell back).
-      constexpr size_t k_ahead = k_avx512_core ? 6144 : 2048;
       fns[1](wg, &qx, n_cols, o, g + 1 < g_end ? wg + k_ahead : nullptr);
       store(g, 0, 1);
     }
     return;
   }
-  const int64_t n_l1 = std::max<int64_t>(mb_t, static_cast<int64_t>((20u << 10) / std::max<size_t>(x_stride, 1)) / mb_t * mb_t);
-  const int64_t n_chunk = std::max<int64_t>(1, static_cast<int64_t>((128u << 10) / std::max<size_t>(group_bytes, 1)));
+  // NOTE: few inputs (a verify pass of up to 9 tokens, a small decode batch) form one block
+  // whatever their size, so every group is read from memory once and consumed whole, and is
+  // prefetched ahead as decode does. Without it a second kernel call on the same group (5..8
+  // inputs) broke the hardware prefetcher's stream: 5 inputs cost 2.1 matvecs against 1.2 for
+  // 4 (Zen 5, 2048 x 768 Q8_0; 1.3-1.5 with the prefetch). More inputs reuse a chunk from L2
+  // over several input blocks; a non-temporal prefetch there would evict what they reuse.
+  const bool few = n_x <= 3 * mb_t;
+  const int64_t n_l1 =
+      few ? n_x : std::max<int64_t>(mb_t, static_cast<int64_t>((20u << 10) / std::max<size_t>(x_stride, 1)) / mb_t * mb_t);
   const uint8_t* xs[mb_max];
+#if AGENTQ_KERNELS_AVX512VNNI
+  if (t == weight_type::q8_0_x8 && few && n_x >= 4) {
+    // Q8_0, few inputs: two groups per call, up to 8 inputs (mk_q8_0_x8_pair), against a copy of
+    // the inputs biased to unsigned; an odd last group takes the kernels above.
+    // NOTE: Zen 5, 2048 x 768, one thread, in matvecs: 8 inputs 1.9 -> 1.2 (5: 1.4 -> 1.1); 2
+    // and 3 inputs, still memory-bound, read 1.0-1.1 before and 1.2 here, so they keep mk_q8_0_x8.
+    using pair_fn = void (*)(const uint8_t*, const uint8_t*, const uint8_t* const*, int64_t, float*, const uint8_t*,
+                             const uint8_t*);
+    using avx512::mk_q8_0_x8_pair;
+    static constexpr pair_fn pair[9] = {nullptr,            mk_q8_0_x8_pair<1>, mk_q8_0_x8_pair<2>,
+                                        mk_q8_0_x8_pair<3>, mk_q8_0_x8_pair<4>, mk_q8_0_x8_pair<5>,
+                                        mk_q8_0_x8_pair<6>, mk_q8_0_x8_pair<7>, mk_q8_0_x8_pair<8>};
+    thread_local std::vector<uint8_t> biased;
+    biased.resize(static_cast<size_t>(n_x) * x_stride);
+    bias_q8_0_activations(qx, static_cast<size_t>(n_x) * x_stride, biased.data());
+    const int kb_max = n_x <= 8 ? static_cast<int>(n_x) : static_cast<int>((n_x + 1) / 2);
+    float o2[16 * 8];
+    int64_t g = g_begin;
+    for (; g + 1 < g_end; g += 2) {
+      const uint8_t* wg = w + static_cast<size_t>(g) * group_bytes;
+      const uint8_t* n0 = g + 2 < g_end ? wg + 2 * group_bytes : nullptr;
+      const uint8_t* n1 = g + 3 < g_end ? wg + 3 * group_bytes : n0;
+      for (int64_t b = 0; b < n_x;) {
+        const int kb = static_cast<int>(std::min<int64_t>(kb_max, n_x - b));
+        for (int i = 0; i < kb; ++i) xs[i] = biased.data() + static_cast<size_t>(b + i) * x_stride;
+        pair[kb](wg, wg + group_bytes, xs, n_cols, o2, b == 0 ? n0 : nullptr, b == 0 ? n1 : nullptr);
+        for (int h = 0; h < 2; ++h) {
+          for (int j = 0; j < kb; ++j)
+            for (int r = 0; r < 8; ++r) o[8 * j + r] = o2[16 * j + 8 * h + r];
+          store(g + h, b, kb);
+        }
+        b += kb;
+      }
+    }
+    for (; g < g_end; ++g)
+      for (int64_t b = 0; b < n_x;) {
+        const int kb = static_cast<int>(std::min<int64_t>(mb_t, n_x - b));
+        for (int i = 0; i < kb; ++i) xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
+        fns[kb](w + static_cast<size_t>(g) * group_bytes, xs, n_cols, o, nullptr);
+        store(g, b, kb);
+        b += kb;
+      }
+    return;
+  }
+#endif
+  const int64_t n_chunk = std::max<int64_t>(1, static_cast<int64_t>((128u << 10) / std::max<size_t>(group_bytes, 1)));
   for (int64_t g0 = g_begin; g0 < g_end; g0 += n_chunk) {
     const int64_t g0_end = std::min(g_end, g0 + n_chunk);
     for (int64_t b1 = 0; b1 < n_x; b1 += n_l1) {
@@ -563,7 +626,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
         for (int64_t b = b1; b < b1_end;) {
           const int kb = static_cast<int>(std::min<int64_t>(mb_t, b1_end - b));
           for (int i = 0; i < kb; ++i) xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
-          fns[kb](wg, xs, n_cols, o, nullptr);
+          fns[kb](wg, xs, n_cols, o, few && b == b1 && g + 1 < g_end ? wg + k_ahead : nullptr);
           store(g, b, kb);
           b += kb;
         }
