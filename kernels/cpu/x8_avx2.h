@@ -228,16 +228,9 @@ inline __m256 q6_k_x8_tail(const block_q6_kx8& blk, __m256 d, const block_q8_k& 
 // the scaled sums of x per 16 (Q8_K's bsums).
 template <int B>
 void mk_q6_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
-  auto w = reinterpret_cast<const block_q6_kx8*>(group);
-  const block_q8_k* x[B];
-  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
-  const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
-  const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
-  __m256 acc[B];
-  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / qk_k; ++i) {
-    const block_q6_kx8& blk = w[i];
-    if (next) prefetch_block(next + i * int64_t(sizeof(block_q6_kx8)), int(sizeof(block_q6_kx8)));
+  x8_blocks<block_q6_kx8, block_q8_k, B>(group, xb, n / qk_k, out, next, [](const block_q6_kx8& blk, const block_q8_k* const* x, int64_t i, __m256* acc) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+    const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
     __m256i sumi[B];
     for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
 #pragma GCC unroll 2
@@ -269,8 +262,7 @@ void mk_q6_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
     for (int b = 0; b < B; ++b) acc[b] = q6_k_x8_tail(blk, d, x[b][i], sumi[b], acc[b]);
-  }
-  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+  });
 }
 
 }  // namespace agentq::kernels::avx2
