@@ -40,7 +40,7 @@ bool parse_type(const std::string& s, k::weight_type* t) {
                  k::weight_type::q6_k_x8, k::weight_type::q4_0, k::weight_type::q4_1, k::weight_type::q5_0,
                  k::weight_type::q5_1, k::weight_type::q5_k, k::weight_type::mxfp4, k::weight_type::iq4_xs,
                  k::weight_type::q4_0_x16, k::weight_type::q5_k_x8, k::weight_type::iq4_xs_x8, k::weight_type::q2_k,
-                 k::weight_type::q3_k})
+                 k::weight_type::q3_k, k::weight_type::q3_k_x8})
     if (s == k::name_of(c)) { *t = c; return true; }
   return false;
 }

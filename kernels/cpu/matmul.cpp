@@ -508,6 +508,8 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
                                              mk_q4_0_x16<5>, mk_q4_0_x16<6>, mk_q4_0_x16<7>, mk_q4_0_x16<8>};
   static constexpr x8_fn q5_k[mb + 1] = {nullptr, mk_q5_k_x8<1>, mk_q5_k_x8<2>, mk_q5_k_x8<3>, mk_q5_k_x8<4>};
   static constexpr x8_fn iq4_xs[mb + 1] = {nullptr, mk_iq4_xs_x8<1>, mk_iq4_xs_x8<2>, mk_iq4_xs_x8<3>, mk_iq4_xs_x8<4>};
+  using avx512::mk_q3_k_x8;
+  static constexpr x8_fn q3_k[mb + 1] = {nullptr, mk_q3_k_x8<1>, mk_q3_k_x8<2>, mk_q3_k_x8<3>, mk_q3_k_x8<4>};
   constexpr int mb_q4_0 = mb_max;
 #else
   static constexpr x8_fn q8_0[mb + 1] = {nullptr, mk_q8_0_x8_avx2<1>, mk_q8_0_x8_avx2<2>, mk_q8_0_x8_avx2<3>,
@@ -524,6 +526,8 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
                                          mk_q5_k_x8_avx2<4>};
   static constexpr x8_fn iq4_xs[mb + 1] = {nullptr, mk_iq4_xs_x8_avx2<1>, mk_iq4_xs_x8_avx2<2>, mk_iq4_xs_x8_avx2<3>,
                                            mk_iq4_xs_x8_avx2<4>};
+  static constexpr x8_fn q3_k[mb + 1] = {nullptr, mk_q3_k_x8_avx2<1>, mk_q3_k_x8_avx2<2>, mk_q3_k_x8_avx2<3>,
+                                         mk_q3_k_x8_avx2<4>};
   constexpr int mb_q4_0 = mb;
 #endif
   const x8_fn* fns = nullptr;
@@ -535,6 +539,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
     case weight_type::q4_0_x16: fns = q4_0, mb_t = mb_q4_0; break;
     case weight_type::q5_k_x8: fns = q5_k; break;
     case weight_type::iq4_xs_x8: fns = iq4_xs; break;
+    case weight_type::q3_k_x8: fns = q3_k; break;
     default: break;
   }
   AGENTQ_KCHECK(fns != nullptr);
@@ -728,6 +733,7 @@ void matmul_reference(weight_type t, const void* w, size_t row_stride_bytes, int
                       : t == weight_type::q6_k_x8   ? detail::dot_q6_k_x8_scalar
                       : t == weight_type::q4_0_x16   ? detail::dot_q4_0_x16_scalar
                       : t == weight_type::q5_k_x8   ? detail::dot_q5_k_x8_scalar
+                      : t == weight_type::q3_k_x8   ? detail::dot_q3_k_x8_scalar
                                                     : detail::dot_iq4_xs_x8_scalar;
     for (int64_t b = 0; b < n_x; ++b)
       for (int64_t r = row_begin; r < row_end; ++r)

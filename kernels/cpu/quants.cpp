@@ -24,7 +24,7 @@ int64_t block_elems(weight_type t) {
     case weight_type::iq4_nl: case weight_type::mxfp4: return 32;
     case weight_type::q4_k: case weight_type::q6_k: case weight_type::q4_k_x8: case weight_type::q6_k_x8: return qk_k;
     case weight_type::q2_k: case weight_type::q3_k: case weight_type::q5_k: case weight_type::iq4_xs: return qk_k;
-    case weight_type::q5_k_x8: case weight_type::iq4_xs_x8: return qk_k;
+    case weight_type::q5_k_x8: case weight_type::iq4_xs_x8: case weight_type::q3_k_x8: return qk_k;
   }
   return 0;
 }
@@ -52,6 +52,7 @@ size_t block_bytes(weight_type t) {
     case weight_type::q4_0_x16: return sizeof(block_q4_0x16) / 16;
     case weight_type::q5_k_x8: return sizeof(block_q5_kx8) / 8;
     case weight_type::iq4_xs_x8: return sizeof(block_iq4_xsx8) / 8;
+    case weight_type::q3_k_x8: return sizeof(block_q3_kx8) / 8;
   }
   return 0;
 }
@@ -95,6 +96,7 @@ const char* name_of(weight_type t) {
     case weight_type::q4_0_x16: return "q4_0_x16";
     case weight_type::q5_k_x8: return "q5_k_x8";
     case weight_type::iq4_xs_x8: return "iq4_xs_x8";
+    case weight_type::q3_k_x8: return "q3_k_x8";
   }
   return "unknown";
 }
@@ -646,7 +648,7 @@ void dequantize_row(weight_type t, const void* src, float* dst, int64_t n) {
     case weight_type::q4_k: dequantize_q4_k(static_cast<const block_q4_k*>(src), dst, n); return;
     case weight_type::q6_k: dequantize_q6_k(static_cast<const block_q6_k*>(src), dst, n); return;
     case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8:
-    case weight_type::q4_0_x16: case weight_type::q5_k_x8: case weight_type::iq4_xs_x8:
+    case weight_type::q4_0_x16: case weight_type::q5_k_x8: case weight_type::iq4_xs_x8: case weight_type::q3_k_x8:
       break;  // rows interleaved by 8: no single row
     default:
       if (detail::dequantize_more(t, src, dst, n)) return;
@@ -697,7 +699,7 @@ void quantize_row(weight_type t, const float* src, void* dst, int64_t n) {
     case weight_type::q2_k: quantize_q2_k(src, static_cast<block_q2_k*>(dst), n); return;
     case weight_type::q3_k: quantize_q3_k(src, static_cast<block_q3_k*>(dst), n); return;
     case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8:
-    case weight_type::q4_0_x16: case weight_type::q5_k_x8: case weight_type::iq4_xs_x8:
+    case weight_type::q4_0_x16: case weight_type::q5_k_x8: case weight_type::iq4_xs_x8: case weight_type::q3_k_x8:
       break;  // layouts made by repack()
     default:
       if (detail::quantize_more(t, src, dst, n)) return;

@@ -1,6 +1,6 @@
 // Weight layouts for the CPU kernels: Q8_0, Q4_K and Q6_K repacked into 8-row interleaved
 // blocks (block_q8_0x8, block_q4_kx8, block_q6_kx8) at load, the scalar dot products that define
-// their math, and the layout choice for every type (Q4_0, Q5_K, IQ4_XS: repack_more.cpp).
+// their math, and the layout choice for every type (Q4_0, Q5_K, IQ4_XS, Q3_K: repack_more.cpp).
 #include "cpu/repack.h"
 
 #include <cmath>
@@ -152,6 +152,7 @@ weight_type preferred_layout(weight_type t, int64_t n_rows, int64_t n_cols) {
   if (t == weight_type::q4_0 && n_rows > 0 && n_rows % 16 == 0 && n_cols % qk8_0 == 0) return weight_type::q4_0_x16;
   if (t == weight_type::q5_k && groups && n_cols % qk_k == 0) return weight_type::q5_k_x8;
   if (t == weight_type::iq4_xs && groups && n_cols % qk_k == 0) return weight_type::iq4_xs_x8;
+  if (t == weight_type::q3_k && groups && n_cols % qk_k == 0) return weight_type::q3_k_x8;
 #else
   (void)n_rows;
   (void)n_cols;
@@ -167,6 +168,7 @@ weight_type file_type(weight_type t) {
     case weight_type::q4_0_x16: return weight_type::q4_0;
     case weight_type::q5_k_x8: return weight_type::q5_k;
     case weight_type::iq4_xs_x8: return weight_type::iq4_xs;
+    case weight_type::q3_k_x8: return weight_type::q3_k;
     default: return t;
   }
 }
@@ -201,6 +203,10 @@ void repack(weight_type from, const void* src, int64_t n_rows, int64_t n_cols, w
   }
   if (from == weight_type::iq4_xs && to == weight_type::iq4_xs_x8) {
     detail::repack_iq4_xs_x8(static_cast<const block_iq4_xs*>(src), n_rows, n_cols / qk_k, static_cast<block_iq4_xsx8*>(dst));
+    return;
+  }
+  if (from == weight_type::q3_k && to == weight_type::q3_k_x8) {
+    detail::repack_q3_k_x8(static_cast<const block_q3_k*>(src), n_rows, n_cols / qk_k, static_cast<block_q3_kx8*>(dst));
     return;
   }
   AGENTQ_KCHECK(from == weight_type::q4_k && to == weight_type::q4_k_x8);

@@ -48,9 +48,15 @@ float dot_q5_k_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t 
 // int32 sumi = sum over sub-blocks of (scale - 32) * sum kvalues[q] x, then acc = fma(d_r * d_x, sumi, acc).
 float dot_iq4_xs_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
 
+// Row r of a group of q3_k_x8 rows against one Q8_K activation: per super-block the exact int32
+// isum = sum over 16-element sub-blocks of (scale - 32) * sum (q - 4) x, then acc += (d_r * d_x) *
+// isum: dot_q3_k_scalar's float operations, so the repacked layout gives the file layout's bits.
+float dot_q3_k_x8_scalar(const uint8_t* group, int r, const uint8_t* x, int64_t n);
+
 void repack_q4_0_x16(const block_q4_0* src, int64_t n_rows, int64_t nb, block_q4_0x16* dst);
 void repack_q5_k_x8(const block_q5_k* src, int64_t n_rows, int64_t nb, block_q5_kx8* dst);
 void repack_iq4_xs_x8(const block_iq4_xs* src, int64_t n_rows, int64_t nb, block_iq4_xsx8* dst);
+void repack_q3_k_x8(const block_q3_k* src, int64_t n_rows, int64_t nb, block_q3_kx8* dst);
 
 // q4_0_x16's activations: the Q8_0 blocks, then sums8[i] = 8 * the sum of block i's quants.
 void add_q8_0_sums(const block_q8_0x* blocks, int64_t nb, int32_t* sums8);

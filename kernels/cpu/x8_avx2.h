@@ -19,6 +19,61 @@ inline void prefetch_block(const uint8_t* p, int bytes) {
   for (int c = 0; c < bytes; c += 64) prefetch_nta(p + c);
 }
 
+// The frame every interleaved kernel shares (here, x8_more_avx2.h and the AVX-512 forms): B inputs
+// of activation blocks XBlk, one accumulator Acc per input (__m256: 8 rows; ymm_pair or __m512: 16),
+// the loop over the group's blocks with the prefetch of `next` at the group's pace (block i's bytes
+// from next + i * sizeof(Blk): a fixed distance ahead in the group's linear stream), then
+// out[b * rows + r] = acc[b]'s lane r. body(blk, x, i, acc) adds block i (blk) against x[b][i] into
+// acc[b] for every b < B; it is inlined, so a kernel's loop is what it was written out by hand.
+struct ymm_pair {
+  __m256 h[2];  // rows 0-7, 8-15
+};
+inline void acc_zero(__m256& a) { a = _mm256_setzero_ps(); }
+inline void acc_zero(ymm_pair& a) { a.h[0] = a.h[1] = _mm256_setzero_ps(); }
+inline void acc_store(float* p, __m256 a) { _mm256_storeu_ps(p, a); }
+inline void acc_store(float* p, const ymm_pair& a) {
+  _mm256_storeu_ps(p, a.h[0]);
+  _mm256_storeu_ps(p + 8, a.h[1]);
+}
+#if defined(__AVX512F__)
+inline void acc_zero(__m512& a) { a = _mm512_setzero_ps(); }
+inline void acc_store(float* p, __m512 a) { _mm512_storeu_ps(p, a); }
+#endif
+
+template <class Blk, class XBlk, int B, class Acc = __m256, class Body>
+inline void x8_blocks(const uint8_t* group, const uint8_t* const* xb, int64_t nb, float* out, const uint8_t* next,
+                      Body body) {
+  constexpr int rows = int(sizeof(Acc) / sizeof(float));
+  auto w = reinterpret_cast<const Blk*>(group);
+  const XBlk* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const XBlk*>(xb[b]);
+  Acc acc[B];
+  for (int b = 0; b < B; ++b) acc_zero(acc[b]);
+  for (int64_t i = 0; i < nb; ++i) {
+    if (next) prefetch_block(next + i * int64_t(sizeof(Blk)), int(sizeof(Blk)));
+    body(w[i], x, i, acc);
+  }
+  for (int b = 0; b < B; ++b) acc_store(out + rows * b, acc[b]);
+}
+
+// acc + (d * xd) * s for 8 rows: a block's float step where its integer sum s is exact.
+inline __m256 fma_block(__m256 d, float xd, __m256i s, __m256 acc) {
+  return _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xd)), _mm256_cvtepi32_ps(s), acc);
+}
+
+// Per row sum over the 16 sub-blocks of 16 of scale_s * (x's sum over sub-block s) for the layouts
+// with int8 scales per 16 in [pair][row][2] order (Q6_K_x8, Q3_K_x8); |sum| <= 16 * 128 * 16 * 127.
+inline __m256i x8_scaled_bsums16(const int8_t* scales, const detail::block_q8_k& y) {
+  __m256i summ = _mm256_setzero_si256();
+  for (int p = 0; p < 8; ++p) {
+    int32_t pair;
+    std::memcpy(&pair, y.bsums + 2 * p, 4);  // [bsum_2p, bsum_2p+1]: the sums of x per 16
+    const __m256i sc2 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * p)));
+    summ = _mm256_add_epi32(summ, _mm256_madd_epi16(sc2, _mm256_set1_epi32(pair)));
+  }
+  return summ;
+}
+
 // A byte shuffle that, within each row's [scale_2p, scale_2p+1] int16 pair (the layouts'
 // [pair][row][2] scales widened to int16), copies the first (which 0) or the second (1) to
 // both halves, so one madd applies one sub-block's scale to both of a row's int16 lanes.
@@ -160,15 +215,8 @@ void mk_q4_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
 // The end of one Q6_K_x8 super-block for input y: the +32 of the stored quants comes off as
 // 32 * (scales . x's sums per 16), exact in int32, then acc += (d * y.d) * total (one fma).
 inline __m256 q6_k_x8_tail(const block_q6_kx8& blk, __m256 d, const block_q8_k& y, __m256i sumi, __m256 acc) {
-  __m256i summ = _mm256_setzero_si256();
-  for (int p = 0; p < 8; ++p) {
-    int32_t pair;
-    std::memcpy(&pair, y.bsums + 2 * p, 4);  // [bsum_2p, bsum_2p+1]: the sums of x per 16
-    const __m256i sc2 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
-    summ = _mm256_add_epi32(summ, _mm256_madd_epi16(sc2, _mm256_set1_epi32(pair)));
-  }
-  const __m256i total = _mm256_sub_epi32(sumi, _mm256_slli_epi32(summ, 5));
-  return _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y.d)), _mm256_cvtepi32_ps(total), acc);
+  const __m256i total = _mm256_sub_epi32(sumi, _mm256_slli_epi32(x8_scaled_bsums16(blk.scales, y), 5));
+  return fma_block(d, y.d, total, acc);
 }
 
 // out[b * 8 + r] = dot(row r of the group, x[b]) for B Q8_K inputs; per (row, input) exactly
@@ -180,16 +228,9 @@ inline __m256 q6_k_x8_tail(const block_q6_kx8& blk, __m256 d, const block_q8_k& 
 // the scaled sums of x per 16 (Q8_K's bsums).
 template <int B>
 void mk_q6_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
-  auto w = reinterpret_cast<const block_q6_kx8*>(group);
-  const block_q8_k* x[B];
-  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
-  const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
-  const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
-  __m256 acc[B];
-  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / qk_k; ++i) {
-    const block_q6_kx8& blk = w[i];
-    if (next) prefetch_block(next + i * int64_t(sizeof(block_q6_kx8)), int(sizeof(block_q6_kx8)));
+  x8_blocks<block_q6_kx8, block_q8_k, B>(group, xb, n / qk_k, out, next, [](const block_q6_kx8& blk, const block_q8_k* const* x, int64_t i, __m256* acc) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+    const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
     __m256i sumi[B];
     for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
 #pragma GCC unroll 2
@@ -221,8 +262,7 @@ void mk_q6_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
     for (int b = 0; b < B; ++b) acc[b] = q6_k_x8_tail(blk, d, x[b][i], sumi[b], acc[b]);
-  }
-  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+  });
 }
 
 }  // namespace agentq::kernels::avx2

@@ -211,18 +211,11 @@ void mk_q4_k_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float
 // one multiply by the rows' (signed) scales.
 template <int B>
 void mk_q6_k_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
-  auto w = reinterpret_cast<const block_q6_kx8*>(group);
-  const block_q8_k* x[B];
-  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
-  const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
-  const __m512i h_shift = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi16(4), _mm512_setzero_si512());
-  const __m512i pick_lo = pick2(0, 2), pick_hi = pick2(1, 3);
-  const __m512i sc_even = scale_pick(0), sc_odd = scale_pick(1);
-  __m256 acc[B];
-  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / qk_k; ++i) {
-    const block_q6_kx8& blk = w[i];
-    if (next) prefetch_block(next + i * int64_t(sizeof(block_q6_kx8)), int(sizeof(block_q6_kx8)));
+  avx2::x8_blocks<block_q6_kx8, block_q8_k, B>(group, xb, n / qk_k, out, next, [](const block_q6_kx8& blk, const block_q8_k* const* x, int64_t i, __m256* acc) {
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    const __m512i h_shift = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi16(4), _mm512_setzero_si512());
+    const __m512i pick_lo = pick2(0, 2), pick_hi = pick2(1, 3);
+    const __m512i sc_even = scale_pick(0), sc_odd = scale_pick(1);
     __m512i sumi[B];
     for (int b = 0; b < B; ++b) sumi[b] = _mm512_setzero_si512();
 #pragma GCC unroll 2
@@ -243,8 +236,7 @@ void mk_q6_k_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
     for (int b = 0; b < B; ++b) acc[b] = avx2::q6_k_x8_tail(blk, d, x[b][i], fold(sumi[b]), acc[b]);
-  }
-  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+  });
 }
 
 }  // namespace agentq::kernels::avx512

@@ -1,8 +1,9 @@
-// Private to kernels/cpu: AVX2 kernels of the Q4_0 (_x16), Q5_K and IQ4_XS (_x8) layouts
-// (block_q4_0x16, block_q5_kx8, block_iq4_xsx8), in the form of x8_avx2.h's: one group of 16 or
+// Private to kernels/cpu: AVX2 kernels of the Q4_0 (_x16), Q5_K, IQ4_XS and Q3_K (_x8) layouts
+// (block_q4_0x16, block_q5_kx8, block_iq4_xsx8, block_q3_kx8), in the form of x8_avx2.h's: one group of 16 or
 // 8 rows against B inputs, each row's sum in its own lane, for decode and prefill. AVX-512 VNNI
 // builds run x8_more_avx512.h's forms instead; both give the bits of the scalar definitions
 // (repack_more.cpp): the integer sums are exact and the float steps per (row, input) the same.
+// Each runs in x8_blocks (x8_avx2.h), the frame of accumulators, block loop, prefetch and store.
 // NOTE: maddubs saturates int16 pair sums, so each kernel says where its partial sums widen.
 #pragma once
 #include "cpu/x8_avx2.h"
@@ -25,20 +26,11 @@ inline __m256i bcast4(const int8_t* p) {
 // 8 * sum(x) comes off, one fma for the 8 rows.
 template <int B>
 void mk_q4_0_x16_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
-  auto w = reinterpret_cast<const block_q4_0x16*>(group);
   const int64_t nb = n / qk8_0;
-  const block_q8_0x* x[B];
-  const int32_t* xsum8[B];
-  for (int b = 0; b < B; ++b) {
-    x[b] = reinterpret_cast<const block_q8_0x*>(xb[b]);
-    xsum8[b] = reinterpret_cast<const int32_t*>(xb[b] + nb * int64_t(sizeof(block_q8_0x)));
-  }
-  const __m256i m4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);
-  __m256 acc[B][2];
-  for (int b = 0; b < B; ++b) acc[b][0] = acc[b][1] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const block_q4_0x16& blk = w[i];
-    if (next) prefetch_block(next + i * int64_t(sizeof(block_q4_0x16)), int(sizeof(block_q4_0x16)));
+  // NOTE: the body captures only nb and makes its constants itself (hoisted out of the loop):
+  // with vector constants and the sums' pointers captured, this kernel ran 15-20% slower.
+  x8_blocks<block_q4_0x16, block_q8_0x, B, ymm_pair>(group, xb, nb, out, next, [nb](const block_q4_0x16& blk, const block_q8_0x* const* x, int64_t i, ymm_pair* acc) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       __m256i lo[4], hi[4];
@@ -54,15 +46,12 @@ void mk_q4_0_x16_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n,
         p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[2], bcast4(xq + 20)));
         p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(lo[3], bcast4(xq + 24)));
         p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[3], bcast4(xq + 28)));
-        const __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(p16, ones), _mm256_set1_epi32(xsum8[b][i]));
-        acc[b][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[b][i].d)), _mm256_cvtepi32_ps(s), acc[b][h]);
+        const int32_t xsum8 = reinterpret_cast<const int32_t*>(x[b] + nb)[i];  // 8 * sum(x's block i)
+        const __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(p16, ones), _mm256_set1_epi32(xsum8));
+        acc[b].h[h] = fma_block(d, x[b][i].d, s, acc[b].h[h]);
       }
     }
-  }
-  for (int b = 0; b < B; ++b) {
-    _mm256_storeu_ps(out + 16 * b, acc[b][0]);
-    _mm256_storeu_ps(out + 16 * b + 8, acc[b][1]);
-  }
+  });
 }
 
 // Bit j of the 32-bit mask at p as byte j: 16 where set, 0 where not (Q5_K_x8's fifth bits of
@@ -81,16 +70,9 @@ inline __m256i fifth_bits(const uint64_t* qh, int half) {
 // mins and the float tail are Q4_K_x8's (q4_k_x8_tail).
 template <int B>
 void mk_q5_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
-  auto w = reinterpret_cast<const block_q5_kx8*>(group);
-  const block_q8_k* x[B];
-  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
-  const __m256i m4 = _mm256_set1_epi8(0xF);
-  const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
-  __m256 acc[B];
-  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / qk_k; ++i) {
-    const block_q5_kx8& blk = w[i];
-    if (next) prefetch_block(next + i * int64_t(sizeof(block_q5_kx8)), int(sizeof(block_q5_kx8)));
+  x8_blocks<block_q5_kx8, block_q8_k, B>(group, xb, n / qk_k, out, next, [](const block_q5_kx8& blk, const block_q8_k* const* x, int64_t i, __m256* acc) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
     __m256i sumi[B];
     for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -120,8 +102,7 @@ void mk_q5_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
     }
     const q4_k_x8_tail tail(blk);
     for (int b = 0; b < B; ++b) acc[b] = tail.apply(x[b][i], sumi[b], acc[b]);
-  }
-  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+  });
 }
 
 // As mk_q4_k_x8_avx2 with IQ4_NL's values: a pshufb of each nibble through the value table, then
@@ -130,17 +111,10 @@ void mk_q5_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
 // offset to take off, the float tail one fma.
 template <int B>
 void mk_iq4_xs_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
-  auto w = reinterpret_cast<const block_iq4_xsx8*>(group);
-  const block_q8_k* x[B];
-  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
   const __m256i m4 = _mm256_set1_epi8(0xF);
   const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(detail::kvalues_iq4nl)));
   const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
-  __m256 acc[B];
-  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / qk_k; ++i) {
-    const block_iq4_xsx8& blk = w[i];
-    if (next) prefetch_block(next + i * int64_t(sizeof(block_iq4_xsx8)), int(sizeof(block_iq4_xsx8)));
+  x8_blocks<block_iq4_xsx8, block_q8_k, B>(group, xb, n / qk_k, out, next, [=](const block_iq4_xsx8& blk, const block_q8_k* const* x, int64_t i, __m256* acc) {
     __m256i sumi[B];
     for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -166,10 +140,67 @@ void mk_iq4_xs_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n
       }
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
-    for (int b = 0; b < B; ++b)
-      acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[b][i].d)), _mm256_cvtepi32_ps(sumi[b]), acc[b]);
+    for (int b = 0; b < B; ++b) acc[b] = fma_block(d, x[b][i].d, sumi[b], acc[b]);
+  });
+}
+
+// Bit K of each byte of h moved to bit 2 (4 where set, 0 where not).
+// NOTE: 16-bit shifts move bits across bytes, but the mask keeps only each byte's own bit.
+template <int K>
+inline __m256i bit_as_4(__m256i h) {
+  const __m256i m4 = _mm256_set1_epi8(4);
+  if constexpr (K < 2) return _mm256_and_si256(_mm256_slli_epi16(h, 2 - K), m4);
+  else if constexpr (K == 2) return _mm256_and_si256(h, m4);
+  else return _mm256_and_si256(_mm256_srli_epi16(h, K - 2), m4);
+}
+
+// Sub-block 2p + S of a Q3_K_x8 super-block against B inputs: the 2-bit plane's 32 bytes (4
+// elements of each row per 2-bit field f) with the high bits (bit 4S + f of the pair's h) as + 4,
+// four maddubs of the unsigned quants (0..7) against x's dwords 4c + f add up in int16 (8
+// products per lane: |sum| <= 8 * 7 * 127 < 2^15), one madd with the rows' scales widens.
+template <int S, int B>
+inline void q3_k_x8_sub(const block_q3_kx8& blk, int p, __m256i h, __m256i sc2, const block_q8_k* const* x, int64_t i,
+                        __m256i* sumi) {
+  const int c = 2 * p + S;
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 32 * c));
+  const __m256i q0 = _mm256_or_si256(_mm256_and_si256(v, m3), bit_as_4<4 * S>(h));
+  const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 2), m3), bit_as_4<4 * S + 1>(h));
+  const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m3), bit_as_4<4 * S + 2>(h));
+  const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 6), m3), bit_as_4<4 * S + 3>(h));
+  const __m256i scale = _mm256_shuffle_epi8(sc2, scale_dup(S));
+  for (int b = 0; b < B; ++b) {
+    const int8_t* xq = x[b][i].qs + 16 * c;
+    __m256i p16 = _mm256_maddubs_epi16(q0, bcast4(xq));
+    p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(q1, bcast4(xq + 4)));
+    p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(q2, bcast4(xq + 8)));
+    p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(q3, bcast4(xq + 12)));
+    sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(p16, scale));
   }
-  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+}
+
+// out[b * 8 + r] = dot(row r of the group, x[b]) for B Q8_K inputs; per (row, input) exactly
+// detail::dot_q3_k_x8_scalar's operations, which are dot_q3_k_scalar's: the 16 sub-blocks by
+// q3_k_x8_sub over the quants + 4, then 4 * (scales . x's sums per 16) off in int32 and acc +=
+// (d * y.d) * isum as a multiply and an add (no fma), so the file layout's bits.
+template <int B>
+void mk_q3_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
+  x8_blocks<block_q3_kx8, block_q8_k, B>(group, xb, n / qk_k, out, next, [](const block_q3_kx8& blk, const block_q8_k* const* x, int64_t i, __m256* acc) {
+    __m256i sumi[B];
+    for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int p = 0; p < 8; ++p) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * p));
+      const __m256i sc2 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
+      q3_k_x8_sub<0, B>(blk, p, h, sc2, x, i, sumi);
+      q3_k_x8_sub<1, B>(blk, p, h, sc2, x, i, sumi);
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    for (int b = 0; b < B; ++b) {
+      const __m256i isum = _mm256_sub_epi32(sumi[b], _mm256_slli_epi32(x8_scaled_bsums16(blk.scales, x[b][i]), 2));
+      acc[b] = _mm256_add_ps(acc[b], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[b][i].d)), _mm256_cvtepi32_ps(isum)));
+    }
+  });
 }
 
 }  // namespace agentq::kernels::avx2

@@ -1,12 +1,13 @@
 // Dequantising matrix-vector products for decode (memory-bound): one warp per
-// weight row, four rows per block, fp32 accumulation (Q4_0 ... MXFP4: a generic
-// per-element path, correct but not tuned). Weights stream once per
+// weight row, four rows per block, fp32 accumulation; every format has its own row dot
+// (Q4_0 ... MXFP4, Q5_K, IQ4_XS, Q2_K, Q3_K in matvec_quants.cuh). Weights stream once per
 // chunk of up to 8 vectors; 128-bit loads where the block layout is 16-byte aligned
-// (f32, f16, bf16, Q4_K); Q8_0 (34 B) and Q6_K (210 B) blocks are only 2-byte aligned.
+// (f32, f16, bf16, Q4_K, Q5_K); Q8_0 (34 B) and Q6_K (210 B) blocks are only 2-byte aligned.
 #include <cstdio>
 #include <cstdlib>
 
 #include "common.cuh"
+#include "matvec_quants.cuh"
 
 namespace agentq::kernels::cuda {
 
@@ -204,9 +205,12 @@ __device__ __forceinline__ void row_dot(const uint8_t* __restrict__ w, int64_t n
         acc[j] = s;
       }
     }
+  } else if constexpr (detail::has_quant_row_dot<T>) {
+    // Q4_0 ... MXFP4, Q5_K, IQ4_XS, Q2_K, Q3_K: a lane's share of each block straight from its
+    // bytes, scales decoded once per block (matvec_quants.cuh).
+    detail::quant_row_dot<T, NX>(w, n_in, xs, lane, acc);
   } else {
-    // The other formats (Q4_0 ... MXFP4): lane l takes elements l, l + 32, ... (neighbouring
-    // lanes read neighbouring bytes of a block), each dequantised by ggml's definition.
+    // Any other format: lane l takes elements l, l + 32, ..., each dequantised by ggml's definition.
     // NOTE: correct and n_x-invariant, not tuned (per-element scale decoding).
     for (int64_t i = lane; i < n_in; i += 32) {
       const float wv = detail::dequant_elem_more(T, w, i);

@@ -24,13 +24,14 @@ uint16_t fp32_to_bf16(float f);
 // ---------------------------------------------------------------------------
 // Weight formats (ggml type ids and block layouts, byte for byte)
 
-// The _x8 / _x16 types are not file formats: they are Q8_0, Q4_K, Q6_K (and, where the build has
-// the AVX-512 VNNI kernels, Q4_0, Q5_K and IQ4_XS) repacked at load for the CPU (see repack()), with
+// The _x8 / _x16 types are not file formats: they are Q8_0, Q4_K, Q6_K, Q4_0, Q5_K, IQ4_XS and
+// Q3_K repacked at load for the CPU where the build has the AVX2 kernels (see repack()), with
 // ids outside ggml's range (0x1000 | the file type's id; 0x2000 | it for 16-row groups).
 enum class weight_type : uint32_t {
   f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q2_k = 10, q3_k = 11, q4_k = 12,
   q5_k = 13, q6_k = 14, iq4_nl = 20, iq4_xs = 23, bf16 = 30, mxfp4 = 39,
-  q8_0_x8 = 0x1008, q4_k_x8 = 0x100c, q6_k_x8 = 0x100e, q4_0_x16 = 0x2002, q5_k_x8 = 0x100d, iq4_xs_x8 = 0x1017
+  q8_0_x8 = 0x1008, q4_k_x8 = 0x100c, q6_k_x8 = 0x100e, q4_0_x16 = 0x2002, q5_k_x8 = 0x100d, iq4_xs_x8 = 0x1017,
+  q3_k_x8 = 0x100b
 };
 
 constexpr int64_t qk8_0 = 32;   // elements per Q8_0 block
@@ -151,6 +152,20 @@ struct block_iq4_xsx8 {
 };
 static_assert(sizeof(block_iq4_xsx8) == 1104);
 
+// Q3_K_x8: one super-block of 8 rows of a Q3_K matrix, the 3-bit quants stored unsigned
+// (value + 4, 0..7) as a 2-bit plane and a 1-bit plane, both in [..][row r][j < 4] order so one
+// 32-byte load meets 4 elements of every row (as block_q6_kx8's qh), and the 6-bit scales
+// unpacked to int8. 912 bytes against the file's 8 x 110 = 880 (+3.6%).
+// NOTE: not a 4-bit (nibble) layout, whose unpacking is cheaper: it would hold 4.6 bits per
+// weight in memory, Q4_K's footprint, which is what a Q3_K user chose against.
+struct block_q3_kx8 {
+  uint16_t d[8];          // fp16 super-scale of each row
+  int8_t scales[128];     // [pair p < 8][row r][2]: scale - 32 of 16-element sub-blocks 2p, 2p + 1
+  uint8_t ql[qk_k * 2];   // [sub-block c < 16][row r][j < 4]: low 2 bits of q[16c + 4f + j] at bits 2f (f < 4)
+  uint8_t qh[qk_k];       // [pair p < 8][row r][j < 4]: high bit of q[32p + 16s + 4f + j] at bit 4s + f
+};
+static_assert(sizeof(block_q3_kx8) == 912);
+
 // Elements per block (1 for float types); 0 for an unknown id.
 int64_t block_elems(weight_type t);
 // Bytes per block; 0 for an unknown id. For the _x8 layouts, one row's share of a block
@@ -198,10 +213,9 @@ void matmul_prequantized(weight_type t, const void* w, size_t row_stride_bytes, 
                          int64_t n_rows);
 
 // Weight layouts the CPU kernels prefer to a file's (weights are repacked once, at load).
-// The layout matmul runs fastest on for a [n_rows][n_cols] matrix of type t: the _x8 layout
-// of Q8_0, Q4_K and Q6_K with n_rows a multiple of 8 where the AVX2 kernels are built, and of
-// Q5_K and IQ4_XS (and Q4_0's _x16, n_rows a multiple of 16) where the AVX-512 VNNI ones are;
-// otherwise t itself.
+// The layout matmul runs fastest on for a [n_rows][n_cols] matrix of type t: where the AVX2
+// kernels are built, the _x8 layout of Q8_0, Q4_K, Q6_K, Q5_K, IQ4_XS and Q3_K with n_rows a
+// multiple of 8, and Q4_0's _x16 with n_rows a multiple of 16; otherwise t itself.
 weight_type preferred_layout(weight_type t, int64_t n_rows, int64_t n_cols);
 // The file type layout t is repacked from (t itself for a file type); it also names the
 // activation format t takes (quantize_activations).
@@ -209,7 +223,7 @@ weight_type file_type(weight_type t);
 // Bytes of a [n_rows][n_cols] matrix in layout t (rows packed, no padding).
 size_t matrix_bytes(weight_type t, int64_t n_rows, int64_t n_cols);
 // src: [n_rows][n_cols] of type `from`, rows packed -> dst (matrix_bytes(to, ...) bytes) in
-// layout `to` (from itself: a copy; q8_0, q4_k, q6_k, q4_0, q5_k, iq4_xs -> their _x8). Exact: no value
+// layout `to` (from itself: a copy; q8_0, q4_k, q6_k, q4_0, q5_k, iq4_xs, q3_k -> their _x8). Exact: no value
 // changes. An _x8 matrix has row stride row_bytes(layout, n_cols) for matmul; its rows are
 // not individually addressable (dequantize_row refuses them).
 void repack(weight_type from, const void* src, int64_t n_rows, int64_t n_cols, weight_type to, void* dst);

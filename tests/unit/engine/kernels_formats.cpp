@@ -309,6 +309,52 @@ TEST_CASE("new formats: every batch width and odd block counts give the scalar d
   }
 }
 
+// Q3_K repacked into its 8-row layout (q3_k_x8, what the CPU model runs where the build has the
+// AVX2 kernels; the AVX-512 VNNI ones where built, and scripts/test.sh's x86-64-v3 build runs the
+// AVX2 ones): every batch width 1..9 (1..4 inputs per kernel call leave every remainder), row ranges
+// that cut groups, odd super-block counts, one input with a dominant element. Its float steps are
+// dot_q3_k_scalar's, so each (row, input) has the bits of the file layout's scalar definition, and
+// those of the layout's own (dot_q3_k_x8_scalar).
+TEST_CASE("Q3_K repacked (q3_k_x8): every batch width and odd block counts give the file layout's scalar bits") {
+  if (preferred_layout(weight_type::q3_k, 16, 256) != weight_type::q3_k_x8) {
+    MESSAGE("built without AVX2: q3_k_x8 is never chosen");
+    return;
+  }
+  std::mt19937 rng(23);
+  for (int64_t n_blocks : {1, 5, 13}) {
+    const int64_t n_cols = qk_k * n_blocks, n_rows = 24;
+    CAPTURE(n_cols);
+    const size_t stride = row_bytes(weight_type::q3_k, n_cols);
+    std::vector<uint8_t> w;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const auto row = random_row(weight_type::q3_k, n_cols, rng);
+      w.insert(w.end(), row.begin(), row.end());
+    }
+    std::vector<uint8_t> x8(matrix_bytes(weight_type::q3_k_x8, n_rows, n_cols));
+    repack(weight_type::q3_k, w.data(), n_rows, n_cols, weight_type::q3_k_x8, x8.data());
+    const size_t stride8 = row_bytes(weight_type::q3_k_x8, n_cols);
+    auto x = normal_data(static_cast<size_t>(9 * n_cols), 24, 3.0f);
+    x[5] = 1e3f;
+    std::vector<float> ref(static_cast<size_t>(9 * n_rows)), ref8(ref.size());
+    matmul_reference(weight_type::q3_k, w.data(), stride, n_cols, x.data(), 9, ref.data(), 0, n_rows, n_rows);
+    matmul_reference(weight_type::q3_k_x8, x8.data(), stride8, n_cols, x.data(), 9, ref8.data(), 0, n_rows, n_rows);
+    for (size_t i = 0; i < ref.size(); ++i) REQUIRE(same_bits(ref8[i], ref[i]));
+    for (int64_t n_x = 1; n_x <= 9; ++n_x)
+      for (auto [rb, re] : {std::pair<int64_t, int64_t>{0, 24}, {1, 23}, {3, 4}, {8, 16}, {5, 19}}) {
+        CAPTURE(n_x);
+        CAPTURE(rb);
+        CAPTURE(re);
+        std::vector<float> y(static_cast<size_t>(n_x * n_rows), NAN);
+        matmul(weight_type::q3_k_x8, x8.data(), stride8, n_cols, x.data(), n_x, y.data(), rb, re, n_rows);
+        for (int64_t b = 0; b < n_x; ++b)
+          for (int64_t r = 0; r < n_rows; ++r) {
+            if (r < rb || r >= re) REQUIRE(std::isnan(y[b * n_rows + r]));
+            else REQUIRE(same_bits(y[b * n_rows + r], ref[b * n_rows + r]));
+          }
+      }
+  }
+}
+
 // Blocks written by llama.cpp's quantizer (ggml_quantize_chunk without an importance matrix, as
 // llama-quantize) with ggml's own dequantized values: tests/unit/engine/data/ggml_blocks.bin,
 // made by scripts/dev/ggml_blocks.sh. Dequantization must give ggml's values bit for bit; where

@@ -278,12 +278,12 @@ TEST_CASE("read bandwidth probe returns a plausible figure") {
   CHECK(gbps < 10000);
 }
 
-// Q8_0, Q4_K, Q6_K, Q5_K and IQ4_XS repacked into 8-row groups and Q4_0 into 16-row ones (the
+// Q8_0, Q4_K, Q6_K, Q5_K, IQ4_XS and Q3_K repacked into 8-row groups and Q4_0 into 16-row ones (the
 // _x8 layouts, the CPU's load-time ones): the AVX2 kernels (or the AVX-512 VNNI ones, where the
 // build has them; scripts/test.sh's x86-64-v3 build runs the AVX2 ones on such a host) give
 // exactly the bits of the layout's scalar definition for every batch width and row range
 // (partial groups included), and stay within float rounding of the file layout.
-TEST_CASE("_x8 layouts: repacked Q8_0, Q4_K, Q6_K, Q4_0, Q5_K and IQ4_XS against their scalar definition and the file layout") {
+TEST_CASE("_x8 layouts: repacked Q8_0, Q4_K, Q6_K, Q4_0, Q5_K, IQ4_XS and Q3_K against their scalar definition and the file layout") {
   CHECK(preferred_layout(weight_type::q4_k, 12, 256) == weight_type::q4_k);
   CHECK(preferred_layout(weight_type::q6_k, 12, 256) == weight_type::q6_k);
   CHECK(preferred_layout(weight_type::f16, 16, 256) == weight_type::f16);
@@ -297,7 +297,8 @@ TEST_CASE("_x8 layouts: repacked Q8_0, Q4_K, Q6_K, Q4_0, Q5_K and IQ4_XS against
                          kind{weight_type::q6_k, weight_type::q6_k_x8, {256, 768, 2816}},
                          kind{weight_type::q4_0, weight_type::q4_0_x16, {32, 96, 768, 2816}},
                          kind{weight_type::q5_k, weight_type::q5_k_x8, {256, 768, 2816}},
-                         kind{weight_type::iq4_xs, weight_type::iq4_xs_x8, {256, 768, 2816}}}) {
+                         kind{weight_type::iq4_xs, weight_type::iq4_xs_x8, {256, 768, 2816}},
+                         kind{weight_type::q3_k, weight_type::q3_k_x8, {256, 768, 2816}}}) {
     if (preferred_layout(kd.file, 16, kd.cols[0]) != kd.x8) {
       MESSAGE("built without AVX2: ", name_of(kd.x8), " is never chosen");
       continue;
@@ -351,7 +352,7 @@ TEST_CASE("_x8 layouts: repacked Q8_0, Q4_K, Q6_K, Q4_0, Q5_K and IQ4_XS against
 }
 
 // The AVX2 kernels add int16 partial sums where their bounds allow (Q4_0: 16 products of 15 * 127,
-// Q5_K: 8 of 31 * 127, IQ4_XS: pairs of 127 * 127): quants at their extremes against full-scale
+// Q5_K: 8 of 31 * 127, IQ4_XS: pairs of 127 * 127, Q3_K: 8 of 7 * 127): quants at their extremes against full-scale
 // activations (every Q8 quant +-127) must still give the scalar definition's bits.
 TEST_CASE("_x8 layouts: extreme quants against full-scale activations") {
   struct kind { weight_type file, x8; uint8_t fill; std::vector<std::pair<size_t, uint8_t>> bytes; };
@@ -361,7 +362,10 @@ TEST_CASE("_x8 layouts: extreme quants against full-scale activations") {
                          kind{weight_type::q5_k, weight_type::q5_k_x8, 0xFF, {{0, 0x00}, {1, 0x20}, {2, 0x00}, {3, 0x20}}},
                          kind{weight_type::iq4_xs, weight_type::iq4_xs_x8, 0x00,
                               {{0, 0x00}, {1, 0x20}, {2, 0xFF}, {3, 0xFF}, {4, 0xFF}, {5, 0xFF}, {6, 0xFF}, {7, 0xFF}}},
-                         kind{weight_type::iq4_xs, weight_type::iq4_xs_x8, 0xFF, {{0, 0x00}, {1, 0x20}}}}) {
+                         kind{weight_type::iq4_xs, weight_type::iq4_xs_x8, 0xFF, {{0, 0x00}, {1, 0x20}}},
+                         // Q3_K: every quant 7 (hmask and qs all ones) or -4 (all zeros), scales 31 / -32 (fill 0xFF / 0x00), d at 108
+                         kind{weight_type::q3_k, weight_type::q3_k_x8, 0xFF, {{108, 0x00}, {109, 0x20}}},
+                         kind{weight_type::q3_k, weight_type::q3_k_x8, 0x00, {{108, 0x00}, {109, 0x20}}}}) {
     const int64_t n_rows = 16, n_cols = 512;
     if (preferred_layout(kd.file, n_rows, n_cols) != kd.x8) {
       MESSAGE("built without AVX2: ", name_of(kd.x8), " is never chosen");

@@ -343,6 +343,23 @@ TEST_CASE("models of every #26 format run close to their dequantized reference")
   }
 }
 
+// Q3_K's repacked layout (q3_k_x8) keeps dot_q3_k_scalar's float steps: a Q3_K model gives the
+// file layout's logits bit for bit, repacked or not (docs/cpu_decode.md).
+TEST_CASE("a Q3_K model repacked at load gives the file layout's logits, bit for bit") {
+  const std::string path = (std::filesystem::temp_directory_path() / "agentq-test-repack-q3_k.gguf").string();
+  write_model(path, "llama", gguf::tensor_type::q3_k);
+  const auto st = streams();
+  auto repacked = run_batched(*load(path, 2), {st[0], st[1]}, 5);
+  setenv("AGENTQ_REPACK", "0", 1);
+  auto file_layout = run_batched(*load(path, 2), {st[0], st[1]}, 5);
+  unsetenv("AGENTQ_REPACK");
+  for (size_t i = 0; i < repacked.size(); ++i) {
+    REQUIRE(repacked[i].size() == file_layout[i].size());
+    CHECK(std::memcmp(repacked[i].data(), file_layout[i].data(), repacked[i].size() * 4) == 0);
+  }
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("qwen2 and llama logits match a naive reference forward") {
   const auto dir = std::filesystem::temp_directory_path();
   for (const char* arch : {"llama", "qwen2"}) {
