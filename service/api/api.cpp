@@ -170,6 +170,7 @@ void api::install(http::router& r) {
           nj.priority = *store::parse_job_priority(v->priority);
           nj.store_content = v->store;
           nj.key_id = key.id;
+          if (auto m = body->find("model"); m != body->end() && m->is_string()) nj.model = m->get<std::string>();
           if (v->deadline_seconds > 0) nj.deadline_ms = store::now_ms() + int64_t(v->deadline_seconds * 1000);
           std::string idem = req.header("idempotency-key");
           if (!idem.empty()) {

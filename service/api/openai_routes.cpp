@@ -34,6 +34,7 @@ std::optional<store::job_row> submit(const api_deps& deps, const auth::key_info&
   nj.request_json = j.spec.dump();
   nj.priority = *store::parse_job_priority(j.spec.value("priority", "normal"));
   nj.key_id = key.id;
+  if (auto m = j.spec.find("model"); m != j.spec.end() && m->is_string()) nj.model = m->get<std::string>();
   std::string idem = req.header("idempotency-key");
   if (!idem.empty()) {
     if (idem.size() > 255) {

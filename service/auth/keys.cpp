@@ -103,9 +103,18 @@ std::optional<key_info> key_store::ensure(const std::string& bearer_key, const s
 
 std::optional<key_info> key_store::authenticate(const std::string& bearer_key) {
   if (bearer_key.size() < 8 || bearer_key.size() > 200) return std::nullopt;
+  const std::string hash = crypto::sha256_hex(bearer_key);
   std::lock_guard lock(mu_);
-  auto s = db_->prepare(std::string("SELECT ") + k_cols + " FROM api_keys WHERE key_hash=? AND revoked_ms=0");
-  s.bind(1, crypto::sha256_hex(bearer_key));
+  if (!auth_stmt_)
+    auth_stmt_ = std::make_unique<store::sqlite_stmt>(
+        db_->prepare(std::string("SELECT ") + k_cols + " FROM api_keys WHERE key_hash=? AND revoked_ms=0"));
+  auto& s = *auth_stmt_;
+  // NOTE: reset on every way out, so the connection keeps no read snapshot between requests.
+  struct reset_after {
+    store::sqlite_stmt& s;
+    ~reset_after() { s.reset(); }
+  } guard{s};
+  s.bind(1, hash);
   if (!s.step()) return std::nullopt;
   return read_key(s);
 }

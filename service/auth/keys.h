@@ -11,6 +11,7 @@
 
 namespace agentq::store {
 class sqlite_db;
+class sqlite_stmt;
 }
 
 namespace agentq::auth {
@@ -64,6 +65,7 @@ class key_store {
   explicit key_store(std::unique_ptr<store::sqlite_db> db);
   std::mutex mu_;
   std::unique_ptr<store::sqlite_db> db_;
+  std::unique_ptr<store::sqlite_stmt> auth_stmt_;  // authenticate's query, prepared once (every request runs it)
 };
 
 }  // namespace agentq::auth

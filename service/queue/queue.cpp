@@ -147,17 +147,23 @@ int32_t queue::relay_once() {
   for (const char* kind : {"publish", "continue"}) {
     auto rows = store_->fetch_outbox(kind, 256);
     if (rows.empty()) continue;
-    std::vector<std::string> ids;
-    for (auto& row : rows) ids.push_back(row.job_id);
-    // NOTE: routing (#28): each job goes to its model's stream
-    const auto models = options_.route_by_model ? store_->job_models(ids) : std::map<std::string, std::string>{};
+    // NOTE: routing (#28): each job goes to its model's stream. A publish row written since the
+    // model rides in its payload carries it; the others' models are read from their requests.
     std::vector<publish_item> items;
+    std::vector<std::string> lookup;
     for (auto& row : rows) {
       json p = json::parse(row.payload_json, nullptr, false);
       publish_item it{row.job_id, p.is_object() ? p.value("priority", 1) : 1, {}, {}};
+      if (options_.route_by_model && p.is_object()) it.model = p.value("model", "");
+      if (options_.route_by_model && it.model.empty()) lookup.push_back(row.job_id);
+      items.push_back(std::move(it));
+    }
+    const auto models = lookup.empty() ? std::map<std::string, std::string>{} : store_->job_models(lookup);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto& row = rows[i];
+      auto& it = items[i];
       if (auto m = models.find(row.job_id); m != models.end()) it.model = m->second;
       if (row.kind == "continue" && !row.target.empty() && is_alive(row.target)) it.worker_id = row.target;
-      items.push_back(std::move(it));
     }
     auto ok = publish_many(items);
     std::vector<int64_t> done;

@@ -193,7 +193,64 @@ bool fence_ok(conn& c, const std::string& job_id, int64_t epoch) {
   return s.step();
 }
 
-std::string priority_payload(job_priority p) { return json{{"priority", static_cast<int>(p)}}.dump(); }
+// A publish row's payload: {"priority": N[, "model": M]} (the model routes it: queue.cpp relay_once).
+std::string priority_payload(job_priority p, const std::string& model = {}) {
+  json j = {{"priority", static_cast<int>(p)}};
+  if (!model.empty()) j["model"] = model;
+  return j.dump();
+}
+
+// The bodies of init_transcript, commit_turn and finish_job, shared with commit_step.
+
+write_status apply_init_transcript(conn& c, const std::string& job_id, int64_t epoch,
+                                   const std::vector<transcript_row>& input) {
+  if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
+  auto& s = c.stmt("SELECT EXISTS(SELECT 1 FROM transcript WHERE job_id=?)");
+  s.bind(1, job_id);
+  s.step();
+  if (s.col_int(0) > 0) return write_status::ok;
+  int64_t now = c.now();
+  for (auto r : input) {
+    r.turn_idx = -1;
+    insert_transcript(c, job_id, r, now);
+  }
+  return write_status::ok;
+}
+
+write_status apply_commit_turn(conn& c, const std::string& job_id, int64_t epoch, const turn_commit& t) {
+  int64_t now = c.now();
+  auto& s = c.stmt("SELECT 1 FROM transcript WHERE job_id=? AND turn_idx=? AND role='assistant'");
+  s.bind_all(job_id, t.turn_idx);
+  bool exists = s.step();
+  auto& u = c.stmt("UPDATE jobs SET usage_json=?, updated_ms=? WHERE id=? AND lease_epoch=? AND status='running'");
+  u.bind_all(t.job_usage.to_json(), now, job_id, epoch).run();
+  if (c.db.changes() == 0) return write_status::fenced;
+  if (exists) return write_status::ok;
+  transcript_row r;
+  r.turn_idx = t.turn_idx;
+  r.role = "assistant";
+  r.content = t.content;
+  r.tool_calls_json = t.tool_calls_json;
+  r.usage_json = t.turn_usage_json;
+  insert_transcript(c, job_id, r, now);
+  json d = {{"turn", t.turn_idx}, {"usage", json::parse(t.turn_usage_json.empty() ? "{}" : t.turn_usage_json, nullptr, false)}};
+  if (!t.tool_calls_json.empty()) d["tool_calls"] = json::parse(t.tool_calls_json, nullptr, false);
+  insert_event(c, job_id, "turn", d.dump(), now);
+  return write_status::ok;
+}
+
+write_status apply_finish(conn& c, const std::string& job_id, int64_t epoch, const job_end& e) {
+  int64_t now = c.now();
+  c.stmt("UPDATE jobs SET status=?1, result_json=?2, error=?3, usage_json=?4, finished_ms=?5, updated_ms=?5, "
+         "lease_expires_ms=0 WHERE id=?6 AND lease_epoch=?7 AND status='running'")
+      .bind_all(to_string(e.status), e.result_json, e.error, e.usage.to_json(), now, job_id, epoch)
+      .run();
+  if (c.db.changes() == 0) return write_status::fenced;
+  json d = json::object();
+  if (!e.error.empty()) d["error"] = e.error;
+  insert_status_event(c, job_id, e.status, d, now);
+  return write_status::ok;
+}
 
 }  // namespace
 
@@ -280,28 +337,40 @@ class sqlite_store final : public store {
   void run_batch(conn& c, std::vector<write_op>& batch) {
     std::vector<bool> applied(batch.size(), false);
     bool committed = false;
+    // NOTE: the transaction statements are prepared once (conn's cache), not parsed per batch as
+    // exec() would; a batch of one op needs no savepoint: its failure rolls the transaction back.
+    const bool savepoints = batch.size() > 1;
+    bool op_threw = false;  // the lone op failed (logged): the transaction is rolled back for it
     try {
-      c.db.exec("BEGIN IMMEDIATE");
+      c.stmt("BEGIN IMMEDIATE").run();
       for (size_t i = 0; i < batch.size(); ++i) {
-        c.db.exec("SAVEPOINT op");
+        if (savepoints) c.stmt("SAVEPOINT op").run();
         try {
           batch[i].apply(c);
           c.reset_all();
-          c.db.exec("RELEASE op");
+          if (savepoints) c.stmt("RELEASE op").run();
           applied[i] = true;
         } catch (const std::exception& e) {
           spdlog::warn("store: write op failed: {}", e.what());
           n_write_errors_++;
           c.reset_all();
-          c.db.exec("ROLLBACK TO op");
-          c.db.exec("RELEASE op");
+          if (!savepoints) {
+            op_threw = true;
+            throw;
+          }
+          c.stmt("ROLLBACK TO op").run();
+          c.stmt("RELEASE op").run();
         }
       }
-      c.db.exec("COMMIT");
+      c.stmt("COMMIT").run();
+      c.reset_all();
       committed = true;
     } catch (const std::exception& e) {
-      spdlog::error("store: transaction failed: {}", e.what());
-      n_write_errors_++;
+      if (!op_threw) {
+        spdlog::error("store: transaction failed: {}", e.what());
+        n_write_errors_++;
+      }
+      c.reset_all();
       try {
         c.db.exec("ROLLBACK");
       } catch (...) {
@@ -380,7 +449,7 @@ class sqlite_store final : public store {
             ins.bind(5, nj.idempotency_key);
           ins.bind(6, nj.request_hash).bind(7, now).bind(8, now).bind(9, nj.deadline_ms).bind(10, int64_t(nj.store_content)).run();
           insert_status_event(c, id, job_status::queued, json::object(), now);
-          insert_outbox(c, "publish", id, priority_payload(nj.priority), "", now);
+          insert_outbox(c, "publish", id, priority_payload(nj.priority, nj.model), "", now);
           // NOTE: in the job's transaction: linked apart, it was a second fsynced commit per submit.
           if (!nj.key_id.empty())
             c.stmt("INSERT OR IGNORE INTO job_keys(job_id, key_id) VALUES (?,?)").bind_all(id, nj.key_id).run();
@@ -754,44 +823,26 @@ class sqlite_store final : public store {
   std::future<write_status> init_transcript(const std::string& job_id, int64_t epoch,
                                             std::vector<transcript_row> input) override {
     return submit<write_status>(
-        [job_id, epoch, input = std::move(input)](conn& c) {
-          if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
-          auto& s = c.stmt("SELECT COUNT(*) FROM transcript WHERE job_id=?");
-          s.bind(1, job_id);
-          s.step();
-          if (s.col_int(0) > 0) return write_status::ok;
-          int64_t now = c.now();
-          for (auto r : input) {
-            r.turn_idx = -1;
-            insert_transcript(c, job_id, r, now);
-          }
-          return write_status::ok;
-        },
+        [job_id, epoch, input = std::move(input)](conn& c) { return apply_init_transcript(c, job_id, epoch, input); },
         write_status::error);
   }
 
   std::future<write_status> commit_turn(const std::string& job_id, int64_t epoch, turn_commit t) override {
+    return submit<write_status>([job_id, epoch, t = std::move(t)](conn& c) { return apply_commit_turn(c, job_id, epoch, t); },
+                                write_status::error);
+  }
+
+  std::future<write_status> commit_step(const std::string& job_id, int64_t epoch, step_commit step) override {
     return submit<write_status>(
-        [job_id, epoch, t = std::move(t)](conn& c) {
-          int64_t now = c.now();
-          auto& s = c.stmt("SELECT 1 FROM transcript WHERE job_id=? AND turn_idx=? AND role='assistant'");
-          s.bind_all(job_id, t.turn_idx);
-          bool exists = s.step();
-          auto& u = c.stmt("UPDATE jobs SET usage_json=?, updated_ms=? WHERE id=? AND lease_epoch=? AND status='running'");
-          u.bind_all(t.job_usage.to_json(), now, job_id, epoch).run();
-          if (c.db.changes() == 0) return write_status::fenced;
-          if (exists) return write_status::ok;
-          transcript_row r;
-          r.turn_idx = t.turn_idx;
-          r.role = "assistant";
-          r.content = t.content;
-          r.tool_calls_json = t.tool_calls_json;
-          r.usage_json = t.turn_usage_json;
-          insert_transcript(c, job_id, r, now);
-          json d = {{"turn", t.turn_idx}, {"usage", json::parse(t.turn_usage_json.empty() ? "{}" : t.turn_usage_json, nullptr, false)}};
-          if (!t.tool_calls_json.empty()) d["tool_calls"] = json::parse(t.tool_calls_json, nullptr, false);
-          insert_event(c, job_id, "turn", d.dump(), now);
-          return write_status::ok;
+        [job_id, epoch, step = std::move(step)](conn& c) {
+          // NOTE: fenced here or not at all: the parts' own checks (epoch, status running) cannot
+          // change inside the transaction, so a step is written whole or not.
+          if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
+          write_status ws = write_status::ok;
+          if (!step.input.empty()) ws = apply_init_transcript(c, job_id, epoch, step.input);
+          if (ws == write_status::ok && step.turn) ws = apply_commit_turn(c, job_id, epoch, *step.turn);
+          if (ws == write_status::ok && step.end) ws = apply_finish(c, job_id, epoch, *step.end);
+          return ws;
         },
         write_status::error);
   }
@@ -840,17 +891,8 @@ class sqlite_store final : public store {
   std::future<write_status> finish_job(const std::string& job_id, int64_t epoch, job_status status,
                                        std::string result_json, std::string error, usage_totals usage) override {
     return submit<write_status>(
-        [=, result_json = std::move(result_json), error = std::move(error)](conn& c) {
-          int64_t now = c.now();
-          c.stmt("UPDATE jobs SET status=?1, result_json=?2, error=?3, usage_json=?4, finished_ms=?5, updated_ms=?5, "
-                 "lease_expires_ms=0 WHERE id=?6 AND lease_epoch=?7 AND status='running'")
-              .bind_all(to_string(status), result_json, error, usage.to_json(), now, job_id, epoch)
-              .run();
-          if (c.db.changes() == 0) return write_status::fenced;
-          json d = json::object();
-          if (!error.empty()) d["error"] = error;
-          insert_status_event(c, job_id, status, d, now);
-          return write_status::ok;
+        [job_id, epoch, e = job_end{status, std::move(result_json), std::move(error), usage}](conn& c) {
+          return apply_finish(c, job_id, epoch, e);
         },
         write_status::error);
   }

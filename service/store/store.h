@@ -63,6 +63,8 @@ struct new_job {
   int64_t deadline_ms = 0;         // absolute; 0 = none
   bool store_content = true;       // false: the request's "store": false
   std::string key_id;              // the submitting API key (job_keys: webhook and tool signing); "" = none
+  std::string model;               // the request's "model", carried in the publish outbox row so the relay
+                                   // routes without reading the request back; "" = the relay looks it up
 };
 
 enum class create_outcome { created, existing, conflict, error };
@@ -148,6 +150,24 @@ struct turn_commit {
   std::string tool_calls_json;     // JSON array [{id,name,arguments}] or empty
   std::string turn_usage_json;
   usage_totals job_usage;          // job totals after this turn
+};
+
+// A job's end (finish_job's arguments), written with its last turn in one step_commit.
+struct job_end {
+  job_status status = job_status::completed;
+  std::string result_json;
+  std::string error;
+  usage_totals usage;              // the job's totals
+};
+
+// Writes of one step of a job's loop that belong together, applied as ONE write op (one transaction,
+// grouped with whatever else is queued) instead of one op (and commit) each: every part does what its
+// own call does (init_transcript, commit_turn, finish_job), in this order; fenced: nothing written.
+struct step_commit {
+  std::vector<transcript_row> input;  // the job's input messages, written only if it has no transcript
+                                      // rows yet (the first write after a claim); empty = none
+  std::optional<turn_commit> turn;    // a model turn
+  std::optional<job_end> end;         // the job's terminal state
 };
 
 struct store_options {
@@ -249,6 +269,8 @@ class store {
                                                     std::vector<transcript_row> input) = 0;
   // Commit one model turn (transcript row + job usage + "turn" event). Idempotent per turn_idx.
   virtual std::future<write_status> commit_turn(const std::string& job_id, int64_t epoch, turn_commit turn) = 0;
+  // init_transcript + commit_turn + finish_job, the parts present, as one write op (step_commit).
+  virtual std::future<write_status> commit_step(const std::string& job_id, int64_t epoch, step_commit step) = 0;
   // Record a tool's result durably (keyed by call id; a second record of the same call is a no-op).
   virtual std::future<write_status> record_tool_result(const std::string& job_id, int64_t epoch,
                                                        tool_output output, std::string name) = 0;

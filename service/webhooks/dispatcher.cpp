@@ -151,6 +151,13 @@ int32_t dispatcher::scan_once() {
       if (event_type.empty()) continue;
       auto job = m.store.get_job(e.job_id);
       if (!job) continue;
+      // NOTE: requests are stored as nlohmann dumps (unescaped keys), so one with neither a "webhook"
+      // nor an "openai" key has no delivery to make: skip parsing it (twice) for nothing. A "\u"
+      // escape anywhere (a key spelled with escapes) takes the full path.
+      const std::string& rj = job->request_json;
+      if (rj.find("\"webhook\"") == std::string::npos && rj.find("\"openai\"") == std::string::npos &&
+          rj.find("\\u") == std::string::npos)
+        continue;
       n_enqueued += m.fan_out_openai(e, *job, *st);
       json req = json::parse(job->request_json, nullptr, false);
       if (!req.is_object() || !req.contains("webhook") || !req["webhook"].is_object()) continue;

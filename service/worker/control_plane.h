@@ -36,6 +36,15 @@ class control_plane {
   virtual std::vector<std::string> fence_worker_leases(const std::string& worker_id) = 0;
   virtual store::claim_result claim_job(const std::string& job_id, const std::string& worker_id, int64_t lease_ms,
                                         int32_t max_attempts) = 0;
+  // claim_job for each (job id, answer in the same order). The default claims one after the other;
+  // the local control plane queues them together, so they share one transaction (one fsync).
+  virtual std::vector<store::claim_result> claim_jobs(const std::vector<std::string>& job_ids,
+                                                      const std::string& worker_id, int64_t lease_ms,
+                                                      int32_t max_attempts) {
+    std::vector<store::claim_result> out;
+    for (const auto& id : job_ids) out.push_back(claim_job(id, worker_id, lease_ms, max_attempts));
+    return out;
+  }
   // Job ids whose lease is lost (epoch moved or terminal); empty also when the control plane is unreachable
   // (the leases then lapse by themselves).
   virtual std::vector<std::string> renew_leases(std::vector<std::pair<std::string, int64_t>> jobs, int64_t lease_ms) = 0;
@@ -57,6 +66,18 @@ class control_plane {
   virtual store::write_status init_transcript(const std::string& job_id, int64_t epoch,
                                               std::vector<store::transcript_row> input) = 0;
   virtual store::write_status commit_turn(const std::string& job_id, int64_t epoch, store::turn_commit turn) = 0;
+  // store::store::commit_step: init_transcript, commit_turn, finish_job (the parts present) as one
+  // write. The default sends them one after the other (a remote worker: the protocol's messages,
+  // unchanged), stopping at the first answer that is not ok; local: one store op.
+  virtual store::write_status commit_step(const std::string& job_id, int64_t epoch, store::step_commit step) {
+    store::write_status ws = store::write_status::ok;
+    if (!step.input.empty()) ws = init_transcript(job_id, epoch, std::move(step.input));
+    if (ws == store::write_status::ok && step.turn) ws = commit_turn(job_id, epoch, std::move(*step.turn));
+    if (ws == store::write_status::ok && step.end)
+      ws = finish_job(job_id, epoch, step.end->status, std::move(step.end->result_json), std::move(step.end->error),
+                      step.end->usage);
+    return ws;
+  }
   virtual store::write_status record_tool_result(const std::string& job_id, int64_t epoch, store::tool_output output,
                                                  std::string name) = 0;
   virtual store::write_status require_action(const std::string& job_id, int64_t epoch, std::string pending_calls_json) = 0;

@@ -21,6 +21,14 @@ class local_control_plane final : public control_plane {
                                 int32_t max_attempts) override {
     return db_.claim_job(job_id, worker_id, lease_ms, max_attempts).get();
   }
+  std::vector<store::claim_result> claim_jobs(const std::vector<std::string>& job_ids, const std::string& worker_id,
+                                              int64_t lease_ms, int32_t max_attempts) override {
+    std::vector<std::future<store::claim_result>> pending;
+    for (const auto& id : job_ids) pending.push_back(db_.claim_job(id, worker_id, lease_ms, max_attempts));
+    std::vector<store::claim_result> out;
+    for (auto& f : pending) out.push_back(f.get());
+    return out;
+  }
   std::vector<std::string> renew_leases(std::vector<std::pair<std::string, int64_t>> jobs, int64_t lease_ms) override {
     return db_.renew_leases(std::move(jobs), lease_ms).get();
   }
@@ -47,6 +55,9 @@ class local_control_plane final : public control_plane {
   }
   store::write_status commit_turn(const std::string& job_id, int64_t epoch, store::turn_commit turn) override {
     return db_.commit_turn(job_id, epoch, std::move(turn)).get();
+  }
+  store::write_status commit_step(const std::string& job_id, int64_t epoch, store::step_commit step) override {
+    return db_.commit_step(job_id, epoch, std::move(step)).get();
   }
   store::write_status record_tool_result(const std::string& job_id, int64_t epoch, store::tool_output output,
                                          std::string name) override {

@@ -1,16 +1,19 @@
 // The worker: a dispatcher thread (read + claim), a housekeeping thread (heartbeat, lease renewal,
-// cancel poll, deadlines, reclaim) and one thread per held job running its agent loop.
-// NOTE: thread-per-job keeps each loop a readable top-to-bottom routine (submit -> wait -> commit ->
-// tools -> ...); the threads spend their life blocked on the engine, SQLite or a tool, and max_jobs
-// bounds them (64 by default). Concurrency on the GPU comes from the engine batching their turns.
+// cancel poll, deadlines, reclaim) and a pool thread per held job running its agent loop.
+// NOTE: a thread per held job keeps each loop a readable top-to-bottom routine (submit -> wait ->
+// commit -> tools -> ...); the threads spend their life blocked on the engine, SQLite or a tool, and
+// max_jobs bounds them (64 by default). They are pooled (job_pool.h): started once, not per job.
+// Concurrency on the GPU comes from the engine batching their turns.
 #include "worker/worker.h"
 #include "worker/call_ids.h"
 #include "worker/control_plane.h"
+#include "worker/job_pool.h"
 
 #include <unistd.h>
 
 #include <agentq/engine.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -167,9 +170,11 @@ struct job_ctx {
   std::string tenant;                      // the job's tenant (with job_id: whose secret signs its tool calls)
   int64_t deadline_ms = 0;                 // wall clock; 0 = none
   std::string fault_subject;               // the request JSON, matched by AGENTQ_FAULT_MATCH (util/fault.h)
+  // The input messages while not yet in the transcript: written with the job's first write after its
+  // claim (its first turn, or its end), in that write's transaction (store::step_commit).
+  std::vector<store::transcript_row> pending_input;
   std::atomic<bool> cancelled{false}, lost{false}, stopping{false}, deadline_hit{false}, done{false};
   std::atomic<uint64_t> request_id{0};     // engine request in flight; 0 = none
-  std::thread thread;
 };
 
 struct worker::impl {
@@ -198,10 +203,12 @@ struct worker::impl {
   std::atomic<bool> superseded{false};         // another run took `id` over: claim nothing more
   std::atomic<int64_t> n_fenced_at_start{0};
   int64_t started_ms = 0;
+  job_pool pool;  // NOTE: last: destroyed (joined) first, before anything its tasks use
 
   impl(worker_options o, std::shared_ptr<engine> e, std::unique_ptr<control_plane> owned, control_plane& cp,
        queue::queue& qq, bool se)
-      : options(std::move(o)), eng(std::move(e)), owned_db(std::move(owned)), db(cp), q(qq), start_engine(se) {
+      : options(std::move(o)), eng(std::move(e)), owned_db(std::move(owned)), db(cp), q(qq), start_engine(se),
+        pool(options.max_jobs) {
     id = options.worker_id.empty() ? default_worker_id() : options.worker_id;
     incarnation = options.incarnation.empty() ? std::to_string(store::now_ms()) + "-" + crypto::to_hex(crypto::random_bytes(4))
                                               : options.incarnation;
@@ -214,7 +221,7 @@ struct worker::impl {
     auto next_reclaim = clock_type::now();
     // A previous run of this id read these and never acked them: its leases are fenced (start()),
     // so they are claimable now rather than after reclaim_idle_ms.
-    for (auto& d : q.read_pending(id, options.max_jobs, options.model)) handle_delivery(d);
+    handle_deliveries(q.read_pending(id, options.max_jobs, options.model));
     while (running) {
       reap();
       int32_t cap = options.max_jobs - n_active();
@@ -224,11 +231,10 @@ struct worker::impl {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         continue;
       }
-      for (auto& d : q.read(id, cap, options.read_block_ms, options.model)) handle_delivery(d);
+      handle_deliveries(q.read(id, cap, options.read_block_ms, options.model));
       if (clock_type::now() >= next_reclaim) {
         cap = options.max_jobs - n_active();
-        if (cap > 0)
-          for (auto& d : q.reclaim(id, cap, options.model)) handle_delivery(d);
+        if (cap > 0) handle_deliveries(q.reclaim(id, cap, options.model));
         next_reclaim = clock_type::now() + std::chrono::milliseconds(options.reclaim_interval_ms);
       }
     }
@@ -240,48 +246,66 @@ struct worker::impl {
   }
 
   void reap() {
-    std::vector<std::shared_ptr<job_ctx>> finished;
-    {
-      std::lock_guard lock(mu);
-      for (auto it = active.begin(); it != active.end();) {
-        if (it->second->done) {
-          finished.push_back(it->second);
-          it = active.erase(it);
-        } else
-          ++it;
-      }
+    std::lock_guard lock(mu);
+    for (auto it = active.begin(); it != active.end();) {
+      if (it->second->done)
+        it = active.erase(it);
+      else
+        ++it;
     }
-    for (auto& c : finished)
-      if (c->thread.joinable()) c->thread.join();
   }
 
-  void handle_delivery(const queue::delivery& d) {
+  // Claim what was read in one go: the local control plane queues the claims together, so they
+  // share one transaction (one fsync) rather than one each.
+  void handle_deliveries(const std::vector<queue::delivery>& ds) {
+    std::vector<const queue::delivery*> to_claim;
+    std::vector<std::string> ids;
+    for (const auto& d : ds) {
+      if (!admit(d)) continue;
+      // Two entries of one job in this read: the second is a duplicate (acked), as it would be once
+      // the first is active.
+      if (std::find(ids.begin(), ids.end(), d.job_id) != ids.end()) {
+        q.ack(d);
+        continue;
+      }
+      to_claim.push_back(&d);
+      ids.push_back(d.job_id);
+    }
+    if (ids.empty()) return;
+    auto claims = db.claim_jobs(ids, id, options.lease_ms, options.max_deliveries);
+    for (size_t i = 0; i < to_claim.size() && i < claims.size(); ++i) on_claim(*to_claim[i], claims[i]);
+  }
+
+  // Before a claim: false when the entry is handled already (acked, ours, re-routed).
+  bool admit(const queue::delivery& d) {
     if (d.job_id.empty()) {
       q.ack(d);
-      return;
+      return false;
     }
     {
       std::lock_guard lock(mu);
       auto it = active.find(d.job_id);
-      if (it != active.end() && it->second->done) {  // its thread ended (e.g. requires_action): a new run
-        if (it->second->thread.joinable()) it->second->thread.join();
+      if (it != active.end() && it->second->done) {  // its loop ended (e.g. requires_action): a new run
         active.erase(it);
         it = active.end();
       }
       if (it != active.end()) {
         // Ours already: a duplicate entry is acked; our own entry coming back from reclaim is kept.
         if (it->second->delivery.entry_id != d.entry_id || it->second->delivery.stream != d.stream) q.ack(d);
-        return;
+        return false;
       }
     }
-    if (!options.model.empty() && !d.continuation && reroute(d)) return;
+    if (!options.model.empty() && !d.continuation && reroute(d)) return false;
     if (!eng->healthy()) {
       // Read before the engine failed (the dispatcher's check raced it): leave the job queued in
       // SQLite; the ack drops our inflight mark, so the reconciler re-publishes it for a healthy worker.
       q.ack(d);
-      return;
+      return false;
     }
-    auto c = db.claim_job(d.job_id, id, options.lease_ms, options.max_deliveries);
+    return true;
+  }
+
+  void on_claim(const queue::delivery& d, const store::claim_result& c) {
     switch (c.outcome) {
       case store::claim_outcome::claimed: break;
       case store::claim_outcome::busy:
@@ -314,9 +338,11 @@ struct worker::impl {
     retained.claim(ctx->job_key);  // a continuation: the chain's parked KV is this job's now
     ctx->fault_subject = c.won->job.request_json;
     kv_moves.track(ctx->job_key, ctx->job_id, ctx->epoch);
-    std::lock_guard lock(mu);
-    active[d.job_id] = ctx;
-    ctx->thread = std::thread([this, ctx, row = c.won->job] {
+    {
+      std::lock_guard lock(mu);
+      active[d.job_id] = ctx;
+    }
+    pool.run([this, ctx, row = c.won->job] {
       try {
         run_job(*ctx, row);
       } catch (const link_error& e) {
@@ -495,18 +521,30 @@ struct worker::impl {
     kv_moves.forget(c.job_key);
   }
 
+  // The job's end, with the turn that ended it (if any) and its input messages (if not written yet)
+  // in the same write.
   bool finish(job_ctx& c, job_status st, const std::string& content, const std::string& error,
-              const store::usage_totals& usage) {
+              const store::usage_totals& usage, std::optional<store::turn_commit> turn = std::nullopt) {
     json result = json::object();
     if (st == job_status::completed || st == job_status::incomplete) {
       result["content"] = content;
       json parsed = json::parse(content, nullptr, false);
       if (!parsed.is_discarded() && (parsed.is_object() || parsed.is_array())) result["parsed"] = parsed;
     }
-    auto ws = db.finish_job(c.job_id, c.epoch, st, result.dump(), error, usage);
+    store::step_commit step;
+    step.input = std::move(c.pending_input);
+    c.pending_input.clear();
+    const bool with_turn = turn.has_value();
+    step.turn = std::move(turn);
+    step.end = store::job_end{st, result.dump(), error, usage};
+    auto ws = db.commit_step(c.job_id, c.epoch, std::move(step));
     if (ws != write_status::ok) {
       on_lost(c);
       return false;
+    }
+    if (with_turn) {
+      n_turns++;
+      fault_point("after_turn_commit", c.fault_subject);
     }
     (st == job_status::completed ? n_completed : n_failed)++;
     int64_t now = store::now_ms();
@@ -595,8 +633,10 @@ struct worker::impl {
         r.name = m.name;
         input.push_back(std::move(r));
       }
-      if (db.init_transcript(c.job_id, c.epoch, input) != write_status::ok) return on_lost(c);
-      rows = db.read_transcript(c.job_id);
+      // NOTE: not written now: they go with the job's first write (its first turn or its end), one
+      // transaction instead of two; a crash before it leaves the transcript empty, as before a claim.
+      rows = input;
+      c.pending_input = std::move(input);
     } else if (rows.size() > spec->messages.size()) {
       n_resumed++;
     }
@@ -740,25 +780,31 @@ struct worker::impl {
                                 {"decode_ms", res.usage.decode_ms}}
                                .dump();
       tc.job_usage = usage;
-      if (db.commit_turn(c.job_id, c.epoch, tc) != write_status::ok) return on_lost(c);
-      n_turns++;
       obs::observe_turn(res.usage);
       spdlog::debug("worker {}: job {} turn {}: {} prompt tokens ({} cached), {} generated, prefill {:.0f} ms, decode {:.0f} ms",
                     id, c.job_id, turn_idx, res.usage.n_tokens_prompt, res.usage.n_tokens_cached,
                     res.usage.n_tokens_generated, res.usage.prefill_ms, res.usage.decode_ms);
+      if (msg.tool_calls.empty()) {
+        // A final turn: committed together with the job's end (one write; before, a crash between
+        // the two left a final turn that the next claim finished from the transcript).
+        bool truncated = res.finish == finish_reason::length;
+        finish(c, truncated ? job_status::incomplete : job_status::completed, msg.content,
+               truncated ? "output truncated at max_tokens_per_turn / max_output_tokens" : "", usage, std::move(tc));
+        return;
+      }
+      store::step_commit step;
+      step.input = std::move(c.pending_input);
+      c.pending_input.clear();
+      step.turn = std::move(tc);
+      if (db.commit_step(c.job_id, c.epoch, std::move(step)) != write_status::ok) return on_lost(c);
+      n_turns++;
       fault_point("after_turn_commit", c.fault_subject);
 
       st.n_turns++;
       st.last_content = msg.content;
-      st.last_turn_final = msg.tool_calls.empty();
+      st.last_turn_final = false;
       st.pending = msg.tool_calls;
       st.messages.push_back(msg);
-      if (st.last_turn_final) {
-        bool truncated = res.finish == finish_reason::length;
-        finish(c, truncated ? job_status::incomplete : job_status::completed, msg.content,
-               truncated ? "output truncated at max_tokens_per_turn / max_output_tokens" : "", usage);
-        return;
-      }
     }
   }
 

@@ -304,3 +304,63 @@ TEST_CASE("group commit: concurrent writers share transactions") {
   }
   CHECK(rate[1] > rate[0]);
 }
+
+TEST_CASE("commit_step: input, turn and end as one write; fenced writes nothing; input only once") {
+  agentq::test::temp_dir dir;
+  auto s = open_store(dir.file("jobs.db"));
+  auto j = make_job(*s);
+  int64_t epoch = claim(*s, j.id);
+  int64_t ops0 = s->stats().n_write_ops;
+
+  step_commit step;
+  step.input = {user_row("hi")};
+  turn_commit t;
+  t.turn_idx = 0;
+  t.content = "hello";
+  t.job_usage.turns = 1;
+  step.turn = t;
+  step.end = job_end{job_status::completed, R"({"content":"hello"})", "", t.job_usage};
+  // a stale epoch: nothing of the step is written
+  CHECK(s->commit_step(j.id, epoch + 1, step).get() == write_status::fenced);
+  CHECK(s->read_transcript(j.id).empty());
+  CHECK(s->get_job(j.id)->status == job_status::running);
+
+  CHECK(s->commit_step(j.id, epoch, step).get() == write_status::ok);
+  CHECK(s->stats().n_write_ops == ops0 + 2);  // the fenced one and this one: one op each
+  auto rows = s->read_transcript(j.id);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].role == "user");
+  CHECK(rows[0].turn_idx == -1);
+  CHECK(rows[1].role == "assistant");
+  CHECK(rows[1].content == "hello");
+  auto row = s->get_job(j.id);
+  CHECK(row->status == job_status::completed);
+  CHECK(usage_totals::from_json(row->usage_json).turns == 1);
+  int n_turn = 0, n_terminal = 0;
+  for (auto& e : s->read_events(j.id, 0, 100)) {
+    n_turn += e.type == "turn";
+    n_terminal += e.type == "status" && e.data_json.find("completed") != std::string::npos;
+  }
+  CHECK(n_turn == 1);
+  CHECK(n_terminal == 1);
+  // terminal now: a replay is fenced and changes nothing
+  CHECK(s->commit_step(j.id, epoch, step).get() == write_status::fenced);
+  CHECK(s->read_transcript(j.id).size() == 2);
+
+  // a second job: a non-final turn with input, then a step with the input again (already written)
+  auto k = make_job(*s);
+  int64_t e2 = claim(*s, k.id);
+  step_commit first;
+  first.input = {user_row("q")};
+  turn_commit t0;
+  t0.turn_idx = 0;
+  t0.tool_calls_json = R"([{"id":"c0","name":"f","arguments":"{}"}])";
+  first.turn = t0;
+  CHECK(s->commit_step(k.id, e2, first).get() == write_status::ok);
+  step_commit end_only;
+  end_only.input = {user_row("q")};
+  end_only.end = job_end{job_status::failed, "", "boom", {}};
+  CHECK(s->commit_step(k.id, e2, end_only).get() == write_status::ok);
+  CHECK(s->read_transcript(k.id).size() == 2);  // input once, the turn
+  CHECK(s->get_job(k.id)->status == job_status::failed);
+}
