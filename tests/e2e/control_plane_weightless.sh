@@ -8,9 +8,9 @@
 # the same set of requests — valid, unknown model, empty messages, a prompt past the context, a
 # tool schema the grammar refuses, tool_choice mistakes, a bad response schema, the OpenAI chat
 # endpoint with a long prompt, a prompt within the context but past the KV pool — with the same
-# status and, for refusals, the same JSON body. The KV-room check: the all-in-one has an 8 MiB
-# pool (192 tokens of this model); the control plane has none, and makes the check with the room
-# a worker serving the model (--kv-budget-mb 8, split role) advertises (#28).
+# status and, for refusals, the same JSON body. The KV-room check: the all-in-one has a 16 MiB
+# pool (384 tokens of this model); the control plane has none, and makes the check with the room
+# a worker serving the model (--kv-budget-mb 16, split role) advertises (#28).
 # Env (set by ctest): AGENTQ_SOURCE_DIR, AGENTQ_BIN_DIR, AGENTQ_SHARED_DIR. Exit 77 = skipped.
 set -euo pipefail
 source "${AGENTQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/support/multiproc_env.sh"
@@ -35,12 +35,12 @@ common=(--admin-key "$admin" --rate-limit 0 --model "$tmp/models/big.gguf" --cha
 api_pid=$!
 pids+=($api_pid)
 "$bin/agentqd" --role all --data-dir "$tmp/all" --redis "redis://127.0.0.1:$rport/1" --port-file "$tmp/all_port" \
-  --engine-threads 1 --kv-budget-mb 8 "${common[@]}" >"$tmp/all.log" 2>&1 &
+  --engine-threads 1 --kv-budget-mb 16 "${common[@]}" >"$tmp/all.log" 2>&1 &
 all_pid=$!
 pids+=($all_pid)
 # NOTE: a worker for the control plane (its Redis, its data dir): its advert carries the KV room.
 "$bin/agentqd" --role worker --data-dir "$tmp/api" --redis "redis://127.0.0.1:$rport/0" --worker-id wkv \
-  --model "$tmp/models/big.gguf" --chat-family chatml --kv-budget-mb 8 --engine-threads 1 --heartbeat-ms 200 \
+  --model "$tmp/models/big.gguf" --chat-family chatml --kv-budget-mb 16 --engine-threads 1 --heartbeat-ms 200 \
   --max-jobs 1 >"$tmp/worker.log" 2>&1 &
 pids+=($!)
 "$bin/agentqd" --role api --data-dir "$tmp/tiny" --redis "redis://127.0.0.1:$rport/2" --port-file "$tmp/tiny_port" \
@@ -81,7 +81,7 @@ def msgs(text):
     return [{"role": "user", "content": text}]
 
 long_text = "Once upon a time there was a little dog. " * 200
-kv_text = "Once upon a time there was a little dog. " * 40  # ~400 tokens: in the context (1024), past 192
+kv_text = "Once upon a time there was a little dog. " * 40  # 462 tokens: in the context (1024), past 384
 tool = lambda params: {"type": "function", "function": {"name": "f", "description": "d", "parameters": params}}
 cases = [
     ("valid", "/v1/jobs", {"model": "big", "messages": msgs("Hello"), "max_turns": 1}),
