@@ -101,7 +101,7 @@ ids = []
 for i in range(n):
     s, j = call("POST", "/v1/jobs", {"model": "stories260K", "messages": [{"role": "user", "content": f"Once upon a time {i} " * 8}],
                                      "tools": [tool], "tool_choice": "required", "parallel_tool_calls": False,
-                                     "max_turns": 2, "max_tokens_per_turn": 24})
+                                     "max_turns": 2, "max_tokens_per_turn": 128})
     assert s == 202, (s, j); ids.append(j["id"])
 def wait(pred, what):
     t0 = time.time(); left = set(ids)
@@ -121,6 +121,9 @@ for jid in ids:
     n_resumed += 1
 wait(lambda j: j["status"] in terminal, "the end")
 dt = time.time() - t0
+ends = {}
+for jid in ids:
+    st = call("GET", f"/v1/jobs/{jid}")[1]["status"]; ends[st] = ends.get(st, 0) + 1
 con = sqlite3.connect(db)
 affine, moved, cached, computed = 0, 0, [], []
 for jid in ids:
@@ -134,7 +137,7 @@ for jid in ids:
         u = json.loads(row[0]); cached.append(u.get("cached_tokens", 0)); computed.append(u.get("computed_tokens", 0))
 mean = lambda v: round(sum(v) / len(v), 1) if v else None
 print(json.dumps({"resume_jobs": n, "resumed": n_resumed, "affine": affine, "moved": moved,
-                  "affine_rate": round(affine / max(1, affine + moved), 3), "resume_seconds": round(dt, 2),
+                  "affine_rate": round(affine / max(1, affine + moved), 3), "resume_seconds": round(dt, 2), "resume_ends": ends,
                   "turn2_cached_tokens_mean": mean(cached), "turn2_computed_tokens_mean": mean(computed)}))
 PY
 )
