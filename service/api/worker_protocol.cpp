@@ -194,8 +194,21 @@ json worker_protocol::apply_kind(const std::string& kind, const json& m) {
   if (kind == "fence") return done(write_status::ok, {{"jobs", store_.fence_worker_leases(worker_id).get()}});
   if (kind == "renew") {
     std::vector<std::pair<std::string, int64_t>> jobs;
-    for (const auto& j : body.at("jobs")) jobs.emplace_back(j.at(0).get<std::string>(), j.at(1).get<int64_t>());
-    return done(write_status::ok, {{"lost", store_.renew_leases(std::move(jobs), body.at("lease_ms").get<int64_t>()).get()}});
+    std::vector<std::string> not_owned;
+    for (const auto& j : body.at("jobs")) {
+      std::string id = j.at(0).get<std::string>();
+      // NOTE (per-worker tokens): only the sender's own leases are renewed; keeping another worker's
+      // lease alive would hold its jobs back from failover. Another's job is reported lost.
+      if (!options_.tokens_file.empty())
+        if (auto row = store_.get_job(id); row && !worker_id_covered(worker_id, row->lease_owner)) {
+          not_owned.push_back(std::move(id));
+          continue;
+        }
+      jobs.emplace_back(std::move(id), j.at(1).get<int64_t>());
+    }
+    auto lost = store_.renew_leases(std::move(jobs), body.at("lease_ms").get<int64_t>()).get();
+    lost.insert(lost.end(), not_owned.begin(), not_owned.end());
+    return done(write_status::ok, {{"lost", lost}});
   }
   if (kind == "init_transcript") {
     std::vector<store::transcript_row> rows;

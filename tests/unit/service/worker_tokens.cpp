@@ -2,7 +2,7 @@
 // /v1/worker/messages handler: the file's parser refuses malformed lines without echoing a
 // token; a worker's token acts for its own id (and its model workers "<id>.<model>") only: a
 // message under another id, or replaying another worker's msg_id, is a 403; a write to a job
-// leased to another worker is fenced even with the right epoch; removing a line revokes (by the
+// leased to another worker is fenced even with the right epoch, and its lease is not renewed; removing a line revokes (by the
 // file's mtime and by an explicit reload, as SIGHUP does); a bad edit keeps the tokens in
 // force; the fleet-wide --worker-token keeps working beside the file.
 #include <doctest/doctest.h>
@@ -130,6 +130,14 @@ TEST_CASE("a worker's token acts for its own id only") {
   CHECK(f.first_reply(f.post(k_tok_a, {f.msg("wa", "event", id, epoch, {{"type", "x"}, {"data", "{}"}})}))["status"] ==
         "fenced");
   CHECK(f.st->get_job(id)->status == store::job_status::running);
+  // nor keep its lease alive: renewing another's job reports it lost and leaves the lease as it was
+  const int64_t expires = f.st->get_job(id)->lease_expires_ms;
+  json rn = f.first_reply(f.post(k_tok_a, {f.msg("wa", "renew", "", 0, {{"jobs", json::array({json::array({id, epoch})})}, {"lease_ms", 600000}})}));
+  CHECK(rn["result"]["lost"] == json::array({id}));
+  CHECK(f.st->get_job(id)->lease_expires_ms == expires);
+  rn = f.first_reply(f.post(k_tok_b, {f.msg("wb", "renew", "", 0, {{"jobs", json::array({json::array({id, epoch})})}, {"lease_ms", 600000}})}));
+  CHECK(rn["result"]["lost"].empty());
+  CHECK(f.st->get_job(id)->lease_expires_ms > expires);
   // its owner (the process id "wb", as a worker's writes carry it) can
   CHECK(f.first_reply(f.post(k_tok_b, {f.msg("wb", "finish", id, epoch, fin)}))["status"] == "ok");
   CHECK(f.st->get_job(id)->status == store::job_status::completed);
