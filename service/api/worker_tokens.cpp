@@ -50,11 +50,12 @@ bool worker_id_covered(const std::string& scope_id, const std::string& worker_id
           worker_id[scope_id.size()] == '.');
 }
 
-worker_tokens::worker_tokens(std::string shared, std::string path) : shared_(std::move(shared)), path_(std::move(path)) {}
+worker_tokens::worker_tokens(std::string shared, std::string path)
+    : shared_(std::move(shared)), path_(std::move(path)) {}
 
 bool worker_tokens::reload(std::string* error) {
   if (path_.empty()) return true;
-  struct stat st{};
+  struct stat st {};
   if (::stat(path_.c_str(), &st) != 0) {
     if (error) *error = "cannot read the worker tokens file '" + path_ + "'";
     return false;
@@ -86,7 +87,7 @@ void worker_tokens::reload_if_changed() {
     const int64_t now = steady_ms();
     if (now < next_check_ms_) return;
     next_check_ms_ = now + 1000;
-    struct stat st{};
+    struct stat st {};
     if (::stat(path_.c_str(), &st) == 0 &&
         int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec == mtime_ns_ && int64_t(st.st_size) == size_)
       return;

@@ -2,9 +2,11 @@
 // /v1/worker/messages handler: the file's parser refuses malformed lines without echoing a
 // token; a worker's token acts for its own id (and its model workers "<id>.<model>") only: a
 // message under another id, or replaying another worker's msg_id, is a 403; a write to a job
-// leased to another worker is fenced even with the right epoch, and its lease is not renewed; removing a line revokes (by the
-// file's mtime and by an explicit reload, as SIGHUP does); a bad edit keeps the tokens in
-// force; the fleet-wide --worker-token keeps working beside the file.
+// leased to another worker is fenced even with the right epoch, and its lease is not renewed; removing a line revokes
+// (by the file's mtime and by an explicit reload, as SIGHUP does); a bad edit keeps the tokens in force; the fleet-wide
+// --worker-token keeps working beside the file.
+#include "api/worker_tokens.h"
+
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -13,7 +15,6 @@
 #include <thread>
 
 #include "api/worker_protocol.h"
-#include "api/worker_tokens.h"
 #include "auth/keys.h"
 #include "store/store.h"
 #include "temp_dir.h"
@@ -47,9 +48,7 @@ struct fixture {
     wp = api::worker_protocol::open(wo, *st, nullptr, *keys, o.path, &err);
     REQUIRE_MESSAGE(wp, err);
   }
-  void write(const std::string& text) {
-    std::ofstream(tokens_path, std::ios::trunc) << text;
-  }
+  void write(const std::string& text) { std::ofstream(tokens_path, std::ios::trunc) << text; }
   std::string job() {
     store::new_job nj;
     nj.tenant = "t1";
@@ -89,7 +88,8 @@ TEST_CASE("worker tokens file: parsing") {
   REQUIRE_MESSAGE(ok, err);
   CHECK(ok->size() == 2);
   CHECK(ok->at("b.x_1-2") == k_tok_b);
-  for (const std::string& bad : std::vector<std::string>{"a\n", "a tok b\n", "a short\n", "a/b " + k_tok_a + "\n", "a " + k_tok_a + " x\n",
+  for (const std::string& bad :
+       std::vector<std::string>{"a\n", "a tok b\n", "a short\n", "a/b " + k_tok_a + "\n", "a " + k_tok_a + " x\n",
                                 "a " + k_tok_a + "\na " + k_tok_b + "\n"}) {
     err.clear();
     CHECK_FALSE(api::parse_worker_tokens(bad, &err));
@@ -115,12 +115,14 @@ TEST_CASE("a worker's token acts for its own id only") {
   CHECK(r.body.find("worker 'wb'") != std::string::npos);
   CHECK(f.post(k_tok_a, {f.msg("wa", "job", id, 0, json::object(), "wb")}).status == 403);
   // a batch with one foreign message is refused whole
-  CHECK(f.post(k_tok_a, {f.msg("wa", "job", id, 0, json::object()), f.msg("wb", "job", id, 0, json::object())}).status ==
-        403);
+  CHECK(
+      f.post(k_tok_a, {f.msg("wa", "job", id, 0, json::object()), f.msg("wb", "job", id, 0, json::object())}).status ==
+      403);
   CHECK(f.st->get_job(id)->lease_epoch == 0);  // nothing was applied
 
   // wb claims under its model worker's id; wa, knowing the epoch, still cannot write the job
-  json c = f.first_reply(f.post(k_tok_b, {f.msg("wb.beta", "claim", id, 0, {{"lease_ms", 30000}, {"max_attempts", 5}}, "wb")}));
+  json c = f.first_reply(
+      f.post(k_tok_b, {f.msg("wb.beta", "claim", id, 0, {{"lease_ms", 30000}, {"max_attempts", 5}}, "wb")}));
   REQUIRE(c["status"] == "ok");
   const int64_t epoch = c["result"]["epoch"];
   json fin = {{"status", "completed"}, {"result", "{}"}, {"error", ""}, {"usage", ""}};
@@ -132,10 +134,14 @@ TEST_CASE("a worker's token acts for its own id only") {
   CHECK(f.st->get_job(id)->status == store::job_status::running);
   // nor keep its lease alive: renewing another's job reports it lost and leaves the lease as it was
   const int64_t expires = f.st->get_job(id)->lease_expires_ms;
-  json rn = f.first_reply(f.post(k_tok_a, {f.msg("wa", "renew", "", 0, {{"jobs", json::array({json::array({id, epoch})})}, {"lease_ms", 600000}})}));
+  json rn = f.first_reply(
+      f.post(k_tok_a,
+             {f.msg("wa", "renew", "", 0, {{"jobs", json::array({json::array({id, epoch})})}, {"lease_ms", 600000}})}));
   CHECK(rn["result"]["lost"] == json::array({id}));
   CHECK(f.st->get_job(id)->lease_expires_ms == expires);
-  rn = f.first_reply(f.post(k_tok_b, {f.msg("wb", "renew", "", 0, {{"jobs", json::array({json::array({id, epoch})})}, {"lease_ms", 600000}})}));
+  rn = f.first_reply(
+      f.post(k_tok_b,
+             {f.msg("wb", "renew", "", 0, {{"jobs", json::array({json::array({id, epoch})})}, {"lease_ms", 600000}})}));
   CHECK(rn["result"]["lost"].empty());
   CHECK(f.st->get_job(id)->lease_expires_ms > expires);
   // its owner (the process id "wb", as a worker's writes carry it) can
