@@ -112,6 +112,7 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
   e->pool_ = std::make_unique<block_pool>(e->backend_->kv());
   d.kv_type = kv_dtype_name(layout.dtype);
   d.kv_capacity_tokens = int64_t(e->pool_->n_blocks_total()) * layout.block_size;
+  d.kv = e->pool_->room();
   e->cache_ = std::make_unique<prefix_cache>(*e->pool_);
   if (!config.spill_dir.empty())
     e->spill_ = std::make_unique<spill_store>(config.spill_dir, d.digest, layout, config.spill_budget_bytes);

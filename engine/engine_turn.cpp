@@ -13,9 +13,8 @@ std::string engine_impl::render(const std::vector<chat_message>& messages, const
 std::optional<std::string> engine_impl::validate(const turn_request& r) const {
   size_t n = 0;
   if (auto e = check_turn(r, family_, *tok_, desc_.n_ctx, &n)) return e;
-  // NOTE: the one check a weightless control plane cannot make (model_header::validate): the pool is this engine's.
-  if (!pool_->fits(int32_t(n)))
-    return "messages: the prompt needs more KV memory than the engine has (" + std::to_string(n) + " tokens)";
+  // NOTE: a weightless control plane makes this check with the rooms workers advertise (model_header::validate).
+  if (!pool_->fits(int32_t(n))) return kv_room_message(n);
   return std::nullopt;
 }
 

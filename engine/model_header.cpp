@@ -28,6 +28,13 @@ class header_impl final : public model_header {
   std::optional<std::string> validate(const turn_request& r) const override {
     return check_turn(r, family_, *tok_, desc_.n_ctx, nullptr);
   }
+  std::optional<std::string> validate(const turn_request& r, std::span<const kv_room> rooms) const override {
+    size_t n = 0;
+    if (auto e = check_turn(r, family_, *tok_, desc_.n_ctx, &n)) return e;
+    for (const auto& room : rooms)
+      if (!room.fits(desc_.n_layer, int64_t(n))) return kv_room_message(n);
+    return std::nullopt;
+  }
 
   // Fill from an opened header; nullptr + *error (engine::load's wording) on failure.
   static std::unique_ptr<model_header> build(const gguf::file& f, const std::string& name, const std::string& where,

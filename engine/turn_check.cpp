@@ -45,4 +45,8 @@ std::optional<std::string> check_turn(const turn_request& r, chat::template_fami
   return std::nullopt;
 }
 
+std::string kv_room_message(size_t n_tokens) {
+  return "messages: the prompt needs more KV memory than the engine has (" + std::to_string(n_tokens) + " tokens)";
+}
+
 }  // namespace agentq

@@ -17,4 +17,7 @@ namespace agentq {
 std::optional<std::string> check_turn(const turn_request& r, chat::template_family family, const tokenizer& tok,
                                       int32_t n_ctx, size_t* n_tokens);
 
+// engine::validate's refusal of a prompt its KV pool cannot hold (a control plane's too, #28).
+std::string kv_room_message(size_t n_tokens);
+
 }  // namespace agentq

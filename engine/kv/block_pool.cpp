@@ -37,16 +37,28 @@ void block_pool::init() {
   }
 }
 
-bool block_pool::fits(int32_t n_tokens) const {
-  if (!paged_) return blocks_for_tokens(n_tokens) <= n_blocks_total();
+bool kv_room::fits(int32_t n_layer, int64_t n_tokens) const {
+  if (block_size <= 0 || n_pages <= 0 || n_layer <= 0 || n_tokens < 0) return false;
   // NOTE: the window's blocks are all allocated whole while a chunk is written; one chunk spans
   // at most blocks_for_tokens(n_tokens) of them, so count the worst case: every block whole
   // until the window, then full layers only.
-  const kv_layout& l = layout();
-  const int64_t nb = blocks_for_tokens(n_tokens);
-  const int64_t nb_win = std::min<int64_t>(nb, nb - l.window_block(n_tokens) + 1);
-  return nb * l.n_layer_full() + nb_win * l.n_layer_windowed() <= paged_->n_pages();
+  const int64_t nb = (n_tokens + block_size - 1) / block_size;
+  const int64_t n_win = window > 0 ? std::clamp<int64_t>(n_layer_windowed, 0, n_layer) : 0;
+  int64_t nb_win = nb;
+  if (n_win > 0) {
+    const int64_t wb = n_tokens + 1 - window > 0 ? (n_tokens + 1 - window) / block_size : 0;  // kv_layout::window_block
+    nb_win = std::min<int64_t>(nb, nb - wb + 1);
+  }
+  return nb * (n_layer - n_win) + nb_win * n_win <= n_pages;
 }
+
+kv_room block_pool::room() const {
+  const kv_layout& l = layout();
+  if (!paged_) return {l.block_size, int64_t(mem_->n_blocks()) * l.n_layer, 0, 0};
+  return {l.block_size, paged_->n_pages(), l.window, l.n_layer_windowed()};
+}
+
+bool block_pool::fits(int32_t n_tokens) const { return room().fits(layout().n_layer, n_tokens); }
 
 bool block_pool::has_window_pages(int32_t b) const {
   if (!paged_) return true;

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "agentq/engine.h"
 #include "kv/kv_store.h"
 
 namespace agentq {
@@ -65,6 +66,8 @@ class block_pool {
   // Whether a sequence of n_tokens fits in an empty pool (its full layers on every block, its
   // windowed layers on the window's blocks).
   bool fits(int32_t n_tokens) const;
+  // The pool's geometry for kv_room::fits (what a worker advertises; fits() is room().fits(n_layer, ..)).
+  kv_room room() const;
   int32_t blocks_for_tokens(int32_t n_tokens) const { return (n_tokens + block_size() - 1) / block_size(); }
 
   // Called when the free list is empty; frees at least one block (e.g. evicts the LRU

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 namespace agentq::api {
 
@@ -50,6 +51,19 @@ std::string read_all(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// An advert's model entry's "kv_room" (worker.cpp); nullopt when absent (an older worker) or unusable.
+std::optional<kv_room> parse_room(const json& m) {
+  if (!m.contains("kv_room") || !m["kv_room"].is_object()) return std::nullopt;
+  const json& r = m["kv_room"];
+  auto num = [&](const char* k) -> int64_t {
+    return r.contains(k) && r[k].is_number_integer() ? r[k].get<int64_t>() : -1;
+  };
+  const int64_t bs = num("block_size"), pages = num("pages"), window = num("window"), nw = num("layers_windowed");
+  if (bs <= 0 || bs > (1 << 20) || pages <= 0 || window < 0 || window > (1 << 30) || nw < 0 || nw > (1 << 20))
+    return std::nullopt;
+  return kv_room{int32_t(bs), pages, int32_t(window), int32_t(nw)};
+}
+
 }  // namespace
 
 fleet_catalog::fleet_catalog(const model_catalog& local, fleet_catalog_options options, fleet_source source)
@@ -63,8 +77,10 @@ fleet_catalog::~fleet_catalog() { stop(); }
 
 int64_t fleet_catalog::now_ms() const { return options_.clock ? options_.clock() : unix_ms(); }
 
-bool fleet_catalog::fresh(const entry& e, int64_t now_ms) const {
-  return now_ms - e.last_seen_ms <= int64_t(options_.model_ttl_h * 3600000.0) + 2 * options_.poll_ms;
+bool fleet_catalog::fresh(const entry& e, int64_t now_ms) const { return fresh_ms(e.last_seen_ms, now_ms); }
+
+bool fleet_catalog::fresh_ms(int64_t last_seen_ms, int64_t now_ms) const {
+  return now_ms - last_seen_ms <= int64_t(options_.model_ttl_h * 3600000.0) + 2 * options_.poll_ms;
 }
 
 bool fleet_catalog::is_local(const std::string& name) const {
@@ -122,12 +138,26 @@ void fleet_catalog::load_cache() {
 void fleet_catalog::poll_once() {
   const int64_t now_ms = this->now_ms();
   std::map<std::string, std::string> seen;  // name -> arch (advert)
+  std::vector<std::tuple<std::string, std::string, kv_room>> rooms_seen;  // model, worker id, room
   for (const auto& text : source_.list_workers()) {
     json w = json::parse(text, nullptr, false);
     if (!w.is_object() || !w.contains("models") || !w["models"].is_array()) continue;
-    for (const auto& m : w["models"])
-      if (m.is_object() && m.contains("name") && m["name"].is_string())
-        seen[m["name"].get<std::string>()] = m.value("arch", std::string());
+    const std::string worker_id = w.contains("id") && w["id"].is_string() ? w["id"].get<std::string>() : "";
+    for (const auto& m : w["models"]) {
+      if (!m.is_object() || !m.contains("name") || !m["name"].is_string()) continue;
+      seen[m["name"].get<std::string>()] = m.value("arch", std::string());
+      if (auto r = parse_room(m); r && !worker_id.empty()) rooms_seen.emplace_back(m["name"], worker_id, *r);
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [model, worker_id, room] : rooms_seen) rooms_[model][worker_id] = {room, now_ms};
+    last_poll_ms_ = now_ms;
+    for (auto mit = rooms_.begin(); mit != rooms_.end();) {
+      for (auto it = mit->second.begin(); it != mit->second.end();)
+        it = fresh_ms(it->second.last_seen_ms, now_ms) ? std::next(it) : mit->second.erase(it);
+      mit = mit->second.empty() ? rooms_.erase(mit) : std::next(mit);
+    }
   }
   for (const auto& [name, arch] : seen) {
     if (is_local(name)) continue;
@@ -211,8 +241,27 @@ std::vector<model_info> fleet_catalog::list() const {
   return out;
 }
 
+std::vector<kv_room> fleet_catalog::rooms(const std::string& model) const {
+  std::vector<kv_room> live, known;
+  const int64_t now = now_ms();
+  std::lock_guard lock(mu_);
+  if (auto it = rooms_.find(model); it != rooms_.end())
+    for (const auto& [worker_id, r] : it->second) {
+      if (!fresh_ms(r.last_seen_ms, now)) continue;
+      known.push_back(r.room);
+      if (r.last_seen_ms == last_poll_ms_) live.push_back(r.room);
+    }
+  return live.empty() ? known : live;
+}
+
 std::optional<std::string> fleet_catalog::validate(const std::string& model, const turn_request& request) const {
-  if (is_local(model)) return local_.validate(model, request);
+  // NOTE: every serving worker's room must hold the prompt, not just the largest: a job goes to
+  // whichever worker serving its model claims it first (no routing by KV size), and one that a
+  // smaller pool cannot hold would fail there; "a 400 at submit, or a job that can run". The live
+  // workers' rooms when some serve the model, else those seen within the TTL (the job waits for
+  // them); none known (older workers, none ever seen): not checked, the worker checks.
+  const std::vector<kv_room> rs = rooms(model);
+  if (is_local(model)) return local_.validate_with_rooms(model, request, rs);
   std::shared_ptr<const model_header> h;
   {
     std::lock_guard lock(mu_);
@@ -220,7 +269,7 @@ std::optional<std::string> fleet_catalog::validate(const std::string& model, con
     if (it == entries_.end() || !fresh(it->second, now_ms())) return "unknown model '" + model + "'";
     h = it->second.header;
   }
-  return h->validate(request);
+  return h->validate(request, rs);
 }
 
 void fleet_catalog::start() {

@@ -47,9 +47,18 @@ class fleet_catalog : public model_catalog {
   void load_cache();  // the models of cache_dir still within the TTL
 
   std::vector<model_info> list() const override;
+  // Also the KV-room check (#28): a prompt that does not fit the pool of every live worker serving
+  // the model (none live: of those seen within the TTL) is refused as an engine would refuse it.
   std::optional<std::string> validate(const std::string& model, const turn_request& request) const override;
+  // The rooms (kv_room) the check uses: the live workers' serving model (at the last poll), else
+  // those of the workers that advertised it within the TTL; one per worker id.
+  std::vector<kv_room> rooms(const std::string& model) const;
 
  private:
+  struct advertised_room {
+    kv_room room;
+    int64_t last_seen_ms = 0;
+  };
   struct entry {
     std::shared_ptr<const model_header> header;
     std::string version;         // "digest\nchat_family"
@@ -58,6 +67,7 @@ class fleet_catalog : public model_catalog {
     std::string arch;            // from the advert (the header's when none)
   };
   bool fresh(const entry& e, int64_t now_ms) const;
+  bool fresh_ms(int64_t last_seen_ms, int64_t now_ms) const;
   int64_t now_ms() const;
   void persist(const std::string& name, entry& e);
   bool is_local(const std::string& name) const;
@@ -67,6 +77,8 @@ class fleet_catalog : public model_catalog {
   fleet_source source_;
   mutable std::mutex mu_;
   std::map<std::string, entry> entries_;  // guarded by mu_
+  std::map<std::string, std::map<std::string, advertised_room>> rooms_;  // model -> worker id -> room; mu_
+  int64_t last_poll_ms_ = 0;  // mu_: the last poll's time (a room seen then is live)
   std::map<std::string, int64_t> warned_ms_;      // poll thread: models advertised without a usable header
   std::map<std::string, int64_t> missing_since_;  // poll thread: advertised, no header published since
   std::mutex run_mu_;

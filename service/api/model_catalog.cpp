@@ -30,8 +30,13 @@ std::vector<model_info> header_catalog::list() const {
 }
 
 std::optional<std::string> header_catalog::validate(const std::string& model, const turn_request& request) const {
+  return validate_with_rooms(model, request, {});
+}
+
+std::optional<std::string> header_catalog::validate_with_rooms(const std::string& model, const turn_request& request,
+                                                               std::span<const kv_room> rooms) const {
   for (const auto& h : headers_)
-    if (h->model().name == model) return h->validate(request);
+    if (h->model().name == model) return h->validate(request, rooms);
   return "unknown model '" + model + "'";
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,14 @@ class model_catalog {
   virtual std::vector<model_info> list() const = 0;
   // nullopt if the request fits the model (schemas compile, prompt fits), else the engine's message.
   virtual std::optional<std::string> validate(const std::string& model, const turn_request& request) const = 0;
+  // The same, where the catalog holds no KV pool, plus the KV-room check against the pools the
+  // fleet advertised for the model (#28: model_header::validate). An engine's own pool decides
+  // for itself, so by default the rooms are not used.
+  virtual std::optional<std::string> validate_with_rooms(const std::string& model, const turn_request& request,
+                                                         std::span<const kv_room> rooms) const {
+    (void)rooms;
+    return validate(model, request);
+  }
 };
 
 // A catalog over loaded engines (name = model().name).
@@ -55,6 +64,8 @@ class header_catalog : public model_catalog {
   void add(std::shared_ptr<const model_header> h) { headers_.push_back(std::move(h)); }
   std::vector<model_info> list() const override;
   std::optional<std::string> validate(const std::string& model, const turn_request& request) const override;
+  std::optional<std::string> validate_with_rooms(const std::string& model, const turn_request& request,
+                                                 std::span<const kv_room> rooms) const override;
 
  private:
   std::vector<std::shared_ptr<const model_header>> headers_;

@@ -28,6 +28,14 @@ json reply(const std::string& msg_id, write_status st, json result = json::objec
   return r;
 }
 
+// The writes to one job under its lease (fenced on the epoch by the store).
+bool is_job_write(const std::string& kind) {
+  for (const char* k : {"init_transcript", "commit_turn", "tool_result", "event", "require_action", "finish", "release",
+                        "timeline", "timeline_close"})
+    if (kind == k) return true;
+  return false;
+}
+
 std::string bearer_of(const http::request& req) {
   std::string h = req.header("authorization");
   if (h.size() > 7 && (h.compare(0, 7, "Bearer ") == 0 || h.compare(0, 7, "bearer ") == 0)) return h.substr(7);
@@ -43,7 +51,9 @@ std::unique_ptr<worker_protocol> worker_protocol::open(worker_protocol_options o
     auto db = std::make_unique<store::sqlite_db>(db_path, 5000);
     db->exec("PRAGMA journal_mode=WAL");
     db->prepare("SELECT count(*) FROM applied_messages").run();  // the store migrated it (0009)
-    return std::unique_ptr<worker_protocol>(new worker_protocol(std::move(options), store, obs, keys, std::move(db)));
+    std::unique_ptr<worker_protocol> wp(new worker_protocol(std::move(options), store, obs, keys, std::move(db)));
+    if (!wp->tokens_.reload(error)) return nullptr;  // NOTE: at start a bad file is fatal; later it is only logged
+    return wp;
   } catch (const std::exception& e) {
     if (error) *error = std::string("opening applied_messages: ") + e.what();
     return nullptr;
@@ -52,16 +62,23 @@ std::unique_ptr<worker_protocol> worker_protocol::open(worker_protocol_options o
 
 worker_protocol::worker_protocol(worker_protocol_options options, store::store& store, obs::obs_store* obs,
                                  auth::key_store& keys, std::unique_ptr<store::sqlite_db> db)
-    : options_(std::move(options)), store_(store), obs_(obs), keys_(keys), db_(std::move(db)) {}
+    : options_(std::move(options)),
+      tokens_(options_.token, options_.tokens_file),
+      store_(store),
+      obs_(obs),
+      keys_(keys),
+      db_(std::move(db)) {}
 
 worker_protocol::~worker_protocol() = default;
 
 http::response worker_protocol::handle(const http::request& req) {
-  // NOTE: only the worker token: a tenant's (or the admin's) API key is not a worker credential.
-  const std::string presented = bearer_of(req);
-  if (presented.empty() || !crypto::constant_time_equal(presented, options_.token))
+  // NOTE: only a worker token: a tenant's (or the admin's) API key is not a worker credential.
+  tokens_.reload_if_changed();
+  const auto scope = tokens_.ids_of(bearer_of(req));  // {} = the fleet-wide token: any worker id
+  if (!scope)
     return http::error_response(http::error_kind::authentication,
-                                "a worker token is required (Authorization: Bearer <--worker-token>)");
+                                "a worker token is required (Authorization: Bearer <--worker-token or this worker's "
+                                "line of --worker-tokens-file>)");
   // NOTE: deeper JSON would overflow the stack when dumped (replies, applied_messages): refused.
   if (util::json_depth(req.body) > util::k_max_json_depth)
     return http::error_response(http::error_kind::invalid_request, "JSON nested too deeply", "messages");
@@ -72,6 +89,27 @@ http::response worker_protocol::handle(const http::request& req) {
   if (msgs.size() > size_t(options_.max_messages))
     return http::error_response(http::error_kind::invalid_request,
                                 "at most " + std::to_string(options_.max_messages) + " messages per request", "messages");
+  if (!scope->empty())
+    for (const auto& m : msgs) {
+      // NOTE: the whole request is refused, not the one message: a worker sending under another
+      // id is misconfigured or hostile, and the 403 stops its claiming (remote_control_plane).
+      // msg_id = "<worker_id of the process>:<incarnation>:<seq>": its id part must be in scope too,
+      // or a replayed msg_id would hand out another worker's recorded reply.
+      auto str = [&](const char* k) {
+        return m.is_object() && m.contains(k) && m[k].is_string() ? m[k].get<std::string>() : std::string();
+      };
+      const std::string wid = str("worker_id"), mid = str("msg_id");
+      const std::string mid_owner = mid.substr(0, mid.find(':'));
+      bool covered = false, mid_covered = false;
+      for (const auto& id : *scope) {
+        covered = covered || worker_id_covered(id, wid);
+        mid_covered = mid_covered || worker_id_covered(id, mid_owner);
+      }
+      if (!covered || !mid_covered)
+        return http::error_response(http::error_kind::permission,
+                                    "this worker token is not the token of worker '" + (covered ? mid_owner : wid) + "'",
+                                    "worker_id");
+    }
   json replies = json::array();
   for (const auto& m : msgs) replies.push_back(apply(m));
   return json_response(200, {{"replies", replies}});
@@ -101,6 +139,16 @@ json worker_protocol::apply(const json& m) {
               keys_.webhook_secret_for(m.value("job_id", ""), (*r)["result"]["job"].value("tenant", ""));
         return *r;
       }
+    if (!options_.tokens_file.empty() && is_job_write(kind)) {
+      // NOTE (per-worker tokens): the store fences on the epoch alone; here the epoch's lease must
+      // also be the sender's, so a worker that learns another's epoch still cannot write its job.
+      const std::string job_id = m.value("job_id", "");
+      auto row = store_.get_job(job_id);
+      if (row && row->lease_epoch == m.value("epoch", int64_t(0)) &&
+          !worker_id_covered(m.at("worker_id").get<std::string>(), row->lease_owner))
+        return reply(msg_id, write_status::fenced, {{"reason", "owner"}},
+                     "job " + job_id + " is leased to another worker");
+    }
     json r = apply_kind(kind, m);
     r["msg_id"] = msg_id;
     // NOTE: recorded after applying (another connection than the store's writer): a control plane
@@ -146,8 +194,21 @@ json worker_protocol::apply_kind(const std::string& kind, const json& m) {
   if (kind == "fence") return done(write_status::ok, {{"jobs", store_.fence_worker_leases(worker_id).get()}});
   if (kind == "renew") {
     std::vector<std::pair<std::string, int64_t>> jobs;
-    for (const auto& j : body.at("jobs")) jobs.emplace_back(j.at(0).get<std::string>(), j.at(1).get<int64_t>());
-    return done(write_status::ok, {{"lost", store_.renew_leases(std::move(jobs), body.at("lease_ms").get<int64_t>()).get()}});
+    std::vector<std::string> not_owned;
+    for (const auto& j : body.at("jobs")) {
+      std::string id = j.at(0).get<std::string>();
+      // NOTE (per-worker tokens): only the sender's own leases are renewed; keeping another worker's
+      // lease alive would hold its jobs back from failover. Another's job is reported lost.
+      if (!options_.tokens_file.empty())
+        if (auto row = store_.get_job(id); row && !worker_id_covered(worker_id, row->lease_owner)) {
+          not_owned.push_back(std::move(id));
+          continue;
+        }
+      jobs.emplace_back(std::move(id), j.at(1).get<int64_t>());
+    }
+    auto lost = store_.renew_leases(std::move(jobs), body.at("lease_ms").get<int64_t>()).get();
+    lost.insert(lost.end(), not_owned.begin(), not_owned.end());
+    return done(write_status::ok, {{"lost", lost}});
   }
   if (kind == "init_transcript") {
     std::vector<store::transcript_row> rows;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/worker_tokens.h"
 #include "http/message.h"
 #include "http/router.h"
 
@@ -29,7 +30,8 @@ class key_store;
 namespace agentq::api {
 
 struct worker_protocol_options {
-  std::string token;                   // the worker token workers present (Authorization: Bearer)
+  std::string token;                   // the fleet-wide worker token (Authorization: Bearer); "" = none
+  std::string tokens_file;             // per-worker tokens ("worker_id token" lines: worker_tokens.h); "" = none
   int version = 2;                     // this control plane's message protocol; accepts version-1..version+1
   int64_t applied_retention_ms = 24 * 3600 * 1000;  // applied_messages rows kept this long
   int32_t max_messages = 1024;         // per request
@@ -43,9 +45,12 @@ class worker_protocol {
                                                std::string* error);
   ~worker_protocol();
 
-  // The route's handler: 401 without the worker token, 400 for a malformed batch, else 200 with
-  // {"replies": [...]} (one per message, same order).
+  // The route's handler: 401 without a worker token, 403 when a message's worker_id is not the
+  // token's (a per-worker token acts for its own id only), 400 for a malformed batch, else 200
+  // with {"replies": [...]} (one per message, same order).
   http::response handle(const http::request& req);
+  // Re-reads the tokens file (SIGHUP); false + *error when it is unreadable or malformed.
+  bool reload_tokens(std::string* error) { return tokens_.reload(error); }
   // One message -> its reply (also for tests).
   nlohmann::json apply(const nlohmann::json& msg);
 
@@ -57,6 +62,7 @@ class worker_protocol {
   void record(const std::string& msg_id, const std::string& job_id, const nlohmann::json& reply);
 
   worker_protocol_options options_;
+  worker_tokens tokens_;
   store::store& store_;
   obs::obs_store* obs_;
   auth::key_store& keys_;

@@ -80,6 +80,9 @@ remote workers (docs/deploy.md "Remote workers"):
   --control-plane-token T      worker (--remote): the worker token it presents (AGENTQ_CONTROL_PLANE_TOKEN)
   --worker-token T             control plane (--role api|all): accept remote workers presenting T on
                                POST /v1/worker/messages (AGENTQ_WORKER_TOKEN); absent = no remote workers
+  --worker-tokens-file FILE    control plane: per-worker tokens, "WORKER_ID TOKEN" lines; a token acts for its
+                               own worker id only; re-read when the file changes and on SIGHUP (remove a line
+                               to revoke); with or instead of --worker-token (docs/deploy.md)
   --protocol-version N         worker-message protocol version spoken (default 2; a control plane accepts N-1..N+1)
 subcommand: agentqd backup --data-dir DIR --to FILE   online, consistent copy of the job store
 environment: AGENTQ_ROLE AGENTQ_LISTEN AGENTQ_DATA_DIR AGENTQ_REDIS AGENTQ_MODEL AGENTQ_ALLOW_ADDRESSES
@@ -209,6 +212,7 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "remote") c.remote = v;
   else if (name == "control-plane-token") c.control_plane_token = v;
   else if (name == "worker-token") c.worker_token = v;
+  else if (name == "worker-tokens-file") c.worker_tokens_file = v;
   else if (name == "protocol-version") {
     c.protocol_version = std::stoi(v);
     if (c.protocol_version < 1 || c.protocol_version > 99) throw std::invalid_argument("--protocol-version must be 1..99");
@@ -346,6 +350,8 @@ std::optional<config> parse_config(int argc, char** argv, std::string* error, bo
     }
     if (!c.worker_token.empty() && c.role == role::worker)
       throw std::invalid_argument("--worker-token is the control plane's (--role api or all)");
+    if (!c.worker_tokens_file.empty() && c.role == role::worker)
+      throw std::invalid_argument("--worker-tokens-file is the control plane's (--role api or all)");
     c.model_chat_families.resize(c.models.size());
     c.model_drafts.resize(c.models.size());
   } catch (const std::exception& e) {

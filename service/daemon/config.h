@@ -75,6 +75,7 @@ struct config {
   std::string remote;                             // worker: the control plane's base URL; opens no database
   std::string control_plane_token;                // worker: the worker token it presents (--remote)
   std::string worker_token;                       // control plane: accept remote workers presenting this token
+  std::string worker_tokens_file;                 // control plane: per-worker tokens ("worker_id token" lines)
   int32_t protocol_version = 2;                   // message protocol spoken (the previous/next one for upgrades)
 };
 

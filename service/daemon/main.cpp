@@ -424,9 +424,10 @@ int run(const daemon::config& c) {
     aopts.max_batch_line_bytes = size_t(c.max_body_bytes);
     rest = std::make_unique<api::api>(aopts, std::move(deps));
     rest->install(router);
-    if (!c.worker_token.empty()) {  // remote workers (#28): POST /v1/worker/messages with the worker token
+    if (!c.worker_token.empty() || !c.worker_tokens_file.empty()) {  // remote workers (#28): POST /v1/worker/messages
       api::worker_protocol_options wpo;
       wpo.token = c.worker_token;
+      wpo.tokens_file = c.worker_tokens_file;
       wpo.version = c.protocol_version;
       worker_proto = api::worker_protocol::open(wpo, *st, obs_db.get(), *keys, sopts.path, &err);
       if (!worker_proto) {
@@ -471,13 +472,22 @@ int run(const daemon::config& c) {
     }
   }
 
-  // Wait for SIGTERM / SIGINT (blocked in every thread; see main).
+  // Wait for SIGTERM / SIGINT (blocked in every thread; see main); SIGHUP re-reads the worker tokens.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  if (!c.worker_tokens_file.empty()) sigaddset(&set, SIGHUP);
   int sig = 0;
-  sigwait(&set, &sig);
+  for (;;) {
+    sigwait(&set, &sig);
+    if (sig != SIGHUP) break;
+    std::string terr;
+    if (worker_proto && worker_proto->reload_tokens(&terr))
+      spdlog::info("SIGHUP: worker tokens reloaded from {}", c.worker_tokens_file);
+    else if (worker_proto)
+      spdlog::warn("SIGHUP: {}", terr);
+  }
   spdlog::info("agentqd: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 
   // Order: stop accepting requests, release worker claims, drain webhooks, relay, then Redis.
@@ -528,6 +538,8 @@ int main(int argc, char** argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  // NOTE: SIGHUP only with a tokens file to re-read; otherwise its default (terminate) is kept.
+  if (!c->worker_tokens_file.empty()) sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   // NOTE: past a file-size limit (RLIMIT_FSIZE) a write fails with EFBIG, like a full disk (the

@@ -163,7 +163,7 @@ int32_t queue::relay_once() {
       const auto& row = rows[i];
       auto& it = items[i];
       if (auto m = models.find(row.job_id); m != models.end()) it.model = m->second;
-      if (row.kind == "continue" && !row.target.empty() && is_alive(row.target)) it.worker_id = row.target;
+      if (row.kind == "continue" && !row.target.empty() && can_resume(row.target)) it.worker_id = row.target;
     }
     auto ok = publish_many(items);
     std::vector<int64_t> done;
@@ -197,10 +197,10 @@ int32_t queue::reconcile_once() {
     if (r.type == redis_reply::kind::io_error) return n;  // Redis unreachable: try next time
     bool republish = r.is_nil();
     if (!republish && r.str.rfind(worker_prefix, 0) == 0) {
-      // In a worker's continuation stream: only useful while that worker lives.
+      // In a worker's continuation stream: only useful while that worker lives and claims.
       std::string rest = r.str.substr(worker_prefix.size());
       std::string worker_id = rest.substr(0, rest.find(' '));
-      republish = !is_alive(worker_id);
+      republish = !can_resume(worker_id);
     }
     if (!republish) continue;
     json req = json::parse(jobs[i].request_json, nullptr, false);
@@ -365,6 +365,21 @@ bool queue::is_alive(const std::string& worker_id) {
   std::lock_guard lock(impl_->relay_mu);
   auto r = impl_->relay.command({"EXISTS", worker_stream_key(worker_id) + ":alive"});
   return r.type == redis_reply::kind::integer && r.integer == 1;
+}
+
+bool queue::can_resume(const std::string& worker_id) {
+  std::vector<redis_reply> r;
+  {
+    std::lock_guard lock(impl_->relay_mu);
+    r = impl_->relay.pipeline({{"EXISTS", worker_stream_key(worker_id) + ":alive"}, {"GET", worker_stream_key(worker_id) + ":info"}});
+  }
+  if (r.size() != 2 || r[0].type != redis_reply::kind::integer || r[0].integer != 1) return false;
+  if (r[1].is_nil() || r[1].str.empty()) return true;  // NOTE: alive without an advert (between the two writes)
+  json a = json::parse(r[1].str, nullptr, false);
+  if (!a.is_object()) return true;
+  const bool refused = a.contains("refused") && a["refused"].is_string() && !a["refused"].get<std::string>().empty();
+  const bool unhealthy = a.contains("healthy") && a["healthy"].is_boolean() && !a["healthy"].get<bool>();
+  return !refused && !unhealthy;
 }
 
 std::vector<delivery> queue::read_pending(const std::string& worker_id, int32_t max, const std::string& model) {

@@ -94,6 +94,10 @@ class queue {
   // Worker liveness (SET key PX ttl) and lookup (continuation routing).
   bool heartbeat(const std::string& worker_id);
   bool is_alive(const std::string& worker_id);
+  // Whether a continuation should wait for worker_id (KV-affine resume): alive, and its advert
+  // (if any) neither refused by the control plane nor unhealthy. Such a worker claims nothing, so
+  // a continuation routed to it would wait for ever (it still heartbeats).
+  bool can_resume(const std::string& worker_id);
 
   // --- Stable worker identities and the fleet registry (#28) ----------------
   // Entries this consumer read but never acked (a previous run of the same worker id): the worker

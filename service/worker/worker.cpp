@@ -454,7 +454,10 @@ struct worker::impl {
     int32_t n_running = static_cast<int32_t>(jobs.size());
     json models = json::array();
     models.push_back({{"name", m.name}, {"arch", m.arch}, {"context_length", m.n_ctx}, {"chat_family", m.chat_family},
-                      {"kv_type", m.kv_type}, {"kv_capacity_tokens", m.kv_capacity_tokens}, {"ready", es.healthy}});
+                      {"kv_type", m.kv_type}, {"kv_capacity_tokens", m.kv_capacity_tokens}, {"ready", es.healthy},
+                      // the pool's geometry: a weightless control plane's KV-room check at submit (#28)
+                      {"kv_room", {{"layers", m.n_layer}, {"block_size", m.kv.block_size}, {"pages", m.kv.n_pages},
+                                   {"window", m.kv.window}, {"layers_windowed", m.kv.n_layer_windowed}}}});
     return json{{"id", id},
                 {"group", options.group.empty() ? id : options.group},
                 {"incarnation", incarnation},

@@ -7,7 +7,10 @@
 # on the same file holds the weights. Both answer
 # the same set of requests — valid, unknown model, empty messages, a prompt past the context, a
 # tool schema the grammar refuses, tool_choice mistakes, a bad response schema, the OpenAI chat
-# endpoint with a long prompt — with the same status and, for refusals, the same JSON body.
+# endpoint with a long prompt, a prompt within the context but past the KV pool — with the same
+# status and, for refusals, the same JSON body. The KV-room check: the all-in-one has a 16 MiB
+# pool (384 tokens of this model); the control plane has none, and makes the check with the room
+# a worker serving the model (--kv-budget-mb 16, split role) advertises (#28).
 # Env (set by ctest): AGENTQ_SOURCE_DIR, AGENTQ_BIN_DIR, AGENTQ_SHARED_DIR. Exit 77 = skipped.
 set -euo pipefail
 source "${AGENTQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/support/multiproc_env.sh"
@@ -17,7 +20,7 @@ need_tools redis-server redis-cli python3 curl
 vocab="$shared/models/vocab/ggml-vocab-llama-spm.gguf"
 [ -f "$vocab" ] || { echo "skip: no $vocab"; exit 77; }
 free_mb=$(awk '/MemAvailable/ {print int($2/1024)}' /proc/meminfo)
-[ "$free_mb" -gt 3000 ] || { echo "skip: $free_mb MiB available, the all-in-one daemon needs ~1.5 GiB"; exit 77; }
+[ "$free_mb" -gt 4000 ] || { echo "skip: $free_mb MiB available, the all-in-one daemon and the worker need ~1.5 GiB each"; exit 77; }
 
 mkdir -p "$tmp/models"
 "$bin/agentq-mkgguf" --out "$tmp/models/big.gguf" --shape 110m --type f32 --vocab "$vocab" --threads 2 \
@@ -32,9 +35,14 @@ common=(--admin-key "$admin" --rate-limit 0 --model "$tmp/models/big.gguf" --cha
 api_pid=$!
 pids+=($api_pid)
 "$bin/agentqd" --role all --data-dir "$tmp/all" --redis "redis://127.0.0.1:$rport/1" --port-file "$tmp/all_port" \
-  --engine-threads 1 "${common[@]}" >"$tmp/all.log" 2>&1 &
+  --engine-threads 1 --kv-budget-mb 16 "${common[@]}" >"$tmp/all.log" 2>&1 &
 all_pid=$!
 pids+=($all_pid)
+# NOTE: a worker for the control plane (its Redis, its data dir): its advert carries the KV room.
+"$bin/agentqd" --role worker --data-dir "$tmp/api" --redis "redis://127.0.0.1:$rport/0" --worker-id wkv \
+  --model "$tmp/models/big.gguf" --chat-family chatml --kv-budget-mb 16 --engine-threads 1 --heartbeat-ms 200 \
+  --max-jobs 1 >"$tmp/worker.log" 2>&1 &
+pids+=($!)
 "$bin/agentqd" --role api --data-dir "$tmp/tiny" --redis "redis://127.0.0.1:$rport/2" --port-file "$tmp/tiny_port" \
   --admin-key "$admin" --model "$model" --listen 127.0.0.1:0 >"$tmp/tiny.log" 2>&1 &
 tiny_pid=$!
@@ -47,6 +55,13 @@ for _ in $(seq 1 600); do [ -s "$tmp/all_port" ] && break; kill -0 "$all_pid" ||
 api="http://127.0.0.1:$(cat "$tmp/api_port")"
 all="http://127.0.0.1:$(cat "$tmp/all_port")"
 export api all admin
+# the worker's advert reaches the control plane (GET /v1/workers), then one fleet poll (1 s)
+for _ in $(seq 1 600); do
+  curl -sf -H "Authorization: Bearer $admin" "$api/v1/workers" | grep -q '"kv_room"' && break
+  sleep 0.1
+done
+curl -sf -H "Authorization: Bearer $admin" "$api/v1/workers" | grep -q '"kv_room"' || fail "the worker advertised no kv_room"
+sleep 1.5
 python3 - "$api_pid" "$all_pid" "$tmp/models/big.gguf" "$weights_mb" "$tiny_pid" <<'PY' || fail "memory or validation parity"
 import json, os, sys, urllib.request
 
@@ -66,6 +81,7 @@ def msgs(text):
     return [{"role": "user", "content": text}]
 
 long_text = "Once upon a time there was a little dog. " * 200
+kv_text = "Once upon a time there was a little dog. " * 40  # 462 tokens: in the context (1024), past 384
 tool = lambda params: {"type": "function", "function": {"name": "f", "description": "d", "parameters": params}}
 cases = [
     ("valid", "/v1/jobs", {"model": "big", "messages": msgs("Hello"), "max_turns": 1}),
@@ -84,6 +100,8 @@ cases = [
     ("bad response schema", "/v1/jobs", {"model": "big", "messages": msgs("Hi"),
                                          "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(("}}}}),
     ("chat completions, long prompt", "/v1/chat/completions", {"model": "big", "messages": msgs(long_text)}),
+    ("prompt past the KV pool", "/v1/jobs", {"model": "big", "messages": msgs(kv_text)}),
+    ("chat completions, past the KV pool", "/v1/chat/completions", {"model": "big", "messages": msgs(kv_text)}),
 ]
 n_refused = 0
 for name, path, body in cases:
@@ -99,6 +117,8 @@ for name, path, body in cases:
 context_case = [c for c in cases if c[0] == "prompt past the context"][0]
 s, b = post(api, context_case[1], context_case[2])
 assert "context is 1024" in b["error"]["message"], b
+s, b = post(api, "/v1/jobs", {"model": "big", "messages": msgs(kv_text)})
+assert s == 400 and "needs more KV memory than the engine has" in b["error"]["message"], (s, b)
 
 def proc(pid):
     st = {l.split(":")[0]: l.split(":")[1].strip() for l in open(f"/proc/{pid}/status")}

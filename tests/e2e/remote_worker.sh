@@ -8,6 +8,9 @@
 # stale-epoch write is fenced; a worker killed with -9 inside a tool call loses the job to another,
 # which finishes it with one effect per call id; a worker speaking protocol 3 works with a control
 # plane speaking 2, one speaking 5 is refused and claims nothing (the reason in its advert).
+# Per-worker tokens (--worker-tokens-file beside --worker-token): w6 runs a job with its own token;
+# w7 presenting w6's token is refused (403) and claims nothing; emptying the file revokes w6 (401,
+# re-read by mtime); SIGHUP re-reads it and the control plane lives on; the fleet token still works.
 # Env (set by ctest): AGENTQ_SOURCE_DIR, AGENTQ_BIN_DIR, AGENTQ_SHARED_DIR. Exit 77 = skipped.
 set -euo pipefail
 source "${AGENTQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/support/multiproc_env.sh"
@@ -61,17 +64,20 @@ tools="http://127.0.0.1:$(cat "$tmp/tool_port")"
 admin="aq_remote_worker_admin_0123456789ab"
 wtoken="wt_remote_worker_token_0123456789"
 redis_url="redis://127.0.0.1:$rport"
+w6token="wt_w6_own_token_0123456789abcdef"
+echo "w6 $w6token  # per-worker token (section 8)" >"$tmp/worker-tokens"
 "$bin/agentqd" --role api --listen 127.0.0.1:0 --port-file "$tmp/api_port" --data-dir "$tmp/cp" --redis "$redis_url" \
   --model "$model" --admin-key "$admin" --rate-limit 0 --heartbeat-ms 200 --worker-token "$wtoken" --allow-addresses 127.0.0.0/8 \
-  >"$tmp/cp.log" 2>&1 &
-pids+=($!)
+  --worker-tokens-file "$tmp/worker-tokens" >"$tmp/cp.log" 2>&1 &
+cp_pid=$!
+pids+=($cp_pid)
 wait_file "$tmp/api_port"
 base="http://127.0.0.1:$(cat "$tmp/api_port")"
 declare -A wpid
-start_worker() {  # start_worker ID [extra flags]
+start_worker() {  # start_worker ID [extra flags]   (env tok: the token it presents, default the fleet's)
   local id=$1
   shift
-  "$bin/agentqd" --role worker --remote "$base" --control-plane-token "$wtoken" --data-dir "$tmp/$id" --worker-id "$id" \
+  "$bin/agentqd" --role worker --remote "$base" --control-plane-token "${tok:-$wtoken}" --data-dir "$tmp/$id" --worker-id "$id" \
     --redis "$redis_url" --model "$model" --allow-addresses 127.0.0.0/8 --lease-ms 3000 --heartbeat-ms 200 \
     --reclaim-idle-ms 1500 --reclaim-interval-ms 300 "$@" >"$tmp/$id.log" 2>&1 &
   wpid[$id]=$!
@@ -194,4 +200,35 @@ for id in w2 w3 w5; do
   [ "$(find "$tmp/$id" \( -name '*.db' -o -name '*.db-*' -o -name '*.sqlite*' \) | wc -l)" = 0 ] || fail "$id has a database file"
 done
 echo "versions: w5 (protocol 5) refused and idle; $j5 ran on w3 (protocol 3) against a control plane speaking 2"
+
+# 8. per-worker tokens (--worker-tokens-file): w6 runs jobs with its own token; w7 presenting w6's
+# token is refused (403: not its id); removing w6's line revokes it (re-read by mtime); SIGHUP re-reads
+refused_of() { curl -sf -H "Authorization: Bearer $admin" "$base/v1/workers" |
+  python3 -c "import json,sys; print({x['id']: x for x in json.load(sys.stdin)['data']}.get('$1', {}).get('refused', 'absent'))"; }
+for id in w3 w5; do kill "${wpid[$id]}" 2>/dev/null || true; wait "${wpid[$id]}" 2>/dev/null || true; done
+tok=$w6token start_worker w6
+j6=$(submit '{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_turns":1,"max_tokens_per_turn":16}')
+wait_status "$j6" completed incomplete
+[ "$(owner "$j6")" = w6 ] || fail "$j6 ran on $(owner "$j6")"
+kill "${wpid[w6]}"; wait "${wpid[w6]}" 2>/dev/null || true
+tok=$w6token start_worker w7
+j7=$(submit '{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_turns":1,"max_tokens_per_turn":16}')
+for _ in $(seq 1 100); do [ "$(refused_of w7)" != "" ] && [ "$(refused_of w7)" != absent ] && break; sleep 0.1; done
+refused_of w7 | grep -q "HTTP 403" || fail "w7 with w6's token: $(refused_of w7)"
+[ "$(status "$j7")" = queued ] || fail "$j7 is $(status "$j7") with only w7 (w6's token) up"
+kill "${wpid[w7]}"; wait "${wpid[w7]}" 2>/dev/null || true
+: >"$tmp/worker-tokens"  # revoke w6
+sleep 1.2
+tok=$w6token start_worker w6
+for _ in $(seq 1 100); do refused_of w6 | grep -q "HTTP 401" && break; sleep 0.1; done
+refused_of w6 | grep -q "HTTP 401" || fail "w6 after revocation: $(refused_of w6)"
+[ "$(status "$j7")" = queued ] || fail "$j7 is $(status "$j7") with only a revoked worker up"
+kill -HUP "$cp_pid"
+for _ in $(seq 1 50); do grep -q "SIGHUP: worker tokens reloaded" "$tmp/cp.log" && break; sleep 0.1; done
+grep -q "SIGHUP: worker tokens reloaded" "$tmp/cp.log" || fail "SIGHUP did not reload the worker tokens"
+kill -0 "$cp_pid" || fail "SIGHUP stopped the control plane"
+kill "${wpid[w6]}"; wait "${wpid[w6]}" 2>/dev/null || true
+start_worker w8  # the fleet-wide token still works beside the file
+wait_status "$j7" completed incomplete
+echo "per-worker tokens: $j6 ran on w6 (own token); w7 with w6's token refused (403); w6 revoked (401); SIGHUP reloads; $j7 ran on w8 (fleet token)"
 echo "ok"

@@ -67,6 +67,19 @@ struct engine_config {
   uint64_t draft_kv_budget_bytes = 64ull << 20;  // bytes of the draft's own KV blocks
 };
 
+// A KV pool's room (#28): what a worker advertises so that a control plane without the pool can
+// make the engine's KV-room check ("the prompt needs more KV memory than the engine has") with
+// the model header's layer count. One formula with block_pool::fits.
+struct kv_room {
+  int32_t block_size = 0;        // tokens per block
+  int64_t n_pages = 0;           // one layer's K and V of one block each: n_blocks * n_layer unwindowed
+  int32_t window = 0;            // tokens: the largest window of the windowed layers; 0 = none
+  int32_t n_layer_windowed = 0;  // layers that hold only their window's blocks
+  // Whether a sequence of n_tokens fits an empty pool of n_layer layers (the window's blocks
+  // counted whole, as block_pool::fits does). false for an empty room.
+  bool fits(int32_t n_layer, int64_t n_tokens) const;
+};
+
 struct model_desc {
   std::string name;                  // file stem
   std::string arch;                  // "llama", "qwen2"
@@ -75,6 +88,7 @@ struct model_desc {
   std::string device;                // "cpu", "cuda:0 (NVIDIA H200)"
   std::string kv_type;               // element type of the stored K/V: "f16", "f32"
   int64_t kv_capacity_tokens = 0;    // tokens the KV blocks hold in all (every job together)
+  kv_room kv;                        // the pool's geometry (advertised to control planes); empty without a pool
   int32_t n_vocab = 0;
   int32_t n_ctx = 0;                 // trained context length (tokens)
   int32_t n_embd = 0;

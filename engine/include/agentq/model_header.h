@@ -4,6 +4,8 @@
 // NOTE: beside engine.h rather than in it, so the engine's sources do not depend on it.
 #pragma once
 
+#include <span>
+
 #include "agentq/engine.h"
 
 namespace agentq {
@@ -28,6 +30,10 @@ class model_header {
   virtual std::string render(const std::vector<chat_message>& messages, const std::vector<tool_def>& tools) const = 0;
   // engine::validate's checks, the same messages, but the KV room one (a pool is a worker's).
   virtual std::optional<std::string> validate(const turn_request& request) const = 0;
+  // The same plus the KV-room check against the pools the fleet advertised for this model (#28):
+  // refused, with engine::validate's message, unless the prompt fits every one of rooms (the
+  // header's n_layer with each room); no room = not checked.
+  virtual std::optional<std::string> validate(const turn_request& request, std::span<const kv_room> rooms) const = 0;
 };
 
 }  // namespace agentq

@@ -2,7 +2,8 @@
 // parity models, window 8, 16-token blocks): greedy outputs equal to the full-KV engine's,
 // alone and batched; a second turn resumes from resident KV; spill -> restore resumes from the
 // short file (the windowed layers' old blocks are not in it); a shared prefix is reused while
-// the cache keeps its windowed pages; parked KV counts what it holds.
+// the cache keeps its windowed pages; parked KV counts what it holds. And (#28) a model header
+// given the pool a worker advertises (model_desc::kv) answers the KV-room check as the engine does.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -11,6 +12,7 @@
 
 #include "engine_impl.h"
 #include "gguf/synthetic.h"
+#include "agentq/model_header.h"
 #include "golden.h"
 #include "test_env.h"
 
@@ -133,4 +135,40 @@ TEST_CASE("engine windowed KV: outputs equal full KV; resume, spill and restore,
     e->sanity();
     fs::remove_all(dir);
   }
+}
+
+// #28: a control plane without the pool checks the KV room with what a worker advertises
+// (model_desc::kv) and the model header's layer count; on windowed pools (the window's blocks
+// only in the windowed layers) its answers must be the engine's own.
+TEST_CASE("windowed KV: the advertised kv_room gives a header the engine's KV-room answers") {
+  const fs::path dir = temp_dir("room");
+  for (const char* arch : {"gemma3", "gpt-oss"}) {
+    const std::string path = write_model(arch, dir);
+    for (bool windowed : {true, false}) {
+      int n_kv_refused = 0, n_accepted = 0;  // over pools of 64 KiB to 1 MiB
+      for (uint64_t budget : {1ull << 16, 1ull << 18, 1ull << 20}) {
+        engine_config c = config(path, windowed);
+        c.kv_budget_bytes = budget;
+        c.chat_family = "chatml";
+        auto e = load(c);
+        std::string err;
+        auto h = model_header::open(path, "chatml", &err);
+        REQUIRE_MESSAGE(h, err);
+        CHECK(h->model().n_layer == e->model().n_layer);
+        CHECK((e->model().kv.n_layer_windowed > 0) == windowed);
+        const kv_room room = e->model().kv;
+        for (int n = 1; n <= 120; n += 7) {
+          turn_request r;
+          r.messages.push_back({role::user, std::string(size_t(n) * 3, 'a'), {}, {}, {}});
+          const auto want = e->validate(r);
+          CHECK(h->validate(r, std::span<const kv_room>(&room, 1)) == want);
+          n_accepted += !want;
+          n_kv_refused += want && want->find("KV memory") != std::string::npos;
+        }
+      }
+      CHECK(n_kv_refused > 0);
+      CHECK(n_accepted > 0);
+    }
+  }
+  fs::remove_all(dir);
 }

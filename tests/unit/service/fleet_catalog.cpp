@@ -161,3 +161,103 @@ TEST_CASE("fleet_catalog: a changed header is fetched again; a broken one is ref
   c.poll_once();
   CHECK_FALSE(listed(c, "broken"));
 }
+
+namespace {
+
+// The tiny model in a real engine with a pool of kv_budget_bytes in 16-token blocks.
+std::shared_ptr<engine> tiny_engine(uint64_t kv_budget_bytes) {
+  engine_config c;
+  c.model_path = test::tiny_model().string();
+  c.n_threads = 1;
+  c.block_size = 16;
+  c.kv_budget_bytes = kv_budget_bytes;
+  c.chat_family = "chatml";
+  std::string err;
+  auto e = engine::load(c, &err);
+  REQUIRE_MESSAGE(e, err);
+  return std::shared_ptr<engine>(std::move(e));
+}
+
+json room_json(const kv_room& r, int32_t n_layer) {
+  return {{"layers", n_layer}, {"block_size", r.block_size}, {"pages", r.n_pages}, {"window", r.window},
+          {"layers_windowed", r.n_layer_windowed}};
+}
+
+turn_request words(int n) {
+  turn_request r;
+  std::string t;
+  for (int i = 0; i < n; ++i) t += "dog ";
+  r.messages.push_back({role::user, t, {}, {}, {}});
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("fleet_catalog: the KV-room check at submit answers as the worker's engine would (#28)") {
+  test::require_tiny_model();
+  auto one = tiny_engine(1);  // the smallest pool: one block
+  const model_desc& d = one->model();
+  REQUIRE(d.kv.n_pages == d.n_layer);  // one block, every layer
+  const uint64_t token_bytes = 2ull * d.n_layer * d.n_head_kv * (d.n_embd / d.n_head) * 2;  // K and V, f16
+  auto small = tiny_engine(256 * token_bytes);  // 16 blocks: 256 tokens, within the context (512)
+  auto large = tiny_engine(8 << 20);            // more than the context
+  REQUIRE(small->model().kv_capacity_tokens == 256);
+  const int32_t n_layer = d.n_layer;
+  api::header_catalog local;
+  local.add(tiny("chatml"));  // stories260K: the control plane's own header
+  fleet f;
+  auto h = tiny("chatml");
+  f.headers["beta"] = {h->model().digest, "chatml", h->bytes()};
+  int64_t now = 1'700'000'000'000;
+  api::fleet_catalog_options o;
+  o.model_ttl_h = 1;
+  o.clock = [&now] { return now; };
+  api::fleet_catalog c(local, o, f.source());
+  auto advertise = [&](std::vector<std::pair<std::string, const engine*>> workers) {
+    f.adverts.clear();
+    for (auto& [id, e] : workers) {
+      json ms = json::array();
+      for (const char* m : {"beta", "stories260K"})
+        ms.push_back({{"name", m}, {"arch", "llama"}, {"kv_room", room_json(e->model().kv, n_layer)}});
+      f.adverts.push_back(json{{"id", id}, {"models", ms}}.dump());
+    }
+    now += 1000;
+    c.poll_once();
+  };
+
+  // No worker has advertised a room yet: not checked (the worker would check).
+  advertise({});
+  CHECK_FALSE(c.validate("stories260K", words(150)));  // past the small pool (below), not checked
+  // One small worker: exactly the engine's answers, message included, for a fleet model and for
+  // the control plane's own header.
+  advertise({{"ws", small.get()}});
+  int n_refused = 0, n_accepted = 0, n_kv = 0;  // n_kv: words past the small pool, within the context
+  for (int n = 1; n <= 300; n += 3) {
+    const auto want = small->validate(words(n));
+    CHECK(c.validate("beta", words(n)) == want);
+    CHECK(c.validate("stories260K", words(n)) == want);
+    (want ? n_refused : n_accepted)++;
+    if (want && !large->validate(words(n)) && n_kv == 0) n_kv = n;
+  }
+  CHECK(n_accepted > 0);
+  REQUIRE(n_kv > 0);
+  const auto refused = small->validate(words(n_kv));
+  REQUIRE(refused);
+  CHECK(refused->find("needs more KV memory than the engine has") != std::string::npos);
+  // A larger worker beside it: still refused (the small one could claim the job).
+  advertise({{"ws", small.get()}, {"wl", large.get()}});
+  CHECK(c.validate("beta", words(n_kv)) == refused);
+  // Only the larger one live: accepted. With none live, the rooms seen within the TTL decide
+  // (the job would wait for one of them): the small one's among them.
+  advertise({{"wl", large.get()}});
+  CHECK_FALSE(c.validate("beta", words(n_kv)));
+  advertise({});
+  CHECK(c.validate("beta", words(n_kv)) == refused);
+  CHECK(c.rooms("beta").size() == 2);  // both within the TTL, neither live
+  // An advert without kv_room (an older worker) adds no room; garbage is ignored.
+  f.adverts = {json{{"id", "old"}, {"models", json::array({{{"name", "beta"}}})}}.dump(),
+               json{{"id", "bad"}, {"models", json::array({{{"name", "beta"}, {"kv_room", {{"pages", -1}}}}})}}.dump()};
+  now += 1000;
+  c.poll_once();
+  CHECK(c.rooms("beta").size() == 2);
+}

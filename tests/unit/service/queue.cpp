@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "queue/queue.h"
@@ -13,6 +14,8 @@
 using namespace agentq;
 using namespace agentq::store;
 using agentq::queue::delivery;
+
+using json = nlohmann::json;
 
 namespace {
 
@@ -185,6 +188,39 @@ TEST_CASE("continuations go to the live worker holding the KV, else to the share
   REQUIRE(d2.size() == 1);
   CHECK(d2[0].job_id == id2);
   CHECK_FALSE(d2[0].continuation);
+
+  // Alive but claiming nothing (refused by the control plane, or its engine failed): its
+  // continuations go to the shared stream, and one already in its stream is re-published there.
+  f.q->ensure_groups("w3");
+  auto advert = [&](const std::string& w, json extra) {
+    json a = {{"id", w}, {"healthy", true}, {"refused", ""}};
+    a.update(extra);
+    REQUIRE(f.q->announce(w, "i1", a.dump(), true) == queue::queue::announce_result::ok);
+  };
+  advert("w3", {{"refused", "the control plane refused the worker token (HTTP 401)"}});
+  CHECK_FALSE(f.q->can_resume("w3"));
+  std::string id3 = prepare("w3");
+  f.q->relay_once();
+  auto d3 = f.read_all("w1");
+  REQUIRE(d3.size() == 1);
+  CHECK(d3[0].job_id == id3);
+  CHECK_FALSE(d3[0].continuation);
+  f.q->ack(d3[0]);
+  REQUIRE(f.db->claim_job(id3, "w1", 30000, 5).get().outcome == claim_outcome::claimed);
+
+  advert("w3", json::object());  // healthy again: its continuation waits for it
+  CHECK(f.q->can_resume("w3"));
+  std::string id4 = prepare("w3");
+  f.q->relay_once();
+  CHECK(f.q->heartbeat("w1"));  // (id1 still sits unacked in w1's stream)
+  CHECK(f.q->reconcile_once() == 0);
+  advert("w3", {{"healthy", false}});  // the engine failed with the entry in its stream
+  CHECK(f.q->heartbeat("w1"));
+  CHECK(f.q->reconcile_once() == 1);
+  auto d4 = f.read_all("w2");
+  REQUIRE(d4.size() == 1);
+  CHECK(d4[0].job_id == id4);
+  CHECK_FALSE(d4[0].continuation);
 }
 
 TEST_CASE("reconciler re-publishes after FLUSHALL, after a restart that lost data, and after an outage") {
