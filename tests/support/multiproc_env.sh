@@ -14,8 +14,18 @@ need_model() { [ -f "$model" ] || { echo "skip: no $model"; exit 77; }; }
 
 tmp="$(mktemp -d)"
 pids=()
+# NOTE: SIGTERM, then SIGKILL for whatever still runs 10 s later: a redis-server asked to stop while
+# it writes its initial AOF (a replica that has just synced) answers "can't exit" and keeps running,
+# and a plain `wait` on it would hang the test until ctest's timeout.
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for _ in $(seq 1 100); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$tmp"
 }
