@@ -11,6 +11,7 @@
 #include "api/batch_routes.h"
 #include "api/event_stream.h"
 #include "api/queue_depth.h"
+#include "api/tenant_quota.h"
 #include "api/job_view.h"
 #include "api/model_catalog.h"
 #include "api/worker_routes.h"
@@ -100,6 +101,17 @@ void api::install(http::router& r) {
         auto v = deps_.depth->admit(key->tenant, 1);
         if (!v.admitted) {
           response res = error_response(error_kind::queue_full, v.message);
+          res.headers.emplace_back("Retry-After", std::to_string(v.retry_after_s));
+          return res;
+        }
+      }
+      // Quota: a tenant past --tenant-tokens-per-day gets 429 insufficient_quota on every submit.
+      if (deps_.quota && req.method == "POST" &&
+          (req.path == "/v1/jobs" || req.path == "/v1/chat/completions" || req.path == "/v1/responses" ||
+           req.path == "/v1/batches")) {
+        auto v = deps_.quota->admit(key->tenant, store::now_ms());
+        if (!v.admitted) {
+          response res = error_response(error_kind::insufficient_quota, v.message);
           res.headers.emplace_back("Retry-After", std::to_string(v.retry_after_s));
           return res;
         }

@@ -37,6 +37,7 @@ class model_catalog;
 class openai_registry;
 class batch_runner;
 class queue_depth;
+class tenant_quota;
 
 // api::install's wrapper for the route files it calls (ui_routes, observability_routes): bearer
 // auth + rate limit around a handler that gets the caller's key.
@@ -67,6 +68,7 @@ struct api_deps {
   batch_runner* runner = nullptr;                  // woken when a batch is created or cancelled
   std::string files_dir;                           // where files' bytes live (DATA_DIR/files)
   queue_depth* depth = nullptr;                    // nullptr = no --max-queue-depth
+  tenant_quota* quota = nullptr;                   // nullptr = no --tenant-tokens-per-day
   std::string db_path;                             // the job store's file (GET /v1/usage reads it); "" = none
   std::vector<std::pair<std::string, ready_check>> ready_checks;  // "redis", "database", "engine"
   // After a job became a tombstone on request (drop its KV and spill file, checkpoint soon); may be empty.

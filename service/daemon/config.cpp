@@ -73,6 +73,8 @@ const char* usage() {
   --max-file-bytes N           largest POST /v1/files upload, streamed to disk (default 209715200 = 200 MiB)
   --max-queue-depth N          queued jobs in all before submits get 429 queue_full + Retry-After (default 0 = none)
   --max-queue-depth-per-tenant N   the same bound for one tenant's queued jobs (default 0 = none)
+  --tenant-tokens-per-day N    a tenant's input + output tokens per UTC day (finished jobs, as GET /v1/usage
+                               counts them); past it submits get 429 insufficient_quota + Retry-After (default 0 = none)
 remote workers (docs/deploy.md "Remote workers"):
   --remote URL                 worker: every read and write of its jobs goes to the control plane at URL
                                (http[s]://host:port); opens no database file (DATA_DIR keeps kv/, worker-id, the log);
@@ -151,6 +153,9 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   } else if (name == "max-queue-depth-per-tenant") {
     c.max_queue_depth_per_tenant = std::stoll(v);
     if (c.max_queue_depth_per_tenant < 0) throw std::invalid_argument("--max-queue-depth-per-tenant must be >= 0");
+  } else if (name == "tenant-tokens-per-day") {
+    c.tenant_tokens_per_day = std::stoll(v);
+    if (c.tenant_tokens_per_day < 0) throw std::invalid_argument("--tenant-tokens-per-day must be >= 0");
   }
   else if (name == "rate-limit") c.rate_limit = std::stod(v);
   else if (name == "rate-burst") c.rate_burst = std::stod(v);

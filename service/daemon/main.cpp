@@ -23,6 +23,7 @@
 #include "api/batch_runner.h"
 #include "api/openai_registry.h"
 #include "api/queue_depth.h"
+#include "api/tenant_quota.h"
 #include "api/worker_protocol.h"
 #include "auth/keys.h"
 #include "auth/rate_limiter.h"
@@ -297,6 +298,7 @@ int run(const daemon::config& c) {
   std::unique_ptr<store::batch_store> feed_batches;  // the batch feeder's own connection
   std::unique_ptr<api::batch_feeder> feeder;         // batch jobs into Redis, fair between tenants
   std::unique_ptr<api::queue_depth> depth;           // --max-queue-depth
+  std::unique_ptr<api::tenant_quota> quota;          // --tenant-tokens-per-day
   const std::string files_dir = (fs::path(c.data_dir) / "files").string();
   std::unique_ptr<auth::rate_limiter> limiter;
   std::unique_ptr<http::server> server;
@@ -382,7 +384,15 @@ int run(const daemon::config& c) {
     deps.batches = batches.get();
     deps.runner = batch_run.get();
     deps.files_dir = files_dir;
+    if (c.tenant_tokens_per_day > 0) {
+      quota = api::tenant_quota::open(sopts.path, {c.tenant_tokens_per_day}, &err);
+      if (!quota) {
+        spdlog::critical("{}", err);
+        return 1;
+      }
+    }
     deps.depth = depth.get();
+    deps.quota = quota.get();
     deps.db_path = sopts.path;
     sweeper = std::make_unique<ops::retention>(ropts, *st, metrics::global());
     sweeper->start();

@@ -27,6 +27,7 @@ constexpr row k_table[] = {
     {error_kind::not_implemented, 501, "not_implemented"},
     {error_kind::unavailable, 503, "unavailable"},
     {error_kind::queue_full, 429, "queue_full"},
+    {error_kind::insufficient_quota, 429, "insufficient_quota"},
 };
 const row& lookup(error_kind kind) {
   for (const row& r : k_table)

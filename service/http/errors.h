@@ -25,6 +25,7 @@ enum class error_kind {
   not_implemented,      // 501
   unavailable,          // 503
   queue_full,           // 429 the queue is deeper than --max-queue-depth (type "queue_full", not a rate limit)
+  insufficient_quota,   // 429 the tenant used its --tenant-tokens-per-day (OpenAI's type "insufficient_quota")
 };
 
 int status_of(error_kind kind);
