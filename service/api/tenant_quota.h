@@ -2,7 +2,8 @@
 // N tokens (input + output, as GET /v1/usage counts them) since 00:00 UTC gets 429 with OpenAI's
 // `insufficient_quota` type and Retry-After until the next UTC day; other tenants are unaffected.
 // Counted from SQLite (the truth, finished jobs only: their usage is final), re-read at most once a
-// second, so running jobs finish past the quota and a burst can pass it by what ran in that second.
+// second (less often when a count is slow: see refresh_locked), so running jobs finish past the
+// quota and a burst can pass it by what ran since the last count.
 #pragma once
 
 #include <chrono>
@@ -41,12 +42,15 @@ class tenant_quota {
 
  private:
   tenant_quota(std::unique_ptr<store::sqlite_db> db, quota_limits limits);
-  void refresh_locked(int64_t now_ms);
+  // Re-counts when stale; called with lock held, runs the query with it released.
+  void refresh_locked(std::unique_lock<std::mutex>& lock, int64_t now_ms);
   std::mutex mu_;
+  bool counting_ = false;  // one thread counts at a time; the others use the last counts
   std::unique_ptr<store::sqlite_db> db_;
   quota_limits limits_;
   std::chrono::steady_clock::time_point read_at_{};
-  int64_t day_ = -1;  // the UTC day (ms / 86,400,000) the counts are for
+  std::chrono::milliseconds interval_{1000};  // limits_.refresh, or 20x the last count's duration
+  int64_t day_ = -1;                          // the UTC day (ms / 86,400,000) the counts are for
   std::unordered_map<std::string, int64_t> used_;
 };
 
