@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "agentq/kernels_cuda.h"
+#include "cuda_device_test.h"
 #include "cuda_test_data.h"
 
 #if AGENTQ_HAVE_CUDA
@@ -22,33 +23,12 @@ using namespace agentq;
 namespace cu = agentq::kernels::cuda;
 namespace ref = agentq::kernels::ref;
 using cu::weight_type;
+using test::from_device;
 using test::rel_err;
+using test::require_device;
+using test::to_device;
 
 namespace {
-
-void require_device() {
-  static const bool ok = cu::device_count() > 0;
-  if (!ok) {
-    std::fprintf(stderr, "no CUDA device: skipped\n");
-    std::exit(77);
-  }
-}
-
-template <class T>
-cu::device_buffer to_device(const std::vector<T>& v) {
-  cu::device_buffer b(v.size() * sizeof(T) + 16);  // never empty
-  REQUIRE(b.ok());
-  REQUIRE(b.upload(v.data(), v.size() * sizeof(T)));
-  return b;
-}
-
-template <class T>
-std::vector<T> from_device(const cu::device_buffer& b, size_t n) {
-  REQUIRE(cu::device_synchronize());
-  std::vector<T> v(n);
-  REQUIRE(b.download(v.data(), n * sizeof(T)));
-  return v;
-}
 
 const weight_type all_types[] = {weight_type::f32,  weight_type::f16,  weight_type::bf16,   weight_type::q8_0,
                                  weight_type::q4_k, weight_type::q6_k, weight_type::q4_0,   weight_type::q4_1,

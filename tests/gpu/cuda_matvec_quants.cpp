@@ -15,6 +15,7 @@
 
 #include "agentq/kernels.h"
 #include "agentq/kernels_cuda.h"
+#include "cuda_device_test.h"
 #include "cuda_test_data.h"
 
 #if AGENTQ_HAVE_CUDA
@@ -22,32 +23,11 @@
 using namespace agentq;
 namespace cu = agentq::kernels::cuda;
 using cu::weight_type;
+using test::from_device;
+using test::require_device;
+using test::to_device;
 
 namespace {
-
-void require_device() {
-  static const bool ok = cu::device_count() > 0;
-  if (!ok) {
-    std::fprintf(stderr, "no CUDA device: skipped\n");
-    std::exit(77);
-  }
-}
-
-template <class T>
-cu::device_buffer to_device(const std::vector<T>& v) {
-  cu::device_buffer b(v.size() * sizeof(T) + 16);  // never empty
-  REQUIRE(b.ok());
-  REQUIRE(b.upload(v.data(), v.size() * sizeof(T)));
-  return b;
-}
-
-template <class T>
-std::vector<T> from_device(const cu::device_buffer& b, size_t n) {
-  REQUIRE(cu::device_synchronize());
-  std::vector<T> v(n);
-  REQUIRE(b.download(v.data(), n * sizeof(T)));
-  return v;
-}
 
 const weight_type quant_types[] = {weight_type::q4_0, weight_type::q4_1, weight_type::q5_0,   weight_type::q5_1,
                                    weight_type::iq4_nl, weight_type::mxfp4, weight_type::q5_k, weight_type::iq4_xs,
