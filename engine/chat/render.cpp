@@ -587,9 +587,11 @@ std::string render_phi3(const msgs& m, const std::vector<tool_def>& tools, bool 
 // extension as for phi3 (the Qwen tool block in the system turn, calls as <tool_call> text,
 // results as a user turn holding <tool_response>...</tool_response>).
 
-std::string render_phi4(const msgs& m, const std::vector<tool_def>& tools, bool gen) {
-  std::string out;
-  auto turn = [&](const char* r, const std::string& c) { out += std::string("<|im_start|>") + r + "<|im_sep|>" + c + "<|im_end|>"; };
+// The turns Phi-4 and Phi-4-mini share (each writes a turn its own way): the Qwen tool block in the
+// first system turn (or a system turn of its own), calls as <tool_call> text, results as a user turn
+// holding <tool_response>...</tool_response>.
+template <class Turn>
+void tool_text_turns(const msgs& m, const std::vector<tool_def>& tools, Turn&& turn) {
   bool first_system = !m.empty() && m[0].role == role::system;
   if (!tools.empty() && !first_system) turn("system", qwen_tools_block(tools));
   for (size_t i = 0; i < m.size(); i++) {
@@ -606,6 +608,12 @@ std::string render_phi4(const msgs& m, const std::vector<tool_def>& tools, bool 
       turn("user", "<tool_response>\n" + x.content + "\n</tool_response>");
     }
   }
+}
+
+std::string render_phi4(const msgs& m, const std::vector<tool_def>& tools, bool gen) {
+  std::string out;
+  auto turn = [&](const char* r, const std::string& c) { out += std::string("<|im_start|>") + r + "<|im_sep|>" + c + "<|im_end|>"; };
+  tool_text_turns(m, tools, turn);
   if (gen) out += "<|im_start|>assistant<|im_sep|>";
   return out;
 }
@@ -619,22 +627,7 @@ std::string render_phi4(const msgs& m, const std::vector<tool_def>& tools, bool 
 std::string render_phi4_mini(const msgs& m, const std::vector<tool_def>& tools, bool gen) {
   std::string out;
   auto turn = [&](const char* r, const std::string& c) { out += std::string("<|") + r + "|>" + c + "<|end|>"; };
-  bool first_system = !m.empty() && m[0].role == role::system;
-  if (!tools.empty() && !first_system) turn("system", qwen_tools_block(tools));
-  for (size_t i = 0; i < m.size(); i++) {
-    const auto& x = m[i];
-    if (x.role == role::system) {
-      std::string c = x.content;
-      if (i == 0 && !tools.empty()) c += (c.empty() ? "" : "\n\n") + qwen_tools_block(tools);
-      turn("system", c);
-    } else if (x.role == role::user) {
-      turn("user", x.content);
-    } else if (x.role == role::assistant) {
-      turn("assistant", x.content + calls_as_text(x, "\n"));
-    } else {
-      turn("user", "<tool_response>\n" + x.content + "\n</tool_response>");
-    }
-  }
+  tool_text_turns(m, tools, turn);
   out += gen ? "<|assistant|>" : "<|endoftext|>";
   return out;
 }
