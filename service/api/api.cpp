@@ -149,21 +149,30 @@ void api::install(http::router& r) {
   r.add("GET", "/v1/models", authed([this](request&, const auth::key_info&) {
           // The fleet (#28): which live workers serve each model (their adverts); a known model no
           // live worker serves is still listed and accepted: its jobs wait (a "waiting" event says why).
-          std::map<std::string, json> served_by;
+          // A mixed fleet (CPU and CUDA workers behind one queue): "devices" counts them per model.
+          std::map<std::string, json> served_by, devices_of;
           if (deps_.list_workers)
             for (const auto& text : deps_.list_workers()) {
               json w = json::parse(text, nullptr, false);
               if (!w.is_object() || !w.contains("models") || !w["models"].is_array()) continue;
+              const std::string device = w.contains("device") && w["device"].is_string() ? w["device"].get<std::string>()
+                                                                                          : "cpu";
               for (auto& m : w["models"])
-                if (m.is_object() && m.contains("name") && m["name"].is_string())
-                  served_by[m["name"].get<std::string>()].push_back(w.value("id", ""));
+                if (m.is_object() && m.contains("name") && m["name"].is_string()) {
+                  const std::string name = m["name"].get<std::string>();
+                  served_by[name].push_back(w.value("id", ""));
+                  json& d = devices_of[name];
+                  if (!d.is_object()) d = json::object();
+                  d[device] = d.value(device, 0) + 1;
+                }
             }
           json data = json::array();
           for (const auto& m : deps_.catalog->list()) {
             json workers = served_by.count(m.name) ? served_by[m.name] : json::array();
+            json devices = devices_of.count(m.name) ? devices_of[m.name] : json::object();
             json one = {{"id", m.name}, {"object", "model"}, {"arch", m.arch}, {"context_length", m.n_ctx},
                         {"ready", m.ready}, {"chat_family", m.chat_family}, {"served", !workers.empty()},
-                        {"workers", workers}, {"source", m.source}};
+                        {"workers", workers}, {"devices", devices}, {"source", m.source}};
             if (m.source == "fleet") one["last_seen_ms"] = m.last_seen_ms;  // --model-ttl-h counts from it
             data.push_back(std::move(one));
           }

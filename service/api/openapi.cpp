@@ -186,11 +186,13 @@ json build() {
   p["/readyz"]["get"] = op("Readiness: Redis reachable, database ok, engine loaded", 200, {{"type", "object"}}, {503}, false);
   p["/openapi.json"]["get"] = op("This document", 200, {{"type", "object"}}, {}, false);
   p["/v1/models"]["get"] = op("Models the API knows: its own (source local) and, for --model-ttl-h after a live worker "
-                              "last advertised them, the fleet's (source fleet, last_seen_ms); served, workers", 200,
+                              "last advertised them, the fleet's (source fleet, last_seen_ms); served, workers, devices (live workers "
+                              "serving it per device: a mixed CPU/CUDA fleet)", 200,
                               ref("List"), {401, 429});
   p["/v1/workers"]["get"] =
       op("Live workers (admin): id, host, incarnation, version, protocol, device, models (name, arch, context_length, "
-         "chat_family), kv (blocks used/free), max_jobs, running_jobs, free_slots, last_heartbeat_ms",
+         "chat_family), share (how its process shares the device between its models: rule, threads_each, "
+         "kv_budget_mb_each), kv (blocks used/free), max_jobs, running_jobs, free_slots, last_heartbeat_ms",
          200, ref("List"), {401, 403, 429});
   json submit = op("Submit an agent job (202; an Idempotency-Key replay answers 200 with the same job)", 202,
                    ref("Job"), {400, 401, 409, 413, 422, 429, 503});

@@ -36,6 +36,27 @@ bool is_job_write(const std::string& kind) {
   return false;
 }
 
+// The job's state without its content, for a reader that does not hold its lease: what a worker
+// needs to decide about an entry it is not running (terminal? deleted? its priority).
+store::job_row state_only(const store::job_row& r) {
+  store::job_row o;
+  o.id = r.id;
+  o.status = r.status;
+  o.priority = r.priority;
+  o.attempts = r.attempts;
+  o.lease_epoch = r.lease_epoch;
+  o.lease_owner = r.lease_owner;
+  o.lease_expires_ms = r.lease_expires_ms;
+  o.created_ms = r.created_ms;
+  o.started_ms = r.started_ms;
+  o.finished_ms = r.finished_ms;
+  o.updated_ms = r.updated_ms;
+  o.deadline_ms = r.deadline_ms;
+  o.deleted_ms = r.deleted_ms;
+  o.store_content = r.store_content;
+  return o;
+}
+
 std::string bearer_of(const http::request& req) {
   std::string h = req.header("authorization");
   if (h.size() > 7 && (h.compare(0, 7, "Bearer ") == 0 || h.compare(0, 7, "bearer ") == 0)) return h.substr(7);
@@ -134,9 +155,16 @@ json worker_protocol::apply(const json& m) {
     if (is_write)
       if (auto r = recorded(msg_id)) {
         // NOTE: a claim's secret is not kept in applied_messages; a replayed claim looks it up again.
-        if (kind == "claim" && (*r)["result"].contains("job"))
-          (*r)["result"]["secret"] =
-              keys_.webhook_secret_for(m.value("job_id", ""), (*r)["result"]["job"].value("tenant", ""));
+        // NOTE (the read fence): only while the claim is still the sender's lease. A replay after
+        // the job moved on (released, fenced, claimed elsewhere, over) gets neither the job nor its
+        // secret, but an error: the entry stays pending and a fresh claim decides.
+        if (kind == "claim" && (*r)["result"].contains("job")) {
+          const std::string job_id = m.value("job_id", "");
+          if (!holds_lease(job_id, m.at("worker_id").get<std::string>(), (*r)["result"].value("epoch", int64_t(-1))))
+            return reply(msg_id, write_status::error, {{"outcome", "error"}, {"reason", "lease"}},
+                         "a replayed claim of " + job_id + " whose lease has moved on; claim it again");
+          (*r)["result"]["secret"] = keys_.webhook_secret_for(job_id, (*r)["result"]["job"].value("tenant", ""));
+        }
         return *r;
       }
     if (!options_.tokens_file.empty() && is_job_write(kind)) {
@@ -254,15 +282,26 @@ json worker_protocol::apply_kind(const std::string& kind, const json& m) {
     return done(ok ? write_status::ok : write_status::error);
   }
   // --- reads ---
+  // NOTE (the read fence): a job's content — its request, result, error, transcript and tool
+  // results — goes only to the worker holding its current lease (running, leased to the sender's
+  // id, the message's epoch = the lease's; protocol 2 sent epoch 0 on reads, taken as "current").
+  // Anyone else gets the job's state alone (`job`) or `fenced` (`transcript`, `tool_results`).
+  // With per-worker tokens the sender's id is the token's; with the fleet-wide token it is what the
+  // sender says. job_models, cancelled_among and live_kv_keys carry no content and stay open.
+  const int64_t read_epoch = m.at("v").get<int>() <= 2 && epoch == 0 ? -1 : epoch;  // -1: any
   if (kind == "job") {
     auto row = store_.get_job(job_id);
     if (!row) return done(write_status::not_found);
-    return done(write_status::ok, {{"job", proto::to_json(*row)}});
+    if (holds_lease(*row, worker_id, read_epoch)) return done(write_status::ok, {{"job", proto::to_json(*row)}});
+    return done(write_status::ok, {{"job", proto::to_json(state_only(*row))}, {"state_only", true}});
   }
   if (kind == "job_models") {
     auto models = store_.job_models(body.at("ids").get<std::vector<std::string>>());
     return done(write_status::ok, {{"models", models}});
   }
+  if ((kind == "transcript" || kind == "tool_results") && !holds_lease(job_id, worker_id, read_epoch))
+    return reply(msg_id, write_status::fenced, {{"reason", "lease"}},
+                 "job " + job_id + " is not leased to worker " + worker_id + " at epoch " + std::to_string(epoch));
   if (kind == "transcript") {
     json tr = json::array();
     for (const auto& row : store_.read_transcript(job_id)) tr.push_back(proto::to_json(row));
@@ -277,6 +316,16 @@ json worker_protocol::apply_kind(const std::string& kind, const json& m) {
     return done(write_status::ok, {{"ids", store_.cancelled_among(body.at("ids").get<std::vector<std::string>>())}});
   if (kind == "live_kv_keys") return done(write_status::ok, {{"keys", worker::live_kv_keys_of(store_)}});
   return done(write_status::invalid);
+}
+
+bool worker_protocol::holds_lease(const store::job_row& row, const std::string& worker_id, int64_t epoch) {
+  return row.status == store::job_status::running && (epoch < 0 || row.lease_epoch == epoch) &&
+         !row.lease_owner.empty() && worker_id_covered(worker_id, row.lease_owner);
+}
+
+bool worker_protocol::holds_lease(const std::string& job_id, const std::string& worker_id, int64_t epoch) {
+  auto row = store_.get_job(job_id);
+  return row && holds_lease(*row, worker_id, epoch);
 }
 
 std::optional<json> worker_protocol::recorded(const std::string& msg_id) {

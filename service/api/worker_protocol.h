@@ -19,6 +19,7 @@
 namespace agentq::store {
 class store;
 class sqlite_db;
+struct job_row;
 }  // namespace agentq::store
 namespace agentq::obs {
 class obs_store;
@@ -32,7 +33,7 @@ namespace agentq::api {
 struct worker_protocol_options {
   std::string token;                   // the fleet-wide worker token (Authorization: Bearer); "" = none
   std::string tokens_file;             // per-worker tokens ("worker_id token" lines: worker_tokens.h); "" = none
-  int version = 2;                     // this control plane's message protocol; accepts version-1..version+1
+  int version = 3;                     // this control plane's message protocol; accepts version-1..version+1
   int64_t applied_retention_ms = 24 * 3600 * 1000;  // applied_messages rows kept this long
   int32_t max_messages = 1024;         // per request
 };
@@ -58,6 +59,10 @@ class worker_protocol {
   worker_protocol(worker_protocol_options options, store::store& store, obs::obs_store* obs, auth::key_store& keys,
                   std::unique_ptr<store::sqlite_db> db);
   nlohmann::json apply_kind(const std::string& kind, const nlohmann::json& m);
+  // Whether worker_id (or, for its model workers, its process id) holds the job's current lease:
+  // running, leased to it, at epoch (-1 = whatever the current epoch is: protocol 2's reads).
+  static bool holds_lease(const store::job_row& row, const std::string& worker_id, int64_t epoch);
+  bool holds_lease(const std::string& job_id, const std::string& worker_id, int64_t epoch);
   std::optional<nlohmann::json> recorded(const std::string& msg_id);
   void record(const std::string& msg_id, const std::string& job_id, const nlohmann::json& reply);
 

@@ -85,7 +85,7 @@ remote workers (docs/deploy.md "Remote workers"):
   --worker-tokens-file FILE    control plane: per-worker tokens, "WORKER_ID TOKEN" lines; a token acts for its
                                own worker id only; re-read when the file changes and on SIGHUP (remove a line
                                to revoke); with or instead of --worker-token (docs/deploy.md)
-  --protocol-version N         worker-message protocol version spoken (default 2; a control plane accepts N-1..N+1)
+  --protocol-version N         worker-message protocol version spoken (default 3; a control plane accepts N-1..N+1)
 subcommand: agentqd backup --data-dir DIR --to FILE   online, consistent copy of the job store
 environment: AGENTQ_ROLE AGENTQ_LISTEN AGENTQ_DATA_DIR AGENTQ_REDIS AGENTQ_MODEL AGENTQ_ALLOW_ADDRESSES
              AGENTQ_ADMIN_KEY AGENTQ_LOG_LEVEL AGENTQ_LOG_FORMAT AGENTQ_METRICS_TOKEN AGENTQ_TLS_CERT AGENTQ_TLS_KEY

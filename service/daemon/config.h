@@ -77,7 +77,7 @@ struct config {
   std::string control_plane_token;                // worker: the worker token it presents (--remote)
   std::string worker_token;                       // control plane: accept remote workers presenting this token
   std::string worker_tokens_file;                 // control plane: per-worker tokens ("worker_id token" lines)
-  int32_t protocol_version = 2;                   // message protocol spoken (the previous/next one for upgrades)
+  int32_t protocol_version = 3;                   // message protocol spoken (the previous/next one for upgrades)
 };
 
 // Parse argv (and the environment, and --config); nullopt with *error (usage) on bad input.

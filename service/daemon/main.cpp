@@ -50,6 +50,7 @@
 #include "webhooks/dispatcher.h"
 #include "webhooks/signing.h"
 #include "worker/identity.h"
+#include "worker/model_share.h"
 #include "worker/protocol.h"
 #include "worker/remote_control_plane.h"
 #include "worker/worker.h"
@@ -157,12 +158,12 @@ int run(const daemon::config& c) {
     std::fflush(stdout);
   }
 
-  // Engines. NOTE (thread policy): a worker process serving several models on the CPU splits its
-  // cores between their engines (--engine-threads 0 = cores / models each, at least 1); an explicit
-  // --engine-threads N is each engine's. On a GPU each model's engine has its own --kv-budget-mb.
-  int32_t engine_threads = c.engine_threads;
-  if (engine_threads == 0 && run_worker && c.models.size() > 1)
-    engine_threads = std::max<int32_t>(1, int32_t(std::thread::hardware_concurrency()) / int32_t(c.models.size()));
+  // Engines. The policy sharing one device between the models of a process (CPU threads, KV
+  // memory) is worker/model_share.h's; every model worker advertises it.
+  const worker::model_share share =
+      worker::share_models(c.device, int32_t(c.models.size()), c.engine_threads, c.kv_budget_mb,
+                           int32_t(std::thread::hardware_concurrency()));
+  const int32_t engine_threads = run_worker ? share.n_threads_each : c.engine_threads;
   api::engine_catalog catalog;
   // NOTE (#28): --role api loads no engine: each model's header only (tokenizer, template, hparams).
   api::header_catalog headers;
@@ -259,6 +260,7 @@ int run(const daemon::config& c) {
     wo.worker_id = mi == 0 ? identity->id() : identity->id() + "." + worker::worker_identity::sanitize(model);
     wo.incarnation = identity->incarnation();
     wo.n_engine_threads = engine_threads;
+    wo.share = share;
     wo.max_jobs = c.max_jobs;
     wo.lease_ms = c.lease_ms;
     wo.heartbeat_ms = c.heartbeat_ms;

@@ -379,7 +379,12 @@ bool queue::can_resume(const std::string& worker_id) {
   if (!a.is_object()) return true;
   const bool refused = a.contains("refused") && a["refused"].is_string() && !a["refused"].get<std::string>().empty();
   const bool unhealthy = a.contains("healthy") && a["healthy"].is_boolean() && !a["healthy"].get<bool>();
-  return !refused && !unhealthy;
+  // NOTE (#28, "not overloaded"): every slot busy at its last heartbeat (free_slots 0 of max_jobs):
+  // the continuation goes to any worker of the model, which re-prefills, instead of queueing
+  // behind the owner's running jobs. A heartbeat old, so a worker that just filled up may still get
+  // one; one that is full when the reconciler looks (after its grace) has its waiting one moved.
+  const bool full = a.contains("free_slots") && a["free_slots"].is_number() && a["free_slots"].get<double>() <= 0;
+  return !refused && !unhealthy && !full;
 }
 
 std::vector<delivery> queue::read_pending(const std::string& worker_id, int32_t max, const std::string& model) {

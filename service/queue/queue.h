@@ -95,8 +95,9 @@ class queue {
   bool heartbeat(const std::string& worker_id);
   bool is_alive(const std::string& worker_id);
   // Whether a continuation should wait for worker_id (KV-affine resume): alive, and its advert
-  // (if any) neither refused by the control plane nor unhealthy. Such a worker claims nothing, so
-  // a continuation routed to it would wait for ever (it still heartbeats).
+  // (if any) neither refused by the control plane nor unhealthy (such a worker claims nothing, so
+  // a continuation routed to it would wait for ever: it still heartbeats) nor overloaded (no free
+  // slot at its last heartbeat: any worker re-prefills instead).
   bool can_resume(const std::string& worker_id);
 
   // --- Stable worker identities and the fleet registry (#28) ----------------

@@ -50,10 +50,14 @@ class control_plane {
   virtual std::vector<std::string> renew_leases(std::vector<std::pair<std::string, int64_t>> jobs, int64_t lease_ms) = 0;
 
   // --- reads ------------------------------------------------------------------------
+  // A job's row. NOTE: for a job the caller does not hold, a remote worker gets its state alone
+  // (status, priority, lease; no request, result or error: api/worker_protocol.cpp "read fence").
   virtual std::optional<store::job_row> get_job(const std::string& job_id) = 0;
   virtual std::map<std::string, std::string> job_models(const std::vector<std::string>& job_ids) = 0;
-  virtual std::vector<store::transcript_row> read_transcript(const std::string& job_id) = 0;
-  virtual std::vector<store::tool_output> read_tool_results(const std::string& job_id) = 0;
+  // A job's content, read under the caller's lease (epoch: the claim's). The remote control plane
+  // answers only the worker holding that lease; otherwise it throws link_error (the job is lost here).
+  virtual std::vector<store::transcript_row> read_transcript(const std::string& job_id, int64_t epoch) = 0;
+  virtual std::vector<store::tool_output> read_tool_results(const std::string& job_id, int64_t epoch) = 0;
   virtual std::vector<std::string> cancelled_among(const std::vector<std::string>& job_ids) = 0;
   // KV keys (worker/kv_retention.h job_key_of) of jobs queued, running or waiting on a client: spill
   // files of other keys may go. Throws when it cannot say.

@@ -36,10 +36,10 @@ class local_control_plane final : public control_plane {
   std::map<std::string, std::string> job_models(const std::vector<std::string>& ids) override {
     return db_.job_models(ids);
   }
-  std::vector<store::transcript_row> read_transcript(const std::string& job_id) override {
+  std::vector<store::transcript_row> read_transcript(const std::string& job_id, int64_t) override {
     return db_.read_transcript(job_id);
   }
-  std::vector<store::tool_output> read_tool_results(const std::string& job_id) override {
+  std::vector<store::tool_output> read_tool_results(const std::string& job_id, int64_t) override {
     return db_.read_tool_results(job_id);
   }
   std::vector<std::string> cancelled_among(const std::vector<std::string>& ids) override {

@@ -18,8 +18,10 @@ namespace agentq::worker::protocol {
 using json = nlohmann::json;
 
 // The message protocol this binary speaks by default (1 was "direct SQLite": no messages). A control
-// plane accepts v in [own - 1, own + 1]; the formats of 1..3 are the same today.
-inline constexpr int k_message_version = 2;
+// plane accepts v in [own - 1, own + 1]. 3: the reads of a job's content (job, transcript,
+// tool_results) carry the reader's lease epoch, and are answered only under the current lease
+// (2 sent epoch 0 there, which a control plane takes as "the sender's current lease").
+inline constexpr int k_message_version = 3;
 inline constexpr const char* k_path = "/v1/worker/messages";
 
 // A message: {v, msg_id, worker_id, incarnation, job_id, epoch, kind, body}. msg_id is

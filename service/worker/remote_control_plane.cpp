@@ -84,8 +84,10 @@ write_status remote_control_plane::write(const std::string& kind, const std::str
   return st;
 }
 
-json remote_control_plane::read(const std::string& kind, const std::string& job_id, json body) {
-  json r = call(kind, job_id, 0, std::move(body));
+json remote_control_plane::read(const std::string& kind, const std::string& job_id, json body, int64_t epoch) {
+  // NOTE: protocol 2's reads carried epoch 0 (the control plane takes it as "the current lease");
+  // from 3 on a job's content is read under the claim's epoch (api/worker_protocol.cpp read fence).
+  json r = call(kind, job_id, options_.version >= 3 ? epoch : 0, std::move(body));
   if (status_of(r) != write_status::ok && status_of(r) != write_status::not_found)
     throw link_error(kind + ": " + r.value("status", "error") + " " + r.value("error", ""));
   return r;
@@ -256,7 +258,7 @@ std::map<std::string, std::string> remote_control_plane::job_models(const std::v
   return r.at("result").value("models", std::map<std::string, std::string>{});
 }
 
-std::vector<store::transcript_row> remote_control_plane::read_transcript(const std::string& job_id) {
+std::vector<store::transcript_row> remote_control_plane::read_transcript(const std::string& job_id, int64_t epoch) {
   {
     std::lock_guard lock(mu_);
     auto it = claimed_.find(job_id);
@@ -266,13 +268,13 @@ std::vector<store::transcript_row> remote_control_plane::read_transcript(const s
       return rows;
     }
   }
-  json r = read("transcript", job_id, json::object());
+  json r = read("transcript", job_id, json::object(), epoch);
   std::vector<store::transcript_row> rows;
   for (const auto& t : r.at("result").at("transcript")) rows.push_back(proto::transcript_row_from_json(t));
   return rows;
 }
 
-std::vector<store::tool_output> remote_control_plane::read_tool_results(const std::string& job_id) {
+std::vector<store::tool_output> remote_control_plane::read_tool_results(const std::string& job_id, int64_t epoch) {
   {
     std::lock_guard lock(mu_);
     auto it = claimed_.find(job_id);
@@ -282,7 +284,7 @@ std::vector<store::tool_output> remote_control_plane::read_tool_results(const st
       return rows;
     }
   }
-  json r = read("tool_results", job_id, json::object());
+  json r = read("tool_results", job_id, json::object(), epoch);
   std::vector<store::tool_output> out;
   for (const auto& t : r.at("result").at("tool_results")) out.push_back(proto::tool_output_from_json(t));
   return out;

@@ -31,7 +31,7 @@ namespace agentq::worker {
 struct remote_options {
   std::string url;                  // the control plane's base URL, http[s]://host:port
   std::string token;                // the worker token (Authorization: Bearer)
-  int version = 2;                  // message protocol spoken (protocol::k_message_version; --protocol-version)
+  int version = 3;                  // message protocol spoken (protocol::k_message_version; --protocol-version)
   std::string worker_id, incarnation;  // msg_id = <worker_id>:<incarnation>:<seq>
   int64_t request_timeout_ms = 10000;  // one HTTP exchange
   int64_t retry_for_ms = 30000;     // keep resending an unanswered batch this long (the lease), then error
@@ -50,8 +50,8 @@ class remote_control_plane final : public control_plane, public obs::timeline_si
   std::vector<std::string> renew_leases(std::vector<std::pair<std::string, int64_t>> jobs, int64_t lease_ms) override;
   std::optional<store::job_row> get_job(const std::string& job_id) override;
   std::map<std::string, std::string> job_models(const std::vector<std::string>& job_ids) override;
-  std::vector<store::transcript_row> read_transcript(const std::string& job_id) override;
-  std::vector<store::tool_output> read_tool_results(const std::string& job_id) override;
+  std::vector<store::transcript_row> read_transcript(const std::string& job_id, int64_t epoch) override;
+  std::vector<store::tool_output> read_tool_results(const std::string& job_id, int64_t epoch) override;
   std::vector<std::string> cancelled_among(const std::vector<std::string>& job_ids) override;
   std::set<uint64_t> live_kv_keys() override;
   std::string tool_secret(const std::string& job_id, const std::string& tenant) override;
@@ -91,8 +91,9 @@ class remote_control_plane final : public control_plane, public obs::timeline_si
   nlohmann::json call(const std::string& kind, const std::string& job_id, int64_t epoch, nlohmann::json body,
                       const std::string& worker_id = {});
   store::write_status write(const std::string& kind, const std::string& job_id, int64_t epoch, nlohmann::json body);
-  // A read's result; throws link_error unless the status is ok (or not_found where allowed).
-  nlohmann::json read(const std::string& kind, const std::string& job_id, nlohmann::json body);
+  // A read's result; throws link_error unless the status is ok (or not_found where allowed). epoch:
+  // the lease a read of a job's content is made under (0 = none held).
+  nlohmann::json read(const std::string& kind, const std::string& job_id, nlohmann::json body, int64_t epoch = 0);
   void sender_loop();
   // One POST of the batch; fills replies (same order) or returns false with *why (retryable).
   bool post(std::vector<std::unique_ptr<pending>>& batch, std::string* why, bool* fatal);

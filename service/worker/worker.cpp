@@ -468,6 +468,7 @@ struct worker::impl {
                 {"refused", db.refused()},  // non-empty: the control plane refused this worker; it claims nothing
                 {"device", m.device},
                 {"engine_threads", options.n_engine_threads},
+                {"share", options.share.to_json()},
                 {"models", models},
                 {"kv", {{"blocks_total", es.n_blocks_total}, {"blocks_used", es.n_blocks_used},
                         {"blocks_free", es.n_blocks_free}, {"blocks_parked", es.n_blocks_parked},
@@ -624,7 +625,7 @@ struct worker::impl {
     c.tenant = row.tenant;
     c.keep_kv = spec->keep_kv;
 
-    auto rows = db.read_transcript(c.job_id);
+    auto rows = db.read_transcript(c.job_id, c.epoch);
     if (rows.empty()) {
       std::vector<store::transcript_row> input;
       for (auto& m : spec->messages) {
@@ -676,7 +677,7 @@ struct worker::impl {
           ack(c);
           return;
         }
-        st = rebuild(db.read_transcript(c.job_id), spec->messages.size());
+        st = rebuild(db.read_transcript(c.job_id, c.epoch), spec->messages.size());
         continue;
       }
       // Limits before the next model turn.
@@ -897,7 +898,7 @@ struct worker::impl {
   // client-side calls still waiting on the client.
   std::vector<tool_call> run_tools(job_ctx& c, const agent_spec& spec, const std::vector<tool_call>& calls) {
     std::unordered_map<std::string, bool> recorded;
-    for (auto& r : db.read_tool_results(c.job_id)) recorded[r.call_id] = true;
+    for (auto& r : db.read_tool_results(c.job_id, c.epoch)) recorded[r.call_id] = true;
     std::vector<tool_call> client_calls;
     std::vector<std::pair<const tool_call*, const tool_spec*>> server_calls;
     for (auto& tc : calls) {

@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "worker/model_share.h"
+
 namespace agentq {
 class engine;
 struct engine_config;
@@ -54,6 +56,7 @@ struct worker_options {
   // claiming (superseded) and drops its jobs, which are fenced already.
   std::string incarnation;
   int32_t n_engine_threads = 0;        // advertised (0 = one per core)
+  model_share share;                   // how the process shares its device between its models (advertised)
   // The model this worker serves (its engine's name): it reads that model's streams (and the legacy
   // model-less ones, re-routing entries for other models). Empty = the legacy streams only.
   std::string model;

@@ -4,7 +4,9 @@
 # only. A beta job is accepted, waits queued with a "waiting" event naming the reason, while alpha
 # jobs run on wa; GET /v1/models says beta is unserved. Then worker wb starts with both models (one
 # worker per model in one process: wb and wb.beta): the beta job runs there, never on wa; GET
-# /v1/workers lists wa, wb, wb.beta (group wb) and GET /v1/models shows who serves what.
+# /v1/workers lists wa, wb, wb.beta (group wb) and GET /v1/models shows who serves what; each
+# advertises the process's sharing policy (wb: cores split between its two engines); a CUDA
+# worker's advert (written to Redis: no GPU here) shows in /v1/models' "devices" beside the CPU ones.
 # Env (set by ctest): AGENTQ_SOURCE_DIR, AGENTQ_BIN_DIR, AGENTQ_SHARED_DIR. Exit 77 = skipped.
 set -euo pipefail
 source "${AGENTQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/support/multiproc_env.sh"
@@ -88,3 +90,33 @@ assert [m["name"] for m in ws["wa"]["models"]] == ["alpha"]
 print("workers:", sorted(ws))' || fail "GET /v1/workers"
 [ "$(model_field beta workers)" = '["wb.beta"]' ] || fail "beta workers: $(model_field beta workers)"
 echo "routing: beta waited (reason in events) until wb.beta served it; alpha on wa/wb only"
+
+# The sharing policy each process advertises (worker/model_share.h): wb splits its cores between its
+# two models' engines, wa (one model) leaves its engine every core.
+cores=$(python3 -c 'import os; print(os.cpu_count())')
+get /v1/workers | python3 -c '
+import json, sys
+cores = int(sys.argv[1])
+ws = {w["id"]: w for w in json.load(sys.stdin)["data"]}
+for i in ("wb", "wb.beta"):
+    s = ws[i]["share"]
+    assert s["rule"] == "split_cores" and s["models"] == 2 and s["threads_each"] == max(1, cores // 2), s
+    assert ws[i]["engine_threads"] == s["threads_each"] and s["device"] == "cpu" == ws[i]["device"], ws[i]
+assert ws["wa"]["share"]["rule"] == "all_cores" and ws["wa"]["share"]["models"] == 1, ws["wa"]["share"]
+print("share:", ws["wb"]["share"])' "$cores" || fail "the advertised sharing policy"
+[ "$(model_field alpha devices)" = '{"cpu": 2}' ] || fail "alpha devices: $(model_field alpha devices)"
+
+# A mixed fleet. NOTE: no GPU on the test host, so the CUDA worker is its advert alone, written to
+# Redis as a worker's heartbeat writes it (queue::announce) with the device its engine reports
+# ("cuda:0"); the API's view of the fleet is what is checked here, not a CUDA engine.
+now=$(python3 -c 'import time; print(int(time.time()*1000))')
+redis-cli -p "$rport" ZADD agentq:workers "$now" gpu-x >/dev/null
+redis-cli -p "$rport" SET agentq:worker:gpu-x:info "{\"id\":\"gpu-x\",\"group\":\"gpu-x\",\"host\":\"gpu-host\",\"device\":\"cuda:0\",\"models\":[{\"name\":\"beta\",\"arch\":\"llama\",\"context_length\":512,\"chat_family\":\"chatml\",\"ready\":true}],\"share\":{\"device\":\"cuda:0\",\"models\":1,\"rule\":\"all_cores\"},\"max_jobs\":64,\"running_jobs\":0,\"free_slots\":64,\"healthy\":true,\"last_heartbeat_ms\":$now}" PX 10000 >/dev/null
+[ "$(model_field beta devices)" = '{"cpu": 1, "cuda:0": 1}' ] || fail "beta devices: $(model_field beta devices)"
+[ "$(model_field beta workers)" = '["gpu-x", "wb.beta"]' ] || [ "$(model_field beta workers)" = '["wb.beta", "gpu-x"]' ] ||
+  fail "beta workers: $(model_field beta workers)"
+get /v1/workers | python3 -c '
+import json, sys
+ws = {w["id"]: w for w in json.load(sys.stdin)["data"]}
+assert ws["gpu-x"]["device"] == "cuda:0" and ws["wb.beta"]["device"] == "cpu", ws
+print("mixed fleet: beta on", {i: ws[i]["device"] for i in ("wb.beta", "gpu-x")})' || fail "GET /v1/workers: mixed fleet"

@@ -6,8 +6,9 @@
 # job (requires_action, then tool outputs) complete on remote workers; no worker data dir holds a
 # database file; the worker endpoint refuses a missing or wrong token and a tenant API key; a
 # stale-epoch write is fenced; a worker killed with -9 inside a tool call loses the job to another,
-# which finishes it with one effect per call id; a worker speaking protocol 3 works with a control
-# plane speaking 2, one speaking 5 is refused and claims nothing (the reason in its advert).
+# which finishes it with one effect per call id; a worker speaking protocol 2 (the previous) works
+# with a control plane speaking 3, one speaking 5 is refused and claims nothing (the reason in its
+# advert); a worker token reading a job it does not lease gets its state alone (the read fence).
 # Per-worker tokens (--worker-tokens-file beside --worker-token): w6 runs a job with its own token;
 # w7 presenting w6's token is refused (403) and claims nothing; emptying the file revokes w6 (401,
 # re-read by mtime); SIGHUP re-reads it and the control plane lives on; the fleet token still works.
@@ -153,7 +154,13 @@ ev=$(msg 2 event "$j1" 0 '{"type":"note","data":"{}"}')
 [ "$(field '["replies"][0]["status"]' <"$tmp/wm.out")" = fenced ] || fail "stale epoch not fenced: $(cat "$tmp/wm.out")"
 [ "$(wm "$wtoken" "$(msg 9 job "$j2" 0 '{}')")" = 200 ] && [ "$(field '["replies"][0]["status"]' <"$tmp/wm.out")" = invalid ] ||
   fail "protocol 9 not invalid: $(cat "$tmp/wm.out")"
-echo "worker endpoint: no/wrong token, admin key, tenant key -> 401; stale epoch -> fenced; v 9 -> invalid"
+# the read fence: a job this "worker" does not lease: its state alone, no transcript
+[ "$(wm "$wtoken" "$(msg 3 job "$j2" 0 '{}')")" = 200 ] || fail "job read: $(cat "$tmp/wm.out")"
+python3 -c 'import json,sys; r=json.load(sys.stdin)["replies"][0]["result"]; assert r["state_only"] and r["job"]["request_json"] == "" and r["job"]["status"] in ("completed","incomplete"), r' <"$tmp/wm.out" ||
+  fail "a job read without its lease returned content: $(cat "$tmp/wm.out")"
+[ "$(wm "$wtoken" "$(msg 3 transcript "$j2" 0 '{}')")" = 200 ] && [ "$(field '["replies"][0]["status"]' <"$tmp/wm.out")" = fenced ] ||
+  fail "a transcript read without the lease not fenced: $(cat "$tmp/wm.out")"
+echo "worker endpoint: no/wrong token, admin key, tenant key -> 401; stale epoch -> fenced; v 9 -> invalid; reads without the lease: state only / fenced"
 
 # 6. kill -9 a worker inside a slow tool call: another worker finishes the job, one effect per call id
 start_worker w2
@@ -175,7 +182,8 @@ n_ids=$(grep "${j4#job_}" "$tmp/calls.txt" | cut -d' ' -f1 | sort -u | wc -l)
 n_tool_rows=$(api "$base/v1/jobs/$j4" | python3 -c 'import json,sys; d=[m for m in json.load(sys.stdin)["transcript"] if m["role"]=="tool"]; ids=[m.get("tool_call_id") for m in d]; assert len(ids)==len(set(ids)), ids; print(len(d))')
 echo "kill -9: $j4 moved $victim -> $survivor, done ${recovered}s after the kill; $n_calls request(s) for $n_ids call id(s), $n_effects effect(s), $n_tool_rows tool result(s)"
 
-# 7. versions: a worker speaking 5 is refused (claims nothing, says why); one speaking 3 works with this 2
+# 7. versions: a worker speaking 5 is refused (claims nothing, says why); one speaking 2 (the previous
+# version: its reads carry no lease epoch) works with this control plane at 3 (the default)
 kill "${wpid[$survivor]}"
 wait "${wpid[$survivor]}" 2>/dev/null || true
 start_worker w5 --protocol-version 5
@@ -192,14 +200,16 @@ print("w5 refused:", w["refused"])' || fail "w5's advert does not say it was ref
 j5=$(submit '{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_turns":1,"max_tokens_per_turn":16}')
 sleep 1.5
 [ "$(status "$j5")" = queued ] || fail "$j5 is $(status "$j5") with only a refused worker"
-start_worker w3 --protocol-version 3
+start_worker w3 --protocol-version 2
 wait_status "$j5" completed incomplete
 [ "$(owner "$j5")" = w3 ] || fail "$j5 ran on $(owner "$j5")"
+[ "$(curl -sf -H "Authorization: Bearer $admin" "$base/v1/workers" | python3 -c 'import json,sys; print({x["id"]: x for x in json.load(sys.stdin)["data"]}["w3"]["protocol"])')" = 2 ] ||
+  fail "w3 does not advertise protocol 2"
 for id in w2 w3 w5; do
   [ -d "$tmp/$id" ] || continue
   [ "$(find "$tmp/$id" \( -name '*.db' -o -name '*.db-*' -o -name '*.sqlite*' \) | wc -l)" = 0 ] || fail "$id has a database file"
 done
-echo "versions: w5 (protocol 5) refused and idle; $j5 ran on w3 (protocol 3) against a control plane speaking 2"
+echo "versions: w5 (protocol 5) refused and idle; $j5 ran on w3 (protocol 2) against a control plane speaking 3"
 
 # 8. per-worker tokens (--worker-tokens-file): w6 runs jobs with its own token; w7 presenting w6's
 # token is refused (403: not its id); removing w6's line revokes it (re-read by mtime); SIGHUP re-reads

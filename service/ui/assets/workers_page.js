@@ -1,10 +1,18 @@
 // Workers page (#/workers, admin key): the fleet as GET /v1/workers reports it (each worker's
-// Redis heartbeat advert): models, device, running jobs, KV blocks, version; polled every 2 s.
+// Redis heartbeat advert): models, device (and its sharing between a process's models), running
+// jobs, KV blocks, version; polled every 2 s.
 import { api } from './api.js';
 import { h, clear, fmtNum, fmtClock, unavailable } from './dom.js';
 
 function models(w) {
   return (w.models || []).map((m) => `${m.name} (${m.arch}, ctx ${m.context_length}, ${m.chat_family})`).join(', ');
+}
+
+// The device and how the process shares it between its models (worker/model_share.h).
+function device(w) {
+  const s = w.share;
+  if (!s || !s.models || s.models < 2) return w.device || '';
+  return `${w.device || ''} (shared by ${s.models} models: ${s.threads_each} threads, ${s.kv_budget_mb_each} MiB KV each)`;
 }
 
 function table(workers) {
@@ -17,7 +25,7 @@ function table(workers) {
         h('td', { class: 'mono' }, w.id),
         h('td', {}, `${w.host || ''}${w.pid ? ` (pid ${w.pid})` : ''}`),
         h('td', {}, `${w.version || '?'} / protocol ${w.protocol ?? '?'}`),
-        h('td', {}, w.device || ''),
+        h('td', {}, device(w)),
         h('td', {}, models(w)),
         h('td', { class: 'num' }, `${fmtNum(w.running_jobs)} / ${fmtNum(w.max_jobs)}`),
         h('td', { class: 'num' }, fmtNum(w.free_slots)),

@@ -221,6 +221,21 @@ TEST_CASE("continuations go to the live worker holding the KV, else to the share
   REQUIRE(d4.size() == 1);
   CHECK(d4[0].job_id == id4);
   CHECK_FALSE(d4[0].continuation);
+  f.q->ack(d4[0]);
+  REQUIRE(f.db->claim_job(id4, "w2", 30000, 5).get().outcome == claim_outcome::claimed);
+
+  // Overloaded (#28): alive and healthy but every slot busy: any worker re-prefills instead.
+  f.q->ensure_groups("w4");
+  advert("w4", {{"max_jobs", 4}, {"running_jobs", 4}, {"free_slots", 0}});
+  CHECK_FALSE(f.q->can_resume("w4"));
+  std::string id5 = prepare("w4");
+  f.q->relay_once();
+  auto d5 = f.read_all("w2");
+  REQUIRE(d5.size() == 1);
+  CHECK(d5[0].job_id == id5);
+  CHECK_FALSE(d5[0].continuation);
+  advert("w4", {{"max_jobs", 4}, {"running_jobs", 3}, {"free_slots", 1}});  // a slot free: affine again
+  CHECK(f.q->can_resume("w4"));
 }
 
 TEST_CASE("reconciler re-publishes after FLUSHALL, after a restart that lost data, and after an outage") {
