@@ -3,9 +3,9 @@
 # the tool server, a Redis primary (10.231.0.1:6379), a replica on a second address (10.231.0.2:6379)
 # and three sentinels (quorum 2, down-after 1 s); three remote workers, each in its own namespace
 # with its own data dir, reach them over veth pairs (tests/support/netns_env.sh, as remote_netns.sh).
-# Every process uses --redis sentinel://. While a server-side tool call is in flight, a client-tool
-# job waits in requires_action and plain jobs are submitted every 50 ms, the primary is killed
-# (-9); the client's output is submitted right after the kill. Checks: every job reaches one terminal
+# Every process uses --redis sentinel://. While a server-side tool call (6 s) is in flight, a
+# client-tool job waits in requires_action and plain jobs are submitted every 50 ms, the primary is
+# killed (-9); the client's output is submitted right after the kill. Checks: every job reaches one terminal
 # state (lost 0, duplicate terminal states 0), one effect per tool call id, the replica promoted,
 # every process (API and workers, across the namespaces) on the new master and heartbeating there.
 # Reports the time to recover (kill -> first job submitted after it done) and the last completion.
@@ -60,7 +60,7 @@ done
 redis_url="sentinel://${s_hosts[0]},${s_hosts[1]},${s_hosts[2]}/agentq-main"
 sentinel_master() { in_ns "$ns_cp" redis-cli -h 10.231.0.1 -p 26379 SENTINEL get-master-addr-by-name agentq-main | tr '\n' ':' | sed 's/:$//'; }
 
-start_tools 4
+start_tools 6
 admin="aq_netns_sentinel_admin_0123456789"
 wtoken="wt_netns_sentinel_token_012345678"
 in_ns "$ns_cp" "$bin/agentqd" --role api --listen 10.231.0.1:8080 --data-dir "$tmp/cp" --redis "$redis_url" \
@@ -71,7 +71,7 @@ base="http://10.231.0.1:8080"
 api() { in_ns "$ns_cp" curl -sf -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' "$@"; }
 for _ in $(seq 1 300); do api "$base/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
 for w in wa wb wc; do start_worker "$w" --engine-threads 1; done
-n_workers() { api "$base/v1/workers" | python3 -c 'import json,sys; print(len([w for w in json.load(sys.stdin)["data"] if w["heartbeat_age_ms"] < 1000]))'; }
+n_workers() { api "$base/v1/workers" | python3 -c 'import json,sys; print(len([w for w in json.load(sys.stdin)["data"] if w["heartbeat_age_ms"] < 2000]))'; }
 for _ in $(seq 1 300); do [ "$(n_workers 2>/dev/null)" = 3 ] && break; sleep 0.1; done
 [ "$(n_workers)" = 3 ] || fail "3 workers did not register through the sentinels"
 
@@ -85,13 +85,14 @@ sentinel_ready || fail "the sentinels did not discover each other and the replic
 [ "$(sentinel_master)" = "10.231.0.1:6379" ] || fail "master is $(sentinel_master)"
 
 wait_polls=600
-# in flight across the failover: a server-side tool call (4 s) and a client-tool job waiting on its client
-jt=$(tool_job slow)
+# in flight across the failover: a client-tool job waiting on its client, then a server-side tool
+# call (6 s; the primary dies about 1-2 s into it)
 jc=$(client_job)
-for _ in $(seq 1 300); do grep -q "${jt#job_}" "$tmp/calls.txt" && break; sleep 0.05; done
-grep -q "${jt#job_}" "$tmp/calls.txt" || fail "$jt: no tool call"
 wait_status "$jc" requires_action
 call=$(api "$base/v1/jobs/$jc" | field '["required_action"]["tool_calls"][0]["id"]')
+jt=$(tool_job slow)
+for _ in $(seq 1 300); do grep -q "${jt#job_}" "$tmp/calls.txt" && break; sleep 0.05; done
+grep -q "${jt#job_}" "$tmp/calls.txt" || fail "$jt: no tool call"
 
 # flow.py: 60 plain jobs 50 ms apart, the primary killed after the 20th, then the client's output
 cat >"$tmp/flow.py" <<'PY'
