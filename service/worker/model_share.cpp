@@ -7,8 +7,12 @@
 namespace agentq::worker {
 
 nlohmann::json model_share::to_json() const {
-  return {{"device", device}, {"models", n_models}, {"cores", n_cores}, {"threads_each", n_threads_each},
-          {"kv_budget_mb_each", kv_budget_mb_each}, {"rule", rule}};
+  return {{"device", device},
+          {"models", n_models},
+          {"cores", n_cores},
+          {"threads_each", n_threads_each},
+          {"kv_budget_mb_each", kv_budget_mb_each},
+          {"rule", rule}};
 }
 
 model_share share_models(const std::string& device, int32_t n_models, int32_t engine_threads, int64_t kv_budget_mb,

@@ -4,9 +4,8 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace agentq::worker {
 
@@ -20,12 +19,12 @@ namespace agentq::worker {
 // - Claims: each model worker takes up to --max-jobs of its own model's jobs; they run in the
 //   shared engines' continuous batches independently (no cross-model scheduling).
 struct model_share {
-  std::string device = "cpu";   // --device: cpu, cuda, cuda:N
-  int32_t n_models = 1;         // models this process serves
-  int32_t n_cores = 1;          // the host's cores (hardware threads)
-  int32_t n_threads_each = 0;   // each engine's CPU threads; 0 = the engine's default (every core)
+  std::string device = "cpu";     // --device: cpu, cuda, cuda:N
+  int32_t n_models = 1;           // models this process serves
+  int32_t n_cores = 1;            // the host's cores (hardware threads)
+  int32_t n_threads_each = 0;     // each engine's CPU threads; 0 = the engine's default (every core)
   int64_t kv_budget_mb_each = 0;  // each engine's KV pool, MiB
-  std::string rule;             // "split_cores" | "threads_each" | "all_cores"
+  std::string rule;               // "split_cores" | "threads_each" | "all_cores"
 
   nlohmann::json to_json() const;  // the advert's "share" object
 };
