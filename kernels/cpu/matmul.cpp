@@ -479,7 +479,7 @@ int64_t group_rows(weight_type t) { return t == weight_type::q4_0_x16 ? 16 : 8; 
 
 // Q8_0 activation blocks (bytes of them) with every quant biased by +128 (x ^ 0x80: an
 // unsigned byte), for mk_q8_0_x8_pair; the scales as they were.
-void bias_q8_0_activations(const uint8_t* qx, size_t bytes, uint8_t* out) {
+[[maybe_unused]] void bias_q8_0_activations(const uint8_t* qx, size_t bytes, uint8_t* out) {
   std::memcpy(out, qx, bytes);
   for (size_t o = 0; o < bytes; o += sizeof(detail::block_q8_0x)) {
     auto* blk = reinterpret_cast<detail::block_q8_0x*>(out + o);
@@ -489,7 +489,7 @@ void bias_q8_0_activations(const uint8_t* qx, size_t bytes, uint8_t* out) {
 
 // Per Q8_K activation block, its sub-block sums S_s (the bsums per 16 added in pairs; |S| <= 32 *
 // 127, exact in int16) packed as the 4 dwords [S_2p, S_2p+1], for mk_q4_k_x8_pair's mins.
-void q4_k_sub_sums(const uint8_t* qx, size_t x_stride, int64_t n_x, int64_t nb, int32_t* out) {
+[[maybe_unused]] void q4_k_sub_sums(const uint8_t* qx, size_t x_stride, int64_t n_x, int64_t nb, int32_t* out) {
   for (int64_t b = 0; b < n_x; ++b) {
     auto x = reinterpret_cast<const detail::block_q8_k*>(qx + static_cast<size_t>(b) * x_stride);
     for (int64_t i = 0; i < nb; ++i)
