@@ -204,6 +204,95 @@ void mk_q4_k_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float
   for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
 }
 
+// acc += vpdpbusd(u, the 4 signed bytes at p broadcast to every dword), the broadcast folded into
+// the instruction's memory operand ({1to16}). NOTE: inline asm because GCC emits a separate
+// vpbroadcastd per input per chunk for _mm512_set1_epi32 here, and on Zen 5 that op costs what the
+// vpdpbusd does (the pair kernel read slower than mk_q4_k_x8 with it).
+inline void dpbusd_bcast(__m512i& acc, __m512i u, const int8_t* p) {
+  __asm__("vpdpbusd %[m]%{1to16%}, %[u], %[acc]" : [acc] "+v"(acc) : [u] "v"(u), [m] "m"(*reinterpret_cast<const int32_t*>(p)));
+}
+
+// Two Q4_K_x8 groups side by side (16 rows: lane r < 8 is row r of g0, lane 8 + r row r of g1)
+// against B Q8_K inputs, for few inputs (a verify pass); out[b * 16 + lane]. As mk_q8_0_x8_pair:
+// per 8-element chunk k one 64-byte vector holds both groups' chunk k (its low nibbles elements
+// 8k..8k+3 of each row, its high ones 8k+4..8k+7), and the input's dwords 2k / 2k + 1 are each
+// one broadcast: two vpdpbusd per input per chunk for 16 rows, no per-input permute (mk_q4_k_x8
+// spends a load and two permutes per input per two chunks for 8 rows). The scale multiply per
+// sub-block and the mins' tail now serve 16 rows per op. spairs[b]: per super-block i, x[b]'s
+// sub-block sums S_s (bsums added in pairs, exact in int16) as the 4 dwords [S_2p, S_2p+1]
+// (q4_k_sub_sums), computed once per matmul instead of per group. Integer sums are exact and the
+// float steps per (row, input) are q4_k_x8_tail's, so the bits are mk_q4_k_x8's.
+template <int B>
+void mk_q4_k_x8_pair(const uint8_t* g0, const uint8_t* g1, const uint8_t* const* xb, const int32_t* const* spairs,
+                     int64_t n, float* out, const uint8_t* next0, const uint8_t* next1) {
+  auto w0 = reinterpret_cast<const block_q4_kx8*>(g0);
+  auto w1 = reinterpret_cast<const block_q4_kx8*>(g1);
+  const block_q8_k* x[B];
+  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  // permutex2var indices: lanes 0-7 take g0's [row][2] scale of sub-block 2p + h, 8-15 g1's.
+  const __m512i pick_even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i pick_odd = _mm512_add_epi32(pick_even, _mm512_set1_epi32(1));
+  __m512 acc[B];
+  for (int b = 0; b < B; ++b) acc[b] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / qk_k; ++i) {
+    const block_q4_kx8& a = w0[i];
+    const block_q4_kx8& c = w1[i];
+    if (next0) {
+      prefetch_block(next0 + i * int64_t(sizeof(block_q4_kx8)), int(sizeof(block_q4_kx8)));
+      prefetch_block(next1 + i * int64_t(sizeof(block_q4_kx8)), int(sizeof(block_q4_kx8)));
+    }
+    __m512i sumi[B];
+    for (int b = 0; b < B; ++b) sumi[b] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const __m512i sa = scales_u8(a.scales, p), sc = scales_u8(c.scales, p);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const int s = 2 * p + h;  // sub-block: chunks 4s .. 4s + 3
+        // NOTE: one accumulator chain per input: two (low / high nibbles, to hide vpdpbusd's
+        // latency at few inputs) read slower at 4-8 inputs (registers), 1-3 inputs never come here.
+        __m512i a32[B];
+        for (int b = 0; b < B; ++b) a32[b] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 4 * s; k < 4 * s + 4; ++k) {
+          const __m512i q = _mm512_inserti64x4(
+              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 32 * k))),
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c.qs + 32 * k)), 1);
+          const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+          for (int b = 0; b < B; ++b) {
+            dpbusd_bcast(a32[b], lo, x[b][i].qs + 8 * k);
+            dpbusd_bcast(a32[b], hi, x[b][i].qs + 8 * k + 4);
+          }
+        }
+        const __m512i scale = _mm512_permutex2var_epi32(sa, h ? pick_odd : pick_even, sc);
+        for (int b = 0; b < B; ++b) sumi[b] = _mm512_add_epi32(sumi[b], _mm512_mullo_epi32(a32[b], scale));
+      }
+    }
+    // Mins: per row sum over pairs p of [m_2p, m_2p+1] . [S_2p, S_2p+1] (one madd per pair).
+    __m512i mins[4];
+    for (int p = 0; p < 4; ++p)
+      mins[p] = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.mins + 16 * p)))),
+          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c.mins + 16 * p))), 1);
+    const __m512 d = _mm512_cvtph_ps(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.d))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(c.d)), 1));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.dmin))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(c.dmin)), 1));
+    for (int b = 0; b < B; ++b) {
+      const int32_t* sp = spairs[b] + 4 * i;
+      __m512i summ = _mm512_madd_epi16(mins[0], _mm512_set1_epi32(sp[0]));
+      for (int p = 1; p < 4; ++p) summ = _mm512_add_epi32(summ, _mm512_madd_epi16(mins[p], _mm512_set1_epi32(sp[p])));
+      const __m512 yd = _mm512_set1_ps(x[b][i].d);
+      acc[b] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi[b]), acc[b]);
+      acc[b] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(summ), acc[b]);
+    }
+  }
+  for (int b = 0; b < B; ++b) _mm512_storeu_ps(out + 16 * b, acc[b]);
+}
+
 // As avx2::mk_q6_k_x8_avx2. Per 16-element sub-block c (one 64-byte ql load: chunks 2c and
 // 2c + 1, one 32-byte qh load into both halves): a per-half shift of qh (4 / 0 bits) lines up
 // the high 2 bits of elements 16c + j / 16c + 8 + j with the low nibbles and, shifted 2 more,

@@ -304,7 +304,8 @@ TEST_CASE("_x8 layouts: repacked Q8_0, Q4_K, Q6_K, Q4_0, Q5_K, IQ4_XS and Q3_K a
       continue;
     }
     for (int64_t n_cols : kd.cols) {
-      const int64_t n_rows = kd.x8 == weight_type::q4_0_x16 ? 48 : 24;  // whole groups of 16 / 8 rows
+      // Whole groups of 16 / 8 rows; 40 = 5 groups: the pair kernels (two groups a call) leave one.
+      const int64_t n_rows = kd.x8 == weight_type::q4_0_x16 ? 48 : 40;
       INFO(name_of(kd.x8), " cols ", n_cols);
       const size_t rb = row_bytes(kd.file, n_cols);
       std::vector<uint8_t> file(rb * n_rows);
@@ -314,13 +315,16 @@ TEST_CASE("_x8 layouts: repacked Q8_0, Q4_K, Q6_K, Q4_0, Q5_K, IQ4_XS and Q3_K a
       repack(kd.file, file.data(), n_rows, n_cols, kd.x8, x8.data());
       const size_t stride8 = row_bytes(kd.x8, n_cols);
       // Activations with a wide range: Q4_K's int16 sub-block sums run near their bound.
-      const auto x = normal_data(static_cast<size_t>(9 * n_cols), 42, 3.0f);
-      std::vector<float> ref(static_cast<size_t>(9 * n_rows)), want(ref.size());
-      matmul_reference(kd.x8, x8.data(), stride8, n_cols, x.data(), 9, ref.data(), 0, n_rows, n_rows);
-      matmul_reference(kd.file, file.data(), rb, n_cols, x.data(), 9, want.data(), 0, n_rows, n_rows);
+      // 12 inputs: every width of a verify pass (the pair kernels take 5..8 per call, 9..12 in two calls).
+      constexpr int64_t nxm = 12;
+      const auto x = normal_data(static_cast<size_t>(nxm * n_cols), 42, 3.0f);
+      std::vector<float> ref(static_cast<size_t>(nxm * n_rows)), want(ref.size());
+      matmul_reference(kd.x8, x8.data(), stride8, n_cols, x.data(), nxm, ref.data(), 0, n_rows, n_rows);
+      matmul_reference(kd.file, file.data(), rb, n_cols, x.data(), nxm, want.data(), 0, n_rows, n_rows);
       for (size_t i = 0; i < ref.size(); ++i) REQUIRE(std::fabs(ref[i] - want[i]) <= 1e-5f * (std::fabs(want[i]) + 1.0f));
-      for (int64_t n_x = 1; n_x <= 9; ++n_x)
-        for (auto [b, e] : {std::pair<int64_t, int64_t>{0, n_rows}, {8, 16}, {3, 21}, {5, 6}, {16, 24}, {17, 47}}) {
+      for (int64_t n_x = 1; n_x <= nxm; ++n_x)
+        for (auto [b, e] : {std::pair<int64_t, int64_t>{0, n_rows}, {8, 16}, {3, 21}, {5, 6}, {16, 24}, {17, 47},
+                            {0, 32}, {9, 40}, {24, 40}}) {
           if (e > n_rows) continue;  // {17, 47}: the 48-row case only
           CAPTURE(n_x);
           CAPTURE(b);
@@ -336,13 +340,13 @@ TEST_CASE("_x8 layouts: repacked Q8_0, Q4_K, Q6_K, Q4_0, Q5_K, IQ4_XS and Q3_K a
         }
       // Many inputs (crosses the input blocking), pre-quantized.
       std::vector<float> xb;
-      for (int rep = 0; rep < 10; ++rep) xb.insert(xb.end(), x.begin(), x.end());
-      std::vector<uint8_t> qx(activation_bytes(kd.x8, n_cols, 90));
-      quantize_activations(kd.x8, xb.data(), n_cols, 90, qx.data());
-      std::vector<float> yb(static_cast<size_t>(90 * n_rows));
-      matmul_prequantized(kd.x8, x8.data(), stride8, n_cols, qx.data(), 90, yb.data(), 0, n_rows, n_rows);
-      for (int64_t i = 0; i < 90; ++i)
-        for (int64_t r = 0; r < n_rows; ++r) REQUIRE(same_bits(yb[i * n_rows + r], ref[(i % 9) * n_rows + r]));
+      for (int rep = 0; rep < 8; ++rep) xb.insert(xb.end(), x.begin(), x.end());
+      std::vector<uint8_t> qx(activation_bytes(kd.x8, n_cols, 8 * nxm));
+      quantize_activations(kd.x8, xb.data(), n_cols, 8 * nxm, qx.data());
+      std::vector<float> yb(static_cast<size_t>(8 * nxm * n_rows));
+      matmul_prequantized(kd.x8, x8.data(), stride8, n_cols, qx.data(), 8 * nxm, yb.data(), 0, n_rows, n_rows);
+      for (int64_t i = 0; i < 8 * nxm; ++i)
+        for (int64_t r = 0; r < n_rows; ++r) REQUIRE(same_bits(yb[i * n_rows + r], ref[(i % nxm) * n_rows + r]));
     }
   }
   // Repacking to the same type copies.
@@ -360,6 +364,9 @@ TEST_CASE("_x8 layouts: extreme quants against full-scale activations") {
   for (const kind& kd : {kind{weight_type::q4_0, weight_type::q4_0_x16, 0xFF, {{0, 0x00}, {1, 0x20}}},
                          kind{weight_type::q4_0, weight_type::q4_0_x16, 0x00, {{0, 0x00}, {1, 0x20}}},
                          kind{weight_type::q5_k, weight_type::q5_k_x8, 0xFF, {{0, 0x00}, {1, 0x20}, {2, 0x00}, {3, 0x20}}},
+                         // Q4_K: every quant 15, scales and mins 63 (fill 0xFF; d, dmin at 0, 2): a sub-block's
+                         // sum 32 * 15 * 127 is past int16, the pair kernel's int32 sums must hold it
+                         kind{weight_type::q4_k, weight_type::q4_k_x8, 0xFF, {{0, 0x00}, {1, 0x20}, {2, 0x00}, {3, 0x20}}},
                          kind{weight_type::iq4_xs, weight_type::iq4_xs_x8, 0x00,
                               {{0, 0x00}, {1, 0x20}, {2, 0xFF}, {3, 0xFF}, {4, 0xFF}, {5, 0xFF}, {6, 0xFF}, {7, 0xFF}}},
                          kind{weight_type::iq4_xs, weight_type::iq4_xs_x8, 0xFF, {{0, 0x00}, {1, 0x20}}},
@@ -378,20 +385,19 @@ TEST_CASE("_x8 layouts: extreme quants against full-scale activations") {
       for (auto [off, v] : kd.bytes) file[o + off] = v;
     std::vector<uint8_t> x8(matrix_bytes(kd.x8, n_rows, n_cols));
     repack(kd.file, file.data(), n_rows, n_cols, kd.x8, x8.data());
-    // Inputs: all +1, all -1, and +-1 alternating (every quant at full scale).
-    std::vector<float> x(static_cast<size_t>(3 * n_cols));
-    for (int64_t j = 0; j < n_cols; ++j) {
-      x[j] = 1.0f;
-      x[n_cols + j] = -1.0f;
-      x[2 * n_cols + j] = j % 2 ? 1.0f : -1.0f;
-    }
+    // Inputs: all +1, all -1, and +-1 alternating (every quant at full scale), repeated up to 8
+    // inputs (the few-input pair kernels take 5..8).
+    constexpr int64_t nxm = 8;
+    std::vector<float> x(static_cast<size_t>(nxm * n_cols));
+    for (int64_t b = 0; b < nxm; ++b)
+      for (int64_t j = 0; j < n_cols; ++j) x[b * n_cols + j] = b % 3 == 0 ? 1.0f : b % 3 == 1 ? -1.0f : (j % 2 ? 1.0f : -1.0f);
     const size_t stride8 = row_bytes(kd.x8, n_cols);
-    std::vector<float> ref(static_cast<size_t>(3 * n_rows)), y(ref.size(), NAN);
-    matmul_reference(kd.x8, x8.data(), stride8, n_cols, x.data(), 3, ref.data(), 0, n_rows, n_rows);
+    std::vector<float> ref(static_cast<size_t>(nxm * n_rows)), y(ref.size(), NAN);
+    matmul_reference(kd.x8, x8.data(), stride8, n_cols, x.data(), nxm, ref.data(), 0, n_rows, n_rows);
     std::vector<float> want(ref.size());
-    matmul_reference(kd.file, file.data(), rb, n_cols, x.data(), 3, want.data(), 0, n_rows, n_rows);
+    matmul_reference(kd.file, file.data(), rb, n_cols, x.data(), nxm, want.data(), 0, n_rows, n_rows);
     for (size_t i = 0; i < ref.size(); ++i) REQUIRE(std::fabs(ref[i] - want[i]) <= 1e-5f * (std::fabs(want[i]) + 1.0f));
-    for (int64_t n_x = 1; n_x <= 3; ++n_x) {
+    for (int64_t n_x = 1; n_x <= nxm; ++n_x) {
       CAPTURE(n_x);
       matmul(kd.x8, x8.data(), stride8, n_cols, x.data(), n_x, y.data(), 0, n_rows, n_rows);
       for (int64_t i = 0; i < n_x * n_rows; ++i) REQUIRE(same_bits(y[i], ref[i]));
