@@ -1,6 +1,6 @@
 // Prefill GEMM through cuBLAS (cublasGemmEx, fp16/bf16 in, fp32 accumulate and out).
-// Quantised weights are dequantised to fp16 in row tiles first; activations are
-// converted to the weight's 16-bit type.
+// Block-format weights are dequantised to fp16 in row tiles first (dequantize.cu: the matvec's
+// per-format lane decoders); activations are converted to the weight's 16-bit type.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -21,18 +21,7 @@ bool cublas_ok(cublasStatus_t st, const char* expr, const char* file, int line) 
 }
 #define AGENTQ_CUBLAS_CHECK(expr) cublas_ok((expr), #expr, __FILE__, __LINE__)
 
-// NOTE: at most 65535 rows: the dequantising kernel's grid y is one row each.
-int64_t tile_rows(int64_t n_out, int64_t n_in) {
-  return std::max<int64_t>(1, std::min({n_out, kTileElems / n_in, int64_t(65535)}));
-}
-
-__global__ void dequantize_f16_kernel(weight_type type, const uint8_t* __restrict__ w, size_t rb, int64_t row0,
-                                      int64_t n_in, __half* __restrict__ dst) {
-  const int64_t r = blockIdx.y;
-  const uint8_t* row = w + size_t(row0 + r) * rb;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_in; i += int64_t(gridDim.x) * blockDim.x)
-    dst[r * n_in + i] = __float2half_rn(detail::dequant_elem(type, row, i));
-}
+int64_t tile_rows(int64_t n_out, int64_t n_in) { return std::max<int64_t>(1, std::min(n_out, kTileElems / n_in)); }
 
 __global__ void convert_f16_kernel(const float* __restrict__ x, __half* __restrict__ y, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -46,16 +35,6 @@ __global__ void convert_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* 
 unsigned grid_1d(int64_t n) { return std::min<unsigned>(detail::ceil_div(n, 256), 65535u); }
 
 }  // namespace
-
-void dequantize_f16(weight_type type, const void* w, int64_t row0, int64_t n_rows, int64_t n_in, void* dst_f16,
-                    stream_t s) {
-  if (n_rows <= 0) return;
-  const dim3 grid(std::min<unsigned>(detail::ceil_div(n_in, 256), 64u), unsigned(n_rows));
-  dequantize_f16_kernel<<<grid, 256, 0, detail::as_stream(s)>>>(type, static_cast<const uint8_t*>(w),
-                                                                 row_bytes(type, n_in), row0, n_in,
-                                                                 static_cast<__half*>(dst_f16));
-  AGENTQ_CUDA_CHECK_LAUNCH();
-}
 
 void convert_f32_to_f16(const float* x, void* dst, int64_t n, stream_t s) {
   if (n <= 0) return;

@@ -14,8 +14,9 @@ namespace agentq::kernels::cuda {
 // ---------------------------------------------------------------------------
 // Weight types (ggml ids) and their block geometry.
 // ---------------------------------------------------------------------------
-// NOTE: Q4_0 ... MXFP4 run through one generic per-element dequantising path (matvec,
-// gemm tiles, embedding gather): correct, not tuned; F32/F16/BF16/Q8_0/Q4_K/Q6_K have kernels.
+// NOTE: every type has its own matvec row dot and, for the block formats, a lane decoder that
+// writes the GEMM's fp16 tiles (kernels/cuda/matvec_quants.cuh); only the embedding gather
+// dequantises element by element (not a hot path).
 enum class weight_type : int32_t {
   f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q2_k = 10, q3_k = 11, q4_k = 12,
   q5_k = 13, q6_k = 14, iq4_nl = 20, iq4_xs = 23, bf16 = 30, mxfp4 = 39
@@ -340,7 +341,9 @@ void moe_matvec(weight_type type, const void* stack, int64_t n_out, int64_t n_in
 bool matvec16_variant_ok(int rows, int loads);
 bool set_matvec16_variant(int rows, int loads);  // false for an unsupported pair
 
-// Dequantise rows [row0, row0+n_rows) of w to fp16: dst [n_rows][n_in].
+// Dequantise rows [row0, row0+n_rows) of w to fp16: dst [n_rows][n_in]. Block formats: ggml's
+// values rounded to fp16 (round to nearest even), from the matvec's lane decoders; the float types
+// element by element, at most 65535 rows a call.
 void dequantize_f16(weight_type type, const void* w, int64_t row0, int64_t n_rows, int64_t n_in, void* dst_f16,
                     stream_t s);
 // fp32 -> fp16 / bf16, n elements.
