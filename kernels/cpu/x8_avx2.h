@@ -61,6 +61,33 @@ inline __m256 fma_block(__m256 d, float xd, __m256i s, __m256 acc) {
   return _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xd)), _mm256_cvtepi32_ps(s), acc);
 }
 
+// 8 rows' fp16 scales (a layout's d[8], dmin[8]) as floats.
+inline __m256 load_d8(const uint16_t* d) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d))); }
+
+// 4 bytes at p broadcast to every dword.
+inline __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// The int16 sum of maddubs(q_k, x's dword k broadcast), k < 4, from xq: four 4-element chunks
+// of every row against 16 activation bytes. The caller bounds the sum below 2^15.
+inline __m256i maddubs4(__m256i q0, __m256i q1, __m256i q2, __m256i q3, const int8_t* xq) {
+  __m256i p16 = _mm256_maddubs_epi16(q0, bcast4(xq));
+  p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(q1, bcast4(xq + 4)));
+  p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(q2, bcast4(xq + 8)));
+  return _mm256_add_epi16(p16, _mm256_maddubs_epi16(q3, bcast4(xq + 12)));
+}
+
+// Pair p's 16 byte scales ([row][2], the layouts' [pair][row][2] order) widened to int16.
+inline __m256i scales16(const uint8_t* scales, int p) {
+  return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * p)));
+}
+inline __m256i scales16(const int8_t* scales, int p) {
+  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * p)));
+}
+
 // Per row sum over the 16 sub-blocks of 16 of scale_s * (x's sum over sub-block s) for the layouts
 // with int8 scales per 16 in [pair][row][2] order (Q6_K_x8, Q3_K_x8); |sum| <= 16 * 128 * 16 * 127.
 inline __m256i x8_scaled_bsums16(const int8_t* scales, const detail::block_q8_k& y) {
@@ -68,7 +95,7 @@ inline __m256i x8_scaled_bsums16(const int8_t* scales, const detail::block_q8_k&
   for (int p = 0; p < 8; ++p) {
     int32_t pair;
     std::memcpy(&pair, y.bsums + 2 * p, 4);  // [bsum_2p, bsum_2p+1]: the sums of x per 16
-    const __m256i sc2 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * p)));
+    const __m256i sc2 = scales16(scales, p);
     summ = _mm256_add_epi32(summ, _mm256_madd_epi16(sc2, _mm256_set1_epi32(pair)));
   }
   return summ;
@@ -90,21 +117,65 @@ inline void x8_nibbles(const uint8_t* p, __m256i m4, __m256i* lo, __m256i* hi) {
   *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
 }
 
+// The sub-block loop of the layouts in Q4_K_x8's nibble order with [pair][row][2] byte scales (Q4_K,
+// Q5_K, IQ4_XS; x8_avx512.h's x8_scaled_sums is its AVX-512 form): per row and input b, the int32
+// sum over one super-block of scale_s * (sub-block s's quants . x[b][i]). quants(k, &lo, &hi): chunk
+// k's quants, 4 bytes of each row (low: elements 8k..8k+3, high: 8k+4..); scales(p): pair p's
+// scales widened to int16 (scales16); prod(q, x4): int16 pair sums of a half-chunk against x's
+// dword broadcast. W > 0: the products of W chunks add up in int16 before one madd with the
+// sub-block's scale widens them (the caller's bound); W = 0: each half widens on its own.
+template <int B, int W, class Quants, class Scales, class Prod>
+inline void x8_subblock_sums(Quants quants, Scales scales, Prod prod, const block_q8_k* const* x, int64_t i,
+                             __m256i* sumi) {
+  static_assert(W == 0 || 4 % W == 0);
+  const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
+  for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p) {
+    const __m256i sc = scales(p);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i scale = _mm256_shuffle_epi8(sc, h ? dup_b : dup_a);
+      const int s = 2 * p + h;  // sub-block: chunks 4s .. 4s + 3
+      __m256i acc16[B];
+      for (int b = 0; b < B; ++b) acc16[b] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int k = 4 * s; k < 4 * s + 4; ++k) {
+        __m256i lo, hi;
+        quants(k, &lo, &hi);
+        for (int b = 0; b < B; ++b) {
+          const int8_t* xq = x[b][i].qs + 8 * k;
+          const __m256i pl = prod(lo, bcast4(xq)), ph = prod(hi, bcast4(xq + 4));
+          if constexpr (W == 0)
+            sumi[b] = _mm256_add_epi32(sumi[b], _mm256_add_epi32(_mm256_madd_epi16(pl, scale), _mm256_madd_epi16(ph, scale)));
+          else
+            acc16[b] = _mm256_add_epi16(acc16[b], _mm256_add_epi16(pl, ph));
+        }
+        if constexpr (W > 0) {
+          if ((k + 1) % W == 0)
+            for (int b = 0; b < B; ++b) {
+              sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(acc16[b], scale));
+              acc16[b] = _mm256_setzero_si256();
+            }
+        }
+      }
+    }
+  }
+}
+
+// maddubs as x8_subblock_sums' prod: unsigned quants against signed x.
+struct prod_maddubs {
+  __m256i operator()(__m256i q, __m256i x4) const { return _mm256_maddubs_epi16(q, x4); }
+};
+
 // out[b * 8 + r] = dot(row r of the group, x[b]) for B Q8_0 inputs; per (row, input) exactly
 // detail::dot_q8_0_x8_scalar's float operations. Per 4-element chunk k: one 32-byte load
 // holds 4 weights of each row, against the input's 4 bytes broadcast; the sign trick
 // (maddubs takes one unsigned operand) and one madd leave each row's exact int32 in its lane.
 template <int B>
 void mk_q8_0_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
-  auto w = reinterpret_cast<const block_q8_0x8*>(group);
-  const block_q8_0x* x[B];
-  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_0x*>(xb[b]);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[B];
-  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / qk8_0; ++i) {
-    const block_q8_0x8& blk = w[i];
-    if (next) prefetch_block(next + i * int64_t(sizeof(block_q8_0x8)), int(sizeof(block_q8_0x8)));
+  x8_blocks<block_q8_0x8, block_q8_0x, B>(group, xb, n / qk8_0, out, next, [](const block_q8_0x8& blk, const block_q8_0x* const* x, int64_t i, __m256* acc) {
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256i sumi[B];
     for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -112,17 +183,13 @@ void mk_q8_0_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * k));
       const __m256i aq = _mm256_sign_epi8(q, q);
       for (int b = 0; b < B; ++b) {
-        int32_t xv;
-        std::memcpy(&xv, x[b][i].qs + 4 * k, 4);
-        const __m256i p16 = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(_mm256_set1_epi32(xv), q));
+        const __m256i p16 = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(bcast4(x[b][i].qs + 4 * k), q));
         sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(p16, ones));
       }
     }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
-    for (int b = 0; b < B; ++b)
-      acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[b][i].d)), _mm256_cvtepi32_ps(sumi[b]), acc[b]);
-  }
-  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+    const __m256 d = load_d8(blk.d);
+    for (int b = 0; b < B; ++b) acc[b] = fma_block(d, x[b][i].d, sumi[b], acc[b]);
+  });
 }
 
 // The end of one Q4_K_x8 super-block: per row the mins' dot with x's sub-block sums, then
@@ -133,10 +200,9 @@ struct q4_k_x8_tail {
   // Blk: block_q4_kx8 or block_q5_kx8 (the same d, dmin and mins).
   template <class Blk>
   explicit q4_k_x8_tail(const Blk& blk) {
-    for (int p = 0; p < 4; ++p)
-      mins[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.mins + 16 * p)));
-    d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
-    dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.dmin)));
+    for (int p = 0; p < 4; ++p) mins[p] = scales16(blk.mins, p);
+    d = load_d8(blk.d);
+    dmin = load_d8(blk.dmin);
   }
   // sumi: the 8 rows' scaled quant sums for input y.
   __m256 apply(const block_q8_k& y, __m256i sumi, __m256 acc) const {
@@ -168,48 +234,13 @@ struct q4_k_x8_tail {
 // the row's scale widens to int32.
 template <int B>
 void mk_q4_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
-  auto w = reinterpret_cast<const block_q4_kx8*>(group);
-  const block_q8_k* x[B];
-  for (int b = 0; b < B; ++b) x[b] = reinterpret_cast<const block_q8_k*>(xb[b]);
-  const __m256i m4 = _mm256_set1_epi8(0xF);
-  const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
-  __m256 acc[B];
-  for (int b = 0; b < B; ++b) acc[b] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / qk_k; ++i) {
-    const block_q4_kx8& blk = w[i];
-    if (next) prefetch_block(next + i * int64_t(sizeof(block_q4_kx8)), int(sizeof(block_q4_kx8)));
+  x8_blocks<block_q4_kx8, block_q8_k, B>(group, xb, n / qk_k, out, next, [](const block_q4_kx8& blk, const block_q8_k* const* x, int64_t i, __m256* acc) {
     __m256i sumi[B];
-    for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {
-      const __m256i sc = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const int s = 2 * p + h;  // sub-block
-        __m256i acc16[B];
-        for (int b = 0; b < B; ++b) acc16[b] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-        for (int kk = 0; kk < 4; ++kk) {
-          const int k = 4 * s + kk;
-          __m256i lo, hi;
-          x8_nibbles(blk.qs + 32 * k, m4, &lo, &hi);
-          for (int b = 0; b < B; ++b) {
-            int32_t xl, xh;
-            std::memcpy(&xl, x[b][i].qs + 8 * k, 4);
-            std::memcpy(&xh, x[b][i].qs + 8 * k + 4, 4);
-            const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)),
-                                                 _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh)));
-            acc16[b] = _mm256_add_epi16(acc16[b], p16);
-          }
-        }
-        const __m256i scale = _mm256_shuffle_epi8(sc, h ? dup_b : dup_a);
-        for (int b = 0; b < B; ++b) sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(acc16[b], scale));
-      }
-    }
+    x8_subblock_sums<B, 4>([&blk](int k, __m256i* lo, __m256i* hi) { x8_nibbles(blk.qs + 32 * k, _mm256_set1_epi8(0xF), lo, hi); },
+                           [&blk](int p) { return scales16(blk.scales, p); }, prod_maddubs{}, x, i, sumi);
     const q4_k_x8_tail tail(blk);
     for (int b = 0; b < B; ++b) acc[b] = tail.apply(x[b][i], sumi[b], acc[b]);
-  }
-  for (int b = 0; b < B; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+  });
 }
 
 // The end of one Q6_K_x8 super-block for input y: the +32 of the stored quants comes off as
@@ -217,6 +248,14 @@ void mk_q4_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
 inline __m256 q6_k_x8_tail(const block_q6_kx8& blk, __m256 d, const block_q8_k& y, __m256i sumi, __m256 acc) {
   const __m256i total = _mm256_sub_epi32(sumi, _mm256_slli_epi32(x8_scaled_bsums16(blk.scales, y), 5));
   return fma_block(d, y.d, total, acc);
+}
+
+// The end of one Q3_K_x8 super-block for input y (both ISAs' kernels): the + 4 of the stored quants
+// comes off as 4 * (scales . x's sums per 16), exact in int32, then acc += (d * y.d) * isum as a
+// multiply and an add, no fma: dot_q3_k_scalar's float step, so the file layout's bits.
+inline __m256 q3_k_x8_tail(const block_q3_kx8& blk, __m256 d, const block_q8_k& y, __m256i sumi, __m256 acc) {
+  const __m256i isum = _mm256_sub_epi32(sumi, _mm256_slli_epi32(x8_scaled_bsums16(blk.scales, y), 2));
+  return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(y.d)), _mm256_cvtepi32_ps(isum)));
 }
 
 // out[b * 8 + r] = dot(row r of the group, x[b]) for B Q8_K inputs; per (row, input) exactly
@@ -235,8 +274,7 @@ void mk_q6_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
     for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
 #pragma GCC unroll 2
     for (int c = 0; c < 16; ++c) {
-      const __m256i sc2 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * (c / 2))));
-      const __m256i scale = _mm256_shuffle_epi8(sc2, c % 2 ? dup_b : dup_a);
+      const __m256i scale = _mm256_shuffle_epi8(scales16(blk.scales, c / 2), c % 2 ? dup_b : dup_a);
       const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * c));
       __m256i lo0, hi0, lo1, hi1;
       x8_nibbles(blk.ql + 64 * c, m4, &lo0, &hi0);
@@ -248,19 +286,12 @@ void mk_q6_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
       hi1 = _mm256_or_si256(hi1, _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
       for (int b = 0; b < B; ++b) {
         const int8_t* xq = x[b][i].qs + 16 * c;
-        int32_t x0, x1, x2, x3;
-        std::memcpy(&x0, xq, 4);
-        std::memcpy(&x1, xq + 4, 4);
-        std::memcpy(&x2, xq + 8, 4);
-        std::memcpy(&x3, xq + 12, 4);
-        const __m256i pa = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, _mm256_set1_epi32(x0)),
-                                            _mm256_maddubs_epi16(hi0, _mm256_set1_epi32(x1)));
-        const __m256i pb = _mm256_add_epi16(_mm256_maddubs_epi16(lo1, _mm256_set1_epi32(x2)),
-                                            _mm256_maddubs_epi16(hi1, _mm256_set1_epi32(x3)));
+        const __m256i pa = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, bcast4(xq)), _mm256_maddubs_epi16(hi0, bcast4(xq + 4)));
+        const __m256i pb = _mm256_add_epi16(_mm256_maddubs_epi16(lo1, bcast4(xq + 8)), _mm256_maddubs_epi16(hi1, bcast4(xq + 12)));
         sumi[b] = _mm256_add_epi32(sumi[b], _mm256_add_epi32(_mm256_madd_epi16(pa, scale), _mm256_madd_epi16(pb, scale)));
       }
     }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    const __m256 d = load_d8(blk.d);
     for (int b = 0; b < B; ++b) acc[b] = q6_k_x8_tail(blk, d, x[b][i], sumi[b], acc[b]);
   });
 }

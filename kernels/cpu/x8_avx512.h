@@ -77,7 +77,7 @@ void mk_q8_0_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float
         sumi[b] = _mm512_dpbusd_epi32(sumi[b], aq, _mm512_mask_sub_epi8(xv, neg, zero, xv));
       }
     }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    const __m256 d = avx2::load_d8(blk.d);
     for (int b = 0; b < B; ++b)
       acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[b][i].d)), _mm256_cvtepi32_ps(fold(sumi[b])), acc[b]);
   }
@@ -323,7 +323,7 @@ void mk_q6_k_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float
         sumi[b] = _mm512_add_epi32(sumi[b], _mm512_mullo_epi32(a32, scale));
       }
     }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    const __m256 d = avx2::load_d8(blk.d);
     for (int b = 0; b < B; ++b) acc[b] = avx2::q6_k_x8_tail(blk, d, x[b][i], fold(sumi[b]), acc[b]);
   });
 }

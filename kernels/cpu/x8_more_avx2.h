@@ -3,20 +3,15 @@
 // 8 rows against B inputs, each row's sum in its own lane, for decode and prefill. AVX-512 VNNI
 // builds run x8_more_avx512.h's forms instead; both give the bits of the scalar definitions
 // (repack_more.cpp): the integer sums are exact and the float steps per (row, input) the same.
-// Each runs in x8_blocks (x8_avx2.h), the frame of accumulators, block loop, prefetch and store.
+// Each runs in x8_blocks (x8_avx2.h), the frame of accumulators, block loop, prefetch and store; Q5_K
+// and IQ4_XS run their sub-blocks in x8_subblock_sums (x8_avx2.h, as Q4_K_x8), and the chunk
+// products, scales and float tails come from x8_avx2.h's helpers.
 // NOTE: maddubs saturates int16 pair sums, so each kernel says where its partial sums widen.
 #pragma once
 #include "cpu/x8_avx2.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 namespace agentq::kernels::avx2 {
-
-// 4 bytes at p broadcast to every dword.
-inline __m256i bcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
 
 // out[b * 16 + r] = dot(row r of the group of 16, x[b]) for B Q8_0 inputs (each followed by 8 *
 // its block sums, add_q8_0_sums); per (row, input) exactly detail::dot_q4_0_x16_scalar's float
@@ -35,17 +30,11 @@ void mk_q4_0_x16_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n,
     for (int h = 0; h < 2; ++h) {
       __m256i lo[4], hi[4];
       for (int k = 0; k < 4; ++k) x8_nibbles(blk.qs + 64 * k + 32 * h, m4, &lo[k], &hi[k]);
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d + 8 * h)));
+      const __m256 d = load_d8(blk.d + 8 * h);
       for (int b = 0; b < B; ++b) {
         const int8_t* xq = x[b][i].qs;
-        __m256i p16 = _mm256_maddubs_epi16(lo[0], bcast4(xq));
-        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[0], bcast4(xq + 4)));
-        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(lo[1], bcast4(xq + 8)));
-        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[1], bcast4(xq + 12)));
-        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(lo[2], bcast4(xq + 16)));
-        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[2], bcast4(xq + 20)));
-        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(lo[3], bcast4(xq + 24)));
-        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[3], bcast4(xq + 28)));
+        const __m256i p16 =
+            _mm256_add_epi16(maddubs4(lo[0], hi[0], lo[1], hi[1], xq), maddubs4(lo[2], hi[2], lo[3], hi[3], xq + 16));
         const int32_t xsum8 = reinterpret_cast<const int32_t*>(x[b] + nb)[i];  // 8 * sum(x's block i)
         const __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(p16, ones), _mm256_set1_epi32(xsum8));
         acc[b].h[h] = fma_block(d, x[b][i].d, s, acc[b].h[h]);
@@ -71,35 +60,14 @@ inline __m256i fifth_bits(const uint64_t* qh, int half) {
 template <int B>
 void mk_q5_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
   x8_blocks<block_q5_kx8, block_q8_k, B>(group, xb, n / qk_k, out, next, [](const block_q5_kx8& blk, const block_q8_k* const* x, int64_t i, __m256* acc) {
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
+    // Chunk k: its nibbles, the fifth bits from dword k % 2 of qh[k / 2] (low / high nibbles' masks).
+    auto quants = [&blk](int k, __m256i* lo, __m256i* hi) {
+      x8_nibbles(blk.qs + 32 * k, _mm256_set1_epi8(0xF), lo, hi);
+      *lo = _mm256_or_si256(*lo, fifth_bits(blk.qh[k / 2] + 0, k % 2));
+      *hi = _mm256_or_si256(*hi, fifth_bits(blk.qh[k / 2] + 1, k % 2));
+    };
     __m256i sumi[B];
-    for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {
-      const __m256i sc = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const __m256i scale = _mm256_shuffle_epi8(sc, h ? dup_b : dup_a);
-#pragma GCC unroll 2
-        for (int L = 4 * p + 2 * h; L < 4 * p + 2 * h + 2; ++L) {  // chunks 2L, 2L + 1
-          __m256i lo[2], hi[2];
-          for (int c = 0; c < 2; ++c) {
-            x8_nibbles(blk.qs + 32 * (2 * L + c), m4, &lo[c], &hi[c]);
-            lo[c] = _mm256_or_si256(lo[c], fifth_bits(blk.qh[L] + 0, c));
-            hi[c] = _mm256_or_si256(hi[c], fifth_bits(blk.qh[L] + 1, c));
-          }
-          for (int b = 0; b < B; ++b) {
-            const int8_t* xq = x[b][i].qs + 16 * L;
-            __m256i p16 = _mm256_maddubs_epi16(lo[0], bcast4(xq));
-            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[0], bcast4(xq + 4)));
-            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(lo[1], bcast4(xq + 8)));
-            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[1], bcast4(xq + 12)));
-            sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(p16, scale));
-          }
-        }
-      }
-    }
+    x8_subblock_sums<B, 2>(quants, [&blk](int p) { return scales16(blk.scales, p); }, prod_maddubs{}, x, i, sumi);
     const q4_k_x8_tail tail(blk);
     for (int b = 0; b < B; ++b) acc[b] = tail.apply(x[b][i], sumi[b], acc[b]);
   });
@@ -111,35 +79,18 @@ void mk_q5_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
 // offset to take off, the float tail one fma.
 template <int B>
 void mk_iq4_xs_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
-  const __m256i m4 = _mm256_set1_epi8(0xF);
   const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(detail::kvalues_iq4nl)));
-  const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
   x8_blocks<block_iq4_xsx8, block_q8_k, B>(group, xb, n / qk_k, out, next, [=](const block_iq4_xsx8& blk, const block_q8_k* const* x, int64_t i, __m256* acc) {
+    auto quants = [&blk, table](int k, __m256i* lo, __m256i* hi) {
+      x8_nibbles(blk.qs + 32 * k, _mm256_set1_epi8(0xF), lo, hi);
+      *lo = _mm256_shuffle_epi8(table, *lo);
+      *hi = _mm256_shuffle_epi8(table, *hi);
+    };
+    // maddubs on |value| against x carrying the value's sign.
+    auto prod = [](__m256i q, __m256i x4) { return _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x4, q)); };
     __m256i sumi[B];
-    for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {
-      const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const __m256i scale = _mm256_shuffle_epi8(sc, h ? dup_b : dup_a);
-#pragma GCC unroll 4
-        for (int k = 8 * p + 4 * h; k < 8 * p + 4 * h + 4; ++k) {
-          __m256i lo, hi;
-          x8_nibbles(blk.qs + 32 * k, m4, &lo, &hi);
-          lo = _mm256_shuffle_epi8(table, lo);
-          hi = _mm256_shuffle_epi8(table, hi);
-          const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
-          for (int b = 0; b < B; ++b) {
-            const int8_t* xq = x[b][i].qs + 8 * k;
-            const __m256i pl = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast4(xq), lo));
-            const __m256i ph = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast4(xq + 4), hi));
-            sumi[b] = _mm256_add_epi32(sumi[b], _mm256_add_epi32(_mm256_madd_epi16(pl, scale), _mm256_madd_epi16(ph, scale)));
-          }
-        }
-      }
-    }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    x8_subblock_sums<B, 0>(quants, [&blk](int p) { return scales16(blk.scales, p); }, prod, x, i, sumi);
+    const __m256 d = load_d8(blk.d);
     for (int b = 0; b < B; ++b) acc[b] = fma_block(d, x[b][i].d, sumi[b], acc[b]);
   });
 }
@@ -169,14 +120,7 @@ inline void q3_k_x8_sub(const block_q3_kx8& blk, int p, __m256i h, __m256i sc2, 
   const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m3), bit_as_4<4 * S + 2>(h));
   const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 6), m3), bit_as_4<4 * S + 3>(h));
   const __m256i scale = _mm256_shuffle_epi8(sc2, scale_dup(S));
-  for (int b = 0; b < B; ++b) {
-    const int8_t* xq = x[b][i].qs + 16 * c;
-    __m256i p16 = _mm256_maddubs_epi16(q0, bcast4(xq));
-    p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(q1, bcast4(xq + 4)));
-    p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(q2, bcast4(xq + 8)));
-    p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(q3, bcast4(xq + 12)));
-    sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(p16, scale));
-  }
+  for (int b = 0; b < B; ++b) sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(maddubs4(q0, q1, q2, q3, x[b][i].qs + 16 * c), scale));
 }
 
 // out[b * 8 + r] = dot(row r of the group, x[b]) for B Q8_K inputs; per (row, input) exactly
@@ -191,15 +135,12 @@ void mk_q3_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
 #pragma GCC unroll 2
     for (int p = 0; p < 8; ++p) {
       const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * p));
-      const __m256i sc2 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
+      const __m256i sc2 = scales16(blk.scales, p);
       q3_k_x8_sub<0, B>(blk, p, h, sc2, x, i, sumi);
       q3_k_x8_sub<1, B>(blk, p, h, sc2, x, i, sumi);
     }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
-    for (int b = 0; b < B; ++b) {
-      const __m256i isum = _mm256_sub_epi32(sumi[b], _mm256_slli_epi32(x8_scaled_bsums16(blk.scales, x[b][i]), 2));
-      acc[b] = _mm256_add_ps(acc[b], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[b][i].d)), _mm256_cvtepi32_ps(isum)));
-    }
+    const __m256 d = load_d8(blk.d);
+    for (int b = 0; b < B; ++b) acc[b] = q3_k_x8_tail(blk, d, x[b][i], sumi[b], acc[b]);
   });
 }
 

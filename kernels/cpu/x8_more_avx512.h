@@ -75,7 +75,7 @@ inline __m256i iq4_xs_x8_scaled_xsums(const block_iq4_xsx8& blk, const block_q8_
   const __m256i pairs = _mm256_packs_epi32(s16, s16);  // dwords 0, 1 | 4, 5: [S0, S1], [S2, S3] | [S4, S5], [S6, S7]
   __m256i summ = _mm256_setzero_si256();
   for (int p = 0; p < 4; ++p) {
-    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales + 16 * p)));
+    const __m256i sc = avx2::scales16(blk.scales, p);
     const __m256i pair = _mm256_permutevar8x32_epi32(pairs, _mm256_set1_epi32(p < 2 ? p : p + 2));
     summ = _mm256_add_epi32(summ, _mm256_madd_epi16(sc, pair));
   }
@@ -99,7 +99,7 @@ void mk_iq4_xs_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, flo
     };
     __m512i sumi[B];
     x8_scaled_sums<B>(quants, [&blk](int p) { return scales_i8(blk.scales, p); }, x, i, sumi);
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    const __m256 d = avx2::load_d8(blk.d);
     for (int b = 0; b < B; ++b) {
       const __m256i total = _mm256_sub_epi32(fold(sumi[b]), _mm256_slli_epi32(iq4_xs_x8_scaled_xsums(blk, x[b][i]), 7));
       acc[b] = avx2::fma_block(d, x[b][i].d, total, acc[b]);
@@ -152,11 +152,8 @@ void mk_q3_k_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float
         sumi[b] = _mm512_add_epi32(sumi[b], _mm512_mullo_epi32(a32, scale));
       }
     }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
-    for (int b = 0; b < B; ++b) {
-      const __m256i isum = _mm256_sub_epi32(fold(sumi[b]), _mm256_slli_epi32(avx2::x8_scaled_bsums16(blk.scales, x[b][i]), 2));
-      acc[b] = _mm256_add_ps(acc[b], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[b][i].d)), _mm256_cvtepi32_ps(isum)));
-    }
+    const __m256 d = avx2::load_d8(blk.d);
+    for (int b = 0; b < B; ++b) acc[b] = avx2::q3_k_x8_tail(blk, d, x[b][i], fold(sumi[b]), acc[b]);
   });
 }
 
