@@ -1,6 +1,9 @@
 // agentq-bench_kernels: decode matvec and prefill matmul throughput per weight type
 // against the measured streaming-read bandwidth (the roofline). Ends with one JSON line.
 //   agentq-bench_kernels [--rows N] [--cols N] [--threads N] [--batch N] [--types f16,q8_0,...] [--trials N] [--clock cpu|wall]
+//                        [--resident]
+// --resident: one copy of the matrix, called 64 times a trial, so it stays in cache (size it with
+// --rows / --cols to fit L2): the kernel's compute ceiling, without DRAM (llamacpp.sh's "bound").
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -29,6 +32,7 @@ struct options {
   int n_threads = 2;
   int n_trials = 8;      // best of
   bool cpu_clock = true;  // time by thread CPU clocks (robust on a shared host)
+  bool resident = false;  // one copy, reused: the matrix stays in cache
   std::vector<k::weight_type> types = {k::weight_type::f32, k::weight_type::f16, k::weight_type::bf16,
                                        k::weight_type::q8_0, k::weight_type::q6_k, k::weight_type::q4_k,
                                        k::weight_type::q8_0_x8, k::weight_type::q4_k_x8, k::weight_type::q6_k_x8};
@@ -40,7 +44,7 @@ bool parse_type(const std::string& s, k::weight_type* t) {
                  k::weight_type::q6_k_x8, k::weight_type::q4_0, k::weight_type::q4_1, k::weight_type::q5_0,
                  k::weight_type::q5_1, k::weight_type::q5_k, k::weight_type::mxfp4, k::weight_type::iq4_xs,
                  k::weight_type::q4_0_x16, k::weight_type::q5_k_x8, k::weight_type::iq4_xs_x8, k::weight_type::q2_k,
-                 k::weight_type::q3_k, k::weight_type::q3_k_x8})
+                 k::weight_type::q3_k, k::weight_type::q3_k_x8, k::weight_type::iq4_nl})
     if (s == k::name_of(c)) { *t = c; return true; }
   return false;
 }
@@ -52,6 +56,7 @@ struct weights {
   k::weight_type t;
   size_t row_bytes, matrix_bytes;
   std::vector<uint8_t*> copies;
+  size_t n_calls = 0;  // matvecs a trial, round-robin over the copies
   ~weights() { for (auto p : copies) k::free_huge(p, matrix_bytes); }
 };
 
@@ -79,6 +84,7 @@ void make_weights(weights& w, k::weight_type t, int64_t n_rows, int64_t n_cols, 
   }
   k::repack(file_t, file.data(), n_rows, n_cols, t, first);
   w.copies.push_back(first);
+  w.n_calls = min_total ? n_copies : 64;  // min_total 0: --resident
   for (size_t c = 1; c < n_copies; ++c) {
     auto* p = alloc();
     std::memcpy(p, first, w.matrix_bytes);
@@ -126,7 +132,7 @@ double time_matmul_with(const weights& w, int64_t n_rows, int64_t n_cols, const 
   constexpr bool cpu_clock = std::is_same_v<Barrier, std::barrier<>>;
   std::vector<float> y(static_cast<size_t>(n_x * n_rows));
   std::vector<uint8_t> qx(k::activation_bytes(w.t, n_cols, n_x));
-  const size_t n_calls = w.copies.size();
+  const size_t n_calls = w.n_calls;
   double best = 1e30;
   std::vector<double> cpu(static_cast<size_t>(n_threads));
   Barrier sync(n_threads);
@@ -141,7 +147,7 @@ double time_matmul_with(const weights& w, int64_t n_rows, int64_t n_cols, const 
         for (size_t c = 0; c < n_calls; ++c) {
           if (th == 0) k::quantize_activations(w.t, x.data(), n_cols, n_x, qx.data());
           sync.arrive_and_wait();
-          k::matmul_prequantized(w.t, w.copies[c], w.row_bytes, n_cols, qx.data(), n_x, y.data(), rb, re, n_rows);
+          k::matmul_prequantized(w.t, w.copies[c % w.copies.size()], w.row_bytes, n_cols, qx.data(), n_x, y.data(), rb, re, n_rows);
           sync.arrive_and_wait();
         }
         cpu[static_cast<size_t>(th)] = k::thread_cpu_seconds() - c0;
@@ -179,6 +185,7 @@ int main(int argc, char** argv) {
     else if (a == "--threads") o.n_threads = std::max(1, std::stoi(next()));
     else if (a == "--batch") o.n_batch = std::max<int64_t>(1, std::stoll(next()));
     else if (a == "--clock") o.cpu_clock = next() != "wall";
+    else if (a == "--resident") o.resident = true;
     else if (a == "--trials") o.n_trials = std::max(1, std::stoi(next()));
     else if (a == "--types") {
       o.types.clear();
@@ -192,7 +199,7 @@ int main(int argc, char** argv) {
         p = q + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: agentq-bench_kernels [--rows N] [--cols N] [--threads N] [--batch N] [--types a,b] [--trials N] [--clock cpu|wall]\n");
+      std::fprintf(stderr, "usage: agentq-bench_kernels [--rows N] [--cols N] [--threads N] [--batch N] [--types a,b] [--trials N] [--clock cpu|wall] [--resident]\n");
       return 2;
     }
   }
@@ -220,7 +227,7 @@ int main(int argc, char** argv) {
   std::vector<result> results;
   for (auto t : o.types) {
     weights w;
-    make_weights(w, t, o.n_rows, o.n_cols, 256u << 20);
+    make_weights(w, t, o.n_rows, o.n_cols, o.resident ? 0 : 256u << 20);
     for (size_t i = 0; i < thread_counts.size(); ++i) {
       const int nt = thread_counts[i];
       double s1 = 1e30;
@@ -243,7 +250,8 @@ int main(int argc, char** argv) {
               "decode_tok/s", "prefill_tok/s", "speedup");
   std::string json = "{\"rows\":" + std::to_string(o.n_rows) + ",\"cols\":" + std::to_string(o.n_cols) +
                      ",\"prefill_batch\":" + std::to_string(o.n_batch) +
-                     ",\"clock\":\"" + (o.cpu_clock ? "cpu" : "wall") + "\"" + ",\"bandwidth_gbps\":{";
+                     ",\"clock\":\"" + (o.cpu_clock ? "cpu" : "wall") + "\"" +
+                     ",\"resident\":" + (o.resident ? "true" : "false") + ",\"bandwidth_gbps\":{";
   for (size_t i = 0; i < thread_counts.size(); ++i)
     json += (i ? "," : "") + std::string("\"") + std::to_string(thread_counts[i]) + "\":" + std::to_string(bw[i]);
   json += "},\"matvec\":[";
