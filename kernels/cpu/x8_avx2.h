@@ -123,11 +123,14 @@ inline void x8_nibbles(const uint8_t* p, __m256i m4, __m256i* lo, __m256i* hi) {
 // k's quants, 4 bytes of each row (low: elements 8k..8k+3, high: 8k+4..); scales(p): pair p's
 // scales widened to int16 (scales16); prod(q, x4): int16 pair sums of a half-chunk against x's
 // dword broadcast. W > 0: the products of W chunks add up in int16 before one madd with the
-// sub-block's scale widens them (the caller's bound); W = 0: each half widens on its own.
-template <int B, int W, class Quants, class Scales, class Prod>
+// sub-block's scale widens them (the caller's bound); W = 0: each half widens on its own. U chunks
+// are unpacked before the loop over inputs (U = W: one int16 chain per input, no running sums).
+// NOTE: Q5_K wants U = 2: with U = 1 its 4 inputs' running int16 sums no longer fit the 16 ymm
+// registers (prefill 10-15% slower at kernel level).
+template <int B, int W, int U, class Quants, class Scales, class Prod>
 inline void x8_subblock_sums(Quants quants, Scales scales, Prod prod, const block_q8_k* const* x, int64_t i,
                              __m256i* sumi) {
-  static_assert(W == 0 || 4 % W == 0);
+  static_assert((W == 0 && U == 1) || (W > 0 && 4 % W == 0 && W % U == 0));
   const __m256i dup_a = scale_dup(0), dup_b = scale_dup(1);
   for (int b = 0; b < B; ++b) sumi[b] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -138,25 +141,28 @@ inline void x8_subblock_sums(Quants quants, Scales scales, Prod prod, const bloc
       const __m256i scale = _mm256_shuffle_epi8(sc, h ? dup_b : dup_a);
       const int s = 2 * p + h;  // sub-block: chunks 4s .. 4s + 3
       __m256i acc16[B];
-      for (int b = 0; b < B; ++b) acc16[b] = _mm256_setzero_si256();
 #pragma GCC unroll 4
-      for (int k = 4 * s; k < 4 * s + 4; ++k) {
-        __m256i lo, hi;
-        quants(k, &lo, &hi);
+      for (int k0 = 4 * s; k0 < 4 * s + 4; k0 += U) {
+        __m256i lo[U], hi[U];
+        for (int u = 0; u < U; ++u) quants(k0 + u, &lo[u], &hi[u]);
         for (int b = 0; b < B; ++b) {
-          const int8_t* xq = x[b][i].qs + 8 * k;
-          const __m256i pl = prod(lo, bcast4(xq)), ph = prod(hi, bcast4(xq + 4));
-          if constexpr (W == 0)
+          const int8_t* xq = x[b][i].qs + 8 * k0;
+          if constexpr (W == 0) {
+            const __m256i pl = prod(lo[0], bcast4(xq)), ph = prod(hi[0], bcast4(xq + 4));
             sumi[b] = _mm256_add_epi32(sumi[b], _mm256_add_epi32(_mm256_madd_epi16(pl, scale), _mm256_madd_epi16(ph, scale)));
-          else
-            acc16[b] = _mm256_add_epi16(acc16[b], _mm256_add_epi16(pl, ph));
-        }
-        if constexpr (W > 0) {
-          if ((k + 1) % W == 0)
-            for (int b = 0; b < B; ++b) {
-              sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(acc16[b], scale));
-              acc16[b] = _mm256_setzero_si256();
+          } else {
+            __m256i p16 = _mm256_add_epi16(prod(lo[0], bcast4(xq)), prod(hi[0], bcast4(xq + 4)));
+            for (int u = 1; u < U; ++u) {
+              p16 = _mm256_add_epi16(p16, prod(lo[u], bcast4(xq + 8 * u)));
+              p16 = _mm256_add_epi16(p16, prod(hi[u], bcast4(xq + 8 * u + 4)));
             }
+            if constexpr (U == W) sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(p16, scale));
+            else acc16[b] = k0 % W == 0 ? p16 : _mm256_add_epi16(acc16[b], p16);
+          }
+        }
+        if constexpr (W > 0 && U < W) {
+          if ((k0 + U) % W == 0)
+            for (int b = 0; b < B; ++b) sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(acc16[b], scale));
         }
       }
     }
@@ -236,7 +242,7 @@ template <int B>
 void mk_q4_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
   x8_blocks<block_q4_kx8, block_q8_k, B>(group, xb, n / qk_k, out, next, [](const block_q4_kx8& blk, const block_q8_k* const* x, int64_t i, __m256* acc) {
     __m256i sumi[B];
-    x8_subblock_sums<B, 4>([&blk](int k, __m256i* lo, __m256i* hi) { x8_nibbles(blk.qs + 32 * k, _mm256_set1_epi8(0xF), lo, hi); },
+    x8_subblock_sums<B, 4, 1>([&blk](int k, __m256i* lo, __m256i* hi) { x8_nibbles(blk.qs + 32 * k, _mm256_set1_epi8(0xF), lo, hi); },
                            [&blk](int p) { return scales16(blk.scales, p); }, prod_maddubs{}, x, i, sumi);
     const q4_k_x8_tail tail(blk);
     for (int b = 0; b < B; ++b) acc[b] = tail.apply(x[b][i], sumi[b], acc[b]);

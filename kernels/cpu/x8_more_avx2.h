@@ -67,7 +67,7 @@ void mk_q5_k_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n, 
       *hi = _mm256_or_si256(*hi, fifth_bits(blk.qh[k / 2] + 1, k % 2));
     };
     __m256i sumi[B];
-    x8_subblock_sums<B, 2>(quants, [&blk](int p) { return scales16(blk.scales, p); }, prod_maddubs{}, x, i, sumi);
+    x8_subblock_sums<B, 2, 2>(quants, [&blk](int p) { return scales16(blk.scales, p); }, prod_maddubs{}, x, i, sumi);
     const q4_k_x8_tail tail(blk);
     for (int b = 0; b < B; ++b) acc[b] = tail.apply(x[b][i], sumi[b], acc[b]);
   });
@@ -89,7 +89,7 @@ void mk_iq4_xs_x8_avx2(const uint8_t* group, const uint8_t* const* xb, int64_t n
     // maddubs on |value| against x carrying the value's sign.
     auto prod = [](__m256i q, __m256i x4) { return _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x4, q)); };
     __m256i sumi[B];
-    x8_subblock_sums<B, 0>(quants, [&blk](int p) { return scales16(blk.scales, p); }, prod, x, i, sumi);
+    x8_subblock_sums<B, 0, 1>(quants, [&blk](int p) { return scales16(blk.scales, p); }, prod, x, i, sumi);
     const __m256 d = load_d8(blk.d);
     for (int b = 0; b < B; ++b) acc[b] = fma_block(d, x[b][i].d, sumi[b], acc[b]);
   });
