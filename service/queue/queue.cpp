@@ -181,6 +181,8 @@ int32_t queue::relay_once() {
 
 int32_t queue::reconcile_once() {
   if (!store_) return 0;
+  // --tenant-max-running: held jobs with a free slot get their promotion (outbox rows) here.
+  if (int32_t n = store_->refill_held(); n > 0) spdlog::info("queue: reconciler promoted {} held jobs", n);
   auto jobs = store_->list_dispatchable(options_.reconcile_grace_ms, 1000);
   if (jobs.empty()) return 0;
   std::vector<std::vector<std::string>> cmds;

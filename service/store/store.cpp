@@ -18,6 +18,7 @@
 #include "store/conn.h"
 #include "store/deletion.h"
 #include "store/migrations.h"
+#include "store/running_limit.h"
 #include "util/crypto.h"
 #include "store/sqlite.h"
 
@@ -492,7 +493,7 @@ class sqlite_store final : public store {
 
   std::future<write_status> cancel_job(const std::string& job_id, const std::string& tenant) override {
     return submit<write_status>(
-        [job_id, tenant](conn& c) {
+        [job_id, tenant, limit = options_.tenant_max_running](conn& c) {
           int64_t now = c.now();
           auto& u = c.stmt(std::string("UPDATE jobs SET status='cancelled', error='cancelled by request', "
                                        "finished_ms=?1, updated_ms=?1, lease_expires_ms=0, pending_json='' "
@@ -504,6 +505,7 @@ class sqlite_store final : public store {
             return (!j || (!tenant.empty() && j->tenant != tenant)) ? write_status::not_found : write_status::fenced;
           }
           insert_status_event(c, job_id, job_status::cancelled, json::object(), now);
+          running_limit::refill_for_job(c, job_id, limit, now);
           return write_status::ok;
         },
         write_status::error);
@@ -684,7 +686,7 @@ class sqlite_store final : public store {
       std::vector<job_row> out;
       int64_t cutoff = c.now() - grace_ms;
       auto& s = c.stmt(std::string("SELECT ") + k_job_cols +
-                       " FROM jobs WHERE (status='queued' AND priority<3 AND updated_ms<?1) OR "
+                       " FROM jobs WHERE (status='queued' AND priority<3 AND updated_ms<?1 AND hold!=1) OR "
                        "(status='running' AND lease_expires_ms<?1) ORDER BY priority, created_ms LIMIT ?2");
       s.bind_all(cutoff, static_cast<int64_t>(limit));
       while (s.step()) out.push_back(read_job(s));
@@ -692,9 +694,16 @@ class sqlite_store final : public store {
     });
   }
 
+  int32_t refill_held() override {
+    const int64_t limit = options_.tenant_max_running;
+    // NOTE: read first: the write (a transaction, an fsync) only when some tenant's held jobs have a slot.
+    if (!with_reader([&](conn& c) { return running_limit::any_stranded(c, limit); })) return 0;
+    return submit<int32_t>([limit](conn& c) { return running_limit::refill_all(c, limit, c.now()); }, 0).get();
+  }
+
   std::future<write_status> fail_job(const std::string& job_id, std::string reason, job_status status) override {
     return submit<write_status>(
-        [job_id, reason = std::move(reason), status](conn& c) {
+        [job_id, reason = std::move(reason), status, limit = options_.tenant_max_running](conn& c) {
           int64_t now = c.now();
           auto& u = c.stmt(std::string("UPDATE jobs SET status=?1, error=?2, finished_ms=?3, updated_ms=?3, "
                                        "lease_expires_ms=0 WHERE id=?4 AND status NOT IN ") +
@@ -702,6 +711,7 @@ class sqlite_store final : public store {
           u.bind_all(to_string(status), reason, now, job_id).run();
           if (c.db.changes() == 0) return select_job(c, job_id) ? write_status::fenced : write_status::not_found;
           insert_status_event(c, job_id, status, json{{"error", reason}}, now);
+          running_limit::refill_for_job(c, job_id, limit, now);
           return write_status::ok;
         },
         write_status::error);
@@ -712,7 +722,7 @@ class sqlite_store final : public store {
   std::future<claim_result> claim_job(const std::string& job_id, const std::string& worker_id, int64_t lease_ms,
                                       int32_t max_attempts) override {
     return submit<claim_result>(
-        [=](conn& c) {
+        [=, limit = options_.tenant_max_running](conn& c) {
           claim_result r;
           int64_t now = c.now();
           auto j = select_job(c, job_id);
@@ -728,6 +738,16 @@ class sqlite_store final : public store {
             r.outcome = claim_outcome::busy;
             return r;
           }
+          // NOTE: before the poison check: a hold is not a delivery (attempts and epoch stay). A running
+          // job with an expired lease is already counted in its tenant's running jobs.
+          if (limit > 0 && j->status == job_status::queued) {
+            auto v = running_limit::check(c, job_id, j->tenant, limit);
+            if (!v.admit) {
+              running_limit::hold(c, job_id, j->tenant, v, limit, now);
+              r.outcome = claim_outcome::held;
+              return r;
+            }
+          }
           if (max_attempts > 0 && j->attempts + 1 > max_attempts) {
             std::string reason = "poison job: delivered " + std::to_string(j->attempts) +
                                  " times without finishing (max " + std::to_string(max_attempts) + ")";
@@ -736,12 +756,13 @@ class sqlite_store final : public store {
                              k_terminal_sql);
             u.bind_all(reason, now, job_id).run();
             insert_status_event(c, job_id, job_status::failed, json{{"error", reason}}, now);
+            running_limit::refill_for_job(c, job_id, limit, now);
             r.outcome = claim_outcome::poisoned;
             return r;
           }
           auto& u = c.stmt(
               "UPDATE jobs SET status='running', lease_epoch=lease_epoch+1, lease_owner=?1, lease_expires_ms=?2, "
-              "attempts=attempts+1, started_ms=CASE WHEN started_ms=0 THEN ?3 ELSE started_ms END, updated_ms=?3 "
+              "attempts=attempts+1, started_ms=CASE WHEN started_ms=0 THEN ?3 ELSE started_ms END, updated_ms=?3, hold=0 "
               "WHERE id=?4 AND status IN ('queued','running')");
           u.bind_all(worker_id, now + lease_ms, now, job_id).run();
           auto after = select_job(c, job_id);
@@ -834,14 +855,17 @@ class sqlite_store final : public store {
 
   std::future<write_status> commit_step(const std::string& job_id, int64_t epoch, step_commit step) override {
     return submit<write_status>(
-        [job_id, epoch, step = std::move(step)](conn& c) {
+        [job_id, epoch, step = std::move(step), limit = options_.tenant_max_running](conn& c) {
           // NOTE: fenced here or not at all: the parts' own checks (epoch, status running) cannot
           // change inside the transaction, so a step is written whole or not.
           if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
           write_status ws = write_status::ok;
           if (!step.input.empty()) ws = apply_init_transcript(c, job_id, epoch, step.input);
           if (ws == write_status::ok && step.turn) ws = apply_commit_turn(c, job_id, epoch, *step.turn);
-          if (ws == write_status::ok && step.end) ws = apply_finish(c, job_id, epoch, *step.end);
+          if (ws == write_status::ok && step.end) {
+            ws = apply_finish(c, job_id, epoch, *step.end);
+            if (ws == write_status::ok) running_limit::refill_for_job(c, job_id, limit, c.now());
+          }
           return ws;
         },
         write_status::error);
@@ -874,7 +898,7 @@ class sqlite_store final : public store {
   std::future<write_status> require_action(const std::string& job_id, int64_t epoch,
                                            std::string pending_calls_json) override {
     return submit<write_status>(
-        [job_id, epoch, pending = std::move(pending_calls_json)](conn& c) {
+        [job_id, epoch, pending = std::move(pending_calls_json), limit = options_.tenant_max_running](conn& c) {
           int64_t now = c.now();
           c.stmt("UPDATE jobs SET status='requires_action', pending_json=?1, lease_expires_ms=0, attempts=0, "
                  "updated_ms=?2 WHERE id=?3 AND lease_epoch=?4 AND status='running'")
@@ -883,6 +907,7 @@ class sqlite_store final : public store {
           if (c.db.changes() == 0) return write_status::fenced;
           insert_status_event(c, job_id, job_status::requires_action,
                               json{{"tool_calls", json::parse(pending, nullptr, false)}}, now);
+          running_limit::refill_for_job(c, job_id, limit, now);  // waiting on its client, it holds no slot
           return write_status::ok;
         },
         write_status::error);
@@ -891,15 +916,18 @@ class sqlite_store final : public store {
   std::future<write_status> finish_job(const std::string& job_id, int64_t epoch, job_status status,
                                        std::string result_json, std::string error, usage_totals usage) override {
     return submit<write_status>(
-        [job_id, epoch, e = job_end{status, std::move(result_json), std::move(error), usage}](conn& c) {
-          return apply_finish(c, job_id, epoch, e);
+        [job_id, epoch, e = job_end{status, std::move(result_json), std::move(error), usage},
+         limit = options_.tenant_max_running](conn& c) {
+          auto ws = apply_finish(c, job_id, epoch, e);
+          if (ws == write_status::ok) running_limit::refill_for_job(c, job_id, limit, c.now());
+          return ws;
         },
         write_status::error);
   }
 
   std::future<write_status> release_job(const std::string& job_id, int64_t epoch) override {
     return submit<write_status>(
-        [job_id, epoch](conn& c) {
+        [job_id, epoch, limit = options_.tenant_max_running](conn& c) {
           int64_t now = c.now();
           c.stmt("UPDATE jobs SET status='queued', lease_expires_ms=0, attempts=MAX(attempts-1,0), updated_ms=?1 "
                  "WHERE id=?2 AND lease_epoch=?3 AND status='running'")
@@ -909,6 +937,7 @@ class sqlite_store final : public store {
           auto j = select_job(c, job_id);
           insert_status_event(c, job_id, job_status::queued, json{{"reason", "released"}}, now);
           insert_outbox(c, "publish", job_id, priority_payload(j->priority), "", now);
+          running_limit::refill_for_job(c, job_id, limit, now);
           return write_status::ok;
         },
         write_status::error);
