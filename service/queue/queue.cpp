@@ -234,7 +234,7 @@ void queue::start_relay() {
         spdlog::warn("queue: relay pass failed: {}", e.what());
       }
       // NOTE: poll, but wake on local commits so a job published in-process goes out at once.
-      if (n == 0) store_->wait_events(0, std::chrono::milliseconds(options_.relay_interval_ms));
+      if (n == 0) store_->wait_events(0, std::chrono::milliseconds(options_.relay_interval_ms), store::store::wake::outbox);
     }
   });
 }

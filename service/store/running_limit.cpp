@@ -71,6 +71,7 @@ void hold(conn& c, const std::string& job_id, const std::string& tenant, const v
            "FROM jobs WHERE id=?")
         .bind_all(d.dump(), now, job_id)
         .run();
+    c.wrote |= conn::k_wrote_event;
   }
   refill(c, tenant, limit, now);
 }
@@ -93,6 +94,7 @@ int32_t refill(conn& c, const std::string& tenant, int64_t limit, int64_t now) {
            "VALUES ('publish',?,?,'',0,?)")
         .bind_all(id, nlohmann::json{{"priority", priority}}.dump(), now)
         .run();
+    c.wrote |= conn::k_wrote_outbox;
   }
   return static_cast<int32_t>(jobs.size());
 }

@@ -164,12 +164,14 @@ void insert_event(conn& c, const std::string& job_id, const std::string& type, c
       "INSERT INTO job_events(job_id, tenant, type, data_json, created_ms) "
       "SELECT id, tenant, ?, ?, ? FROM jobs WHERE id=?");
   s.bind_all(type, data, now, job_id).run();
+  c.wrote |= conn::k_wrote_event;
 }
 
 void insert_status_event(conn& c, const std::string& job_id, job_status st, const json& extra, int64_t now) {
   json d = extra.is_object() ? extra : json::object();
   d["status"] = to_string(st);
   insert_event(c, job_id, "status", d.dump(), now);
+  if (is_terminal(st) || st == job_status::requires_action) c.wrote |= conn::k_wrote_webhook_status;
 }
 
 void insert_outbox(conn& c, const std::string& kind, const std::string& job_id, const std::string& payload,
@@ -177,6 +179,7 @@ void insert_outbox(conn& c, const std::string& kind, const std::string& job_id, 
   auto& s = c.stmt(
       "INSERT INTO outbox(kind, job_id, payload_json, target, next_attempt_ms, created_ms) VALUES (?,?,?,?,0,?)");
   s.bind_all(kind, job_id, payload, target, now).run();
+  c.wrote |= conn::k_wrote_outbox;
 }
 
 void insert_transcript(conn& c, const std::string& job_id, const transcript_row& r, int64_t now) {
@@ -342,6 +345,7 @@ class sqlite_store final : public store {
     // exec() would; a batch of one op needs no savepoint: its failure rolls the transaction back.
     const bool savepoints = batch.size() > 1;
     bool op_threw = false;  // the lone op failed (logged): the transaction is rolled back for it
+    c.wrote = 0;
     try {
       c.stmt("BEGIN IMMEDIATE").run();
       for (size_t i = 0; i < batch.size(); ++i) {
@@ -379,11 +383,17 @@ class sqlite_store final : public store {
     }
     n_transactions_++;
     n_write_ops_ += static_cast<int64_t>(batch.size());
-    if (committed) {
-      std::lock_guard lock(event_mu_);
-      commit_seq_++;
+    // NOTE: a waiter is woken only by a commit that wrote what it waits for: every commit used to
+    // wake the relay and the webhook scan (and each then read the outbox / events for nothing).
+    if (committed && c.wrote != 0) {
+      {
+        std::lock_guard lock(event_mu_);
+        for (int k = 0; k < 3; ++k)
+          if (c.wrote & (1u << k)) wake_seq_[k]++;
+      }
+      for (int k = 0; k < 3; ++k)
+        if (c.wrote & (1u << k)) wake_cv_[k].notify_all();
     }
-    event_cv_.notify_all();
     for (size_t i = 0; i < batch.size(); ++i) batch[i].done(committed && applied[i]);
   }
 
@@ -631,10 +641,12 @@ class sqlite_store final : public store {
     });
   }
 
-  bool wait_events(int64_t after_id, std::chrono::milliseconds timeout) override {
+  bool wait_events(int64_t after_id, std::chrono::milliseconds timeout, wake on) override {
+    // NOTE: the index is the conn::k_wrote_* bit of the kind (event 1, webhook_status 2, outbox 4).
+    const int k = on == wake::event ? 0 : on == wake::webhook_status ? 1 : 2;
     std::unique_lock lock(event_mu_);
-    uint64_t seen = commit_seq_;
-    return event_cv_.wait_for(lock, timeout, [&] { return commit_seq_ != seen; });
+    uint64_t seen = wake_seq_[k];
+    return wake_cv_[k].wait_for(lock, timeout, [&] { return wake_seq_[k] != seen; });
   }
 
   // --- outbox ----------------------------------------------------------------------
@@ -1066,8 +1078,8 @@ class sqlite_store final : public store {
   std::vector<std::unique_ptr<conn>> readers_;
 
   std::mutex event_mu_;
-  std::condition_variable event_cv_;
-  uint64_t commit_seq_ = 0;
+  std::condition_variable wake_cv_[3];  // by wait_events kind: event, webhook_status, outbox
+  uint64_t wake_seq_[3] = {0, 0, 0};
 
   std::atomic<int64_t> n_write_ops_{0}, n_transactions_{0}, n_write_errors_{0};
 };

@@ -230,9 +230,13 @@ class store {
                                                     int32_t limit) = 0;
   // The newest event id (0 when there is none): where a stream with no cursor starts.
   virtual int64_t last_event_id() = 0;
-  // Block until an event with id > after_id may exist (a commit in this process wrote events)
-  // or timeout; true if woken by a commit. Other processes' commits are seen by re-reading.
-  virtual bool wait_events(int64_t after_id, std::chrono::milliseconds timeout) = 0;
+  // What a waiter wakes for: a commit in this process that wrote job events of any type (event
+  // streams), a status event a webhook is sent for (requires_action, terminal: the webhook scan), or
+  // outbox rows (the relay). Commits that wrote none of these wake nobody.
+  enum class wake { event, webhook_status, outbox };
+  // Block until such a commit or timeout; true if woken by one. Other processes' commits are seen
+  // by re-reading. after_id is unused (kept for callers' clarity).
+  virtual bool wait_events(int64_t after_id, std::chrono::milliseconds timeout, wake on = wake::event) = 0;
 
   // --- Outbox (queue relay, webhook dispatch) -------------------------------
   virtual std::vector<outbox_row> fetch_outbox(const std::string& kind, int32_t limit) = 0;
