@@ -6,6 +6,7 @@
 # from /proc/PID/stat (user + system) and the 1-min load at the start. With STRACE=1 also the
 # syscall counts per job (strace -f -c over agentqd; slows it, so its CPU figure is not comparable).
 #   scripts/bench/queue_cpu_ab.sh BIN_DIR_A BIN_DIR_B [JOBS] [ROUNDS]   (default 1000, 3)
+# ARGS_A / ARGS_B: extra agentqd flags per side (e.g. ARGS_B="--http-threads 4" with the same binary).
 # Prints one line per run and one JSON line: medians and the paired ratios B/A.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,11 +24,13 @@ cleanup() {
 trap cleanup EXIT
 tck=$(getconf CLK_TCK)
 
-run_one() {  # bin_dir label -> prints "label cpu_per_1000 jobs_per_s load [syscalls]"
+run_one() {  # bin_dir label extra_args -> prints "label cpu_per_1000 jobs_per_s load [syscalls]"
   local bin=$1 label=$2 d="$tmp/$2.$RANDOM"
+  local -a extra_args
+  read -r -a extra_args <<<"$3"
   local admin_key="aq_cpu_$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
   "$bin/agentqd" --data-dir "$d" --listen 127.0.0.1:0 --port-file "$d.port" --model "$model" \
-    --admin-key "$admin_key" --rate-limit 0 --log-level warn >"$d.log" 2>&1 &
+    --admin-key "$admin_key" --rate-limit 0 --log-level warn "${extra_args[@]}" >"$d.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 300); do [ -s "$d.port" ] && break; sleep 0.1; done
   local url="http://127.0.0.1:$(cat "$d.port")"
@@ -58,7 +61,7 @@ run_one() {  # bin_dir label -> prints "label cpu_per_1000 jobs_per_s load [sysc
 : >"$tmp/results"
 for r in $(seq 1 "$rounds"); do
   for side in A B; do
-    if [ $side = A ]; then line=$(run_one "$bin_a" A); else line=$(run_one "$bin_b" B); fi
+    if [ $side = A ]; then line=$(run_one "$bin_a" A "${ARGS_A:-}"); else line=$(run_one "$bin_b" B "${ARGS_B:-}"); fi
     echo "round $r: $line" | tee -a "$tmp/results" >&2
   done
 done

@@ -2,6 +2,7 @@
 // XAUTOCLAIM reclaim, ack, dead letter, worker liveness, the outbox relay and the reconciler.
 #include "queue/queue.h"
 
+#include <pthread.h>
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -221,6 +222,7 @@ int32_t queue::reconcile_once() {
 void queue::start_relay() {
   if (!store_ || relay_running_.exchange(true)) return;
   relay_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "aq-relay");  // per-thread profiles name it
     auto next_reconcile = std::chrono::steady_clock::now();
     while (relay_running_) {
       int32_t n = 0;

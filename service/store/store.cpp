@@ -2,6 +2,7 @@
 // IMMEDIATE transaction; futures complete after COMMIT), plus a pool of reader connections.
 #include "store/store.h"
 
+#include <pthread.h>
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -286,7 +287,10 @@ class sqlite_store final : public store {
       *error = e.what();
       return false;
     }
-    writer_ = std::thread([this] { writer_loop(); });
+    writer_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "aq-db-writer");  // per-thread profiles name it
+      writer_loop();
+    });
     return true;
   }
 

@@ -1,6 +1,7 @@
 // Webhook outbox scanner and sender (see dispatcher.h).
 #include "webhooks/dispatcher.h"
 
+#include <pthread.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -359,6 +360,7 @@ void dispatcher::start() {
   auto& m = *impl_;
   if (m.running.exchange(true)) return;
   m.scan_thread = std::thread([this] {
+    pthread_setname_np(pthread_self(), "aq-webhook-scan");  // per-thread profiles name it
     auto& m = *impl_;
     auto next_drain = std::chrono::steady_clock::now();
     while (m.running) {

@@ -9,6 +9,7 @@
 #include "worker/control_plane.h"
 #include "worker/job_pool.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <agentq/engine.h>
@@ -1020,7 +1021,10 @@ void worker::start() {
   }
   impl_->q.ensure_groups(impl_->id, impl_->options.model);
   impl_->announce(true, {});
-  impl_->dispatcher = std::thread([this] { impl_->dispatch_loop(); });
+  impl_->dispatcher = std::thread([this] {
+    pthread_setname_np(pthread_self(), "aq-dispatch");  // per-thread profiles name it
+    impl_->dispatch_loop();
+  });
   impl_->housekeeper = std::thread([this] { impl_->housekeeping_loop(); });
   spdlog::info("worker {} started", impl_->id);
 }
