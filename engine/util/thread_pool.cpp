@@ -2,6 +2,7 @@
 // spin on it for a short while, then sleep on a condition variable.
 #include "util/thread_pool.h"
 
+#include <pthread.h>
 #include <algorithm>
 #include <chrono>
 
@@ -27,7 +28,10 @@ thread_pool::thread_pool(int32_t n_threads) {
   if (n_threads <= 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
   n_threads_ = n_threads;
   workers_.reserve(n_threads_ - 1);
-  for (int32_t i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_main(); });
+  for (int32_t i = 1; i < n_threads_; ++i) workers_.emplace_back([this] {
+    pthread_setname_np(pthread_self(), "aq-engine-pool");  // per-thread profiles name it
+    worker_main();
+  });
 }
 
 thread_pool::~thread_pool() {

@@ -61,7 +61,11 @@ std::vector<metrics::family> observability_families(const api_deps& deps, int64_
     double a = oldest[p] ? double(std::max<int64_t>(0, now_ms - oldest[p])) / 1000.0 : 0;
     age.samples.push_back(metrics::value_sample({{"priority", k_priorities[p]}}, a));
   }
+  auto held = gauge_family("agentq_jobs_held",
+                           "Queued jobs held because their tenant is at --tenant-max-running running jobs.");
+  held.samples.push_back(metrics::value_sample({}, double(deps.obs->n_held_jobs())));
   out.push_back(std::move(jobs));
+  out.push_back(std::move(held));
   out.push_back(std::move(depth));
   out.push_back(std::move(age));
   for (auto& w : deps.obs->latest_families(now_ms - k_worker_stale_ms)) {

@@ -75,6 +75,9 @@ const char* usage() {
   --max-queue-depth-per-tenant N   the same bound for one tenant's queued jobs (default 0 = none)
   --tenant-tokens-per-day N    a tenant's input + output tokens per UTC day (finished jobs, as GET /v1/usage
                                counts them); past it submits get 429 insufficient_quota + Retry-After (default 0 = none)
+  --tenant-max-running N       a tenant's jobs running at once, across all workers; more are accepted and wait
+                               queued (a "waiting" event says why) until one finishes (default 0 = none). Give
+                               every agentqd that opens the store the same N (claims are checked where applied)
 remote workers (docs/deploy.md "Remote workers"):
   --remote URL                 worker: every read and write of its jobs goes to the control plane at URL
                                (http[s]://host:port); opens no database file (DATA_DIR keeps kv/, worker-id, the log);
@@ -156,6 +159,9 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   } else if (name == "tenant-tokens-per-day") {
     c.tenant_tokens_per_day = std::stoll(v);
     if (c.tenant_tokens_per_day < 0) throw std::invalid_argument("--tenant-tokens-per-day must be >= 0");
+  } else if (name == "tenant-max-running") {
+    c.tenant_max_running = std::stoll(v);
+    if (c.tenant_max_running < 0) throw std::invalid_argument("--tenant-max-running must be >= 0");
   }
   else if (name == "rate-limit") c.rate_limit = std::stod(v);
   else if (name == "rate-burst") c.rate_burst = std::stod(v);

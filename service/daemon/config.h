@@ -69,6 +69,7 @@ struct config {
   int64_t max_queue_depth = 0;                    // queued jobs in all; past it submits get 429 queue_full (0 = none)
   int64_t max_queue_depth_per_tenant = 0;         // queued jobs of one tenant (0 = none)
   int64_t tenant_tokens_per_day = 0;              // a tenant's input + output tokens per UTC day; past it 429 (0 = none)
+  int64_t tenant_max_running = 0;                 // a tenant's running jobs at once; more wait queued (0 = none)
   // Models known from the fleet (#28): a model only workers load stays known this long after a
   // live worker last advertised it (0 = only while one does).
   double model_ttl_h = 24;

@@ -117,6 +117,12 @@ int run(const daemon::config& c) {
   const bool remote_worker = !c.remote.empty();
   store::store_options sopts;
   sopts.path = (fs::path(c.data_dir) / "agentq.db").string();
+  sopts.tenant_max_running = c.tenant_max_running;
+  metrics::global()
+      .gauge_family("agentq_quota_tenant_max_running",
+                    "Running jobs per tenant at most (--tenant-max-running; 0 = none); more wait queued.")
+      .with()
+      .set(double(c.tenant_max_running));
   std::unique_ptr<store::store> st;
   std::unique_ptr<auth::key_store> keys;
   std::unique_ptr<obs::obs_store> obs_db;

@@ -3,6 +3,7 @@
 // template over a plain TCP stream or a TLS stream (OpenSSL, --tls-cert/--tls-key).
 #include "http/server.h"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -479,7 +480,10 @@ bool server::start(std::string* error) {
   impl_->running = true;
   impl_->work.emplace(impl_->ioc.get_executor());
   for (int32_t i = 0; i < std::max(1, impl_->state->options.n_threads); ++i)
-    impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+    impl_->threads.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "aq-http");  // per-thread profiles name it
+      impl_->ioc.run();
+    });
   return true;
 }
 

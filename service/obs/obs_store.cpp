@@ -159,4 +159,10 @@ std::vector<job_count> obs_store::job_counts() {
   return out;
 }
 
+int64_t obs_store::n_held_jobs() {
+  std::lock_guard lock(mu_);
+  auto s = db_->prepare("SELECT COUNT(*) FROM jobs INDEXED BY jobs_hold WHERE hold=1 AND hold != 0 AND status = 'queued'");
+  return s.step() ? s.col_int(0) : 0;
+}
+
 }  // namespace agentq::obs

@@ -78,6 +78,8 @@ class obs_store : public timeline_sink, public sample_sink {
   // Each worker's latest families, written at or after min_at_ms.
   std::vector<worker_families> latest_families(int64_t min_at_ms);
   std::vector<job_count> job_counts();
+  // Queued jobs held by --tenant-max-running (jobs.hold = 1), from the partial index jobs_hold.
+  int64_t n_held_jobs();
   // The contract's job.timeline object (obs/timeline.cpp).
   nlohmann::json timeline(const store::job_row& job);
 

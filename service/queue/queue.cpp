@@ -2,6 +2,7 @@
 // XAUTOCLAIM reclaim, ack, dead letter, worker liveness, the outbox relay and the reconciler.
 #include "queue/queue.h"
 
+#include <pthread.h>
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -181,6 +182,8 @@ int32_t queue::relay_once() {
 
 int32_t queue::reconcile_once() {
   if (!store_) return 0;
+  // --tenant-max-running: held jobs with a free slot get their promotion (outbox rows) here.
+  if (int32_t n = store_->refill_held(); n > 0) spdlog::info("queue: reconciler promoted {} held jobs", n);
   auto jobs = store_->list_dispatchable(options_.reconcile_grace_ms, 1000);
   if (jobs.empty()) return 0;
   std::vector<std::vector<std::string>> cmds;
@@ -219,6 +222,7 @@ int32_t queue::reconcile_once() {
 void queue::start_relay() {
   if (!store_ || relay_running_.exchange(true)) return;
   relay_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "aq-relay");  // per-thread profiles name it
     auto next_reconcile = std::chrono::steady_clock::now();
     while (relay_running_) {
       int32_t n = 0;
@@ -232,7 +236,7 @@ void queue::start_relay() {
         spdlog::warn("queue: relay pass failed: {}", e.what());
       }
       // NOTE: poll, but wake on local commits so a job published in-process goes out at once.
-      if (n == 0) store_->wait_events(0, std::chrono::milliseconds(options_.relay_interval_ms));
+      if (n == 0) store_->wait_events(0, std::chrono::milliseconds(options_.relay_interval_ms), store::store::wake::outbox);
     }
   });
 }

@@ -384,7 +384,7 @@ std::vector<std::pair<int64_t, std::string>> batch_store::queued_lines(const std
   try {
     auto& s = c_->stmt(
         "SELECT b.line_idx, b.job_id FROM batch_jobs b JOIN jobs j ON j.id=b.job_id WHERE b.batch_id=? "
-        "AND b.line_idx>=? AND b.line_idx<? AND j.status='queued' AND j.updated_ms<? ORDER BY b.line_idx LIMIT ?");
+        "AND b.line_idx>=? AND b.line_idx<? AND j.status='queued' AND j.hold!=1 AND j.updated_ms<? ORDER BY b.line_idx LIMIT ?");
     s.bind_all(batch_id, from, below, cutoff_ms, int64_t(limit));
     while (s.step()) out.emplace_back(s.col_int(0), s.col_text(1));
   } catch (const std::exception& e) {

@@ -34,6 +34,10 @@ class conn {
     for (auto& [sql, st] : cache_) st->reset();
   }
   int64_t now() const { return clock_(); }  // the store's clock (ms since the epoch)
+  // What the writer's current transaction wrote, for waking only the waiters it concerns
+  // (store::wait_events); set by the insert helpers, cleared per transaction.
+  static constexpr uint32_t k_wrote_event = 1, k_wrote_webhook_status = 2, k_wrote_outbox = 4;
+  uint32_t wrote = 0;
   sqlite_db db;
 
  private:

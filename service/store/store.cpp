@@ -2,6 +2,7 @@
 // IMMEDIATE transaction; futures complete after COMMIT), plus a pool of reader connections.
 #include "store/store.h"
 
+#include <pthread.h>
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -18,6 +19,7 @@
 #include "store/conn.h"
 #include "store/deletion.h"
 #include "store/migrations.h"
+#include "store/running_limit.h"
 #include "util/crypto.h"
 #include "store/sqlite.h"
 
@@ -163,12 +165,14 @@ void insert_event(conn& c, const std::string& job_id, const std::string& type, c
       "INSERT INTO job_events(job_id, tenant, type, data_json, created_ms) "
       "SELECT id, tenant, ?, ?, ? FROM jobs WHERE id=?");
   s.bind_all(type, data, now, job_id).run();
+  c.wrote |= conn::k_wrote_event;
 }
 
 void insert_status_event(conn& c, const std::string& job_id, job_status st, const json& extra, int64_t now) {
   json d = extra.is_object() ? extra : json::object();
   d["status"] = to_string(st);
   insert_event(c, job_id, "status", d.dump(), now);
+  if (is_terminal(st) || st == job_status::requires_action) c.wrote |= conn::k_wrote_webhook_status;
 }
 
 void insert_outbox(conn& c, const std::string& kind, const std::string& job_id, const std::string& payload,
@@ -176,6 +180,7 @@ void insert_outbox(conn& c, const std::string& kind, const std::string& job_id, 
   auto& s = c.stmt(
       "INSERT INTO outbox(kind, job_id, payload_json, target, next_attempt_ms, created_ms) VALUES (?,?,?,?,0,?)");
   s.bind_all(kind, job_id, payload, target, now).run();
+  c.wrote |= conn::k_wrote_outbox;
 }
 
 void insert_transcript(conn& c, const std::string& job_id, const transcript_row& r, int64_t now) {
@@ -282,7 +287,10 @@ class sqlite_store final : public store {
       *error = e.what();
       return false;
     }
-    writer_ = std::thread([this] { writer_loop(); });
+    writer_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "aq-db-writer");  // per-thread profiles name it
+      writer_loop();
+    });
     return true;
   }
 
@@ -341,6 +349,7 @@ class sqlite_store final : public store {
     // exec() would; a batch of one op needs no savepoint: its failure rolls the transaction back.
     const bool savepoints = batch.size() > 1;
     bool op_threw = false;  // the lone op failed (logged): the transaction is rolled back for it
+    c.wrote = 0;
     try {
       c.stmt("BEGIN IMMEDIATE").run();
       for (size_t i = 0; i < batch.size(); ++i) {
@@ -378,11 +387,17 @@ class sqlite_store final : public store {
     }
     n_transactions_++;
     n_write_ops_ += static_cast<int64_t>(batch.size());
-    if (committed) {
-      std::lock_guard lock(event_mu_);
-      commit_seq_++;
+    // NOTE: a waiter is woken only by a commit that wrote what it waits for: every commit used to
+    // wake the relay and the webhook scan (and each then read the outbox / events for nothing).
+    if (committed && c.wrote != 0) {
+      {
+        std::lock_guard lock(event_mu_);
+        for (int k = 0; k < 3; ++k)
+          if (c.wrote & (1u << k)) wake_seq_[k]++;
+      }
+      for (int k = 0; k < 3; ++k)
+        if (c.wrote & (1u << k)) wake_cv_[k].notify_all();
     }
-    event_cv_.notify_all();
     for (size_t i = 0; i < batch.size(); ++i) batch[i].done(committed && applied[i]);
   }
 
@@ -492,7 +507,7 @@ class sqlite_store final : public store {
 
   std::future<write_status> cancel_job(const std::string& job_id, const std::string& tenant) override {
     return submit<write_status>(
-        [job_id, tenant](conn& c) {
+        [job_id, tenant, limit = options_.tenant_max_running](conn& c) {
           int64_t now = c.now();
           auto& u = c.stmt(std::string("UPDATE jobs SET status='cancelled', error='cancelled by request', "
                                        "finished_ms=?1, updated_ms=?1, lease_expires_ms=0, pending_json='' "
@@ -504,6 +519,7 @@ class sqlite_store final : public store {
             return (!j || (!tenant.empty() && j->tenant != tenant)) ? write_status::not_found : write_status::fenced;
           }
           insert_status_event(c, job_id, job_status::cancelled, json::object(), now);
+          running_limit::refill_for_job(c, job_id, limit, now);
           return write_status::ok;
         },
         write_status::error);
@@ -629,10 +645,12 @@ class sqlite_store final : public store {
     });
   }
 
-  bool wait_events(int64_t after_id, std::chrono::milliseconds timeout) override {
+  bool wait_events(int64_t after_id, std::chrono::milliseconds timeout, wake on) override {
+    // NOTE: the index is the conn::k_wrote_* bit of the kind (event 1, webhook_status 2, outbox 4).
+    const int k = on == wake::event ? 0 : on == wake::webhook_status ? 1 : 2;
     std::unique_lock lock(event_mu_);
-    uint64_t seen = commit_seq_;
-    return event_cv_.wait_for(lock, timeout, [&] { return commit_seq_ != seen; });
+    uint64_t seen = wake_seq_[k];
+    return wake_cv_[k].wait_for(lock, timeout, [&] { return wake_seq_[k] != seen; });
   }
 
   // --- outbox ----------------------------------------------------------------------
@@ -684,7 +702,7 @@ class sqlite_store final : public store {
       std::vector<job_row> out;
       int64_t cutoff = c.now() - grace_ms;
       auto& s = c.stmt(std::string("SELECT ") + k_job_cols +
-                       " FROM jobs WHERE (status='queued' AND priority<3 AND updated_ms<?1) OR "
+                       " FROM jobs WHERE (status='queued' AND priority<3 AND updated_ms<?1 AND hold!=1) OR "
                        "(status='running' AND lease_expires_ms<?1) ORDER BY priority, created_ms LIMIT ?2");
       s.bind_all(cutoff, static_cast<int64_t>(limit));
       while (s.step()) out.push_back(read_job(s));
@@ -692,9 +710,16 @@ class sqlite_store final : public store {
     });
   }
 
+  int32_t refill_held() override {
+    const int64_t limit = options_.tenant_max_running;
+    // NOTE: read first: the write (a transaction, an fsync) only when some tenant's held jobs have a slot.
+    if (!with_reader([&](conn& c) { return running_limit::any_stranded(c, limit); })) return 0;
+    return submit<int32_t>([limit](conn& c) { return running_limit::refill_all(c, limit, c.now()); }, 0).get();
+  }
+
   std::future<write_status> fail_job(const std::string& job_id, std::string reason, job_status status) override {
     return submit<write_status>(
-        [job_id, reason = std::move(reason), status](conn& c) {
+        [job_id, reason = std::move(reason), status, limit = options_.tenant_max_running](conn& c) {
           int64_t now = c.now();
           auto& u = c.stmt(std::string("UPDATE jobs SET status=?1, error=?2, finished_ms=?3, updated_ms=?3, "
                                        "lease_expires_ms=0 WHERE id=?4 AND status NOT IN ") +
@@ -702,6 +727,7 @@ class sqlite_store final : public store {
           u.bind_all(to_string(status), reason, now, job_id).run();
           if (c.db.changes() == 0) return select_job(c, job_id) ? write_status::fenced : write_status::not_found;
           insert_status_event(c, job_id, status, json{{"error", reason}}, now);
+          running_limit::refill_for_job(c, job_id, limit, now);
           return write_status::ok;
         },
         write_status::error);
@@ -712,7 +738,7 @@ class sqlite_store final : public store {
   std::future<claim_result> claim_job(const std::string& job_id, const std::string& worker_id, int64_t lease_ms,
                                       int32_t max_attempts) override {
     return submit<claim_result>(
-        [=](conn& c) {
+        [=, limit = options_.tenant_max_running](conn& c) {
           claim_result r;
           int64_t now = c.now();
           auto j = select_job(c, job_id);
@@ -728,6 +754,16 @@ class sqlite_store final : public store {
             r.outcome = claim_outcome::busy;
             return r;
           }
+          // NOTE: before the poison check: a hold is not a delivery (attempts and epoch stay). A running
+          // job with an expired lease is already counted in its tenant's running jobs.
+          if (limit > 0 && j->status == job_status::queued) {
+            auto v = running_limit::check(c, job_id, j->tenant, limit);
+            if (!v.admit) {
+              running_limit::hold(c, job_id, j->tenant, v, limit, now);
+              r.outcome = claim_outcome::held;
+              return r;
+            }
+          }
           if (max_attempts > 0 && j->attempts + 1 > max_attempts) {
             std::string reason = "poison job: delivered " + std::to_string(j->attempts) +
                                  " times without finishing (max " + std::to_string(max_attempts) + ")";
@@ -736,12 +772,13 @@ class sqlite_store final : public store {
                              k_terminal_sql);
             u.bind_all(reason, now, job_id).run();
             insert_status_event(c, job_id, job_status::failed, json{{"error", reason}}, now);
+            running_limit::refill_for_job(c, job_id, limit, now);
             r.outcome = claim_outcome::poisoned;
             return r;
           }
           auto& u = c.stmt(
               "UPDATE jobs SET status='running', lease_epoch=lease_epoch+1, lease_owner=?1, lease_expires_ms=?2, "
-              "attempts=attempts+1, started_ms=CASE WHEN started_ms=0 THEN ?3 ELSE started_ms END, updated_ms=?3 "
+              "attempts=attempts+1, started_ms=CASE WHEN started_ms=0 THEN ?3 ELSE started_ms END, updated_ms=?3, hold=0 "
               "WHERE id=?4 AND status IN ('queued','running')");
           u.bind_all(worker_id, now + lease_ms, now, job_id).run();
           auto after = select_job(c, job_id);
@@ -834,14 +871,17 @@ class sqlite_store final : public store {
 
   std::future<write_status> commit_step(const std::string& job_id, int64_t epoch, step_commit step) override {
     return submit<write_status>(
-        [job_id, epoch, step = std::move(step)](conn& c) {
+        [job_id, epoch, step = std::move(step), limit = options_.tenant_max_running](conn& c) {
           // NOTE: fenced here or not at all: the parts' own checks (epoch, status running) cannot
           // change inside the transaction, so a step is written whole or not.
           if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
           write_status ws = write_status::ok;
           if (!step.input.empty()) ws = apply_init_transcript(c, job_id, epoch, step.input);
           if (ws == write_status::ok && step.turn) ws = apply_commit_turn(c, job_id, epoch, *step.turn);
-          if (ws == write_status::ok && step.end) ws = apply_finish(c, job_id, epoch, *step.end);
+          if (ws == write_status::ok && step.end) {
+            ws = apply_finish(c, job_id, epoch, *step.end);
+            if (ws == write_status::ok) running_limit::refill_for_job(c, job_id, limit, c.now());
+          }
           return ws;
         },
         write_status::error);
@@ -874,7 +914,7 @@ class sqlite_store final : public store {
   std::future<write_status> require_action(const std::string& job_id, int64_t epoch,
                                            std::string pending_calls_json) override {
     return submit<write_status>(
-        [job_id, epoch, pending = std::move(pending_calls_json)](conn& c) {
+        [job_id, epoch, pending = std::move(pending_calls_json), limit = options_.tenant_max_running](conn& c) {
           int64_t now = c.now();
           c.stmt("UPDATE jobs SET status='requires_action', pending_json=?1, lease_expires_ms=0, attempts=0, "
                  "updated_ms=?2 WHERE id=?3 AND lease_epoch=?4 AND status='running'")
@@ -883,6 +923,7 @@ class sqlite_store final : public store {
           if (c.db.changes() == 0) return write_status::fenced;
           insert_status_event(c, job_id, job_status::requires_action,
                               json{{"tool_calls", json::parse(pending, nullptr, false)}}, now);
+          running_limit::refill_for_job(c, job_id, limit, now);  // waiting on its client, it holds no slot
           return write_status::ok;
         },
         write_status::error);
@@ -891,15 +932,18 @@ class sqlite_store final : public store {
   std::future<write_status> finish_job(const std::string& job_id, int64_t epoch, job_status status,
                                        std::string result_json, std::string error, usage_totals usage) override {
     return submit<write_status>(
-        [job_id, epoch, e = job_end{status, std::move(result_json), std::move(error), usage}](conn& c) {
-          return apply_finish(c, job_id, epoch, e);
+        [job_id, epoch, e = job_end{status, std::move(result_json), std::move(error), usage},
+         limit = options_.tenant_max_running](conn& c) {
+          auto ws = apply_finish(c, job_id, epoch, e);
+          if (ws == write_status::ok) running_limit::refill_for_job(c, job_id, limit, c.now());
+          return ws;
         },
         write_status::error);
   }
 
   std::future<write_status> release_job(const std::string& job_id, int64_t epoch) override {
     return submit<write_status>(
-        [job_id, epoch](conn& c) {
+        [job_id, epoch, limit = options_.tenant_max_running](conn& c) {
           int64_t now = c.now();
           c.stmt("UPDATE jobs SET status='queued', lease_expires_ms=0, attempts=MAX(attempts-1,0), updated_ms=?1 "
                  "WHERE id=?2 AND lease_epoch=?3 AND status='running'")
@@ -909,6 +953,7 @@ class sqlite_store final : public store {
           auto j = select_job(c, job_id);
           insert_status_event(c, job_id, job_status::queued, json{{"reason", "released"}}, now);
           insert_outbox(c, "publish", job_id, priority_payload(j->priority), "", now);
+          running_limit::refill_for_job(c, job_id, limit, now);
           return write_status::ok;
         },
         write_status::error);
@@ -1037,8 +1082,8 @@ class sqlite_store final : public store {
   std::vector<std::unique_ptr<conn>> readers_;
 
   std::mutex event_mu_;
-  std::condition_variable event_cv_;
-  uint64_t commit_seq_ = 0;
+  std::condition_variable wake_cv_[3];  // by wait_events kind: event, webhook_status, outbox
+  uint64_t wake_seq_[3] = {0, 0, 0};
 
   std::atomic<int64_t> n_write_ops_{0}, n_transactions_{0}, n_write_errors_{0};
 };

@@ -122,7 +122,8 @@ struct lease {
   int64_t epoch = 0;
   job_row job;                     // the row after the claim
 };
-enum class claim_outcome { claimed, busy /* live lease elsewhere */, not_claimable /* terminal / requires_action */, not_found, poisoned /* attempts exhausted */, error };
+enum class claim_outcome { claimed, busy /* live lease elsewhere */, not_claimable /* terminal / requires_action */, not_found, poisoned /* attempts exhausted */, error,
+                           held /* tenant at --tenant-max-running: the job waits in SQLite (ack its entry) */ };
 struct claim_result {
   claim_outcome outcome = claim_outcome::error;
   std::optional<lease> won;
@@ -176,6 +177,7 @@ struct store_options {
   int32_t max_batch_ops = 512;           // write ops per transaction at most
   int32_t n_readers = 4;                 // reader connection pool size
   bool group_commit = true;              // false = one transaction per write op (benchmark baseline)
+  int64_t tenant_max_running = 0;        // running jobs per tenant at most (claims past it hold the job); 0 = none
   std::function<int64_t()> clock;        // ms since the epoch for every timestamp; empty = now_ms() (tests: fake)
 };
 
@@ -228,9 +230,13 @@ class store {
                                                     int32_t limit) = 0;
   // The newest event id (0 when there is none): where a stream with no cursor starts.
   virtual int64_t last_event_id() = 0;
-  // Block until an event with id > after_id may exist (a commit in this process wrote events)
-  // or timeout; true if woken by a commit. Other processes' commits are seen by re-reading.
-  virtual bool wait_events(int64_t after_id, std::chrono::milliseconds timeout) = 0;
+  // What a waiter wakes for: a commit in this process that wrote job events of any type (event
+  // streams), a status event a webhook is sent for (requires_action, terminal: the webhook scan), or
+  // outbox rows (the relay). Commits that wrote none of these wake nobody.
+  enum class wake { event, webhook_status, outbox };
+  // Block until such a commit or timeout; true if woken by one. Other processes' commits are seen
+  // by re-reading. after_id is unused (kept for callers' clarity).
+  virtual bool wait_events(int64_t after_id, std::chrono::milliseconds timeout, wake on = wake::event) = 0;
 
   // --- Outbox (queue relay, webhook dispatch) -------------------------------
   virtual std::vector<outbox_row> fetch_outbox(const std::string& kind, int32_t limit) = 0;
@@ -242,13 +248,18 @@ class store {
   // that expired more than grace_ms ago. Queued jobs of the batch class are not listed: the batch
   // feeder (api/batch_feeder.cpp) publishes them through its window and re-publishes its own.
   virtual std::vector<job_row> list_dispatchable(int64_t grace_ms, int32_t limit) = 0;
+  // --tenant-max-running's safety net: promote held jobs of tenants with a free slot (a promotion a
+  // crash or a lowered limit missed; a removed limit releases them all). Writes only when there are
+  // any; the number promoted.
+  virtual int32_t refill_held() = 0;
   // Unfenced failure (dead letter, deadline reaper); fenced if already terminal.
   virtual std::future<write_status> fail_job(const std::string& job_id, std::string reason,
                                              job_status status = job_status::failed) = 0;
 
   // --- Worker side (fenced by lease epoch) -----------------------------------
   // Claim: queued, or running with an expired lease. Bumps lease_epoch and attempts;
-  // poisoned (and the job failed) when attempts would exceed max_attempts.
+  // poisoned (and the job failed) when attempts would exceed max_attempts; held (nothing bumped,
+  // the job stays queued, out of Redis) when its tenant is at tenant_max_running (running_limit.h).
   virtual std::future<claim_result> claim_job(const std::string& job_id, const std::string& worker_id,
                                               int64_t lease_ms, int32_t max_attempts) = 0;
   // Each job's "model" (its request's), for routing to the model's stream; ids not found are absent.

@@ -1,6 +1,7 @@
 // Webhook outbox scanner and sender (see dispatcher.h).
 #include "webhooks/dispatcher.h"
 
+#include <pthread.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -359,17 +360,22 @@ void dispatcher::start() {
   auto& m = *impl_;
   if (m.running.exchange(true)) return;
   m.scan_thread = std::thread([this] {
+    pthread_setname_np(pthread_self(), "aq-webhook-scan");  // per-thread profiles name it
     auto& m = *impl_;
+    auto next_drain = std::chrono::steady_clock::now();
     while (m.running) {
       int32_t n = scan_once();
-      // drain any "terminal" job-store outbox rows: status events drive webhooks instead
-      auto rows = m.store.fetch_outbox("terminal", 256);
+      // drain any "terminal" job-store outbox rows: status events drive webhooks instead. NOTE: only
+      // older versions write them, so a look every 10 s, not a read per pass (per commit).
+      auto rows = std::chrono::steady_clock::now() < next_drain ? std::vector<store::outbox_row>{}
+                                                                 : m.store.fetch_outbox("terminal", 256);
+      if (rows.empty()) next_drain = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       if (!rows.empty()) {
         std::vector<int64_t> ids;
         for (const auto& r : rows) ids.push_back(r.id);
         m.store.complete_outbox(std::move(ids)).wait();
       }
-      if (n == 0) m.store.wait_events(m.scanned_to, m.options.poll);
+      if (n == 0) m.store.wait_events(m.scanned_to, m.options.poll, store::store::wake::webhook_status);
     }
   });
   m.send_thread = std::thread([this] {

@@ -1,6 +1,7 @@
 // The worker's job threads (job_pool.h): a task queue under one mutex, threads started lazily.
 #include "worker/job_pool.h"
 
+#include <pthread.h>
 #include <algorithm>
 
 namespace agentq::worker {
@@ -22,7 +23,10 @@ void job_pool::run(std::function<void()> fn) {
   // NOTE: idle threads are counted before the queued tasks they will take: start one only when
   // the queue holds more tasks than idle threads to take them.
   if (static_cast<int32_t>(tasks_.size()) > n_idle_ && static_cast<int32_t>(threads_.size()) < max_threads_) {
-    threads_.emplace_back([this] { thread_main(); });
+    threads_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "aq-job");  // per-thread profiles name it
+      thread_main();
+    });
     return;
   }
   lock.unlock();

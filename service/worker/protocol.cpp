@@ -171,13 +171,15 @@ const char* to_string(store::claim_outcome o) {
     case store::claim_outcome::not_found: return "not_found";
     case store::claim_outcome::poisoned: return "poisoned";
     case store::claim_outcome::error: return "error";
+    case store::claim_outcome::held: return "held";
   }
   return "error";
 }
 
 std::optional<store::claim_outcome> parse_claim_outcome(const std::string& s) {
   for (auto o : {store::claim_outcome::claimed, store::claim_outcome::busy, store::claim_outcome::not_claimable,
-                 store::claim_outcome::not_found, store::claim_outcome::poisoned, store::claim_outcome::error})
+                 store::claim_outcome::not_found, store::claim_outcome::poisoned, store::claim_outcome::error,
+                 store::claim_outcome::held})
     if (s == to_string(o)) return o;
   return std::nullopt;
 }

@@ -9,6 +9,7 @@
 #include "worker/control_plane.h"
 #include "worker/job_pool.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <agentq/engine.h>
@@ -29,6 +30,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "metrics/registry.h"
 #include "net/http_client.h"
 #include "obs/job_metrics.h"
 #include "obs/obs_store.h"
@@ -51,6 +53,13 @@ using store::write_status;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
+
+metrics::family_of<metrics::counter>& held_counter() {
+  // NOTE: the worker's registry: its families reach the API's GET /metrics with the engine samples.
+  static auto& c = obs::worker_registry().counter_family(
+      "agentq_jobs_held_total", "Claims that held the job queued instead of running it, by limit.", {"reason"});
+  return c;
+}
 
 std::string default_worker_id() {
   char host[128] = {0};
@@ -313,6 +322,12 @@ struct worker::impl {
         return;
       case store::claim_outcome::not_claimable:
       case store::claim_outcome::not_found: q.ack(d); return;
+      case store::claim_outcome::held:
+        // NOTE: its tenant is at --tenant-max-running: the job waits in SQLite (hold = 1) and comes
+        // back through the outbox when a slot frees; the entry is done with.
+        held_counter().with({"tenant_max_running"}).inc();
+        q.ack(d);
+        return;
       case store::claim_outcome::poisoned:
         spdlog::warn("worker {}: job {} dead-lettered after {} deliveries", id, d.job_id, options.max_deliveries);
         q.dead_letter(d, "exceeded max deliveries");
@@ -1007,7 +1022,10 @@ void worker::start() {
   }
   impl_->q.ensure_groups(impl_->id, impl_->options.model);
   impl_->announce(true, {});
-  impl_->dispatcher = std::thread([this] { impl_->dispatch_loop(); });
+  impl_->dispatcher = std::thread([this] {
+    pthread_setname_np(pthread_self(), "aq-dispatch");  // per-thread profiles name it
+    impl_->dispatch_loop();
+  });
   impl_->housekeeper = std::thread([this] { impl_->housekeeping_loop(); });
   spdlog::info("worker {} started", impl_->id);
 }
