@@ -376,7 +376,9 @@ void split_deepseek_llm(const cpt_text& t, std::vector<size_t>* ends) {
     return n > 0 && pos + n == r.hi ? n : 0;
   });
   refine(t, ends, match_cjk_run);
-  refine(t, ends, [](const range& r, size_t pos) { return run(r, pos, [](uint32_t, uint8_t f) { return (f & f_number) != 0; }); });
+  refine(t, ends, [](const range& r, size_t pos) {
+    return run(r, pos, [](uint32_t, uint8_t f) { return (f & f_number) != 0; });
+  });
 }
 
 }  // namespace

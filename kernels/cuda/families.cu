@@ -2,7 +2,8 @@
 // families.cpp): Gemma's GELU-tanh gate rounded through F16 as ggml's CPU backend, the embedding
 // scale, logit soft-capping, the MoE router's top-k (Qwen3-MoE's normalised softmax, gpt-oss's
 // softmax over the top k), the grouping of a step's (token, expert) rows by expert, GPT-OSS's
-// clamped SwiGLU, per-expert biases and the experts' weighted sum. backend/cuda_forward.cpp runs them where a layer_stack asks for them.
+// clamped SwiGLU, per-expert biases and the experts' weighted sum. backend/cuda_forward.cpp runs
+// them where a layer_stack asks for them.
 #include "common.cuh"
 
 namespace agentq::kernels::cuda {

@@ -2,7 +2,8 @@
 // (kernels/cuda/*.cpp): attention with a sliding window, soft-capping and sinks (decode over
 // several partitions and one, prefill), RoPE from a table of angles (plain, NoPE), the MoE rows
 // (moe_matvec: every weight type; bitwise matvec on the chosen expert; grouped by expert with
-// moe_group: bitwise moe_matvec), per-expert biases, the clamped SwiGLU and the experts' weighted sum. Exits 77 (skipped) without a device or CUDA.
+// moe_group: bitwise moe_matvec), per-expert biases, the clamped SwiGLU and the experts' weighted
+// sum. Exits 77 (skipped) without a device or CUDA.
 #include <doctest/doctest.h>
 
 #include <cmath>

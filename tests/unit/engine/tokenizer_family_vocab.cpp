@@ -42,7 +42,8 @@ TEST_CASE("the families' vocabularies tokenize as llama.cpp does") {
   const std::string all = slurp(vectors / "families-vocab.inp"), sep = "\n__ggml_vocab_test__\n";
   REQUIRE(!all.empty());
   std::vector<std::string> texts;
-  for (size_t b = 0, at; (at = all.find(sep, b)) != std::string::npos; b = at + sep.size()) texts.push_back(all.substr(b, at - b));
+  for (size_t b = 0, at; (at = all.find(sep, b)) != std::string::npos; b = at + sep.size())
+    texts.push_back(all.substr(b, at - b));
   REQUIRE(texts.size() > 60);
   int n_found = 0;
   for (const char* name : {"qwen2", "gemma3", "gpt-oss"}) {
@@ -84,5 +85,6 @@ TEST_CASE("the families' vocabularies tokenize as llama.cpp does") {
     MESSAGE(std::string(name), ": ", texts.size() - n_skip, " texts tokenized as the reference does (", n_skip,
             " listed in .skip)");
   }
-  if (n_found == 0) test::skip(vocab_dir().string() + ": no agentq-vocab-*.gguf (scripts/dev/llamacpp_vocab.sh writes them)");
+  if (n_found == 0)
+    test::skip(vocab_dir().string() + ": no agentq-vocab-*.gguf (scripts/dev/llamacpp_vocab.sh writes them)");
 }
