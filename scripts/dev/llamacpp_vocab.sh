@@ -53,9 +53,8 @@ if [ $have_llama = 1 ]; then
     gguf=$out_dir/agentq-vocab-$name.gguf
     : > "$work/$name.out"
     for f in "$work"/[0-9]*.txt; do
-      # --no-bos, no --parse-special: llama.cpp's test-tokenizer-0 (add_special false, parse_special false)
-      "$tok" -m "$gguf" -f "$f" --ids --no-bos --no-escape --log-disable 2>/dev/null | tr -d '[],' >> "$work/$name.out"
-      echo >> "$work/$name.out"
+      # --no-bos, --no-parse-special (this tool parses them by default): llama.cpp's test-tokenizer-0 (add_special false, parse_special false)
+      "$tok" -m "$gguf" -f "$f" --ids --no-bos --no-parse-special --no-escape --log-disable 2>/dev/null | tr -d '[],' >> "$work/$name.out"
     done
     sed -i 's/^ *//; s/ *$//' "$work/$name.out"
     cp "$work/$name.out" "$data/agentq-vocab-$name.gguf.out"
