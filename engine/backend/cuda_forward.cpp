@@ -316,7 +316,12 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
   float* ws = all_decode ? scratch(attn_ws_, cu::attention_decode_workspace_floats(n_seqs, n_head, hd, max_len))
                          : nullptr;
   float *router = nullptr, *moe_w = nullptr, *moe_g = nullptr, *moe_u = nullptr, *moe_y = nullptr;
-  int32_t* moe_ids = nullptr;
+  int32_t *moe_ids = nullptr, *moe_order = nullptr, *moe_chunks = nullptr;
+  // NOTE: with more than one token the (token, expert) rows run grouped by expert, as the CPU's
+  // prefill does: each expert's rows are read once per chunk of its tokens, not once per token.
+  // One token keeps the per-row kernel (nothing to share; same bits either way).
+  const bool moe_grouped = n_exp > 0 && n_x > 1;
+  const int32_t moe_max_chunks = moe_grouped ? cu::moe_group_max_chunks(n_moe, n_exp) : 0;
   if (n_exp > 0) {
     router = scratch(router_, size_t(n_x) * n_exp);            // [n_x][n_expert] router logits
     moe_ids = reinterpret_cast<int32_t*>(scratch(moe_ids_, size_t(n_moe)));  // [n_x][k] chosen experts
@@ -325,6 +330,11 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
     moe_u = scratch(moe_u_, size_t(n_moe) * n_ff_e);            // [n_x][k][n_ff_exp]
     moe_y = scratch(moe_y_, size_t(n_moe) * n_embd);            // [n_x][k][n_embd]
     if (!router || !moe_ids || !moe_w || !moe_g || !moe_u || !moe_y) return -1;
+    if (moe_grouped) {
+      moe_order = reinterpret_cast<int32_t*>(scratch(moe_order_, size_t(n_moe)));  // [n_moe] rows by expert
+      moe_chunks = reinterpret_cast<int32_t*>(scratch(moe_chunks_, 1 + 3 * size_t(moe_max_chunks)));
+      if (!moe_order || !moe_chunks) return -1;
+    }
   }
   if (cu::cuda_failed() || !x || !xb || !q || !k || !v || !att || !hb || !hb2 || !rows || !dlogits) return -1;
   const int32_t* d_ids = dev + at.ids;
@@ -334,14 +344,23 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
   const float att_scale = opts_.q_scale != 0.0f ? 1.0f : 1.0f / std::sqrt(float(hd));
   const auto gating = opts_.gating == moe_gating::softmax_topk ? cu::moe_gating::topk_softmax : cu::moe_gating::softmax_norm;
 
+  // y [n_moe][n_o] = W_{ids[r]} in[r / x_div] for every (token, expert) row r, grouped by expert or row by row.
+  auto moe_rows = [&](const mat& w, int64_t n_o, int64_t n_i, const float* in, int32_t x_div, float* y) {
+    if (moe_grouped)
+      cu::moe_matvec_grouped(w.type, w.data, n_o, n_i, in, x_div, moe_order, moe_chunks, moe_max_chunks, y, stream_);
+    else
+      cu::moe_matvec(w.type, w.data, n_o, n_i, in, x_div, moe_ids, n_moe, y, stream_);
+  };
+
   // The mixture of experts on xb into xb: router, top-k, each (token, expert) row's gate/up, the
   // activation, down, and the weighted sum in rank order (engine/model/moe.cpp's steps).
   auto moe_ffn = [&](const dev_layer& L) {
     linear(L.moe_router, xb, n_x, router);
     if (L.moe_router_b.ok()) cu::add_rows(router, L.moe_router_b.as<float>(), n_x, n_exp, stream_);
     cu::moe_topk(router, n_x, n_exp, k_used, gating, moe_ids, moe_w, stream_);
-    cu::moe_matvec(L.moe_gate.type, L.moe_gate.data, n_ff_e, n_embd, xb, k_used, moe_ids, n_moe, moe_g, stream_);
-    cu::moe_matvec(L.moe_up.type, L.moe_up.data, n_ff_e, n_embd, xb, k_used, moe_ids, n_moe, moe_u, stream_);
+    if (moe_grouped) cu::moe_group(moe_ids, n_moe, n_exp, moe_order, moe_chunks, stream_);
+    moe_rows(L.moe_gate, n_ff_e, n_embd, xb, k_used, moe_g);
+    moe_rows(L.moe_up, n_ff_e, n_embd, xb, k_used, moe_u);
     if (L.moe_gate_b.ok()) {
       cu::add_rows_by_id(moe_g, L.moe_gate_b.as<float>(), moe_ids, n_moe, n_ff_e, stream_);
       cu::add_rows_by_id(moe_u, L.moe_up_b.as<float>(), moe_ids, n_moe, n_ff_e, stream_);
@@ -350,7 +369,7 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
       cu::swiglu_oai(moe_g, moe_u, moe_g, int64_t(n_moe) * n_ff_e, stream_);
     else
       cu::swiglu(moe_g, moe_u, moe_g, int64_t(n_moe) * n_ff_e, stream_);
-    cu::moe_matvec(L.moe_down.type, L.moe_down.data, n_embd, n_ff_e, moe_g, 1, moe_ids, n_moe, moe_y, stream_);
+    moe_rows(L.moe_down, n_embd, n_ff_e, moe_g, 1, moe_y);
     if (L.moe_down_b.ok()) cu::add_rows_by_id(moe_y, L.moe_down_b.as<float>(), moe_ids, n_moe, n_embd, stream_);
     cu::moe_combine(moe_y, moe_w, n_x, k_used, n_embd, xb, stream_);
   };
@@ -432,7 +451,8 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
         uintptr_t(k),        uintptr_t(v),        uintptr_t(att),        uintptr_t(hb),
         uintptr_t(hb2),      uintptr_t(rows),     uintptr_t(dlogits),    uintptr_t(ws),
         uintptr_t(kv_.k_layer(0)), uintptr_t(kv_.v_layer(0)), uintptr_t(router),   uintptr_t(moe_ids),
-        uintptr_t(moe_w),    uintptr_t(moe_g),    uintptr_t(moe_u),      uintptr_t(moe_y)};
+        uintptr_t(moe_w),    uintptr_t(moe_g),    uintptr_t(moe_u),      uintptr_t(moe_y),
+        uintptr_t(moe_order), uintptr_t(moe_chunks)};
     if (key != graph_key_ || !graph_.ready()) {
       graph_key_.clear();
       bool captured = graph_.begin_capture(stream_);

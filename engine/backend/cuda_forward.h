@@ -106,6 +106,7 @@ class cuda_forward {
   // Per-batch device scratch, grown on demand. NOTE: forward() is not reentrant.
   kernels::cuda::device_buffer x_, xb_, q_, k_, v_, att_, hb_, hb2_, rows_, logits_, attn_ws_, gemm_ws_;
   kernels::cuda::device_buffer router_, moe_ids_, moe_w_, moe_g_, moe_u_, moe_y_;  // mixture of experts
+  kernels::cuda::device_buffer moe_order_, moe_chunks_;  // rows grouped by expert (moe_group)
   kernels::cuda::pinned_buffer staging_;  // host side of the per-batch index arrays
   kernels::cuda::device_buffer index_;    // ids, positions, block tables... (one upload per batch)
 

@@ -3,6 +3,7 @@
 #include "tokenizer/pretokenize.h"
 
 #include <cstdint>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -264,6 +265,16 @@ size_t match_digit_triplet(const range& r, size_t pos) {
   return is_ascii_digit(r.cpt(pos)) && is_ascii_digit(r.cpt(pos + 1)) && is_ascii_digit(r.cpt(pos + 2)) ? 3 : 0;
 }
 
+// '[一-龥ࠀ-一가-퟿]+' of deepseek-coder and deepseek-llm. NOTE: llama.cpp runs this regex (it names
+// no \p{..}) with std::wregex on a copy of the text whose non-ASCII spaces became '\v', so the
+// spaces inside U+0800..U+4E00 (U+1680, U+2000..U+200A, U+2028.., U+3000) are not in the class.
+size_t match_cjk_run(const range& r, size_t pos) {
+  return run(r, pos, [](uint32_t cp, uint8_t f) {
+    return !(f & f_space) &&
+           ((cp >= 0x4E00 && cp <= 0x9FA5) || (cp >= 0x0800 && cp <= 0x4E00) || (cp >= 0xAC00 && cp <= 0xD7FF));
+  });
+}
+
 // Falcon: '[\p{P}\$\+<=>\^~\|`]+' (every ASCII punctuation and symbol, other \p{P}), then GPT-2's
 // regex in each piece, then '[0-9][0-9][0-9]'.
 void split_falcon(const cpt_text& t, std::vector<size_t>* ends) {
@@ -301,12 +312,73 @@ void split_deepseek_coder(const cpt_text& t, std::vector<size_t>* ends) {
   };
   refine(t, ends, space_then([](uint32_t, uint8_t f) { return (f & f_letter) != 0; }));
   refine(t, ends, space_then([](uint32_t cp, uint8_t) { return is_p_llamacpp(cp); }));
-  refine(t, ends, [](const range& r, size_t pos) {
-    return run(r, pos, [](uint32_t cp, uint8_t) {
-      return (cp >= 0x4E00 && cp <= 0x9FA5) || (cp >= 0x0800 && cp <= 0x4E00) || (cp >= 0xAC00 && cp <= 0xD7FF);
-    });
-  });
+  refine(t, ends, match_cjk_run);
   refine(t, ends, [](const range& r, size_t pos) -> size_t { return (r.flag(pos) & f_number) != 0; });
+}
+
+
+// DeepSeek LLM: '[\r\n]', '\s?[LETTERS]+', '\s?[!-/:-~！-／：-～‘-‟　-。]+', '\s+$',
+// '[一-龥ࠀ-一가-퟿]+', '\p{N}+'. Its letter and punctuation classes are explicit code point ranges
+// (llama.cpp runs these regexes with std::wregex on the text itself, not on the collapsed text),
+// and its '\s' is std::wregex's: ASCII's " \t\n\v\f\r", and every other Unicode space, which
+// llama.cpp turns into '\v' first (so U+3000 is a space here, never the '　' of the class).
+// '$' is the end of the piece the regex splits.
+constexpr uint32_t k_deepseek_llm_letters[][2] = {
+    {0x41, 0x5A}, {0x61, 0x7A}, {0xB5, 0xB5}, {0xC0, 0xD6}, {0xD8, 0xF6}, {0xF8, 0x1BA}, {0x1BC, 0x1BF},
+    {0x1C4, 0x293}, {0x295, 0x2AF}, {0x370, 0x373}, {0x376, 0x376}, {0x377, 0x377}, {0x37B, 0x37D},
+    {0x37F, 0x37F}, {0x386, 0x386}, {0x388, 0x38A}, {0x38C, 0x38C}, {0x38E, 0x3A1}, {0x3A3, 0x3F5},
+    {0x3F7, 0x481}, {0x48A, 0x52F}, {0x531, 0x556}, {0x10A0, 0x10C5}, {0x13A0, 0x13F5}, {0x13F8, 0x13FD},
+    {0x1C90, 0x1CBA}, {0x1CBD, 0x1CBF}, {0x1D00, 0x1D2B}, {0x1D6B, 0x1D77}, {0x1D79, 0x1D9A},
+    {0x1E00, 0x1F15}, {0x1F18, 0x1F1D}, {0x1F20, 0x1F45}, {0x1F48, 0x1F4D}, {0x1F50, 0x1F57},
+    {0x1F59, 0x1F59}, {0x1F5B, 0x1F5B}, {0x1F5D, 0x1F5D}, {0x1F5F, 0x1F7D}, {0x1F80, 0x1FB4},
+    {0x1FB6, 0x1FBC}, {0x1FBE, 0x1FBE}, {0x1FC2, 0x1FC4}, {0x1FC6, 0x1FCC}, {0x1FD0, 0x1FD3},
+    {0x1FD6, 0x1FDB}, {0x1FE0, 0x1FEC}, {0x1FF2, 0x1FF4}, {0x1FF6, 0x1FFC}, {0x2102, 0x2102},
+    {0x2107, 0x2107}, {0x210A, 0x2113}, {0x2115, 0x2115}, {0x2119, 0x211D}, {0x2124, 0x2124},
+    {0x2126, 0x2126}, {0x2128, 0x2128}, {0x212A, 0x212D}, {0x212F, 0x2134}, {0x2139, 0x2139},
+    {0x213C, 0x213F}, {0x2145, 0x2149}, {0x214E, 0x214E}, {0x2183, 0x2183}, {0x2184, 0x2184},
+    {0x2C00, 0x2C7B}, {0x2C7E, 0x2CE4}, {0x2CEB, 0x2CEE}, {0x2CF2, 0x2CF2}, {0x2CF3, 0x2CF3},
+    {0xA640, 0xA66D}, {0xA680, 0xA69B}, {0xA722, 0xA76F}, {0xA771, 0xA787}, {0xA78B, 0xA78E},
+    {0xAB70, 0xABBF}, {0xFB00, 0xFB06}, {0xFB13, 0xFB17}, {0xFF21, 0xFF3A}, {0xFF41, 0xFF5A},
+    {0x10400, 0x1044F}, {0x104B0, 0x104D3}, {0x104D8, 0x104FB}, {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2},
+    {0x118A0, 0x118DF}, {0x1E900, 0x1E943}
+};
+
+bool is_deepseek_llm_letter(uint32_t cp) {
+  size_t lo = 0, hi = std::size(k_deepseek_llm_letters);  // first range whose end is >= cp
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (k_deepseek_llm_letters[mid][1] < cp) lo = mid + 1; else hi = mid;
+  }
+  return lo < std::size(k_deepseek_llm_letters) && k_deepseek_llm_letters[lo][0] <= cp;
+}
+
+bool is_deepseek_llm_punct(uint32_t cp) {
+  return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x7E) || (cp >= 0xFF01 && cp <= 0xFF0F) ||
+         (cp >= 0xFF1A && cp <= 0xFF5E) || (cp >= 0x2018 && cp <= 0x201F) || cp == 0x3001 || cp == 0x3002;
+}
+
+void split_deepseek_llm(const cpt_text& t, std::vector<size_t>* ends) {
+  ends->assign(1, t.cpts.size());
+  refine(t, ends, [](const range& r, size_t pos) -> size_t { return r.cpt(pos) == '\r' || r.cpt(pos) == '\n'; });
+  auto space_then = [](auto is_x) {  // '\s?X+'
+    return [is_x](const range& r, size_t pos) -> size_t {
+      auto xs = [&](size_t at) { return run(r, at, [&](uint32_t cp, uint8_t) { return is_x(cp); }); };
+      if (const size_t n = xs(pos)) return n;
+      if (r.flag(pos) & f_space)
+        if (const size_t n = xs(pos + 1)) return n + 1;
+      return 0;
+    };
+  };
+  refine(t, ends, space_then(is_deepseek_llm_letter));
+  refine(t, ends, space_then(is_deepseek_llm_punct));
+  refine(t, ends, [](const range& r, size_t pos) -> size_t {  // '\s+$': the piece's trailing spaces
+    const size_t n = run(r, pos, [](uint32_t, uint8_t f) { return (f & f_space) != 0; });
+    return n > 0 && pos + n == r.hi ? n : 0;
+  });
+  refine(t, ends, match_cjk_run);
+  refine(t, ends, [](const range& r, size_t pos) {
+    return run(r, pos, [](uint32_t, uint8_t f) { return (f & f_number) != 0; });
+  });
 }
 
 }  // namespace
@@ -326,6 +398,7 @@ void pre_split(pre_type type, std::string_view text, std::vector<byte_span>* out
     case pre_type::gpt4o: split_cased(all, 3, true, &ends); break;
     case pre_type::falcon: split_falcon(t, &ends); break;
     case pre_type::deepseek_coder: split_deepseek_coder(t, &ends); break;
+    case pre_type::deepseek_llm: split_deepseek_llm(t, &ends); break;
   }
   size_t begin = 0;
   for (size_t e : ends) {

@@ -1,5 +1,5 @@
-// Byte-level BPE pre-tokenizers: the regex splits of GPT-2, Llama 3, Qwen2, Tekken, GPT-4o, Falcon, DeepSeek Coder,
-// hand-written over code points (no std::regex: too slow, and no \p{L}).
+// Byte-level BPE pre-tokenizers: the regex splits of GPT-2, Llama 3, Qwen2, Tekken, GPT-4o, Falcon,
+// DeepSeek Coder, DeepSeek LLM, hand-written over code points (no std::regex: too slow, and no \p{L}).
 #pragma once
 
 #include <cstddef>
@@ -20,6 +20,8 @@ enum class pre_type {
   // llama.cpp's multi-regex lists (each regex splits the previous pieces; gaps stay pieces):
   falcon,          // [\p{P}\$\+<=>\^~\|`]+ ; gpt2 ; [0-9][0-9][0-9]
   deepseek_coder,  // [\r\n] ; \s?\p{L}+ ; \s?\p{P}+ ; [一-龥ࠀ-一가-퟿]+ ; \p{N}
+  deepseek_llm,    // [\r\n] ; \s?[letter ranges]+ ; \s?[!-/:-~！-／：-～‘-‟　-。]+ ; \s+$ ;
+                   //   [一-龥ࠀ-一가-퟿]+ ; \p{N}+
 };
 
 struct byte_span {

@@ -119,6 +119,8 @@ bool tokenizer::init(const gguf::file& f, std::string* error) {
       pre_ = pre_type::falcon;
     } else if (pre == "deepseek-coder") {
       pre_ = pre_type::deepseek_coder;
+    } else if (pre == "deepseek-llm") {
+      pre_ = pre_type::deepseek_llm;
     } else if (pre == "gpt-2" || pre == "phi-2" || pre == "jina-es" || pre == "jina-de" || pre == "gigachat" ||
                pre == "jina-v2-es" || pre == "jina-v2-de" || pre == "a.x-4.0" || pre == "mellum" ||
                pre == "modern-bert" || pre == "jina-v1-en" || pre == "jina-v2-code" || pre == "roberta-bpe" ||
@@ -136,7 +138,7 @@ bool tokenizer::init(const gguf::file& f, std::string* error) {
       *error = "unsupported pre-tokenizer '" + std::string(pre) +
                "' (tokenizer.ggml.pre; supported: default, gpt-2 and its aliases, llama3/llama-bpe, qwen2, tekken, "
                "gpt-4o, starcoder/refact/smollm and the other digit-splitting GPT-2 variants, mpt/olmo, falcon, "
-               "deepseek-coder)";
+               "deepseek-coder, deepseek-llm)";
       return false;
     }
     const gguf::value* merges = f.find("tokenizer.ggml.merges");

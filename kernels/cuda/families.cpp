@@ -106,4 +106,20 @@ void moe_matvec(weight_type type, const void* stack, int64_t n_out, int64_t n_in
            x + int64_t(r / x_div) * n_in, 1, y + int64_t(r) * n_out);
 }
 
+void moe_group(const int32_t* ids, int32_t n_rows, int32_t n_expert, int32_t per_chunk, int32_t* order,
+               int32_t* chunks) {
+  int32_t o = 0, c = 0;
+  for (int32_t e = 0; e < n_expert; ++e) {
+    const int32_t first = o;
+    for (int32_t r = 0; r < n_rows; ++r)
+      if (ids[r] == e) order[o++] = r;
+    for (int32_t b = first; b < o; b += per_chunk, ++c) {
+      chunks[1 + 3 * c] = e;
+      chunks[2 + 3 * c] = b;
+      chunks[3 + 3 * c] = std::min(per_chunk, o - b);
+    }
+  }
+  chunks[0] = c;
+}
+
 }  // namespace agentq::kernels::ref

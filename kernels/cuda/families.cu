@@ -1,8 +1,9 @@
 // Elementwise and routing ops of the families beyond llama/qwen2 (their C++ references:
 // families.cpp): Gemma's GELU-tanh gate rounded through F16 as ggml's CPU backend, the embedding
 // scale, logit soft-capping, the MoE router's top-k (Qwen3-MoE's normalised softmax, gpt-oss's
-// softmax over the top k), GPT-OSS's clamped SwiGLU, per-expert biases and the experts' weighted
-// sum. backend/cuda_forward.cpp runs them where a layer_stack asks for them.
+// softmax over the top k), the grouping of a step's (token, expert) rows by expert, GPT-OSS's
+// clamped SwiGLU, per-expert biases and the experts' weighted sum. backend/cuda_forward.cpp runs
+// them where a layer_stack asks for them.
 #include "common.cuh"
 
 namespace agentq::kernels::cuda {
@@ -110,6 +111,44 @@ __global__ void moe_combine_kernel(const float* y, const float* w, int32_t n_tok
   }
 }
 
+// Groups the (token, expert) rows of a step by expert (moe_group): one block; thread e counts and
+// then lists expert e's rows in row order, so order and chunks are deterministic. NOTE: O(n_expert
+// x n_rows) reads of ids spread over the threads: a few thousand rows x a few hundred experts, a
+// few microseconds, and no atomics (whose order would vary run to run).
+__global__ void moe_group_kernel(const int32_t* ids, int32_t n_rows, int32_t n_expert, int32_t per_chunk,
+                                 int32_t* order, int32_t* chunks) {
+  extern __shared__ int32_t sh[];  // [n_expert] counts, [n_expert] first row, [n_expert] first chunk
+  int32_t *cnt = sh, *row0 = sh + n_expert, *chunk0 = sh + 2 * n_expert;
+  for (int32_t e = threadIdx.x; e < n_expert; e += blockDim.x) {
+    int32_t c = 0;
+    for (int32_t r = 0; r < n_rows; ++r) c += ids[r] == e;
+    cnt[e] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t r = 0, c = 0;
+    for (int32_t e = 0; e < n_expert; ++e) {
+      row0[e] = r;
+      chunk0[e] = c;
+      r += cnt[e];
+      c += (cnt[e] + per_chunk - 1) / per_chunk;
+    }
+    chunks[0] = c;
+  }
+  __syncthreads();
+  for (int32_t e = threadIdx.x; e < n_expert; e += blockDim.x) {
+    int32_t o = row0[e];
+    for (int32_t r = 0; r < n_rows; ++r)
+      if (ids[r] == e) order[o++] = r;
+    int32_t c = chunk0[e];
+    for (int32_t b = 0; b < cnt[e]; b += per_chunk, ++c) {
+      chunks[1 + 3 * c] = e;
+      chunks[2 + 3 * c] = row0[e] + b;
+      chunks[3 + 3 * c] = min(per_chunk, cnt[e] - b);
+    }
+  }
+}
+
 }  // namespace
 
 void gelu_mul(const float* gate, const float* up, float* out, int64_t n, stream_t s) {
@@ -156,6 +195,14 @@ void moe_combine(const float* y, const float* w, int32_t n_tok, int32_t k, int32
   if (n_tok <= 0 || n <= 0) return;
   AGENTQ_CUDA_REQUIRE(k > 0);
   moe_combine_kernel<<<grid_for(int64_t(n_tok) * n), 256, 0, detail::as_stream(s)>>>(y, w, n_tok, k, n, out);
+  AGENTQ_CUDA_CHECK_LAUNCH();
+}
+
+void moe_group(const int32_t* ids, int32_t n_rows, int32_t n_expert, int32_t* order, int32_t* chunks, stream_t s) {
+  if (n_rows <= 0) return;
+  AGENTQ_CUDA_REQUIRE(n_expert > 0 && n_expert <= 4096);
+  moe_group_kernel<<<1, 256, size_t(3) * n_expert * sizeof(int32_t), detail::as_stream(s)>>>(
+      ids, n_rows, n_expert, moe_group_rows_per_chunk(), order, chunks);
   AGENTQ_CUDA_CHECK_LAUNCH();
 }
 

@@ -3,6 +3,7 @@
 // (Q4_0 ... MXFP4, Q5_K, IQ4_XS, Q2_K, Q3_K in matvec_quants.cuh). Weights stream once per
 // chunk of up to 8 vectors; 128-bit loads where the block layout is 16-byte aligned
 // (f32, f16, bf16, Q4_K, Q5_K); Q8_0 (34 B) and Q6_K (210 B) blocks are only 2-byte aligned.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -554,6 +555,55 @@ struct moe_op {
   }
 };
 
+// Mixture-of-experts rows grouped by expert (moe_matvec_grouped): block (rows, c) reads its rows
+// of expert chunks[c]'s matrix once for up to kChunk (token, expert) rows of that expert (the
+// grouping moe_group made). row_dot's per-vector arithmetic does not depend on NX, so each row
+// gets moe_matvec_kernel's bits; only the weight reads are shared.
+template <weight_type T>
+__global__ void __launch_bounds__(kRowsPerBlock * 32)
+    moe_matvec_grouped_kernel(const uint8_t* __restrict__ stack, size_t rb, int64_t n_out, int64_t n_in,
+                              const float* __restrict__ x, int32_t x_div, const int32_t* __restrict__ order,
+                              const int32_t* __restrict__ chunks, int32_t c0, float* __restrict__ y) {
+  const int32_t c = c0 + int32_t(blockIdx.y);
+  if (c >= chunks[0]) return;  // the bound the host launched for is an upper bound
+  const int lane = threadIdx.x % 32;
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  if (row >= n_out) return;
+  const int32_t expert = chunks[1 + 3 * c], begin = chunks[2 + 3 * c], n = chunks[3 + 3 * c];
+  const float* xs[kChunk];
+  int32_t r[kChunk];
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j) {
+    r[j] = order[begin + (j < n ? j : n - 1)];  // past n: a repeat, computed and dropped
+    xs[j] = x + int64_t(r[j] / x_div) * n_in;
+  }
+  float acc[kChunk];
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j) acc[j] = 0.0f;
+  row_dot<T, kChunk>(stack + (size_t(expert) * size_t(n_out) + size_t(row)) * rb, n_in, xs, lane, acc);
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j) acc[j] = detail::warp_sum(acc[j]);
+  if (lane == 0) {
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j)
+      if (j < n) y[int64_t(r[j]) * n_out + row] = acc[j];
+  }
+}
+
+template <weight_type T>
+struct moe_grouped_op {
+  static void run(const void* stack, int64_t n_out, int64_t n_in, const float* x, int32_t x_div, const int32_t* order,
+                  const int32_t* chunks, int32_t max_chunks, float* y, cudaStream_t s) {
+    const size_t rb = row_bytes(T, n_in);
+    for (int32_t c0 = 0; c0 < max_chunks; c0 += 65535) {  // grid.y is at most 65535
+      const int32_t n = min(65535, max_chunks - c0);
+      moe_matvec_grouped_kernel<T><<<dim3(detail::ceil_div(n_out, kRowsPerBlock), unsigned(n)), kRowsPerBlock * 32,
+                                     0, s>>>(static_cast<const uint8_t*>(stack), rb, n_out, n_in, x, x_div, order,
+                                             chunks, c0, y);
+    }
+  }
+};
+
 // Op<type>::run(args...) with the weight type as a template argument.
 template <template <weight_type> class Op, class... A>
 void dispatch(weight_type type, A&&... a) {
@@ -632,6 +682,21 @@ void moe_matvec(weight_type type, const void* stack, int64_t n_out, int64_t n_in
   if (n_out <= 0 || n_rows <= 0) return;
   AGENTQ_CUDA_REQUIRE(n_in % row_multiple(type) == 0 && x_div > 0);
   dispatch<moe_op>(type, stack, n_out, n_in, x, x_div, ids, n_rows, y, detail::as_stream(s));
+  AGENTQ_CUDA_CHECK_LAUNCH();
+}
+
+int32_t moe_group_max_chunks(int32_t n_rows, int32_t n_expert) {
+  return n_rows <= 0 ? 0 : (n_rows + kChunk - 1) / kChunk + std::min(n_rows, n_expert);
+}
+
+int32_t moe_group_rows_per_chunk() { return kChunk; }
+
+void moe_matvec_grouped(weight_type type, const void* stack, int64_t n_out, int64_t n_in, const float* x,
+                        int32_t x_div, const int32_t* order, const int32_t* chunks, int32_t max_chunks, float* y,
+                        stream_t s) {
+  if (n_out <= 0 || max_chunks <= 0) return;
+  AGENTQ_CUDA_REQUIRE(n_in % row_multiple(type) == 0 && x_div > 0);
+  dispatch<moe_grouped_op>(type, stack, n_out, n_in, x, x_div, order, chunks, max_chunks, y, detail::as_stream(s));
   AGENTQ_CUDA_CHECK_LAUNCH();
 }
 

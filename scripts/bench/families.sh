@@ -45,6 +45,7 @@ for spec in qwen3:1b gemma3:1b qwen3moe:moe; do
   models+=("$path")
 done
 
+load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 args=()
 for m in "${models[@]}"; do args+=(--model "$m"); done
 [ -n "$llama_bench" ] && args+=(--llama-bench "$llama_bench")
@@ -69,9 +70,11 @@ if [ "$depth" -gt 0 ]; then
   deep="${deep%,}]"
 fi
 
-python3 - "$cmp" "$moe_json" "$deep" <<'EOF'
+load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$cmp" "$moe_json" "$deep" "$load_start" "$load_end" <<'EOF'
 import json, sys
 cmp, moe, deep = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+load = {"start": sys.argv[4], "end": sys.argv[5]}  # /proc/loadavg 1/5/15-minute averages
 r = moe["results"][0]
 m = {"model": r["model"], "expert_bytes_read_per_token": r["moe_expert_bytes_read_per_token"],
      "active_expert_bytes": r["moe_active_expert_bytes"], "all_expert_bytes": r["moe_all_expert_bytes"],
@@ -80,7 +83,8 @@ m = {"model": r["model"], "expert_bytes_read_per_token": r["moe_expert_bytes_rea
 print(f"MoE {m['model']}: experts read {m['expert_bytes_read_per_token'] / 1e6:.1f} MB per decoded token; "
       f"active {m['active_expert_bytes'] / 1e6:.1f} MB, all {m['all_expert_bytes'] / 1e6:.1f} MB "
       f"(read / active {m['read_over_active']})", file=sys.stderr)
-out = {"comparison": cmp, "moe": m}
+out = {"comparison": cmp, "moe": m, "load": load}
+print(f"load average at start {load['start']}, at end {load['end']}", file=sys.stderr)
 if deep is not None:
     rows = []
     for d in deep:
@@ -88,7 +92,8 @@ if deep is not None:
         l = d["llamacpp"]["avg_ts"] if d["llamacpp"] else None
         rows.append({"model": d["model"], "depth": d["agentq"]["depth"], "agentq_tg_tokens_per_s": a,
                      "llamacpp_tg_tokens_per_s": l, "ratio": round(a / l, 4) if l else None})
-        print(f"{d['model']}: tg after {d['agentq']['depth']} tokens: agentq {a:.2f} tok/s, llama.cpp {l} tok/s", file=sys.stderr)
+        print(f"{d['model']}: tg after {d['agentq']['depth']} tokens: agentq {a:.2f} tok/s, llama.cpp {l} tok/s, "
+              f"ratio {rows[-1]['ratio']}", file=sys.stderr)
     out["depth"] = rows
 print(json.dumps(out))
 EOF

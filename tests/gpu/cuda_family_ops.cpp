@@ -1,8 +1,9 @@
 // The CUDA ops the families beyond llama add to the forward pass, against their references
 // (kernels/cuda/*.cpp): attention with a sliding window, soft-capping and sinks (decode over
 // several partitions and one, prefill), RoPE from a table of angles (plain, NoPE), the MoE rows
-// (moe_matvec: every weight type; bitwise matvec on the chosen expert), per-expert biases,
-// the clamped SwiGLU and the experts' weighted sum. Exits 77 (skipped) without a device or CUDA.
+// (moe_matvec: every weight type; bitwise matvec on the chosen expert; grouped by expert with
+// moe_group: bitwise moe_matvec), per-expert biases, the clamped SwiGLU and the experts' weighted
+// sum. Exits 77 (skipped) without a device or CUDA.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -177,6 +178,49 @@ TEST_CASE(
     auto dg = to_device(g), du = to_device(u);
     cu::swiglu_oai(dg.as<float>(), du.as<float>(), dg.as<float>(), n, nullptr);
     CHECK(rel_err(from_device<float>(dg, size_t(n)), expect) < 1e-5);
+  }
+  CHECK_FALSE(cu::cuda_failed());
+}
+
+TEST_CASE("MoE rows grouped by expert (moe_group, moe_matvec_grouped): the reference's grouping, moe_matvec's bits") {
+  require_device();
+  std::mt19937 rng(29);
+  const weight_type types[] = {weight_type::f32,  weight_type::f16,  weight_type::bf16, weight_type::q8_0,
+                               weight_type::q4_k, weight_type::q6_k, weight_type::q4_0, weight_type::mxfp4};
+  // 37 tokens x 4 of 6 experts: most experts get more rows than one chunk holds; expert 5 none.
+  const int32_t n_expert = 6, k = 4, n_tok = 37, n_out = 40, n_in = 256, n_rows = n_tok * k;
+  std::vector<int32_t> ids(static_cast<size_t>(n_rows));
+  for (int32_t t = 0; t < n_tok; ++t)
+    for (int32_t j = 0; j < k; ++j) ids[size_t(t * k + j)] = (t + j * (t % 3 + 1)) % (n_expert - 1);
+  const int32_t max_chunks = cu::moe_group_max_chunks(n_rows, n_expert), per = cu::moe_group_rows_per_chunk();
+  std::vector<int32_t> order(static_cast<size_t>(n_rows)), chunks(1 + 3 * size_t(max_chunks), -1);
+  ref::moe_group(ids.data(), n_rows, n_expert, per, order.data(), chunks.data());
+  REQUIRE(chunks[0] <= max_chunks);
+  auto did = to_device(ids);
+  cu::device_buffer dorder(order.size() * 4), dchunks(chunks.size() * 4);
+  cu::moe_group(did.as<int32_t>(), n_rows, n_expert, dorder.as<int32_t>(), dchunks.as<int32_t>(), nullptr);
+  CHECK(from_device<int32_t>(dorder, order.size()) == order);
+  const auto got_chunks = from_device<int32_t>(dchunks, size_t(1 + 3 * chunks[0]));
+  CHECK(std::vector<int32_t>(chunks.begin(), chunks.begin() + 1 + 3 * chunks[0]) == got_chunks);
+  for (weight_type t : types) {
+    CAPTURE(int(t));
+    const auto w = test::random_weights(t, int64_t(n_expert) * n_out, n_in, rng);
+    const auto x = test::random_floats(size_t(n_tok * n_in), rng);
+    auto dw = to_device(w), dx = to_device(x);
+    cu::device_buffer dy(size_t(n_rows) * n_out * 4), dg(size_t(n_rows) * n_out * 4);
+    cu::moe_matvec(t, dw.data(), n_out, n_in, dx.as<float>(), k, did.as<int32_t>(), n_rows, dy.as<float>(), nullptr);
+    cu::moe_matvec_grouped(t, dw.data(), n_out, n_in, dx.as<float>(), k, dorder.as<int32_t>(), dchunks.as<int32_t>(),
+                           max_chunks, dg.as<float>(), nullptr);
+    const auto per_row = from_device<float>(dy, size_t(n_rows) * n_out);
+    const auto grouped = from_device<float>(dg, size_t(n_rows) * n_out);
+    CHECK(std::memcmp(per_row.data(), grouped.data(), per_row.size() * 4) == 0);
+    // x_div 1 (the down projection over the activations, one vector per row)
+    const auto h = test::random_floats(size_t(n_rows) * n_in, rng);
+    auto dh = to_device(h);
+    cu::moe_matvec(t, dw.data(), n_out, n_in, dh.as<float>(), 1, did.as<int32_t>(), n_rows, dy.as<float>(), nullptr);
+    cu::moe_matvec_grouped(t, dw.data(), n_out, n_in, dh.as<float>(), 1, dorder.as<int32_t>(), dchunks.as<int32_t>(),
+                           max_chunks, dg.as<float>(), nullptr);
+    CHECK(from_device<float>(dy, per_row.size()) == from_device<float>(dg, per_row.size()));
   }
   CHECK_FALSE(cu::cuda_failed());
 }

@@ -335,6 +335,19 @@ void matvec_swiglu(weight_type type, const void* gate, const void* up, int64_t n
 //   x: [n_rows / x_div][n_in]  ids: [n_rows]  y: [n_rows][n_out]
 void moe_matvec(weight_type type, const void* stack, int64_t n_out, int64_t n_in, const float* x, int32_t x_div,
                 const int32_t* ids, int32_t n_rows, float* y, stream_t s);
+// The same rows grouped by expert, as the CPU's prefill runs them: each expert's matrix is read
+// once per chunk of up to moe_group_rows_per_chunk() of its rows instead of once per row (same
+// bits as moe_matvec). moe_group lists the rows of ids [n_rows] by expert (row order within
+// one), order [n_rows], and those lists cut into chunks: chunks[0] = n_chunks, then per chunk
+// (expert, first index into order, n_rows <= rows per chunk); chunks holds
+// 1 + 3 * moe_group_max_chunks(n_rows, n_expert) ints. Both run on the stream without a host
+// sync (graph-capturable): the matvec launches moe_group_max_chunks blocks and the unused exit.
+int32_t moe_group_rows_per_chunk();
+int32_t moe_group_max_chunks(int32_t n_rows, int32_t n_expert);
+void moe_group(const int32_t* ids, int32_t n_rows, int32_t n_expert, int32_t* order, int32_t* chunks, stream_t s);
+void moe_matvec_grouped(weight_type type, const void* stack, int64_t n_out, int64_t n_in, const float* x,
+                        int32_t x_div, const int32_t* order, const int32_t* chunks, int32_t max_chunks, float* y,
+                        stream_t s);
 // Batch-1 decode over f16/bf16 weights runs a variant: rows per warp (1, 2, 4) x 16-byte
 // loads per row in flight (2, 4, 8; at most 16 in all). Every variant gives the same bits;
 // this picks the speed (benchmarks sweep it; AGENTQ_MATVEC16="RxU" sets it at start-up).
@@ -437,6 +450,8 @@ void add_rows_by_id(float* x, const float* b, const int32_t* ids, int32_t n_rows
 void moe_combine(const float* y, const float* w, int32_t n_tok, int32_t k, int32_t n, float* out);
 void moe_matvec(weight_type type, const void* stack, int64_t n_out, int64_t n_in, const float* x, int32_t x_div,
                 const int32_t* ids, int32_t n_rows, float* y);
+void moe_group(const int32_t* ids, int32_t n_rows, int32_t n_expert, int32_t per_chunk, int32_t* order,
+               int32_t* chunks);
 void rope_kv_write_table(float* q, float* k, const float* v, const int32_t* pos, const int32_t* tok_seq,
                          const int32_t* block_tables, int32_t max_blocks, int32_t n_tokens, int32_t n_head,
                          int32_t n_head_kv, int32_t head_dim, int32_t n_rot, bool neox, const float* inv_freq,

@@ -3,7 +3,8 @@
 // the same steps in the same order as backend/cuda_forward.cpp's launch_step (embedding scale,
 // QKV with fused row views, biases, Q/K norms, rope_kv_write_table from the stack's tables, q scale,
 // attention with windows / soft-caps / sinks, output bias and post-norm, GeGLU / SwiGLU / MoE with
-// moe_topk, moe_matvec, expert biases, clamped SwiGLU and moe_combine, final soft-cap). No GPU is
+// moe_topk, moe_matvec (prefill: grouped by expert with moe_group), expert biases, clamped SwiGLU
+// and moe_combine, final soft-cap). No GPU is
 // needed: this checks that the ops the CUDA pass chains compose into the CPU engine's model for
 // every registered family, so the gpu tests (kernels vs these references, the pass vs the CPU) check
 // the rest. Prompts longer than the synthetic windows (8), prefill then greedy decode.
@@ -139,8 +140,23 @@ class ref_forward {
         if (!L.moe_router_b.empty()) ref::add_rows(router.data(), L.moe_router_b.data(), n_x, n_exp);
         ref::moe_topk(router.data(), n_x, n_exp, k_used, gating, sel.data(), w.data());
         const mat gs = view(L.moe_gate), us = view(L.moe_up), ds = view(L.moe_down);
-        ref::moe_matvec(gs.type, gs.data, n_ff_e, n_embd, xb.data(), k_used, sel.data(), n_moe, g.data());
-        ref::moe_matvec(us.type, us.data, n_ff_e, n_embd, xb.data(), k_used, sel.data(), n_moe, u.data());
+        // As the pass: more than one token runs the rows grouped by expert (moe_group's chunks,
+        // 8 rows each as the kernel's); rows start as NaN, so a row the grouping missed shows.
+        std::vector<int32_t> order(static_cast<size_t>(n_moe)), chunks(1 + 3 * size_t(n_moe + n_exp));
+        if (n_x > 1) ref::moe_group(sel.data(), n_moe, n_exp, 8, order.data(), chunks.data());
+        auto moe_rows = [&](const mat& m, int64_t n_o, int64_t n_i, const float* in, int32_t x_div, float* out) {
+          if (n_x == 1) return ref::moe_matvec(m.type, m.data, n_o, n_i, in, x_div, sel.data(), n_moe, out);
+          std::fill(out, out + n_moe * n_o, NAN);
+          const size_t rb = cu::row_bytes(m.type, n_i);
+          for (int32_t c = 0; c < chunks[0]; ++c)
+            for (int32_t j = 0; j < chunks[size_t(3 + 3 * c)]; ++j) {
+              const int32_t e = chunks[size_t(1 + 3 * c)], r = order[size_t(chunks[size_t(2 + 3 * c)] + j)];
+              ref::matvec(m.type, m.data + size_t(e) * size_t(n_o) * rb, n_o, n_i, in + int64_t(r / x_div) * n_i, 1,
+                          out + int64_t(r) * n_o);
+            }
+        };
+        moe_rows(gs, n_ff_e, n_embd, xb.data(), k_used, g.data());
+        moe_rows(us, n_ff_e, n_embd, xb.data(), k_used, u.data());
         if (!L.moe_gate_b.empty()) {
           ref::add_rows_by_id(g.data(), L.moe_gate_b.data(), sel.data(), n_moe, n_ff_e);
           ref::add_rows_by_id(u.data(), L.moe_up_b.data(), sel.data(), n_moe, n_ff_e);
@@ -149,7 +165,7 @@ class ref_forward {
           ref::swiglu_oai(g.data(), u.data(), g.data(), int64_t(g.size()));
         else
           ref::swiglu(g.data(), u.data(), g.data(), int64_t(g.size()));
-        ref::moe_matvec(ds.type, ds.data, n_embd, n_ff_e, g.data(), 1, sel.data(), n_moe, y.data());
+        moe_rows(ds, n_embd, n_ff_e, g.data(), 1, y.data());
         if (!L.moe_down_b.empty()) ref::add_rows_by_id(y.data(), L.moe_down_b.data(), sel.data(), n_moe, n_embd);
         ref::moe_combine(y.data(), w.data(), n_x, k_used, n_embd, xb.data());
         if (!L.ffn_post_norm.empty())

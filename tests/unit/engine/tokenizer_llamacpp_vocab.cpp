@@ -2,8 +2,8 @@
 // (tests/unit/engine/data/llamacpp_vocab: models/ggml-vocab.inp and ggml-vocab-<name>.gguf.out from
 // llama.cpp's tree, commit d32676d7), the vocab GGUFs (1-4 MB each) are read from
 // $LLAMA_CPP_DIR/models (default: llama.cpp beside the shared dir), never copied here: exact ids for
-// the pre-tokenizers we implement (starcoder, refact, falcon, deepseek-coder, mpt), a load error
-// naming the pre-tokenizer for one we do not (deepseek-llm) (#25). Skipped (77) without the GGUFs.
+// the pre-tokenizers we implement (starcoder, refact, falcon, deepseek-coder, deepseek-llm, mpt) (#25);
+// the families' own vocabularies: unit.tokenizer_family_vocab. Skipped (77) without the GGUFs.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -33,12 +33,10 @@ std::string slurp(const fs::path& p) {
 
 }  // namespace
 
-TEST_CASE("llama.cpp's vocab vectors: exact ids, or a load error naming the pre-tokenizer") {
+TEST_CASE("llama.cpp's vocab vectors: exact ids") {
   // NOTE: the families' own vocabularies (qwen2, gemma, gpt-4o/o200k) are not in llama.cpp's tree
   // as .gguf (only their .inp/.out), so these are the BPE pre-tokenizers whose vocabularies are.
-  // deepseek-llm's regexes (explicit letter ranges, std::wregex's \s and '\s+$') are not implemented.
-  const char* supported[] = {"starcoder", "refact", "falcon", "deepseek-coder", "mpt"};
-  const char* unsupported[] = {"deepseek-llm"};
+  const char* supported[] = {"starcoder", "refact", "falcon", "deepseek-coder", "deepseek-llm", "mpt"};
   int n_found = 0;
   const fs::path vectors = test::source_dir() / "tests" / "unit" / "engine" / "data" / "llamacpp_vocab";
   const std::string all = slurp(vectors / "ggml-vocab.inp"), sep = "\n__ggml_vocab_test__\n";
@@ -74,16 +72,6 @@ TEST_CASE("llama.cpp's vocab vectors: exact ids, or a load error naming the pre-
       }
     CHECK(n_fail == 0);
     MESSAGE(std::string(name), ": ", texts.size(), " texts tokenized as llama.cpp does");
-  }
-  for (const char* name : unsupported) {
-    const fs::path path = models_dir() / ("ggml-vocab-" + std::string(name) + ".gguf");
-    if (!fs::exists(path) || fs::file_size(path) < 4096) continue;
-    ++n_found;
-    std::string err;
-    auto f = gguf::file::open(path.string(), &err);
-    REQUIRE_MESSAGE(f, err);
-    CHECK(tokenizer::load(*f, &err) == nullptr);
-    CHECK_MESSAGE(err.find("unsupported pre-tokenizer '" + std::string(name) + "'") != std::string::npos, err);
   }
   if (n_found == 0) test::skip(models_dir().string() + ": no llama.cpp vocab files (set LLAMA_CPP_DIR)");
 }

@@ -63,6 +63,12 @@ TEST_CASE("llama.cpp's multi-regex splits: falcon and deepseek-coder (each regex
   CHECK(split(pre_type::deepseek_coder, "a, b$ \xE4\xBD\xA0\xE5\xA5\xBD") ==
         pieces{"a", ",", " b", "$", " ", "\xE4\xBD\xA0\xE5\xA5\xBD"});
   CHECK(split(pre_type::deepseek_coder, "  x") == pieces{" ", " x"});
+  // deepseek-llm: as deepseek-coder with explicit letter / punctuation ranges, a piece's trailing
+  // spaces split off ('\s+$'), digit runs whole; U+3000 is a space, so it leads the word after it.
+  CHECK(split(pre_type::deepseek_llm, "Hello world\n123 x  ") == pieces{"Hello", " world", "\n", "123", " x", "  "});
+  CHECK(split(pre_type::deepseek_llm, "x 12  ") == pieces{"x", " ", "12", "  "});
+  CHECK(split(pre_type::deepseek_llm, "a\xEF\xBC\x8C" "b\xE3\x80\x80" "c 3.14") ==
+        pieces{"a", "\xEF\xBC\x8C", "b", "\xE3\x80\x80" "c", " ", "3", ".", "14"});
 }
 
 TEST_CASE("unicode classes") {

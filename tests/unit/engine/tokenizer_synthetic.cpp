@@ -160,8 +160,8 @@ TEST_CASE("unsupported or malformed vocabularies are refused with a message") {
   CHECK(err.find("token_type") != std::string::npos);
 
   // An unknown pre-tokenizer is a load error naming it, never a silent GPT-2 split (#25).
-  CHECK(build(bpe_vocab("deepseek-llm"), &err) == nullptr);
-  CHECK_MESSAGE(err.find("unsupported pre-tokenizer 'deepseek-llm'") != std::string::npos, err);
+  CHECK(build(bpe_vocab("deepseek-v3"), &err) == nullptr);
+  CHECK_MESSAGE(err.find("unsupported pre-tokenizer 'deepseek-v3'") != std::string::npos, err);
   CHECK(build(bpe_vocab("no-such-pre"), &err) == nullptr);
   CHECK_MESSAGE(err.find("unsupported pre-tokenizer 'no-such-pre'") != std::string::npos, err);
   // An absent key means "default", as in llama.cpp.

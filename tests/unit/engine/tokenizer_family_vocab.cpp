@@ -1,0 +1,90 @@
+// The families' own vocabularies against llama.cpp (#25): Qwen2/2.5/3's byte-level BPE (pre
+// "qwen2"), Gemma 3's SentencePiece with byte fallback and GPT-OSS's o200k_harmony (pre "gpt-4o").
+// The texts (families-vocab.inp: llama.cpp's ggml-vocab.inp plus code, tool calls, chat markers,
+// scripts, digits and whitespace runs) and the reference ids for each are committed
+// (tests/unit/engine/data/llamacpp_vocab/agentq-vocab-*.gguf.out, from scripts/dev/llamacpp_vocab.sh:
+// llama-tokenize's ids, or without a llama.cpp build the upstream tokenizers' (Hugging Face's on
+// tokenizer.json, as llama.cpp's own vectors are made; tiktoken for o200k), with .skip listing
+// the texts where upstream differs from llama.cpp by design: control tokens written in the text,
+// Qwen2's NFC). The vocab-only GGUFs (6-8 MB each) are written by that script from the published
+// tokenizer files and read from $AGENTQ_VOCAB_DIR (default ../shared/models/vocab). Skipped (77)
+// without them.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "gguf/reader.h"
+#include "test_env.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace agentq;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path vocab_dir() {
+  const std::string dir = test::env_or("AGENTQ_VOCAB_DIR", "");
+  return dir.empty() ? test::shared_dir() / "models" / "vocab" : fs::path(dir);
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("the families' vocabularies tokenize as llama.cpp does") {
+  const fs::path vectors = test::source_dir() / "tests" / "unit" / "engine" / "data" / "llamacpp_vocab";
+  const std::string all = slurp(vectors / "families-vocab.inp"), sep = "\n__ggml_vocab_test__\n";
+  REQUIRE(!all.empty());
+  std::vector<std::string> texts;
+  for (size_t b = 0, at; (at = all.find(sep, b)) != std::string::npos; b = at + sep.size())
+    texts.push_back(all.substr(b, at - b));
+  REQUIRE(texts.size() > 60);
+  int n_found = 0;
+  for (const char* name : {"qwen2", "gemma3", "gpt-oss"}) {
+    const std::string file = "agentq-vocab-" + std::string(name) + ".gguf";
+    const fs::path path = vocab_dir() / file;
+    if (!fs::exists(path) || fs::file_size(path) < 4096) continue;
+    ++n_found;
+    INFO(std::string(name));
+    std::string err;
+    auto f = gguf::file::open(path.string(), &err);
+    REQUIRE_MESSAGE(f, err);
+    auto tok = tokenizer::load(*f, &err);
+    REQUIRE_MESSAGE(tok, err);
+    std::ifstream out(vectors / (file + ".out"));
+    REQUIRE(out.good());
+    std::vector<std::vector<token_id>> want;
+    for (std::string line; std::getline(out, line);) {
+      std::istringstream ss(line);
+      want.emplace_back();
+      for (token_id id; ss >> id;) want.back().push_back(id);
+    }
+    REQUIRE(texts.size() == want.size());
+    std::vector<bool> skip(texts.size(), false);  // "case reason" lines (absent: none)
+    std::ifstream skips(vectors / (file + ".skip"));
+    int n_skip = 0;
+    for (std::string line; std::getline(skips, line);) {
+      const size_t i = std::stoul(line);
+      REQUIRE(i < texts.size());
+      skip[i] = true;
+      ++n_skip;
+    }
+    int n_fail = 0;
+    for (size_t i = 0; i < texts.size(); ++i)
+      if (!skip[i] && tok->encode(texts[i], false, false) != want[i]) {
+        ++n_fail;
+        FAIL_CHECK("case " << i << " text '" << texts[i] << "'");
+      }
+    CHECK(n_fail == 0);
+    MESSAGE(std::string(name), ": ", texts.size() - n_skip, " texts tokenized as the reference does (", n_skip,
+            " listed in .skip)");
+  }
+  if (n_found == 0)
+    test::skip(vocab_dir().string() + ": no agentq-vocab-*.gguf (scripts/dev/llamacpp_vocab.sh writes them)");
+}
