@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config libboost1.81-dev libhiredis-dev libsqlite3-dev
-  nlohmann-json3-dev libspdlog-dev doctest-dev libssl-dev redis-server sqlite3 curl python3
+  nlohmann-json3-dev libspdlog-dev doctest-dev libssl-dev redis-server sqlite3 curl python3 xz-utils
+  # xz-utils: unit.tokenizer_family_vocab unpacks the committed vocab GGUFs (tests/data/vocab/*.xz)
   prometheus  # prometheus: promtool, which tests/e2e/metrics_promtool.sh runs on GET /metrics
   chromium nodejs)  # the dashboard's browser test, tests/e2e/ui_browser.sh
 # npm comes with some nodejs builds; Debian packages it apart
