@@ -14,12 +14,10 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
-#include <sstream>
 
-#include "gguf/reader.h"
 #include "temp_dir.h"
 #include "test_env.h"
-#include "tokenizer/tokenizer.h"
+#include "vocab_vectors.h"
 
 using namespace agentq;
 namespace fs = std::filesystem;
@@ -47,22 +45,11 @@ fs::path find_vocab(const std::string& file, const test::temp_dir& tmp) {
   return out;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 TEST_CASE("the families' vocabularies tokenize as llama.cpp does") {
   const fs::path vectors = test::source_dir() / "tests" / "unit" / "engine" / "data" / "llamacpp_vocab";
-  const std::string all = slurp(vectors / "families-vocab.inp"), sep = "\n__ggml_vocab_test__\n";
-  REQUIRE(!all.empty());
-  std::vector<std::string> texts;
-  for (size_t b = 0, at; (at = all.find(sep, b)) != std::string::npos; b = at + sep.size())
-    texts.push_back(all.substr(b, at - b));
+  const std::vector<std::string> texts = test::read_vocab_texts(vectors / "families-vocab.inp");
   REQUIRE(texts.size() > 60);
   int n_found = 0;
   const test::temp_dir tmp;
@@ -75,20 +62,6 @@ TEST_CASE("the families' vocabularies tokenize as llama.cpp does") {
     }
     ++n_found;
     INFO(std::string(name));
-    std::string err;
-    auto f = gguf::file::open(path.string(), &err);
-    REQUIRE_MESSAGE(f, err);
-    auto tok = tokenizer::load(*f, &err);
-    REQUIRE_MESSAGE(tok, err);
-    std::ifstream out(vectors / (file + ".out"));
-    REQUIRE(out.good());
-    std::vector<std::vector<token_id>> want;
-    for (std::string line; std::getline(out, line);) {
-      std::istringstream ss(line);
-      want.emplace_back();
-      for (token_id id; ss >> id;) want.back().push_back(id);
-    }
-    REQUIRE(texts.size() == want.size());
     std::vector<bool> skip(texts.size(), false);  // "case reason" lines (absent: none)
     std::ifstream skips(vectors / (file + ".skip"));
     int n_skip = 0;
@@ -98,13 +71,7 @@ TEST_CASE("the families' vocabularies tokenize as llama.cpp does") {
       skip[i] = true;
       ++n_skip;
     }
-    int n_fail = 0;
-    for (size_t i = 0; i < texts.size(); ++i)
-      if (!skip[i] && tok->encode(texts[i], false, false) != want[i]) {
-        ++n_fail;
-        FAIL_CHECK("case " << i << " text '" << texts[i] << "'");
-      }
-    CHECK(n_fail == 0);
+    test::check_vocab_vectors(path, texts, vectors / (file + ".out"), skip);
     MESSAGE(std::string(name), ": ", texts.size() - n_skip, " texts tokenized as the reference does (", n_skip,
             " listed in .skip)");
   }
