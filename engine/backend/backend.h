@@ -49,9 +49,9 @@ class forward_backend {
     return false;
   }
 
-  // Windowed KV (kv_layout::window): sliding-window layers hold only their window's blocks.
-  // The CPU backend only (the CUDA one runs no windowed family); false where unsupported.
-  // Set before alloc_kv.
+  // Windowed KV (kv_layout::window): sliding-window layers hold only their window's blocks
+  // (the CPU's host pages, the CUDA backend's device pages: kv_memory::pages()); false where
+  // unsupported. Set before alloc_kv.
   virtual bool set_windowed_kv(bool on) { return !on; }
 
   // Allocate the KV blocks (once, before kv() and forward()); false + *error when they do not fit.

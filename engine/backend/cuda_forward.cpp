@@ -1,7 +1,8 @@
 // The transformer forward pass over kernels/cuda, run from a layer_stack (describe_model) and
 // mirroring engine/model/transformer.cpp step for step: embedding (scaled), norm, QKV (fused or
 // not), biases, Q/K norms, RoPE from the stack's tables (NoPE layers, local bases, YaRN, LongRoPE),
-// paged KV write, attention (windows, soft-caps, sinks), output (bias, post-norm), the gated FFN
+// paged KV write, attention (windows, soft-caps, sinks; windowed KV: a windowed layer's blocks
+// outside its window hold no page, and its attention visits only the window's), output (bias, post-norm), the gated FFN
 // (SwiGLU, GeGLU, fused gate/up) or the mixture of experts, final norm, logits (soft-capped).
 #if AGENTQ_HAVE_CUDA
 
@@ -170,15 +171,54 @@ bool cuda_forward::upload_layer(const layer_desc& L, dev_layer& D, std::string* 
   return true;
 }
 
-bool cuda_forward::alloc_kv(int32_t block_size, int32_t n_blocks, std::string* error) {
+bool cuda_forward::alloc_kv(int32_t block_size, int32_t n_blocks, std::string* error, int32_t n_block_ids) {
   kv_ = {};  // NOTE: free the old blocks first, so a re-allocation can use their memory
+  page_map_ = {};
+  page_staging_ = {};
+  page_table_ = nullptr;
+  graph_key_.clear();
   block_size_ = block_size;
-  kv_ = cu::kv_device_alloc(hp_.n_layer, n_blocks, int64_t(block_size) * hp_.n_head_kv * hp_.head_dim);
+  const int64_t block_floats = int64_t(block_size) * hp_.n_head_kv * hp_.head_dim;
+  // NOTE: windowed: the same bytes as every layer whole (n_blocks * n_layer pages), one pool the
+  // layers share, as the host store's pages (kv_store).
+  kv_ = n_block_ids > 0 ? cu::kv_device_alloc(1, n_blocks * hp_.n_layer, block_floats)
+                        : cu::kv_device_alloc(hp_.n_layer, n_blocks, block_floats);
   if (!kv_.k.ok() || !kv_.v.ok()) {
     const double mib = double(kv_.block_floats) * 8.0 * hp_.n_layer * n_blocks / double(1 << 20);
     *error = "out of device memory for " + std::to_string(n_blocks) + " KV blocks (" +
              std::to_string(int64_t(mib)) + " MiB)";
     return false;
+  }
+  if (n_block_ids > 0) {
+    const size_t bytes = size_t(n_block_ids) * size_t(hp_.n_layer) * 4;
+    const std::vector<int32_t> none(size_t(n_block_ids) * size_t(hp_.n_layer), -1);
+    page_map_ = cu::device_buffer(bytes);
+    page_staging_ = cu::pinned_buffer(bytes);
+    if (!page_map_.ok() || !page_staging_.ok() || !page_map_.upload(none.data(), bytes)) {
+      page_map_ = {};
+      *error = "out of device memory for the KV page map (" + std::to_string(bytes) + " bytes)";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool cuda_forward::upload_pages() {
+  if (!paged() || !page_table_) return true;
+  std::vector<int32_t> dirty = page_table_->take_dirty();
+  if (dirty.empty()) return true;
+  // Runs of consecutive block ids, one copy each (a step changes a few blocks per sequence).
+  std::sort(dirty.begin(), dirty.end());
+  const size_t n_layer = size_t(hp_.n_layer);
+  int32_t* stage = page_staging_.as<int32_t>();
+  const int32_t* rows = page_table_->data();
+  for (size_t i = 0; i < dirty.size();) {
+    size_t j = i + 1;
+    while (j < dirty.size() && dirty[j] == dirty[j - 1] + 1) ++j;
+    const size_t off = size_t(dirty[i]) * n_layer, n = (j - i) * n_layer;
+    std::copy(rows + off, rows + off + n, stage + off);
+    if (!cu::memcpy_h2d_async(page_map_.as<int32_t>() + off, stage + off, n * 4, stream_)) return false;
+    i = j;
   }
   return true;
 }
@@ -298,6 +338,7 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
   put(at.out_rows, out_rows);
   // NOTE: staging is reused next call; forward() ends with a stream sync, so the copy is done by then.
   if (!cu::memcpy_h2d_async(index_.data(), host, at.total * 4, stream_)) return -1;
+  if (!upload_pages()) return -1;  // windowed KV: pages the pool (re)assigned since the last step
   const int32_t* dev = index_.as<int32_t>();
 
   const int32_t k_used = opts_.n_expert_used, n_exp = opts_.n_expert, n_ff_e = opts_.n_ff_exp;
@@ -380,8 +421,9 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
     if (opts_.embd_scale != 0.0f) cu::scale(x, opts_.embd_scale, int64_t(n_x) * n_embd, stream_);
     for (int32_t il = 0; il < hp_.n_layer; ++il) {
       const dev_layer& L = layers_[size_t(il)];
-      float* k_cache = kv_.k_layer(il);
-      float* v_cache = kv_.v_layer(il);
+      float* k_cache = this->k_cache(il);  // windowed KV: the page pool, read through page_map(il)
+      float* v_cache = this->v_cache(il);
+      const cu::kv_page_map pages = page_map(il);
 
       cu::rms_norm(x, L.attn_norm.as<float>(), xb, n_x, n_embd, hp_.rms_eps, stream_);
       if (uses_matvec(L.wq, n_x) && L.wq.type == L.wk.type && L.wq.type == L.wv.type) {  // one launch for Q, K, V
@@ -401,9 +443,10 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
       }
       const float* inv_freq = L.use_rope ? rope_sets_[size_t(L.rope_set)].as<float>() : nullptr;
       cu::rope_kv_write_table(q, k, v, d_pos, dev + at.tok_seq, d_tables, max_blocks, n_x, n_head, n_kv, hd, hp_.n_rot,
-                              hp_.rope_neox, inv_freq, opts_.rope_mscale, bs, k_cache, v_cache, stream_);
+                              hp_.rope_neox, inv_freq, opts_.rope_mscale, bs, k_cache, v_cache, stream_, pages);
       if (opts_.q_scale != 0.0f) cu::scale(q, opts_.q_scale, int64_t(n_x) * n_q, stream_);
-      const cu::attention_options ao{L.window, opts_.attn_softcap, L.sinks.ok() ? L.sinks.as<float>() : nullptr};
+      const cu::attention_options ao{L.window, opts_.attn_softcap, L.sinks.ok() ? L.sinks.as<float>() : nullptr,
+                                     pages};
       if (all_decode) {
         cu::attention_decode(q, k_cache, v_cache, d_tables, max_blocks, dev + at.seq_lens, n_seqs, max_len,
                              n_head, n_kv, hd, bs, att_scale, ws, att, stream_, ao);
@@ -452,7 +495,7 @@ int32_t cuda_forward::forward(std::span<const batch_seq> seqs, float* logits) {
         uintptr_t(hb2),      uintptr_t(rows),     uintptr_t(dlogits),    uintptr_t(ws),
         uintptr_t(kv_.k_layer(0)), uintptr_t(kv_.v_layer(0)), uintptr_t(router),   uintptr_t(moe_ids),
         uintptr_t(moe_w),    uintptr_t(moe_g),    uintptr_t(moe_u),      uintptr_t(moe_y),
-        uintptr_t(moe_order), uintptr_t(moe_chunks)};
+        uintptr_t(moe_order), uintptr_t(moe_chunks), uintptr_t(page_map_.data())};
     if (key != graph_key_ || !graph_.ready()) {
       graph_key_.clear();
       bool captured = graph_.begin_capture(stream_);

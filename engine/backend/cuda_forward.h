@@ -16,6 +16,7 @@
 
 #include "agentq/kernels_cuda.h"
 #include "model/model.h"
+#include "kv/page_table.h"
 #include "model/transformer.h"
 
 namespace agentq {
@@ -32,7 +33,13 @@ class cuda_forward {
   ~cuda_forward();
 
   // (Re)allocates the KV blocks, zeroed; false + *error when out of device memory.
-  bool alloc_kv(int32_t block_size, int32_t n_blocks, std::string* error);
+  // n_block_ids > 0: windowed KV: n_blocks * n_layer pages of one layer's block each (kv() is then
+  // one "layer" of pages), block ids 0..n_block_ids-1 mapped to pages per layer by the page table
+  // set_page_table gives (its changed rows uploaded at the start of each forward()).
+  bool alloc_kv(int32_t block_size, int32_t n_blocks, std::string* error, int32_t n_block_ids = 0);
+  // The windowed KV's page table (owned by the caller, filled by the block_pool); nullptr: none.
+  void set_page_table(kv_page_table* t) { page_table_ = t; }
+  bool paged() const { return page_map_.ok(); }
 
   const model_hparams& hparams() const { return hp_; }
   kernels::cuda::kv_device_cache& kv() { return kv_; }
@@ -88,6 +95,14 @@ class cuda_forward {
   void residual_out(const mat& w, const kernels::cuda::device_buffer& b, const kernels::cuda::device_buffer& post,
                     const float* a, int32_t n_x, float* x, float* tmp);
   float* scratch(kernels::cuda::device_buffer& b, size_t floats);
+  // Windowed KV: the page table's rows changed since the last call -> page_map_ (on stream_).
+  bool upload_pages();
+  // Layer il's K/V base and page map (the page pool and page_map_ with windowed KV).
+  float* k_cache(int32_t il) const { return paged() ? kv_.k_layer(0) : kv_.k_layer(il); }
+  float* v_cache(int32_t il) const { return paged() ? kv_.v_layer(0) : kv_.v_layer(il); }
+  kernels::cuda::kv_page_map page_map(int32_t il) const {
+    return paged() ? kernels::cuda::kv_page_map{page_map_.as<int32_t>(), hp_.n_layer, il} : kernels::cuda::kv_page_map{};
+  }
 
   std::shared_ptr<const gguf::file> file_;
   model_hparams hp_;
@@ -102,6 +117,11 @@ class cuda_forward {
   std::vector<kernels::cuda::device_buffer> rope_sets_;  // [n_rot/2] angles per position, per RoPE set
   std::vector<dev_layer> layers_;
   kernels::cuda::kv_device_cache kv_;
+  // Windowed KV: the device mirror of page_table_ ([n_block_ids][n_layer] page ids) and its pinned
+  // staging (rows are copied there, then uploaded; forward() ends synchronised, so it is free again).
+  kv_page_table* page_table_ = nullptr;
+  kernels::cuda::device_buffer page_map_;
+  kernels::cuda::pinned_buffer page_staging_;
 
   // Per-batch device scratch, grown on demand. NOTE: forward() is not reentrant.
   kernels::cuda::device_buffer x_, xb_, q_, k_, v_, att_, hb_, hb2_, rows_, logits_, attn_ws_, gemm_ws_;

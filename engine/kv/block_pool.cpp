@@ -27,13 +27,14 @@ void block_pool::init() {
   free_.reserve(size_t(n_blocks));
   // NOTE: pushed in reverse so blocks are handed out 0, 1, 2, ... (easy to read in tests).
   for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
-  kv_store* host = mem_->host();
-  if (host && host->paged()) {
-    paged_ = host;
+  // NOTE: the same bookkeeping for host and device pages: only the memory differs.
+  if (kv_page_table* t = mem_->pages()) {
+    AGENTQ_KV_ASSERT(t->n_block_ids() == n_blocks && t->n_layer() == mem_->layout().n_layer);
+    paged_ = t;
     win_users_.assign(size_t(n_blocks), 0);
     lingering_.assign(size_t(n_blocks), 0);
-    free_pages_.reserve(size_t(host->n_pages()));
-    for (int32_t p = host->n_pages() - 1; p >= 0; --p) free_pages_.push_back(p);
+    free_pages_.reserve(size_t(t->n_pages()));
+    for (int32_t p = t->n_pages() - 1; p >= 0; --p) free_pages_.push_back(p);
   }
 }
 

@@ -148,7 +148,7 @@ class block_pool {
   std::vector<int32_t> refs_;        // [n_blocks]
   std::vector<uint8_t> cache_held_;  // [n_blocks]
   std::vector<int32_t> free_;        // stack of free block ids
-  kv_store* paged_ = nullptr;        // the store, when its layout is windowed (pages)
+  kv_page_table* paged_ = nullptr;   // the memory's page table, when its layout is windowed (host or device)
   std::vector<int32_t> free_pages_;  // windowed: stack of free pages
   std::vector<int32_t> win_users_;   // windowed: [n_block_ids] seq tables whose window covers the block
   std::vector<uint8_t> lingering_;   // windowed: [n_block_ids] cache-held, in no window, windowed pages kept

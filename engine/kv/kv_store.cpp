@@ -22,20 +22,11 @@ bool parse_kv_dtype(const std::string& text, kv_dtype* out) {
   return true;
 }
 
-namespace {
-// Windowed: one page per layer of every budgeted block, and block ids enough for all of them to
-// sit in blocks' full layers (the windowed layers of all but the newest blocks are given back).
-int32_t n_ids_for(const kv_layout& l, int32_t n_blocks) {
-  if (l.window <= 0) return n_blocks;
-  const int64_t n = int64_t(n_blocks) * l.n_layer / std::max(1, l.n_layer_full());
-  return int32_t(std::min<int64_t>(n, INT32_MAX / 2));
-}
-}  // namespace
 
 kv_store::kv_store(kv_layout layout, int32_t n_blocks)
-    : layout_(layout), n_blocks_(n_ids_for(layout, n_blocks)),
+    : layout_(layout), n_blocks_(kv_page_table::n_ids_for(layout, n_blocks)),
       n_pages_(int32_t(std::min<int64_t>(int64_t(n_blocks) * layout.n_layer, INT32_MAX))),
-      pages_(layout.window > 0 ? size_t(n_blocks_) * size_t(layout.n_layer) : 0, -1),
+      table_(layout.window > 0 ? std::make_unique<kv_page_table>(layout, n_blocks) : nullptr),
       k_(size_t(n_pages_) * layout.block_elem_bytes()),
       v_(size_t(n_pages_) * layout.block_elem_bytes()) {
   if (layout.window > 0 && layout.n_layer > int32_t(layout.layer_windowed.size())) {

@@ -58,9 +58,14 @@ class model {
   kv_layout kv_layout_for(int32_t block_size, kv_dtype dtype = kv_dtype::f16, bool windowed = false) const {
     const auto& h = hparams();
     kv_layout l{h.n_layer, h.n_head_kv, h.head_dim, block_size, dtype, /*head_major=*/true};
-    // NOTE: needs a block size that is a multiple of 8: attention starts a window's reads at
-    // the multiple of 8 below it (attention.cpp), which must lie in a block the window holds.
-    if (windowed && block_size % 8 == 0 && h.n_layer <= int32_t(l.layer_windowed.size())) {
+    return windowed ? with_layer_windows(l, h) : l;
+  }
+  // l with the model's sliding-window layers marked (kv_layout::window, layer_windowed): the one
+  // rule both backends' windowed layouts come from (the CPU's and the CUDA backend's).
+  // NOTE: needs a block size that is a multiple of 8: the CPU's attention starts a window's reads
+  // at the multiple of 8 below it (attention.cpp), which must lie in a block the window holds.
+  static kv_layout with_layer_windows(kv_layout l, const model_hparams& h) {
+    if (l.block_size % 8 == 0 && h.n_layer <= int32_t(l.layer_windowed.size())) {
       for (int32_t il = 0; il < int32_t(h.layer_window.size()); ++il) {
         if (h.layer_window[size_t(il)] <= 0) continue;
         l.layer_windowed.set(size_t(il));

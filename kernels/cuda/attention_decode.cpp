@@ -1,6 +1,7 @@
 // Reference paged decode attention for attention_decode.cu, using the same split:
 // partials per attention_partition tokens, combined in partition order (double math); keys
-// before a window skipped, scores soft-capped, a sink added to the denominator (attention_options).
+// before a window skipped (its partitions never visited), scores soft-capped, a sink added to the
+// denominator (attention_options); rows read through the page map with windowed KV.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -25,13 +26,15 @@ void attention_decode(const float* q, const float* k_cache, const float* v_cache
       double big_m = -INFINITY, big_l = 0;
       std::fill(acc.begin(), acc.end(), 0.0);
       const int32_t first = opt.window > 0 ? std::max(0, len - opt.window) : 0;
-      for (int32_t pp = 0; pp < len; pp += cuda::attention_partition) {
+      // the partitions from the first visible one (the kernel's grid), in order
+      const int32_t pp0 = cuda::attention_first_part(len, opt.window, cuda::attention_partition) * cuda::attention_partition;
+      for (int32_t pp = pp0; pp < len; pp += cuda::attention_partition) {
         const int32_t p0 = std::max(pp, first), p1 = std::min(len, pp + cuda::attention_partition);
         if (p0 >= p1) continue;
         std::vector<double> sc(size_t(p1 - p0));
         double m = -INFINITY;
         for (int32_t p = p0; p < p1; ++p) {
-          const float* k = k_cache + (int64_t(table[p / block_size]) * block_size + p % block_size) * row +
+          const float* k = k_cache + (int64_t(cuda::kv_page(opt.pages, table[p / block_size])) * block_size + p % block_size) * row +
                            int64_t(kvh) * head_dim;
           double d = 0;
           for (int32_t i = 0; i < head_dim; ++i) d += double(qh[i]) * double(k[i]);
@@ -43,7 +46,7 @@ void attention_decode(const float* q, const float* k_cache, const float* v_cache
         double l = 0;
         std::fill(part.begin(), part.end(), 0.0);
         for (int32_t p = p0; p < p1; ++p) {
-          const float* v = v_cache + (int64_t(table[p / block_size]) * block_size + p % block_size) * row +
+          const float* v = v_cache + (int64_t(cuda::kv_page(opt.pages, table[p / block_size])) * block_size + p % block_size) * row +
                            int64_t(kvh) * head_dim;
           const double e = std::exp(sc[size_t(p - p0)] - m);
           l += e;

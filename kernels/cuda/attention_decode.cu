@@ -2,8 +2,11 @@
 // block table. Split-K over fixed attention_partition-token partitions (grid z),
 // then a second kernel combines each head's partials in partition order. A warp keeps
 // kGroup tokens' K/V rows in flight. attention_options: a sliding window starts the sequence's
-// reads at its first visible key (partitions wholly before it record nothing), soft-capping turns
-// each score, and a sink joins the final combine as one more logit with no value row.
+// reads at its first visible key and the grid covers only the partitions from the one holding it
+// (attention_first_part: z counts from there, so blocks before the window are never visited, and
+// a windowed layer's grid is attention_window_parts, not the history), soft-capping turns each
+// score, and a sink joins the final combine as one more logit with no value row. With windowed KV
+// (attention_options::pages) a block's rows are read from this layer's page of it.
 #include "common.cuh"
 
 namespace agentq::kernels::cuda {
@@ -25,12 +28,15 @@ __global__ void __launch_bounds__(kWarps * 32)
                              const float* __restrict__ v_cache, const int32_t* __restrict__ block_tables,
                              int32_t max_blocks, const int32_t* __restrict__ seq_lens, int32_t n_head,
                              int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale, int32_t max_parts,
-                             int32_t window, float softcap, const float* __restrict__ sinks,
+                             int32_t window, float softcap, const float* __restrict__ sinks, kv_page_map pages,
                              float* __restrict__ ws, float* __restrict__ out) {
-  const int32_t h = blockIdx.x, s = blockIdx.y, part = blockIdx.z;
+  const int32_t h = blockIdx.x, s = blockIdx.y;
   const int32_t len = seq_lens[s];
   const int32_t first = window > 0 ? max(0, len - window) : 0;  // the first visible key
-  int32_t p0 = part * attention_partition;
+  // NOTE: z is relative to the first partition holding a visible key; records are stored by that
+  // relative index too (the reduce counts the same way), partitions keep absolute boundaries.
+  const int32_t part = blockIdx.z, abs_part = attention_first_part(len, window, attention_partition) + part;
+  int32_t p0 = abs_part * attention_partition;
   if (p0 >= len) {
     if (out)  // one partition and an empty sequence: what the reduce writes (acc 0 * inv_l 0)
       for (int32_t d = threadIdx.x; d < head_dim; d += blockDim.x) out[(int64_t(s) * n_head + h) * head_dim + d] = 0.0f;
@@ -65,7 +71,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
       const int32_t p = min(pg + g * kWarps, p1 - 1);  // past the end: a valid row, not used
-      const int64_t base = (int64_t(table[p / block_size]) * block_size + p % block_size) * row + kv_off;
+      const int64_t base = (int64_t(kv_page(pages, table[p / block_size])) * block_size + p % block_size) * row + kv_off;
 #pragma unroll
       for (int j = 0; j < kMaxDimPerLane; ++j) {
         const bool in = lane + 32 * j < head_dim;
@@ -150,10 +156,14 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 __global__ void attention_decode_reduce(const float* __restrict__ ws, const int32_t* __restrict__ seq_lens,
-                                        int32_t n_head, int32_t head_dim, int32_t max_parts,
+                                        int32_t n_head, int32_t head_dim, int32_t max_parts, int32_t window,
                                         const float* __restrict__ sinks, float* __restrict__ out) {
   const int32_t h = blockIdx.x, s = blockIdx.y;
-  const int32_t n_parts = (seq_lens[s] + attention_partition - 1) / attention_partition;
+  // The records of the partitions from the first visible one on (relative indices, as written);
+  // those before it were empty records the full grid skipped, so the order and bits are unchanged.
+  const int32_t len = seq_lens[s];
+  const int32_t n_parts = (len + attention_partition - 1) / attention_partition -
+                          attention_first_part(len, window, attention_partition);
   float* o = out + (int64_t(s) * n_head + h) * head_dim;
   float big_m = -INFINITY;
   for (int32_t p = 0; p < n_parts; ++p) big_m = fmaxf(big_m, ws[part_offset(s, h, p, n_head, max_parts, head_dim) + head_dim]);
@@ -190,14 +200,16 @@ void attention_decode(const float* q, const float* k_cache, const float* v_cache
   AGENTQ_CUDA_REQUIRE(head_dim > 0 && head_dim <= attention_max_head_dim && n_head % n_head_kv == 0);
   AGENTQ_CUDA_REQUIRE(opt.window >= 0);
   const int32_t max_parts = (max_seq_len + attention_partition - 1) / attention_partition;
+  // A windowed layer launches the window's partitions only (relative z; records indexed so).
+  const int32_t n_grid = attention_window_parts(opt.window, max_parts, attention_partition);
   const cudaStream_t st = detail::as_stream(s);
-  attention_decode_partial<<<dim3(n_head, n_seqs, max_parts), kWarps * 32, 0, st>>>(
+  attention_decode_partial<<<dim3(n_head, n_seqs, n_grid), kWarps * 32, 0, st>>>(
       q, k_cache, v_cache, block_tables, max_blocks, seq_lens, n_head, n_head_kv, head_dim, block_size, scale,
-      max_parts, opt.window, opt.softcap, opt.sinks, workspace, max_parts == 1 ? out : nullptr);
+      max_parts, opt.window, opt.softcap, opt.sinks, opt.pages, workspace, max_parts == 1 ? out : nullptr);
   AGENTQ_CUDA_CHECK_LAUNCH();
   if (max_parts == 1) return;  // the partial kernel wrote the output
   attention_decode_reduce<<<dim3(n_head, n_seqs), 128, 0, st>>>(workspace, seq_lens, n_head, head_dim, max_parts,
-                                                                 opt.sinks, out);
+                                                                 opt.window, opt.sinks, out);
   AGENTQ_CUDA_CHECK_LAUNCH();
 }
 

@@ -27,7 +27,7 @@ void attention_prefill(const float* q, const float* k_cache, const float* v_cach
         double m = -INFINITY;
         const int32_t first = opt.window > 0 ? std::max(0, n_keys - opt.window) : 0;
         for (int32_t p = first; p < n_keys; ++p) {
-          const float* k = k_cache + (int64_t(table[p / block_size]) * block_size + p % block_size) * row + kv_off;
+          const float* k = k_cache + (int64_t(cuda::kv_page(opt.pages, table[p / block_size])) * block_size + p % block_size) * row + kv_off;
           double d = 0;
           for (int32_t i = 0; i < head_dim; ++i) d += double(qh[i]) * double(k[i]);
           d *= scale;
@@ -38,7 +38,7 @@ void attention_prefill(const float* q, const float* k_cache, const float* v_cach
         double l = 0;
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int32_t p = first; p < n_keys; ++p) {
-          const float* v = v_cache + (int64_t(table[p / block_size]) * block_size + p % block_size) * row + kv_off;
+          const float* v = v_cache + (int64_t(cuda::kv_page(opt.pages, table[p / block_size])) * block_size + p % block_size) * row + kv_off;
           const double e = std::exp(sc[size_t(p)] - m);
           l += e;
           for (int32_t i = 0; i < head_dim; ++i) acc[size_t(i)] += e * double(v[i]);

@@ -2,8 +2,11 @@
 // A block takes kTileQ query rows of one head of one sequence and walks the keys in
 // tiles of 32 (one key per lane), keeping an online softmax per row in registers.
 // attention_options: a sliding window masks keys t - p >= window (and skips the tiles wholly
-// before the tile's first window), soft-capping turns each score, a sink joins each row's final
-// normalisation as one more logit with no value row.
+// before the tile's first window, so a windowed layer visits the tiles of its window only),
+// soft-capping turns each score, a sink joins each row's final normalisation as one more logit
+// with no value row. With windowed KV (attention_options::pages) a block's rows come from this
+// layer's page of it; a key of the first tile before the window may lie in a block whose page is
+// gone (-1): it reads zeros (masked anyway).
 // NOTE: fp32 CUDA cores, not tensor cores: correct and simple first; an mma/wgmma
 // version is the next step for long prompts.
 #include "common.cuh"
@@ -29,7 +32,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                              int32_t max_blocks, const int32_t* __restrict__ q_start,
                              const int32_t* __restrict__ n_past, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
                              int32_t block_size, float scale, int32_t window, float softcap,
-                             const float* __restrict__ sinks, float* __restrict__ out) {
+                             const float* __restrict__ sinks, kv_page_map pages, float* __restrict__ out) {
   extern __shared__ float smem[];
   float* sq = smem;                                   // [kTileQ][head_dim]
   float* sk = sq + kTileQ * head_dim;                 // [kTileK][head_dim + 1]
@@ -68,8 +71,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int32_t i = threadIdx.x; i < kTileK * head_dim; i += blockDim.x) {
       const int32_t c = i / head_dim, d = i % head_dim, p = kb + c;
       float kv = 0.0f, vv = 0.0f;
-      if (p < n_keys) {
-        const int64_t base = (int64_t(table[p / block_size]) * block_size + p % block_size) * row + kv_off + d;
+      const int32_t page = p < n_keys ? kv_page(pages, table[p / block_size]) : -1;
+      if (page >= 0) {
+        const int64_t base = (int64_t(page) * block_size + p % block_size) * row + kv_off + d;
         kv = k_cache[base];
         vv = v_cache[base];
       }
@@ -142,7 +146,7 @@ void attention_prefill(const float* q, const float* k_cache, const float* v_cach
   const dim3 grid(detail::ceil_div(max_q, kTileQ), unsigned(n_head), unsigned(n_seqs));
   attention_prefill_kernel<<<grid, kWarps * 32, smem, detail::as_stream(s)>>>(
       q, k_cache, v_cache, block_tables, max_blocks, q_start, n_past, n_head, n_head_kv, head_dim, block_size, scale,
-      opt.window, opt.softcap, opt.sinks, out);
+      opt.window, opt.softcap, opt.sinks, opt.pages, out);
   AGENTQ_CUDA_CHECK_LAUNCH();
 }
 

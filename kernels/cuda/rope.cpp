@@ -29,7 +29,8 @@ void rope(float* x, const int32_t* pos, int32_t n_tokens, int32_t n_head, int32_
 void rope_kv_write_table(float* q, float* k, const float* v, const int32_t* pos, const int32_t* tok_seq,
                          const int32_t* block_tables, int32_t max_blocks, int32_t n_tokens, int32_t n_head,
                          int32_t n_head_kv, int32_t head_dim, int32_t n_rot, bool neox, const float* inv_freq,
-                         float mscale, int32_t block_size, float* k_cache, float* v_cache) {
+                         float mscale, int32_t block_size, float* k_cache, float* v_cache,
+                         const cuda::kv_page_map& pages) {
   const int32_t half = n_rot / 2;
   auto rotate = [&](float* x, int32_t n_heads, int32_t p) {
     for (int32_t h = 0; h < n_heads; ++h) {
@@ -51,7 +52,7 @@ void rope_kv_write_table(float* q, float* k, const float* v, const int32_t* pos,
       rotate(k + int64_t(t) * row, n_head_kv, pos[t]);
     }
   }
-  kv_write(k, v, pos, tok_seq, block_tables, max_blocks, n_tokens, row, block_size, k_cache, v_cache);
+  kv_write(k, v, pos, tok_seq, block_tables, max_blocks, n_tokens, row, block_size, k_cache, v_cache, pages);
 }
 
 }  // namespace agentq::kernels::ref

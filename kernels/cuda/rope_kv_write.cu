@@ -45,13 +45,14 @@ __global__ void rope_kv_write_table_kernel(float* q, float* k, const float* __re
                                            const int32_t* __restrict__ block_tables, int32_t max_blocks,
                                            int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t n_rot,
                                            bool neox, const float* __restrict__ inv_freq, float mscale,
-                                           int32_t block_size, float* k_cache, float* v_cache) {
+                                           int32_t block_size, float* k_cache, float* v_cache, kv_page_map pages) {
   const int32_t t = blockIdx.x, half = n_rot / 2, row = n_head_kv * head_dim;
   const int32_t n_q = n_head * half, n_k = n_head_kv * half;
   const int32_t item = int32_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (item >= n_q + n_k + row) return;
   const int32_t p = pos[t];
-  const int32_t block = block_tables[int64_t(tok_seq[t]) * max_blocks + p / block_size];
+  // windowed KV: this layer's page of the block (a written block always has one)
+  const int32_t block = kv_page(pages, block_tables[int64_t(tok_seq[t]) * max_blocks + p / block_size]);
   const int64_t dst = (int64_t(block) * block_size + p % block_size) * row;
   float* kt = k + int64_t(t) * row;
   int32_t i0, i1;
@@ -88,13 +89,14 @@ void rope_kv_write(float* q, float* k, const float* v, const int32_t* pos, const
 void rope_kv_write_table(float* q, float* k, const float* v, const int32_t* pos, const int32_t* tok_seq,
                          const int32_t* block_tables, int32_t max_blocks, int32_t n_tokens, int32_t n_head,
                          int32_t n_head_kv, int32_t head_dim, int32_t n_rot, bool neox, const float* inv_freq,
-                         float mscale, int32_t block_size, float* k_cache, float* v_cache, stream_t s) {
+                         float mscale, int32_t block_size, float* k_cache, float* v_cache, stream_t s,
+                         const kv_page_map& pages) {
   if (!inv_freq) n_rot = 0;  // NoPE: K and V written as they are
   const int64_t items = int64_t(n_head + n_head_kv) * (n_rot / 2) + int64_t(n_head_kv) * head_dim;
   if (n_tokens <= 0 || items <= 0) return;
   rope_kv_write_table_kernel<<<dim3(unsigned(n_tokens), detail::ceil_div(items, 256)), 256, 0, detail::as_stream(s)>>>(
       q, k, v, pos, tok_seq, block_tables, max_blocks, n_head, n_head_kv, head_dim, n_rot, neox, inv_freq, mscale,
-      block_size, k_cache, v_cache);
+      block_size, k_cache, v_cache, pages);
   AGENTQ_CUDA_CHECK_LAUNCH();
 }
 

@@ -9,6 +9,13 @@
 #include <cstddef>
 #include <cstdint>
 
+// Helpers shared by the kernels and their host references.
+#if defined(__CUDACC__)
+#define AGENTQ_CUDA_HD __host__ __device__
+#else
+#define AGENTQ_CUDA_HD
+#endif
+
 namespace agentq::kernels::cuda {
 
 // ---------------------------------------------------------------------------
@@ -169,6 +176,20 @@ float event_elapsed_ms(void* start, void* stop);  // -1 on error
 // Paged KV cache in device memory, and the spill tier's block copies.
 // Layout per layer as kv_store: [n_blocks][block_size][n_head_kv*head_dim] fp32,
 // K and V in separate arrays: k_base + (layer*n_blocks + block)*block_floats.
+
+// Windowed KV (engine/kv/page_table.h): the cache is one pool of pages, each one layer's block of
+// K (and V), and a layer's block b lives in page map[b * n_layer + layer] (-1: none, a windowed
+// layer's block outside every window). map nullptr: block b of a layer is page b of that layer's
+// array (every layer whole). The block tables stay the sequences' block ids, shared by all layers.
+struct kv_page_map {
+  const int32_t* map = nullptr;  // device [n_block_ids][n_layer], or nullptr
+  int32_t n_layer = 0;
+  int32_t layer = 0;
+};
+AGENTQ_CUDA_HD inline int32_t kv_page(const kv_page_map& pm, int32_t block) {
+  return pm.map ? pm.map[int64_t(block) * pm.n_layer + pm.layer] : block;
+}
+
 // ---------------------------------------------------------------------------
 struct kv_device_cache {
   device_buffer k;  // [n_layer][n_blocks][block_floats]
@@ -240,7 +261,8 @@ void rope_kv_write(float* q, float* k, const float* v, const int32_t* pos, const
 void rope_kv_write_table(float* q, float* k, const float* v, const int32_t* pos, const int32_t* tok_seq,
                          const int32_t* block_tables, int32_t max_blocks, int32_t n_tokens, int32_t n_head,
                          int32_t n_head_kv, int32_t head_dim, int32_t n_rot, bool neox, const float* inv_freq,
-                         float mscale, int32_t block_size, float* k_cache, float* v_cache, stream_t s);
+                         float mscale, int32_t block_size, float* k_cache, float* v_cache, stream_t s,
+                         const kv_page_map& pages = {});
 
 // x[i] += y[i], i < n.
 void add(float* x, const float* y, int64_t n, stream_t s);
@@ -280,7 +302,23 @@ struct attention_options {
   int32_t window = 0;            // key p is visible from query position t iff t - p < window; 0: all of 0..t
   float softcap = 0.0f;          // scores -> softcap * tanh(scores / softcap) before the softmax; 0: none
   const float* sinks = nullptr;  // [n_head] one more logit per head in the softmax's denominator, no value row
+  kv_page_map pages{};           // windowed KV: block -> this layer's page (k/v_cache are the page pool)
 };
+
+// Decode's partitions with a window: a query at len - 1 sees keys from len - window on, so only
+// the partitions from attention_first_part(len, window) on hold anything, at most
+// attention_window_parts(window, max_parts) of them. The kernel's grid covers those only (its z
+// index counts from the sequence's first visible partition), so a windowed layer's decode work
+// is bounded by the window, not the history. The partitions keep their absolute boundaries
+// (multiples of attention_partition), so the combine's order, and the bits, are the full grid's.
+AGENTQ_CUDA_HD inline int32_t attention_first_part(int32_t len, int32_t window, int32_t partition) {
+  return window > 0 && len > window ? (len - window) / partition : 0;
+}
+AGENTQ_CUDA_HD inline int32_t attention_window_parts(int32_t window, int32_t max_parts, int32_t partition) {
+  if (window <= 0) return max_parts;
+  const int32_t n = (window + partition - 1) / partition + 1;  // a window straddles one more boundary
+  return n < max_parts ? n : max_parts;
+}
 
 // Paged attention, decode: one query token per sequence, attending positions [0, seq_lens[i]).
 //   q, out:       [n_seqs][n_head][head_dim]
@@ -455,10 +493,11 @@ void moe_group(const int32_t* ids, int32_t n_rows, int32_t n_expert, int32_t per
 void rope_kv_write_table(float* q, float* k, const float* v, const int32_t* pos, const int32_t* tok_seq,
                          const int32_t* block_tables, int32_t max_blocks, int32_t n_tokens, int32_t n_head,
                          int32_t n_head_kv, int32_t head_dim, int32_t n_rot, bool neox, const float* inv_freq,
-                         float mscale, int32_t block_size, float* k_cache, float* v_cache);
+                         float mscale, int32_t block_size, float* k_cache, float* v_cache,
+                         const cuda::kv_page_map& pages = {});
 void kv_write(const float* k_new, const float* v_new, const int32_t* pos, const int32_t* tok_seq,
               const int32_t* block_tables, int32_t max_blocks, int32_t n_tokens, int32_t row, int32_t block_size,
-              float* k_cache, float* v_cache);
+              float* k_cache, float* v_cache, const cuda::kv_page_map& pages = {});
 // Same partitioned split-K algorithm as the kernel (partials per attention_partition tokens).
 void attention_decode(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_tables,
                       int32_t max_blocks, const int32_t* seq_lens, int32_t n_seqs, int32_t n_head,
