@@ -3,7 +3,8 @@
 # compiler, none of the Debian deps): engine-only build with the CUDA backend; the gpu tests
 # (every kernel vs its C++ reference, the engine on the GPU vs on the CPU: greedy tokens,
 # residency, spill/restore, failed state; every registered model family vs llama.cpp's reference
-# tokens and the CPU engine: gpu.cuda_families, its new kernels: gpu.cuda_family_ops) and the
+# tokens and the CPU engine: gpu.cuda_families, its new kernels: gpu.cuda_family_ops; windowed KV
+# on the device: gpu.engine_cuda_windowed; every tests/gpu/*.cpp is built and run) and the
 # device unit tests; then the engine on
 # synthetic 1B/8B-class F16 and Q4_K models: batch-1 decode as a fraction of the HBM
 # roofline, aggregate decode at 32 and 128 sequences, a multi-turn residency run; last the

@@ -166,7 +166,10 @@ TEST_CASE("cuda windowed KV: the window's pages only, the full-KV backend's bits
         for (int32_t i = 0; i < n_vocab; ++i) d = std::max(d, std::fabs(g[i] - c[i]));
         worst = std::max(worst, d);
         CHECK_MESSAGE(d <= logit_tol(arch), what, " row ", r, ": largest logit difference to the CPU ", d);
-        if (top_gap(c, n_vocab) >= k_near_tie) CHECK_MESSAGE(argmax(g, n_vocab) == argmax(c, n_vocab), what, " row ", r);
+        // NOTE: logits within tol of each other can swap a top-2 gap below 2 tol (gpt-oss: 0.03 apart
+        // by the MXFP4 activations' rounding; unit.cuda_reference_forward sees 2 such steps in 60).
+        if (top_gap(c, n_vocab) >= std::max(k_near_tie, 2 * logit_tol(arch)))
+          CHECK_MESSAGE(argmax(g, n_vocab) == argmax(c, n_vocab), what, " row ", r);
         ++n_rows_checked;
       }
     };
