@@ -10,6 +10,9 @@
 //  - engine level: greedy outputs of the windowed CUDA engine equal the full-KV CUDA engine's,
 //    batched; a job spilled to disk (the short file: no windowed layers before the window) and
 //    restored continues identically and computes only its new tokens.
+//  - kernel level: decode and prefill attention and the K/V write through a page map (a shuffled
+//    page per (block, layer), holes before the window, every other page NaN) give the kernels'
+//    bits over the same blocks stored whole.
 // Exits 77 (skipped) without CUDA, without a device, or without the vocab for the models.
 // NOTE: written without a GPU; it has never run on one (scripts/device-check.sh runs it).
 #include <doctest/doctest.h>
@@ -26,8 +29,13 @@
 
 #if AGENTQ_HAVE_CUDA
 
+#include <numeric>
+#include <random>
+
 #include "agentq/kernels_cuda.h"
 #include "backend/backend.h"
+#include "cuda_device_test.h"
+#include "cuda_test_data.h"
 #include "engine_impl.h"
 #include "gguf/reader.h"
 #include "gguf/synthetic.h"
@@ -36,6 +44,7 @@
 
 using namespace agentq;
 namespace fs = std::filesystem;
+namespace ref = agentq::kernels::ref;
 
 namespace {
 
@@ -105,6 +114,107 @@ std::vector<token_id> prompt(int32_t n, int32_t salt) {
 }
 
 }  // namespace
+
+TEST_CASE("cuda windowed KV kernels: attention and the K/V write through a page map give the whole store's bits") {
+  test::require_device();
+  namespace cu = kernels::cuda;
+  std::mt19937 rng(25);
+  const std::vector<int32_t> lens = {700, 1500, 37};
+  const int32_t n_seqs = 3, n_head = 8, n_kv = 2, hd = 64, bs = 16, window = 300, n_layer = 3, layer = 1;
+  test::paged_fixture f(lens, n_kv, hd, bs, rng);
+  const size_t bf = size_t(bs) * n_kv * hd;  // floats per block per layer
+  // Pages: every (block, layer) a shuffled page; layer `layer`'s blocks before `from[b]` a hole.
+  auto paged = [&](const std::vector<int32_t>& first_key) {
+    const int32_t n_pages = f.n_blocks * n_layer;
+    std::vector<int32_t> perm(static_cast<size_t>(n_pages)), map(size_t(f.n_blocks) * n_layer, -1);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<float> k(size_t(n_pages) * bf, NAN), v(k.size(), NAN);
+    for (int32_t s = 0; s < n_seqs; ++s)
+      for (int32_t i = 0; i < (lens[size_t(s)] + bs - 1) / bs; ++i) {
+        const int32_t b = f.block_tables[size_t(s) * f.max_blocks + i];
+        for (int32_t l = 0; l < n_layer; ++l) map[size_t(b) * n_layer + l] = perm[size_t(b) * n_layer + l];
+        if (i < first_key[size_t(s)] / bs) {
+          map[size_t(b) * n_layer + layer] = -1;  // gone: before the window
+          continue;
+        }
+        const int32_t p = map[size_t(b) * n_layer + layer];
+        std::copy(f.k.begin() + ptrdiff_t(b * bf), f.k.begin() + ptrdiff_t((b + 1) * bf), k.begin() + ptrdiff_t(p * bf));
+        std::copy(f.v.begin() + ptrdiff_t(b * bf), f.v.begin() + ptrdiff_t((b + 1) * bf), v.begin() + ptrdiff_t(p * bf));
+      }
+    return std::tuple{test::to_device(k), test::to_device(v), test::to_device(map)};
+  };
+  auto dk = test::to_device(f.k), dv = test::to_device(f.v), dtab = test::to_device(f.block_tables);
+  auto dlens = test::to_device(lens);
+  const size_t per = size_t(n_head) * hd;
+  const float scale = 0.125f;
+  // decode: each sequence's window starts at len - window
+  {
+    std::vector<int32_t> first;
+    for (int32_t len : lens) first.push_back(std::max(0, len - window));
+    auto [pk, pv, pmap] = paged(first);
+    const auto q = test::random_floats(size_t(n_seqs) * per, rng);
+    auto dq = test::to_device(q);
+    cu::device_buffer ws(cu::attention_decode_workspace_floats(n_seqs, n_head, hd, 1600) * 4), o1(q.size() * 4),
+        o2(q.size() * 4);
+    cu::attention_options whole{window, 0.0f, nullptr, {}}, pages{window, 0.0f, nullptr, {pmap.as<int32_t>(), n_layer, layer}};
+    cu::attention_decode(dq.as<float>(), dk.as<float>(), dv.as<float>(), dtab.as<int32_t>(), f.max_blocks,
+                         dlens.as<int32_t>(), n_seqs, 1600, n_head, n_kv, hd, bs, scale, ws.as<float>(), o1.as<float>(),
+                         nullptr, whole);
+    cu::attention_decode(dq.as<float>(), pk.as<float>(), pv.as<float>(), dtab.as<int32_t>(), f.max_blocks,
+                         dlens.as<int32_t>(), n_seqs, 1600, n_head, n_kv, hd, bs, scale, ws.as<float>(), o2.as<float>(),
+                         nullptr, pages);
+    const auto a = test::from_device<float>(o1, q.size()), b = test::from_device<float>(o2, q.size());
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+  }
+  // prefill: sequence 1's last 50 queries after 1450 (window from 1451 - 300), sequence 0 whole
+  {
+    const std::vector<int32_t> n_past = {0, 1450, 0}, q_start = {0, 700, 750, 787};
+    auto [pk, pv, pmap] = paged({0, 1450 + 1 - window, 0});
+    const auto q = test::random_floats(size_t(q_start.back()) * per, rng);
+    auto dq = test::to_device(q), dqs = test::to_device(q_start), dnp = test::to_device(n_past);
+    cu::device_buffer o1(q.size() * 4), o2(q.size() * 4);
+    cu::attention_options whole{window, 0.0f, nullptr, {}}, pages{window, 0.0f, nullptr, {pmap.as<int32_t>(), n_layer, layer}};
+    cu::attention_prefill(dq.as<float>(), dk.as<float>(), dv.as<float>(), dtab.as<int32_t>(), f.max_blocks,
+                          dqs.as<int32_t>(), dnp.as<int32_t>(), n_seqs, 700, n_head, n_kv, hd, bs, scale, o1.as<float>(),
+                          nullptr, whole);
+    cu::attention_prefill(dq.as<float>(), pk.as<float>(), pv.as<float>(), dtab.as<int32_t>(), f.max_blocks,
+                          dqs.as<int32_t>(), dnp.as<int32_t>(), n_seqs, 700, n_head, n_kv, hd, bs, scale, o2.as<float>(),
+                          nullptr, pages);
+    const auto a = test::from_device<float>(o1, q.size()), b = test::from_device<float>(o2, q.size());
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+  }
+  // the K/V write lands in the layer's page: rope_kv_write_table (NoPE: a plain write) vs its reference
+  {
+    auto [pk, pv, pmap] = paged({0, 0, 0});
+    std::vector<int32_t> map(size_t(f.n_blocks) * n_layer);
+    REQUIRE(pmap.download(map.data(), map.size() * 4));
+    const int32_t n_tok = 5;
+    const std::vector<int32_t> pos = {0, 17, 699, 1499, 36}, tok_seq = {0, 1, 0, 1, 2};
+    auto q = test::random_floats(size_t(n_tok) * per, rng), k = test::random_floats(size_t(n_tok) * n_kv * hd, rng),
+         v = test::random_floats(k.size(), rng);
+    const size_t n_pool = size_t(f.n_blocks) * n_layer * bf;
+    std::vector<float> rk(n_pool, NAN), rv(n_pool, NAN);
+    {
+      auto dpk = test::from_device<float>(pk, n_pool), dpv = test::from_device<float>(pv, n_pool);
+      rk = dpk, rv = dpv;
+    }
+    auto dq = test::to_device(q), dkk = test::to_device(k), dvv = test::to_device(v), dpos = test::to_device(pos),
+         dts = test::to_device(tok_seq);
+    const cu::kv_page_map m{pmap.as<int32_t>(), n_layer, layer};
+    cu::rope_kv_write_table(dq.as<float>(), dkk.as<float>(), dvv.as<float>(), dpos.as<int32_t>(), dts.as<int32_t>(),
+                            dtab.as<int32_t>(), f.max_blocks, n_tok, n_head, n_kv, hd, 0, false, nullptr, 1.0f, bs,
+                            pk.as<float>(), pv.as<float>(), nullptr, m);
+    ref::rope_kv_write_table(q.data(), k.data(), v.data(), pos.data(), tok_seq.data(), f.block_tables.data(),
+                             f.max_blocks, n_tok, n_head, n_kv, hd, 0, false, nullptr, 1.0f, bs, rk.data(), rv.data(),
+                             cu::kv_page_map{map.data(), n_layer, layer});
+    const auto gk = test::from_device<float>(pk, n_pool), gv = test::from_device<float>(pv, n_pool);
+    // NaN pages compare by bits too
+    CHECK(std::memcmp(gk.data(), rk.data(), n_pool * 4) == 0);
+    CHECK(std::memcmp(gv.data(), rv.data(), n_pool * 4) == 0);
+  }
+  CHECK_FALSE(cu::cuda_failed());
+}
 
 TEST_CASE("cuda windowed KV: the window's pages only, the full-KV backend's bits, the CPU's tokens") {
   const fs::path vocab = vocab_or_skip();
