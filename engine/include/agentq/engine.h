@@ -34,7 +34,7 @@ struct engine_config {
   std::string kv_type;
   int32_t block_size = 64;           // tokens per KV block (see docs/kv_and_batching.md: longer runs per head)
   // Sliding-window layers (gemma2/3 local layers, gpt-oss's alternating ones) hold K/V only for
-  // the blocks their window reaches (CPU device); false: every layer holds the whole context.
+  // the blocks their window reaches (CPU and CUDA devices); false: every layer holds the whole context.
   bool windowed_kv = true;
   int32_t max_step_tokens = 512;     // token budget per scheduler step (decode + prefill chunks)
   int32_t max_running = 64;          // sequences in one step at most
