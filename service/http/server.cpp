@@ -79,8 +79,9 @@ class session : public session_base, public std::enable_shared_from_this<session
 
  public:
   template <class... Tls>
-  session(tcp::socket socket, std::shared_ptr<shared_state> state, Tls&... tls)
-      : stream_(std::move(socket), tls...), state_(std::move(state)), buffer_(state_->options.max_header_bytes + 4096) {
+  session(tcp::socket socket, std::shared_ptr<shared_state> state, std::shared_ptr<asio::io_context> ioc, Tls&... tls)
+      : ioc_(std::move(ioc)), stream_(std::move(socket), tls...), state_(std::move(state)),
+        buffer_(state_->options.max_header_bytes + 4096) {
     ++state_->n_connections;
   }
   ~session() {
@@ -279,12 +280,22 @@ class session : public session_base, public std::enable_shared_from_this<session
   // reply posts the making and the write back onto the io thread that owns this connection. Nothing is read from
   // this connection meanwhile (no read is pending), so answers keep the requests' order.
   void defer(std::function<void(reply_fn)> start, bool head) {
-    auto self = shared_from_this();
-    auto replied = std::make_shared<std::atomic<bool>>(false);
-    reply_fn reply = [self, head, replied](std::function<response()> make) {
-      if (replied->exchange(true)) return;
-      asio::post(self->stream_.get_executor(),
-                 [self, head, make = std::move(make)] { self->finish_deferred(make, head); });
+    // NOTE: the reply may outlive the server (a commit slower than stop()'s drain): it holds the
+    // connection's io_context, released after the session (members go in reverse order), so the
+    // session's socket never outlives its reactor; a post to a stopped context just never runs (and
+    // that context is then kept to the process's end). The session itself holds it weakly: no cycle.
+    struct pending {
+      std::shared_ptr<asio::io_context> ioc;
+      std::shared_ptr<session> self;
+      std::atomic<bool> replied{false};
+    };
+    auto p = std::make_shared<pending>();
+    p->ioc = ioc_.lock();
+    p->self = shared_from_this();
+    reply_fn reply = [p, head](std::function<response()> make) {
+      if (p->replied.exchange(true)) return;
+      asio::post(p->self->stream_.get_executor(),
+                 [p, head, make = std::move(make)] { p->self->finish_deferred(make, head); });
     };
     try {
       start(reply);
@@ -405,6 +416,7 @@ class session : public session_base, public std::enable_shared_from_this<session
     }).detach();
   }
 
+  std::weak_ptr<asio::io_context> ioc_;  // the context this connection lives on (a deferred reply holds it)
   Stream stream_;
   std::shared_ptr<shared_state> state_;
   beast::flat_buffer buffer_;  // max size set in the constructor (room for a whole head)
@@ -429,7 +441,7 @@ class session : public session_base, public std::enable_shared_from_this<session
 // price: a handler that blocks (reads, cancel) stalls only its own thread's connections.
 struct server::impl {
   std::shared_ptr<shared_state> state = std::make_shared<shared_state>();
-  std::vector<std::unique_ptr<asio::io_context>> iocs;  // [n_threads]; iocs[0] also runs the acceptor
+  std::vector<std::shared_ptr<asio::io_context>> iocs;  // [n_threads]; iocs[0] also runs the acceptor
   size_t next_ioc = 0;                                  // round robin for accepted connections
   std::optional<tcp::acceptor> acceptor;
   std::vector<std::thread> threads;
@@ -449,17 +461,18 @@ struct server::impl {
   }
 
   void do_accept() {
-    asio::io_context& owner = *iocs[next_ioc++ % iocs.size()];  // only the acceptor's thread runs this
-    acceptor->async_accept(owner,
-                           [this](beast::error_code ec, tcp::socket socket) { on_accept(ec, std::move(socket)); });
+    auto owner = iocs[next_ioc++ % iocs.size()];  // only the acceptor's thread runs this
+    acceptor->async_accept(*owner, [this, owner](beast::error_code ec, tcp::socket socket) {
+      on_accept(ec, std::move(socket), owner);
+    });
   }
-  void on_accept(beast::error_code ec, tcp::socket socket) {
+  void on_accept(beast::error_code ec, tcp::socket socket, const std::shared_ptr<asio::io_context>& owner) {
     if (ec == asio::error::operation_aborted || state->stopping) return;
     if (!ec) {
       if (state->tls)
-        start_session(std::make_shared<session<tls_stream>>(std::move(socket), state, *state->tls));
+        start_session(std::make_shared<session<tls_stream>>(std::move(socket), state, owner, *state->tls));
       else
-        start_session(std::make_shared<session<plain_stream>>(std::move(socket), state));
+        start_session(std::make_shared<session<plain_stream>>(std::move(socket), state, owner));
     }
     do_accept();
   }
@@ -512,7 +525,7 @@ bool server::start(std::string* error) {
   tcp::endpoint ep(addr, impl_->state->options.port);
   impl_->iocs.clear();
   for (int32_t i = 0; i < std::max(1, impl_->state->options.n_threads); ++i)
-    impl_->iocs.push_back(std::make_unique<asio::io_context>(1));  // concurrency hint: one thread runs it
+    impl_->iocs.push_back(std::make_shared<asio::io_context>(1));  // concurrency hint: one thread runs it
   impl_->acceptor.emplace(*impl_->iocs[0]);
   impl_->acceptor->open(ep.protocol(), ec);
   if (!ec) impl_->acceptor->set_option(asio::socket_base::reuse_address(true), ec);
