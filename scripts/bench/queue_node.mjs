@@ -1,7 +1,9 @@
 // Node side of scripts/bench/queue.sh (issue 29); prints one JSON line.
-//   node queue_node.mjs submit --url URL --key KEY --model M --rate R --seconds S
+//   node queue_node.mjs submit --url URL --key KEY --model M --rate R --seconds S [--warmup-s W] [--trace F]
 //     open-loop POST /v1/jobs at R requests/s (keep-alive, up to 256 connections): submit latency
 //     percentiles. Node rather than loadgen.py: Python threads do not hold 1,000 requests/s here.
+//     --warmup-s W: the first W seconds of the same schedule (a cold client: connections opened,
+//     its JIT) are reported apart (warmup_p99_ms), the percentiles are of the S seconds after.
 //   node queue_node.mjs bullmq --bullmq-dir D --redis-port P --jobs N [--concurrency C] [--producers K]
 //     the baseline: BullMQ (installed by queue.sh into its temp dir D with npm) on its own
 //     redis-server. add_per_s: N no-op jobs added one Queue.add per job by K concurrent producers, no
@@ -29,8 +31,10 @@ async function submit(a) {
   const u = new URL(a.url);
   const rate = Number(a.rate || 1000), seconds = Number(a.seconds || 5);
   const agent = new http.Agent({ keepAlive: true, maxSockets: 256 });
-  const n = Math.round(rate * seconds);
-  const lat = [];
+  const n_warm = Math.round(rate * Number(a["warmup-s"] || 0));
+  const n = n_warm + Math.round(rate * seconds);
+  const lat = [], warm = [];
+  const trace = [];  // --trace FILE: [index, answered at ms since the start, latency ms] per answer
   let errors = 0, firstError = "";
   const one = (i) =>
     new Promise((resolve) => {
@@ -42,7 +46,11 @@ async function submit(a) {
                                             "content-length": Buffer.byteLength(body) } }, (res) => {
         res.resume();
         res.on("end", () => {
-          if (res.statusCode === 202 || res.statusCode === 200) lat.push(Number(process.hrtime.bigint() - t0) / 1e6);
+          if (res.statusCode === 202 || res.statusCode === 200) {
+            const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+            (i < n_warm ? warm : lat).push(ms);
+            if (a.trace) trace.push([i, +(performance.now() - start).toFixed(2), +ms.toFixed(2)]);
+          }
           else if (errors++ === 0) firstError = String(res.statusCode);
           resolve();
         });
@@ -63,10 +71,14 @@ async function submit(a) {
   await Promise.all(pending);
   const wall = (performance.now() - start) / 1000;
   agent.destroy();
-  console.log(JSON.stringify({ rate_per_s: rate, requests: n, ok: lat.length, errors, first_error: firstError,
+  if (a.trace) (await import("node:fs")).writeFileSync(a.trace, JSON.stringify(trace));
+  const out = { rate_per_s: rate, requests: n - n_warm, ok: lat.length, errors, first_error: firstError,
     achieved_per_s: Math.round(n / wall), generator_late_max_ms: Math.round(lateMax),
     p50_ms: +pct(lat, 0.5).toFixed(2), p90_ms: +pct(lat, 0.9).toFixed(2), p99_ms: +pct(lat, 0.99).toFixed(2),
-    max_ms: +Math.max(...lat).toFixed(2) }));
+    max_ms: +Math.max(...lat).toFixed(2) };
+  if (n_warm > 0) Object.assign(out, { warmup_requests: n_warm, warmup_p50_ms: +pct(warm, 0.5).toFixed(2),
+                                       warmup_p99_ms: +pct(warm, 0.99).toFixed(2) });
+  console.log(JSON.stringify(out));
 }
 
 async function produce(queue, n, producers, tag) {

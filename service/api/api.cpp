@@ -69,6 +69,27 @@ std::optional<int64_t> parse_i64(const std::string& s) {
   return v;
 }
 
+// POST /v1/jobs's answer to the store's create_job outcome.
+response submit_answer(const store::create_result& res) {
+  switch (res.outcome) {
+    case store::create_outcome::created:
+      return json_response(202, job_object(res.job, nullptr));
+    case store::create_outcome::existing:
+      return json_response(200, job_object(res.job, nullptr));
+    case store::create_outcome::conflict:
+      return error_response(error_kind::conflict, "Idempotency-Key was already used with a different request body",
+                            "Idempotency-Key");
+    case store::create_outcome::error:
+      break;
+  }
+  // NOTE: a failed store write is transient (disk full, database busy): 503 + Retry-After, so a
+  // client retries (with its Idempotency-Key) rather than giving up as on a 500.
+  spdlog::error("api: create_job failed: {}", res.error);
+  response unavailable = error_response(error_kind::unavailable, "could not store the job right now; retry");
+  unavailable.headers.emplace_back("Retry-After", "1");
+  return unavailable;
+}
+
 }  // namespace
 
 api::api(api_options options, api_deps deps) : options_(std::move(options)), deps_(std::move(deps)) {}
@@ -201,25 +222,17 @@ void api::install(http::router& r) {
             nj.idempotency_key = idem;
             nj.request_hash = crypto::sha256_hex(nj.request_json);
           }
-          auto res = deps_.store->create_job(std::move(nj)).get();
-          switch (res.outcome) {
-            case store::create_outcome::created:
-              return json_response(202, job_object(res.job, nullptr));
-            case store::create_outcome::existing:
-              return json_response(200, job_object(res.job, nullptr));
-            case store::create_outcome::conflict:
-              return error_response(error_kind::conflict,
-                                    "Idempotency-Key was already used with a different request body",
-                                    "Idempotency-Key");
-            case store::create_outcome::error:
-              break;
-          }
-          // NOTE: a failed store write is transient (disk full, database busy): 503 + Retry-After, so a
-          // client retries (with its Idempotency-Key) rather than giving up as on a 500.
-          spdlog::error("api: create_job failed: {}", res.error);
-          response unavailable = error_response(error_kind::unavailable, "could not store the job right now; retry");
-          unavailable.headers.emplace_back("Retry-After", "1");
-          return unavailable;
+          // NOTE: deferred (issue 29): the HTTP thread hands the insert to the store's writer and goes
+          // back to its connections; the 202 is made on the connection's io thread once the writer's
+          // commit is durable, never before.
+          response deferred;
+          deferred.deferred = [store = deps_.store, nj = std::move(nj)](http::reply_fn reply) mutable {
+            store->create_job_async(std::move(nj), [reply = std::move(reply)](store::create_result r) {
+              auto made = std::make_shared<store::create_result>(std::move(r));
+              reply([made] { return submit_answer(*made); });
+            });
+          };
+          return deferred;
         }));
 
   r.add("GET", "/v1/jobs", authed([this](request& req, const auth::key_info& key) {

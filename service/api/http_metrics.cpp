@@ -39,16 +39,34 @@ std::function<http::response(http::request&)> instrumented(const http::router& r
   auto& requests = requests_family(reg);
   auto& latency = reg.histogram_family("agentq_http_request_duration_seconds",
                                        "HTTP request handling time by method and route pattern.", {"method", "route"});
-  return [&r, &requests, &latency](http::request& req) {
+  // NOTE: the path, never the query or headers (keys travel in headers; paths hold no secrets).
+  auto record = [&requests, &latency](const std::string& method, const std::string& route, const std::string& path,
+                                      int status, std::chrono::steady_clock::time_point t0) {
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    requests.with({method, route, std::to_string(status)}).inc();
+    latency.with({method, route}).observe(s);
+    spdlog::debug("http: {} {} -> {} ({:.1f} ms)", method, path, status, s * 1000);
+  };
+  return [&r, record](http::request& req) {
     auto t0 = std::chrono::steady_clock::now();
     http::response res = r.dispatch(req);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::string method = method_label(req.method);
     std::string route = route_of(r, req.path);
-    requests.with({method, route, std::to_string(res.status)}).inc();
-    latency.with({method, route}).observe(s);
-    // NOTE: the path, never the query or headers (keys travel in headers; paths hold no secrets).
-    spdlog::debug("http: {} {} -> {} ({:.1f} ms)", method, req.path.substr(0, 200), res.status, s * 1000);
+    std::string path = req.path.substr(0, 200);
+    if (!res.deferred) {
+      record(method, route, path, res.status, t0);
+      return res;
+    }
+    // A deferred answer counts when it is made (its status is known only then).
+    res.deferred = [start = std::move(res.deferred), record, method, route, path, t0](http::reply_fn reply) {
+      start([reply = std::move(reply), record, method, route, path, t0](std::function<http::response()> make) {
+        reply([make = std::move(make), record, method, route, path, t0] {
+          http::response made = make();
+          record(method, route, path, made.status, t0);
+          return made;
+        });
+      });
+    };
     return res;
   };
 }

@@ -42,6 +42,12 @@ class stream_sink {
   virtual bool closed() const = 0;
 };
 
+struct response;
+// Finishes a deferred response (response::deferred): call it once, from any thread, with a function
+// that makes the response; that function runs on the connection's io thread (so building the body
+// costs the caller's thread nothing). A second call is ignored.
+using reply_fn = std::function<void(std::function<response()> make)>;
+
 struct response {
   int status = 200;
   std::string content_type = "application/json";
@@ -50,6 +56,11 @@ struct response {
   // Non-empty: the head goes out without a length, then stream runs on its own thread
   // writing the body; the connection closes when it returns.
   std::function<void(stream_sink&)> stream;
+  // Set: the answer is not ready yet (e.g. it waits on a database commit). The server calls it at
+  // once with a reply_fn and goes on serving other connections; the io thread never blocks on it.
+  // NOTE: must not throw; status/body above are ignored. The connection reads no further request
+  // until the reply arrives (HTTP/1.1 answers in order).
+  std::function<void(reply_fn reply)> deferred;
 };
 
 std::string percent_decode(std::string_view s);

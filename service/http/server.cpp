@@ -79,8 +79,9 @@ class session : public session_base, public std::enable_shared_from_this<session
 
  public:
   template <class... Tls>
-  session(tcp::socket socket, std::shared_ptr<shared_state> state, Tls&... tls)
-      : stream_(std::move(socket), tls...), state_(std::move(state)), buffer_(state_->options.max_header_bytes + 4096) {
+  session(tcp::socket socket, std::shared_ptr<shared_state> state, std::shared_ptr<asio::io_context> ioc, Tls&... tls)
+      : ioc_(std::move(ioc)), stream_(std::move(socket), tls...), state_(std::move(state)),
+        buffer_(state_->options.max_header_bytes + 4096) {
     ++state_->n_connections;
   }
   ~session() {
@@ -253,9 +254,14 @@ class session : public session_base, public std::enable_shared_from_this<session
   }
 
   void run_handler(request req, bool head) {
-    beast::error_code ep_ec;
-    auto ep = lowest().socket().remote_endpoint(ep_ec);
-    if (!ep_ec) req.remote = ep.address().to_string();
+    // NOTE: the peer's address is asked once per connection (a getpeername per request before).
+    if (!remote_known_) {
+      beast::error_code ep_ec;
+      auto ep = lowest().socket().remote_endpoint(ep_ec);
+      if (!ep_ec) remote_ = ep.address().to_string();
+      remote_known_ = true;
+    }
+    req.remote = remote_;
     ++state_->n_requests;
 
     response res;
@@ -263,6 +269,48 @@ class session : public session_base, public std::enable_shared_from_this<session
       res = state_->handler(req);
     } catch (const std::exception& e) {
       spdlog::error("http: handler for {} {} threw: {}", req.method, req.path, e.what());
+      res = error_response(error_kind::internal, "internal error");
+    }
+    if (res.deferred) return defer(std::move(res.deferred), head);
+    if (res.stream) return start_stream(std::move(res));
+    send(std::move(res), head);
+  }
+
+  // A deferred response (response::deferred): the io thread returns to its other connections; the
+  // reply posts the making and the write back onto the io thread that owns this connection. Nothing is read from
+  // this connection meanwhile (no read is pending), so answers keep the requests' order.
+  void defer(std::function<void(reply_fn)> start, bool head) {
+    // NOTE: the reply may outlive the server (a commit slower than stop()'s drain): it holds the
+    // connection's io_context, released after the session (members go in reverse order), so the
+    // session's socket never outlives its reactor; a post to a stopped context just never runs (and
+    // that context is then kept to the process's end). The session itself holds it weakly: no cycle.
+    struct pending {
+      std::shared_ptr<asio::io_context> ioc;
+      std::shared_ptr<session> self;
+      std::atomic<bool> replied{false};
+    };
+    auto p = std::make_shared<pending>();
+    p->ioc = ioc_.lock();
+    p->self = shared_from_this();
+    reply_fn reply = [p, head](std::function<response()> make) {
+      if (p->replied.exchange(true)) return;
+      asio::post(p->self->stream_.get_executor(),
+                 [p, head, make = std::move(make)] { p->self->finish_deferred(make, head); });
+    };
+    try {
+      start(reply);
+    } catch (const std::exception& e) {
+      spdlog::error("http: deferred handler threw: {}", e.what());
+      reply([] { return error_response(error_kind::internal, "internal error"); });
+    }
+  }
+
+  void finish_deferred(const std::function<response()>& make, bool head) {
+    response res;
+    try {
+      res = make();
+    } catch (const std::exception& e) {
+      spdlog::error("http: deferred response threw: {}", e.what());
       res = error_response(error_kind::internal, "internal error");
     }
     if (res.stream) return start_stream(std::move(res));
@@ -368,6 +416,7 @@ class session : public session_base, public std::enable_shared_from_this<session
     }).detach();
   }
 
+  std::weak_ptr<asio::io_context> ioc_;  // the context this connection lives on (a deferred reply holds it)
   Stream stream_;
   std::shared_ptr<shared_state> state_;
   beast::flat_buffer buffer_;  // max size set in the constructor (room for a whole head)
@@ -375,6 +424,8 @@ class session : public session_base, public std::enable_shared_from_this<session
   std::optional<bhttp::request_parser<bhttp::file_body>> upload_;  // an upload's body reader
   std::string upload_file_;                                           // its file; removed after the handler
   size_t n_head_bytes_ = 0;  // of the request being read, consumed by the parser so far
+  std::string remote_;         // the peer's address (run_handler asks once)
+  bool remote_known_ = false;
   bool keep_alive_ = false;
   bool idle_ = false;  // waiting for the next request's head (see close_if_idle)
   unsigned version_ = 11;
@@ -382,15 +433,22 @@ class session : public session_base, public std::enable_shared_from_this<session
 
 }  // namespace
 
+// NOTE: one io_context per thread (issue 29), each run by its one thread, a connection staying on the
+// context it was accepted onto (round robin): a completion never wakes another io thread, and a
+// deferred answer (response::deferred) posted from the store's writer wakes exactly the thread that
+// owns the connection. A shared io_context with 16 threads cost ~27 futex calls per submit once the
+// submit stopped blocking its thread (Asio's scheduler waking idle threads for each handler). The
+// price: a handler that blocks (reads, cancel) stalls only its own thread's connections.
 struct server::impl {
   std::shared_ptr<shared_state> state = std::make_shared<shared_state>();
-  asio::io_context ioc;
+  std::vector<std::shared_ptr<asio::io_context>> iocs;  // [n_threads]; iocs[0] also runs the acceptor
+  size_t next_ioc = 0;                                  // round robin for accepted connections
   std::optional<tcp::acceptor> acceptor;
   std::vector<std::thread> threads;
-  // NOTE: keeps ioc.run() going while a stream thread (SSE) is between writes: once stop()
+  // NOTE: keeps each ioc.run() going while a stream thread (SSE) is between writes: once stop()
   // closes the acceptor such a session has no pending operation, the io threads would return,
   // and the close the stream thread posts when it ends would never run (the full drain wait).
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work;
   uint16_t port = 0;
   bool running = false;
 
@@ -403,16 +461,18 @@ struct server::impl {
   }
 
   void do_accept() {
-    acceptor->async_accept(asio::make_strand(ioc),
-                           [this](beast::error_code ec, tcp::socket socket) { on_accept(ec, std::move(socket)); });
+    auto owner = iocs[next_ioc++ % iocs.size()];  // only the acceptor's thread runs this
+    acceptor->async_accept(*owner, [this, owner](beast::error_code ec, tcp::socket socket) {
+      on_accept(ec, std::move(socket), owner);
+    });
   }
-  void on_accept(beast::error_code ec, tcp::socket socket) {
+  void on_accept(beast::error_code ec, tcp::socket socket, const std::shared_ptr<asio::io_context>& owner) {
     if (ec == asio::error::operation_aborted || state->stopping) return;
     if (!ec) {
       if (state->tls)
-        start_session(std::make_shared<session<tls_stream>>(std::move(socket), state, *state->tls));
+        start_session(std::make_shared<session<tls_stream>>(std::move(socket), state, owner, *state->tls));
       else
-        start_session(std::make_shared<session<plain_stream>>(std::move(socket), state));
+        start_session(std::make_shared<session<plain_stream>>(std::move(socket), state, owner));
     }
     do_accept();
   }
@@ -463,7 +523,10 @@ bool server::start(std::string* error) {
     return false;
   }
   tcp::endpoint ep(addr, impl_->state->options.port);
-  impl_->acceptor.emplace(impl_->ioc);
+  impl_->iocs.clear();
+  for (int32_t i = 0; i < std::max(1, impl_->state->options.n_threads); ++i)
+    impl_->iocs.push_back(std::make_shared<asio::io_context>(1));  // concurrency hint: one thread runs it
+  impl_->acceptor.emplace(*impl_->iocs[0]);
   impl_->acceptor->open(ep.protocol(), ec);
   if (!ec) impl_->acceptor->set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) impl_->acceptor->bind(ep, ec);
@@ -478,12 +541,13 @@ bool server::start(std::string* error) {
   impl_->port = impl_->acceptor->local_endpoint().port();
   impl_->do_accept();
   impl_->running = true;
-  impl_->work.emplace(impl_->ioc.get_executor());
-  for (int32_t i = 0; i < std::max(1, impl_->state->options.n_threads); ++i)
-    impl_->threads.emplace_back([this] {
+  for (auto& ioc : impl_->iocs) {
+    impl_->work.push_back(asio::make_work_guard(*ioc));
+    impl_->threads.emplace_back([ioc = ioc.get()] {
       pthread_setname_np(pthread_self(), "aq-http");  // per-thread profiles name it
-      impl_->ioc.run();
+      ioc->run();
     });
+  }
   return true;
 }
 
@@ -492,7 +556,7 @@ void server::stop() {
   impl_->running = false;
   auto& state = *impl_->state;
   state.stopping = true;
-  asio::post(impl_->ioc, [this] {
+  asio::post(*impl_->iocs[0], [this] {
     beast::error_code ec;
     impl_->acceptor->close(ec);
   });
@@ -514,8 +578,8 @@ void server::stop() {
       spdlog::warn("http: {} connection(s) still open after the {} ms drain; cutting them", state.n_connections.load(),
                    state.options.drain_timeout.count());
   }
-  impl_->work.reset();
-  impl_->ioc.stop();
+  impl_->work.clear();
+  for (auto& ioc : impl_->iocs) ioc->stop();
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();
 }

@@ -1,6 +1,7 @@
-// The HTTP/1.1 server (Boost.Beast, keep-alive, async on an io_context run by a few
+// The HTTP/1.1 server (Boost.Beast, keep-alive, async on io_contexts run by a few
 // threads): limits, timeouts, request-smuggling checks, then one handler per request.
-// NOTE: Beast stays in server.cpp; this header is cheap to include.
+// NOTE: Beast stays in server.cpp; this header is cheap to include. One io_context per thread
+// (server.cpp says why); a handler may answer later (response::deferred) without blocking it.
 #pragma once
 
 #include <chrono>

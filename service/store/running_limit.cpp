@@ -37,6 +37,14 @@ bool any_held(conn& c, const std::string& tenant) {
   return s.step();
 }
 
+int64_t n_held(conn& c, const std::string& tenant) {
+  auto& s = c.stmt(
+      "SELECT COUNT(*) FROM jobs INDEXED BY jobs_hold WHERE tenant=? AND hold=1 AND hold != 0 AND status = 'queued'");
+  s.bind(1, tenant);
+  s.step();
+  return s.col_int(0);
+}
+
 }  // namespace
 
 verdict check(conn& c, const std::string& job_id, const std::string& tenant, int64_t limit) {
@@ -52,7 +60,10 @@ verdict check(conn& c, const std::string& job_id, const std::string& tenant, int
   // NOTE: a fresh job takes a slot only when no promoted job is on its way to it and none of the
   // tenant's jobs is held: else it queues behind them (FIFO per tenant, no starving the held ones).
   // A held job delivered again (reconciler, a stale entry) may take a free slot itself.
-  v.admit = v.n_running + n_promoted(c, tenant) < limit && (v.hold_before == 1 || !any_held(c, tenant));
+  v.n_promoted = n_promoted(c, tenant);
+  const bool slot_free = v.n_running + v.n_promoted < limit;
+  v.admit = slot_free && (v.hold_before == 1 || !any_held(c, tenant));
+  v.behind_held = slot_free && !v.admit;
   return v;
 }
 
@@ -60,13 +71,26 @@ void hold(conn& c, const std::string& job_id, const std::string& tenant, const v
           int64_t now) {
   c.stmt("UPDATE jobs SET hold=1 WHERE id=? AND status='queued'").bind_all(job_id).run();
   if (v.hold_before == 0) {
-    nlohmann::json d = {
-        {"code", "tenant_max_running"},
-        {"running", v.n_running},
-        {"limit", limit},
-        {"reason", "this tenant has " + std::to_string(v.n_running) + " running jobs, its limit is " +
-                       std::to_string(limit) +
-                       " (--tenant-max-running); the job waits queued and starts when one of them finishes"}};
+    // NOTE: two causes, two wordings: the tenant is at its limit, or a slot is free but older held
+    // jobs of the tenant take it first (FIFO per tenant) — then saying "at its limit" would be wrong.
+    auto jobs = [](int64_t n) { return std::to_string(n) + (n == 1 ? " job" : " jobs"); };
+    std::string reason;
+    int64_t n_ahead = 0;
+    if (v.behind_held) {
+      n_ahead = n_held(c, tenant) - 1;  // NOTE: this job is counted: held just above
+      reason = "this tenant has " + jobs(v.n_running) + " running" +
+               (v.n_promoted > 0 ? " and " + jobs(v.n_promoted) + " starting" : std::string()) + " of its limit of " +
+               std::to_string(limit) + " (--tenant-max-running), but it already has " + jobs(n_ahead) +
+               " waiting for a slot, submitted earlier, and they go first; the job waits queued and starts "
+               "after them";
+    } else {
+      reason = "this tenant has " + jobs(v.n_running) + " running" +
+               (v.n_promoted > 0 ? " and " + jobs(v.n_promoted) + " starting" : std::string()) + ", its limit is " +
+               std::to_string(limit) +
+               " (--tenant-max-running); the job waits queued and starts when one of them finishes";
+    }
+    nlohmann::json d = {{"code", "tenant_max_running"}, {"running", v.n_running}, {"limit", limit},
+                        {"held_ahead", n_ahead},       {"reason", std::move(reason)}};
     c.stmt("INSERT INTO job_events(job_id, tenant, type, data_json, created_ms) SELECT id, tenant, 'waiting', ?, ? "
            "FROM jobs WHERE id=?")
         .bind_all(d.dump(), now, job_id)

@@ -18,6 +18,8 @@ struct verdict {
   bool admit = true;
   int32_t hold_before = 0;   // the job's hold before this claim (0 none, 1 held, 2 promoted)
   int64_t n_running = 0;     // the tenant's running jobs now
+  int64_t n_promoted = 0;    // the tenant's promoted jobs on their way to a slot (a fresh job's check only)
+  bool behind_held = false;  // held although a slot was free: older held jobs of the tenant go first
 };
 verdict check(conn& c, const std::string& job_id, const std::string& tenant, int64_t limit);
 

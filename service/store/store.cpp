@@ -1,5 +1,6 @@
 // The SQLite job store: a writer thread with group commit (each op in a savepoint inside one
-// IMMEDIATE transaction; futures complete after COMMIT), plus a pool of reader connections.
+// IMMEDIATE transaction; futures complete after COMMIT), a pool of reader connections, and the WAL
+// checkpointer's thread (checkpointer.h).
 #include "store/store.h"
 
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "store/checkpointer.h"
 #include "store/conn.h"
 #include "store/deletion.h"
 #include "store/migrations.h"
@@ -271,6 +273,10 @@ class sqlite_store final : public store {
     }
     cv_.notify_all();
     if (writer_.joinable()) writer_.join();
+    if (checkpointer_)
+      spdlog::debug("store: {} write ops in {} transactions; WAL checkpoints: {} passes, {} tails, {} backstops",
+                    n_write_ops_.load(), n_transactions_.load(), checkpointer_->n_passes(), checkpointer_->n_tails(),
+                    checkpointer_->n_backstop());
   }
 
   bool open(std::string* error) {
@@ -283,6 +289,8 @@ class sqlite_store final : public store {
       if (!migrate(writer_conn_->db, latest_schema_version(), error)) return false;
       for (int i = 0; i < std::max(1, options_.n_readers); ++i)
         readers_.push_back(std::make_unique<conn>(options_.path, options_.busy_timeout_ms, options_.clock));
+      checkpointer_ = std::make_unique<wal_checkpointer>(options_.path, options_.busy_timeout_ms);
+      checkpointer_->attach(writer_conn_->db);
     } catch (const sqlite_error& e) {
       *error = e.what();
       return false;
@@ -301,25 +309,36 @@ class sqlite_store final : public store {
     std::function<void(bool committed)> done;  // after COMMIT (or failure)
   };
 
-  // Queue fn (T(conn&)) for the writer; the future carries fn's value once durable, else fail_value.
+  // Queue fn (T(conn&)) for the writer; done gets fn's value once durable, else fail_value (on the
+  // writer thread, after the COMMIT).
   template <class T, class F>
-  std::future<T> submit(F fn, T fail_value) {
-    auto p = std::make_shared<std::promise<T>>();
+  void submit_then(F fn, T fail_value, std::function<void(T)> done) {
     auto res = std::make_shared<std::optional<T>>();
-    auto fut = p->get_future();
     write_op op;
     op.apply = [fn = std::move(fn), res](conn& c) mutable { *res = fn(c); };
-    op.done = [p, res, fail_value = std::move(fail_value)](bool committed) mutable {
+    op.done = [done = std::move(done), res, fail_value = std::move(fail_value)](bool committed) mutable {
       if (committed && res->has_value())
-        p->set_value(std::move(**res));
+        done(std::move(**res));
       else
-        p->set_value(std::move(fail_value));
+        done(std::move(fail_value));
     };
+    bool wake;
     {
       std::lock_guard lock(mu_);
       queue_.push_back(std::move(op));
+      wake = writer_idle_;
     }
-    cv_.notify_one();
+    // NOTE: only a writer waiting on the condition variable needs the futex wake; one in a batch
+    // takes the queue when it loops (issue 29: a notify per op was a syscall per submit).
+    if (wake) cv_.notify_one();
+  }
+
+  // The same, the value in a future.
+  template <class T, class F>
+  std::future<T> submit(F fn, T fail_value) {
+    auto p = std::make_shared<std::promise<T>>();
+    auto fut = p->get_future();
+    submit_then<T>(std::move(fn), std::move(fail_value), [p](T v) { p->set_value(std::move(v)); });
     return fut;
   }
 
@@ -329,7 +348,9 @@ class sqlite_store final : public store {
     for (;;) {
       {
         std::unique_lock lock(mu_);
+        writer_idle_ = true;
         cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        writer_idle_ = false;
         if (queue_.empty() && stopping_) return;
         size_t n = options_.group_commit ? std::min<size_t>(queue_.size(), std::max(1, options_.max_batch_ops)) : 1;
         for (size_t i = 0; i < n; ++i) {
@@ -433,9 +454,16 @@ class sqlite_store final : public store {
   // --- API side ------------------------------------------------------------------
 
   std::future<create_result> create_job(new_job nj) override {
+    auto p = std::make_shared<std::promise<create_result>>();
+    auto fut = p->get_future();
+    create_job_async(std::move(nj), [p](create_result r) { p->set_value(std::move(r)); });
+    return fut;
+  }
+
+  void create_job_async(new_job nj, std::function<void(create_result)> done) override {
     create_result fail;
     fail.error = "database write failed";
-    return submit<create_result>(
+    submit_then<create_result>(
         [nj = std::move(nj)](conn& c) {
           create_result r;
           int64_t now = c.now();
@@ -472,7 +500,7 @@ class sqlite_store final : public store {
           r.job = *select_job(c, id);
           return r;
         },
-        fail);
+        fail, std::move(done));
   }
 
   std::optional<job_row> get_job(const std::string& job_id, const std::string& tenant) override {
@@ -1066,16 +1094,26 @@ class sqlite_store final : public store {
 
   int64_t now() const override { return options_.clock(); }
 
-  store_stats stats() const override { return {n_write_ops_.load(), n_transactions_.load(), n_write_errors_.load()}; }
+  store_stats stats() const override {
+    store_stats st{n_write_ops_.load(), n_transactions_.load(), n_write_errors_.load()};
+    if (checkpointer_) {
+      st.n_checkpoint_passes = checkpointer_->n_passes();
+      st.n_checkpoint_tails = checkpointer_->n_tails();
+      st.n_checkpoint_backstops = checkpointer_->n_backstop();
+    }
+    return st;
+  }
 
  private:
   store_options options_;
+  std::unique_ptr<wal_checkpointer> checkpointer_;  // NOTE: before writer_conn_: outlives the hook it installs
   std::unique_ptr<conn> writer_conn_;
   std::thread writer_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<write_op> queue_;
   bool stopping_ = false;
+  bool writer_idle_ = false;  // the writer waits on cv_ (guarded by mu_): only then does submit notify
 
   std::mutex reader_mu_;
   std::condition_variable reader_cv_;

@@ -190,6 +190,9 @@ struct store_space {
 
 struct store_stats {
   int64_t n_write_ops = 0, n_transactions = 0, n_write_errors = 0;
+  // WAL checkpoints (store/checkpointer.h): passes on the checkpointer's thread, tails the writer
+  // copied (a few frames, so the WAL restarts), whole checkpoints the writer ran as the backstop.
+  int64_t n_checkpoint_passes = 0, n_checkpoint_tails = 0, n_checkpoint_backstops = 0;
 };
 
 class store {
@@ -207,6 +210,10 @@ class store {
   // Insert a queued job + "status" event + "publish" outbox row (+ its job_keys row), atomically. With an
   // idempotency key: same (tenant,key,hash) -> existing; same key, other hash -> conflict.
   virtual std::future<create_result> create_job(new_job job) = 0;
+  // The same, answered through done instead of a future (issue 29: the HTTP thread does not wait on
+  // the commit): done runs once, on the store's writer thread, after the COMMIT is durable (or with
+  // outcome error when it failed). It must be quick and must not wait on the store.
+  virtual void create_job_async(new_job job, std::function<void(create_result)> done) = 0;
   // Reads (reader connection; see committed data only). tenant empty = any tenant.
   virtual std::optional<job_row> get_job(const std::string& job_id, const std::string& tenant = {}) = 0;
   // Newest first; before_id is a cursor (exclusive; empty = from the newest). status empty = any.

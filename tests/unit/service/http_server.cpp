@@ -1,9 +1,12 @@
-// The HTTP server over loopback: keep-alive, limits (413/431), smuggling shapes, slowloris
+// The HTTP server over loopback: keep-alive, deferred answers, limits (413/431), smuggling shapes, slowloris
 // timeout, bad UTF-8 bodies reaching the handler; and http_client against it (no redirects,
 // response size limit, timeout, SSRF refusal).
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "http/errors.h"
 #include "http_test_server.h"
@@ -64,6 +67,56 @@ TEST_CASE("keep-alive: two requests on one connection") {
   std::string reply = f.raw(two);
   CHECK(reply.find("\r\n\r\nhi") != std::string::npos);
   CHECK(reply.find("\r\n\r\nbye") != std::string::npos);
+}
+
+TEST_CASE("deferred answers: made on the io thread after the reply, in request order, others served meanwhile") {
+  fixture f;
+  // /later answers from another thread 300 ms on (as the store's writer does after its commit); the
+  // body is made by the function the reply carries, on the connection's io thread.
+  std::vector<std::thread> repliers;
+  std::mutex mu;
+  f.routes.add("POST", "/later", [&](http::request& req) {
+    http::response res;
+    res.deferred = [&, body = req.body](http::reply_fn reply) {
+      std::lock_guard lock(mu);
+      repliers.emplace_back([reply, body] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        reply([body] {
+          http::response r;
+          r.status = 202;
+          r.content_type = "text/plain";
+          r.body = "later:" + body;
+          return r;
+        });
+        reply([] { return http::response{}; });  // a second reply is ignored
+      });
+    };
+    return res;
+  });
+  // Pipelined: the deferred answer comes first, then the echo, on one connection.
+  auto t0 = std::chrono::steady_clock::now();
+  std::string reply = f.raw("POST /later HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab"
+                            "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nbye");
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(300));
+  CHECK(status_of(reply) == 202);
+  size_t later = reply.find("later:ab"), echo = reply.find("\r\n\r\nbye");
+  CHECK(later != std::string::npos);
+  CHECK(echo != std::string::npos);
+  CHECK(later < echo);
+  // While an answer is deferred, the io threads serve other connections (two io threads, four waits).
+  std::vector<std::thread> clients;
+  std::atomic<int> n_ok{0};
+  auto t1 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4; ++i)
+    clients.emplace_back([&] {
+      if (status_of(f.raw("POST /later HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx")) == 202)
+        ++n_ok;
+    });
+  for (auto& c : clients) c.join();
+  CHECK(n_ok == 4);
+  CHECK(std::chrono::steady_clock::now() - t1 < std::chrono::milliseconds(1100));  // not 4 x 300 ms in a row
+  std::lock_guard lock(mu);
+  for (auto& t : repliers) t.join();
 }
 
 TEST_CASE("limits and smuggling shapes") {

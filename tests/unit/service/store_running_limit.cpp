@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "store/store.h"
 #include "temp_dir.h"
 
@@ -35,6 +37,16 @@ std::string make_job(store& s, const std::string& tenant) {
 
 claim_result claim(store& s, const std::string& id, const std::string& worker) {
   return s.claim_job(id, worker, 30000, 3).get();
+}
+
+// The reason of the job's first "waiting" event ("" if none) and its held_ahead count.
+std::pair<std::string, int64_t> waiting_reason(store& s, const std::string& id) {
+  for (auto& e : s.read_events(id, 0, 100))
+    if (e.type == "waiting") {
+      auto d = nlohmann::json::parse(e.data_json);
+      return {d.value("reason", ""), d.value("held_ahead", int64_t(-1))};
+    }
+  return {"", -1};
 }
 
 int n_waiting(store& s, const std::string& id) {
@@ -83,6 +95,9 @@ TEST_CASE("tenant max running: held past the limit on any worker, promoted in or
   CHECK(j2->lease_epoch == 0);
   CHECK(n_waiting(*w1, a[2]) == 1);
   CHECK(n_waiting(*w1, b) == 0);
+  // At the limit, the event says so.
+  CHECK(waiting_reason(*w1, a[2]).first.starts_with("this tenant has 2 jobs running, its limit is 2"));
+  CHECK(waiting_reason(*w1, a[2]).second == 0);
   // Held again (a stale entry delivered twice): no second event.
   CHECK(claim(*w1, a[2], "w1").outcome == claim_outcome::held);
   CHECK(n_waiting(*w1, a[2]) == 1);
@@ -111,6 +126,30 @@ TEST_CASE("tenant max running: held past the limit on any worker, promoted in or
   CHECK(claim(*w1, a[4], "w1").outcome == claim_outcome::claimed);
   finish(*w1, c2);
   CHECK(drain_publish(*w1) == std::vector<std::string>{a5});
+}
+
+TEST_CASE("tenant max running: a job held behind older held ones says so, not that the tenant is at its limit") {
+  agentq::test::temp_dir dir;
+  std::vector<std::string> a;
+  {
+    auto s = open_limited(dir.file("jobs.db"), 1);
+    for (int i = 0; i < 3; ++i) a.push_back(make_job(*s, "ta"));
+    drain_publish(*s);
+    CHECK(claim(*s, a[0], "w1").outcome == claim_outcome::claimed);
+    CHECK(claim(*s, a[1], "w1").outcome == claim_outcome::held);
+  }
+  // The limit raised to 3 (a restart): slots are free, but a[1] waits already, so the fresh a[2]
+  // queues behind it (FIFO per tenant) and its event names that cause.
+  auto s = open_limited(dir.file("jobs.db"), 3);
+  CHECK(claim(*s, a[2], "w1").outcome == claim_outcome::held);
+  auto [why, ahead] = waiting_reason(*s, a[2]);
+  CHECK(ahead == 1);
+  CHECK(why.find("1 job running of its limit of 3") != std::string::npos);
+  CHECK(why.find("but it already has 1 job waiting for a slot, submitted earlier, and they go first") !=
+        std::string::npos);
+  CHECK(why.find("its limit is") == std::string::npos);
+  // The hold's refill promoted both, oldest first.
+  CHECK(drain_publish(*s) == std::vector<std::string>{a[1], a[2]});
 }
 
 TEST_CASE("tenant max running: a removed limit releases the held jobs (refill_held)") {

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Paired A/B of submit latency at a fixed rate (issue 29's "submit p99 <= 10 ms at 1,000 submits/s"):
+# for each round, binary A then binary B (each a fresh all-in-one agentqd with its embedded redis,
+# WAL + synchronous=FULL + AOF everysec as always, the worker running the jobs as they arrive):
+# 100 warm-up jobs, then POST /v1/jobs open loop at RATE/s for SECONDS s (queue_node.mjs submit, as
+# queue.sh runs it), then the queue drained. Prints one line per run (p50 / p90 / p99 / max ms,
+# achieved rate, errors, agentqd CPU-s of the submit phase, 1-min load) and one JSON line of medians.
+#   scripts/bench/submit_p99_ab.sh BIN_DIR_A BIN_DIR_B [ROUNDS] [RATE] [SECONDS]   (default 3, 1000, 3)
+# ARGS_A / ARGS_B: extra agentqd flags per side. BIN_DIR_B may equal BIN_DIR_A (flag A/B).
+# WARMUP_S=W: the client's first W s at the rate are reported apart (queue_node.mjs --warmup-s; its p99
+# is the line's last figure); the percentiles are then of the SECONDS after (steady state).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin_a=$1
+bin_b=$2
+rounds=${3:-3}
+rate=${4:-1000}
+seconds=${5:-3}
+model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
+tmp=$(mktemp -d -t agentq-qp99-XXXXXX)
+pid=""
+cleanup() {
+  [ -n "$pid" ] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+tck=$(getconf CLK_TCK)
+
+run_one() {  # bin_dir label extra_args -> "label p50 p90 p99 max achieved errors cpu_s load warmup_p99"
+  local bin=$1 label=$2 d="$tmp/$2.$RANDOM"
+  local -a extra_args
+  read -r -a extra_args <<<"$3"
+  local admin_key="aq_p99_$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+  "$bin/agentqd" --data-dir "$d" --listen 127.0.0.1:0 --port-file "$d.port" --model "$model" \
+    --admin-key "$admin_key" --rate-limit 0 --log-level warn "${extra_args[@]}" >"$d.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 300); do [ -s "$d.port" ] && break; sleep 0.1; done
+  local url="http://127.0.0.1:$(cat "$d.port")"
+  for _ in $(seq 1 100); do curl -fsS "$url/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+  local key
+  key=$(curl -fsS -X POST -H "Authorization: Bearer $admin_key" -H 'content-type: application/json' \
+    -d '{"tenant":"p99"}' "$url/v1/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
+  python3 scripts/bench/loadgen.py --url "$url" --key "$key" --jobs 100 --clients 8 --phases throughput >/dev/null
+  local load c0 c1 out
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  c0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  out=$(node scripts/bench/queue_node.mjs submit --url "$url" --key "$key" --model stories260K --rate "$rate" \
+    --seconds "$seconds" --warmup-s "${WARMUP_S:-0}" | tail -n 1)
+  c1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  python3 scripts/bench/loadgen.py --url "$url" --key "$key" --jobs 1 --clients 1 --phases throughput >/dev/null
+  kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
+  python3 - "$label" "$out" "$(python3 -c "print(round(($c1 - $c0) / $tck, 2))")" "$load" <<'PY'
+import json, sys
+d = json.loads(sys.argv[2])
+print(sys.argv[1], d["p50_ms"], d["p90_ms"], d["p99_ms"], d["max_ms"], d["achieved_per_s"], d["errors"], sys.argv[3], sys.argv[4],
+      d.get("warmup_p99_ms", "-"))
+PY
+}
+
+lines=()
+for r in $(seq 1 "$rounds"); do
+  a=$(run_one "$bin_a" A "${ARGS_A:-}")
+  echo "$a" >&2
+  b=$(run_one "$bin_b" B "${ARGS_B:-}")
+  echo "$b" >&2
+  lines+=("$a" "$b")
+done
+printf '%s\n' "${lines[@]}" | python3 -c '
+import json, statistics, sys
+rows = [l.split() for l in sys.stdin if l.strip()]
+out = {"rate_per_s": '"$rate"', "seconds": '"$seconds"', "rounds": '"$rounds"'}
+for side in ("A", "B"):
+    rs = [r for r in rows if r[0] == side]
+    for i, k in enumerate(("p50_ms", "p90_ms", "p99_ms", "max_ms", "achieved_per_s", "errors", "cpu_s", "load"), 1):
+        out[side + "_" + k] = statistics.median(float(r[i]) for r in rs)
+    out[side + "_p99_runs"] = [float(r[3]) for r in rs]
+print(json.dumps(out))'
