@@ -400,6 +400,99 @@ void attend_pair_avx512(const attention_args& a, const packed_rows& rows, const 
 }
 #endif
 
+#if AGENTQ_ATTENTION_AVX2 && defined(__AVX512F__)
+// 8 K/V elements in both halves of a zmm (an F16 row converted once for the two).
+inline __m512 load8x2(const float* p) { return kernels::broadcast8(p); }
+inline __m512 load8x2(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// Two query heads of one K/V head (GQA) at the same position over paged rows (decode), bit for
+// bit as attend_one_avx2 for each: A's lanes in the low half of every zmm, B's in the high half,
+// each doing that kernel's float operations in its order; a K/V row is loaded (and an F16 row
+// converted) once for both. a and b differ at most in their sink (adjust_scores, the softmax).
+// NOTE: why: decode attention at depth ran each head of a GQA group over the same rows at
+// 256-bit width, its F16 conversions repeated per head; at 4k tokens it was about half of a
+// 1B-class model's decode step on Zen 5.
+template <int NV, class T>
+void attend_heads_avx512(const attention_args& a, const attention_args& b, const paged_rows<T>& rows,
+                         const float* qa, const float* qb, int32_t pos, float* out_a, float* out_b, float* sa,
+                         float* sb) {
+  static_assert(NV % 8 == 0);
+  __m512 qv[NV];
+  for (int c = 0; c < NV; ++c) qv[c] = kernels::join_halves(_mm256_loadu_ps(qa + 8 * c), _mm256_loadu_ps(qb + 8 * c));
+  const int32_t n = pos + 1, lo = window_lo(a, pos);
+  const __m256 scale = _mm256_set1_ps(a.scale);
+  __m256 mxa = _mm256_set1_ps(-INFINITY), mxb = mxa;
+  const T* kp[8];
+  int cnt = 0;
+  rows.template each<false>(lo, n, [&](int32_t t, const T* kt) {
+    rows.prefetch_v(t, kt);
+    kp[cnt++] = kt;
+    if (cnt < 8) return;
+    cnt = 0;
+    __m512 acc[8];
+    for (int i = 0; i < 8; ++i) acc[i] = _mm512_mul_ps(qv[0], load8x2(kp[i]));
+    for (int c = 1; c < NV; ++c)
+      for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(qv[c], load8x2(kp[i] + 8 * c), acc[i]);
+    __m256 h[8];
+    for (int i = 0; i < 8; ++i) h[i] = kernels::low_half(acc[i]);
+    const __m256 s_a = _mm256_mul_ps(hsum8x8(h), scale);
+    for (int i = 0; i < 8; ++i) h[i] = kernels::high_half(acc[i]);
+    const __m256 s_b = _mm256_mul_ps(hsum8x8(h), scale);
+    _mm256_storeu_ps(sa + t - 7, s_a);
+    _mm256_storeu_ps(sb + t - 7, s_b);
+    mxa = _mm256_max_ps(mxa, s_a);
+    mxb = _mm256_max_ps(mxb, s_b);
+  });
+  for (int i = 0; i < cnt; ++i) {  // the rest one key at a time, as attend_one_avx2's tail
+    __m512 acc = _mm512_mul_ps(qv[0], load8x2(kp[i]));
+    for (int c = 1; c < NV; ++c) acc = _mm512_fmadd_ps(qv[c], load8x2(kp[i] + 8 * c), acc);
+    const int32_t u = n - cnt + i;
+    sa[u] = hsum8(kernels::low_half(acc)) * a.scale;
+    sb[u] = hsum8(kernels::high_half(acc)) * a.scale;
+    mxa = _mm256_max_ps(mxa, _mm256_set1_ps(sa[u]));
+    mxb = _mm256_max_ps(mxb, _mm256_set1_ps(sb[u]));
+  }
+  if (adjusts(a)) {
+    mxa = _mm256_set1_ps(adjust_scores(a, sa, n));
+    mxb = _mm256_set1_ps(adjust_scores(b, sb, n));
+  }
+  const __m512 inv = kernels::join_halves(softmax_scores(a, sa, lo, n, mxa), softmax_scores(b, sb, lo, n, mxb));
+  for (int c0 = 0; c0 < NV; c0 += 8) {
+    __m512 acc[8];
+    for (int c = 0; c < 8; ++c) acc[c] = _mm512_setzero_ps();
+    const T* vp[8];
+    int m = 0;
+    int32_t u0 = 0;
+    auto add_rows = [&](int k) {  // rows batched 8 at a time, as attend_one_avx2's add_rows
+      __m512 r[8];
+      for (int c = 0; c < 8; ++c) r[c] = acc[c];
+      for (int i = 0; i < k; ++i) {
+        const T* vt = vp[i] + 8 * c0;
+        const __m512 p =
+            _mm512_mul_ps(kernels::join_halves(_mm256_broadcast_ss(sa + u0 + i), _mm256_broadcast_ss(sb + u0 + i)), inv);
+        for (int c = 0; c < 8; ++c) r[c] = _mm512_fmadd_ps(p, load8x2(vt + 8 * c), r[c]);
+      }
+      for (int c = 0; c < 8; ++c) acc[c] = r[c];
+    };
+    rows.template each<true>(lo, n, [&](int32_t u, const T* vrow) {
+      if (m == 0) u0 = u;
+      vp[m++] = vrow;
+      if (m == 8) {
+        add_rows(8);
+        m = 0;
+      }
+    });
+    if (m > 0) add_rows(m);
+    for (int c = 0; c < 8; ++c) {
+      _mm256_storeu_ps(out_a + 8 * (c0 + c), kernels::low_half(acc[c]));
+      _mm256_storeu_ps(out_b + 8 * (c0 + c), kernels::high_half(acc[c]));
+    }
+  }
+}
+#endif
+
 #if AGENTQ_ATTENTION_AVX2
 template <class Rows>
 void attend_avx2(const attention_args& a, const Rows& rows, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q,
@@ -481,6 +574,42 @@ void attend(const attention_args& a, const float* q, int64_t q_stride, int32_t p
     attend_typed<uint16_t>(a, q, q_stride, pos0, n_q, out, out_stride, scores);
   else
     attend_typed<float>(a, q, q_stride, pos0, n_q, out, out_stride, scores);
+}
+
+namespace {
+template <class T>
+bool attend_heads_typed(const attention_args& a, const attention_args& b, const float* qa, const float* qb,
+                        int32_t pos, float* out_a, float* out_b, float* scores) {
+#if AGENTQ_ATTENTION_AVX2 && defined(__AVX512F__)
+  if (a.head_dim != 64 && a.head_dim != 128) return false;
+  thread_local std::vector<float> scores_b;
+  if (scores_b.size() < size_t(pos + 1)) scores_b.resize(size_t(pos + 1));
+  // The same rows, prefetch rule and V-early choice as attend_typed's paged path for one query.
+  const int32_t b0 = a.block_table[window_lo(a, pos) / a.block_size];
+  const std::ptrdiff_t v_minus_k = reinterpret_cast<const char*>(a.kv->v<T>(a.layer, b0)) -
+                                   reinterpret_cast<const char*>(a.kv->k<T>(a.layer, b0));
+  const bool v_early = int64_t(pos + 1) * a.head_dim * int64_t(sizeof(T)) <= (64 << 10);
+  const paged_rows<T> rows{a, v_minus_k, v_early, line_mask_of(a.head_dim * int32_t(sizeof(T)))};
+  if (a.head_dim == 64)
+    attend_heads_avx512<8, T>(a, b, rows, qa, qb, pos, out_a, out_b, scores, scores_b.data());
+  else
+    attend_heads_avx512<16, T>(a, b, rows, qa, qb, pos, out_a, out_b, scores, scores_b.data());
+  return true;
+#else
+  (void)a, (void)b, (void)qa, (void)qb, (void)pos, (void)out_a, (void)out_b, (void)scores;
+  return false;
+#endif
+}
+}  // namespace
+
+void attend_head_pair(const attention_args& a, const attention_args& b, const float* qa, const float* qb, int32_t pos,
+                      float* out_a, float* out_b, float* scores) {
+  const bool done = a.kv->layout().dtype == kv_dtype::f16
+                        ? attend_heads_typed<uint16_t>(a, b, qa, qb, pos, out_a, out_b, scores)
+                        : attend_heads_typed<float>(a, b, qa, qb, pos, out_a, out_b, scores);
+  if (done) return;
+  attend(a, qa, 0, pos, 1, out_a, 0, scores);
+  attend(b, qb, 0, pos, 1, out_b, 0, scores);
 }
 
 }  // namespace agentq

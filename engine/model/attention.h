@@ -35,4 +35,12 @@ struct attention_args {
 void attend(const attention_args& a, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q, float* out,
             int64_t out_stride, float* scores);
 
+// One query each of two heads that read the same K/V head (GQA: a.head_offset == b.head_offset;
+// a and b may differ only in their sink) at position pos: out_a and out_b bit for bit as
+// attend(a, qa, .., pos, 1, out_a, ..) and attend(b, qb, ..) give them, each K/V row read once
+// for both where the CPU allows (AVX-512, head_dim 64 or 128), else those two calls.
+// scores: scratch of at least pos + 1 floats.
+void attend_head_pair(const attention_args& a, const attention_args& b, const float* qa, const float* qb, int32_t pos,
+                      float* out_a, float* out_b, float* scores);
+
 }  // namespace agentq

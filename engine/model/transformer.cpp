@@ -315,9 +315,14 @@ int32_t transformer::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
     // packed copy of that head's K/V (attention.cpp). Each query is still computed on its own
     // over positions 0..pos in position order (attention.h), so results are batch-invariant.
     // NOTE: one query never splits its positions across threads (no batch-dependent split-K).
+    // A lone token's heads go two at a time where two neighbours share a K/V head (GQA,
+    // attend_head_pair: the same bits as one at a time, each K/V row read once for both); chunks
+    // are then even so a chunk starts at an even head.
     const int64_t n_runs = int64_t(runs_.size());
-    const int64_t items_per_chunk =
+    const bool pair_heads = group % 2 == 0;
+    int64_t items_per_chunk =
         std::max<int64_t>(1, 8192 * n_runs / (int64_t(tok_pos_[size_t(n_x - 1)] + 1) * hd * n_x));
+    if (pair_heads) items_per_chunk += items_per_chunk % 2;
     pool_.parallel_for(
         n_runs * n_head,
         [&](int64_t b, int64_t e) {
@@ -327,23 +332,33 @@ int32_t transformer::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
             const int32_t h = int32_t(item % n_head);
             const int32_t pos0 = tok_pos_[size_t(i0)];
             if (scores.size() < size_t(pos0 + n_run)) scores.resize(size_t(pos0 + n_run));
-            attention_args a;
-            a.kv = &kv;
-            a.layer = il;
-            a.block_table = seqs[size_t(tok_seq_[size_t(i0)])].block_table;
-            a.block_size = bs;
-            a.token_stride = kvl.token_stride();
-            a.head_offset = int32_t(kvl.elem_offset(0, h / group));
-            a.head_dim = hd;
-            a.scale = att_scale;
-            a.window = L.window;
-            a.softcap = d_.attn_softcap;
-            if (!L.sinks.empty()) {
-              a.has_sink = true;
-              a.sink = L.sinks[size_t(h)];
+            auto args_of = [&](int32_t head) {
+              attention_args a;
+              a.kv = &kv;
+              a.layer = il;
+              a.block_table = seqs[size_t(tok_seq_[size_t(i0)])].block_table;
+              a.block_size = bs;
+              a.token_stride = kvl.token_stride();
+              a.head_offset = int32_t(kvl.elem_offset(0, head / group));
+              a.head_dim = hd;
+              a.scale = att_scale;
+              a.window = L.window;
+              a.softcap = d_.attn_softcap;
+              if (!L.sinks.empty()) {
+                a.has_sink = true;
+                a.sink = L.sinks[size_t(head)];
+              }
+              return a;
+            };
+            const attention_args a = args_of(h);
+            const float* qh = q + size_t(i0) * n_q + size_t(h) * hd;
+            float* oh = att + size_t(i0) * n_q + size_t(h) * hd;
+            if (pair_heads && n_run == 1 && h % 2 == 0 && item + 1 < e) {
+              attend_head_pair(a, args_of(h + 1), qh, qh + hd, pos0, oh, oh + hd, scores.data());
+              ++item;
+              continue;
             }
-            attend(a, q + size_t(i0) * n_q + size_t(h) * hd, n_q, pos0, n_run, att + size_t(i0) * n_q + size_t(h) * hd,
-                   n_q, scores.data());
+            attend(a, qh, n_q, pos0, n_run, oh, n_q, scores.data());
           }
         },
         items_per_chunk);

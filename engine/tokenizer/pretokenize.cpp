@@ -18,9 +18,16 @@ enum : uint8_t {
   f_number = 2,  // \p{N}
   f_space = 4,   // \s
   f_any = 8,     // any character (0 flags: past the end of the range)
-  f_upper = 16,  // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
-  f_lower = 32,  // [\p{Ll}\p{Lm}\p{Lo}\p{M}]
+  f_upper = 16,  // ((?=[\p{L}])([^a-z])): A-Z and every non-ASCII letter (llama.cpp's reading, below)
+  f_lower = 32,  // ((?=[\p{L}])([^A-Z])): a-z and every non-ASCII letter
 };
+
+// NOTE: the Tekken and GPT-4o (o200k) patterns name the classes [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and
+// [\p{Ll}\p{Lm}\p{Lo}\p{M}]; llama.cpp (llama-vocab.cpp) runs them rewritten as the lookaheads above on
+// its collapsed text, where every non-ASCII letter is one class and a combining mark (\p{M}) is no
+// letter. So a non-ASCII letter counts as both cases and a mark is split off the word (it joins the
+// next piece as the optional prefix, or a punctuation run), as in Khmer or Devanagari, unlike
+// tiktoken. The engine splits as llama.cpp does: the project's bar is llama.cpp on the same GGUF.
 
 uint8_t flags_of(uint32_t cp) {
   if (cp < 0x80) {
@@ -32,10 +39,8 @@ uint8_t flags_of(uint32_t cp) {
   if (unicode::is_whitespace(cp)) return f_any | f_space;
   using c = unicode::cpt_class;
   switch (unicode::class_of(cp)) {
-    case c::upper: case c::title: return f_any | f_letter | f_upper;
-    case c::lower: return f_any | f_letter | f_lower;
-    case c::modifier: case c::other_letter: return f_any | f_letter | f_upper | f_lower;
-    case c::mark: return f_any | f_upper | f_lower;
+    case c::upper: case c::title: case c::lower: case c::modifier: case c::other_letter:
+      return f_any | f_letter | f_upper | f_lower;
     case c::number: return f_any | f_number;
     default: return f_any;
   }
@@ -158,7 +163,7 @@ void split_llama3(const range& r, size_t max_digits, std::vector<size_t>* ends) 
 
 // Tekken / GPT-4o word: alternative 1 is  P? U* L+ , alternative 2 is  P? U+ L*
 // (P the optional [^\r\n\p{L}\p{N}] prefix). Tried in regex order, with
-// backtracking where U and L overlap (Lm, Lo, M). Returns the end, or 0.
+// backtracking where U and L overlap (every non-ASCII letter). Returns the end, or 0.
 size_t match_cased_word(const range& r, size_t pos) {
   const uint32_t cp = r.cpt(pos);
   const uint8_t f = r.flag(pos);

@@ -7,9 +7,11 @@
 # build; without one (NODE_MODULES set) the upstream tokenizers' ids: Hugging Face's on
 # tokenizer.json (transformers.js; llama.cpp's own models/ggml-vocab-*.out are made with HF
 # tokenizers too) and OpenAI's tiktoken for o200k, with agentq-vocab-<name>.gguf.skip listing the
-# texts where upstream differs from llama.cpp by design (scripts/dev/vocab_skips.py), which the
-# test skips and a llama.cpp run removes. With both, the two are compared and the differences
-# reported. The GGUFs go to OUT_DIR, outside the repository (unit.tokenizer_family_vocab reads
+# texts where upstream differs from llama.cpp by design (scripts/dev/vocab_skips.py ... upstream),
+# which the test skips. A llama.cpp run writes .skip with only the texts where the engine departs
+# from llama.cpp on purpose (vocab_skips.py ... llamacpp: gpt-oss's Harmony markers, which llama.cpp
+# matches in text even with parse_special=false). With both, the two are compared and the
+# differences reported. The GGUFs go to OUT_DIR, outside the repository (unit.tokenizer_family_vocab reads
 # $AGENTQ_VOCAB_DIR).
 #
 #   scripts/dev/llamacpp_vocab.sh QWEN_DIR GEMMA3_DIR O200K_TIKTOKEN OUT_DIR
@@ -58,7 +60,9 @@ if [ $have_llama = 1 ]; then
     done
     sed -i 's/^ *//; s/ *$//' "$work/$name.out"
     cp "$work/$name.out" "$data/agentq-vocab-$name.gguf.out"
-    rm -f "$data/agentq-vocab-$name.gguf.skip"
+    # llama.cpp's own deviations the engine does not copy (gpt-oss's Harmony markers matched as text)
+    "$py" scripts/dev/vocab_skips.py "$corpus" "$name" llamacpp > "$data/agentq-vocab-$name.gguf.skip"
+    [ -s "$data/agentq-vocab-$name.gguf.skip" ] || rm -f "$data/agentq-vocab-$name.gguf.skip"
     echo "$name: llama.cpp: $(wc -l < "$data/agentq-vocab-$name.gguf.out") texts ($(stat -c %s "$gguf") bytes of GGUF)"
   done
   # llama.cpp's own qwen2 vectors (made from Qwen1.5's Hugging Face tokenizer) cover the first texts.
@@ -77,7 +81,7 @@ if [ -n "${NODE_MODULES:-}" ]; then
     name=${pair%%:*} dir=${pair#*:}
     kind=$name; [ "$name" = gpt-oss ] && kind=o200k
     NODE_PATH=$NODE_MODULES node scripts/dev/vocab_hf_ids.mjs "$kind" "$dir" "$corpus" > "$work/ref-$name.out"
-    "$py" scripts/dev/vocab_skips.py "$corpus" "$name" "$dir" > "$work/ref-$name.skip"
+    "$py" scripts/dev/vocab_skips.py "$corpus" "$name" upstream "$dir" > "$work/ref-$name.skip"
     if [ $have_llama = 1 ]; then
       n_diff=$(diff "$work/ref-$name.out" "$data/agentq-vocab-$name.gguf.out" | grep -c '^<' || true)
       echo "$name: $n_diff of $(wc -l < "$work/ref-$name.out") texts differ between llama.cpp and upstream ($kind);" \

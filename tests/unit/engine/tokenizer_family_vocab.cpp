@@ -6,7 +6,8 @@
 // llama-tokenize's ids, or without a llama.cpp build the upstream tokenizers' (Hugging Face's on
 // tokenizer.json, as llama.cpp's own vectors are made; tiktoken for o200k), with .skip listing
 // the texts where upstream differs from llama.cpp by design: control tokens written in the text,
-// Qwen2's NFC). The vocab-only GGUFs (6-8 MB each) are written by that script from the published
+// Qwen2's NFC, o200k's marks and case; from llama.cpp, .skip lists where the engine departs from it
+// on purpose: gpt-oss's Harmony markers, which llama.cpp matches in text). The vocab-only GGUFs (6-8 MB each) are written by that script from the published
 // tokenizer files and read from $AGENTQ_VOCAB_DIR (default ../shared/models/vocab); where a file is
 // not there, its xz-compressed copy under tests/data/vocab is unpacked into a temporary directory
 // (Qwen2's and o200k's are committed, each under 2 MB; Gemma 3's is not: its tokenizer's terms are

@@ -132,6 +132,16 @@ TEST_CASE("gpt-4o split: contractions stay on the word, three digits") {
   CHECK(split(pre_type::gpt4o, "I'm DON'T 12345") == pieces{"I'm", " DON'T", " ", "123", "45"});
 }
 
+// llama.cpp's rewrite of the o200k pattern (checked against llama-tokenize on the o200k GGUF):
+// a combining mark is no letter, and a non-ASCII letter is both cases.
+TEST_CASE("gpt-4o split as llama.cpp: marks leave the word, non-ASCII letters take either case") {
+  CHECK(split(pre_type::gpt4o, "\xE1\x9E\x80\xE1\x9E\xB6\xE1\x9E\x93\xE1\x9F\x8B\xE1\x9E\x8F\xE1\x9F\x82") ==
+        pieces{"\xE1\x9E\x80", "\xE1\x9E\xB6\xE1\x9E\x93", "\xE1\x9F\x8B\xE1\x9E\x8F", "\xE1\x9F\x82"});  // Khmer
+  CHECK(split(pre_type::gpt4o, "Hello\xC3\x89\x63ole \xCE\x91\xCE\x92\xCE\x93\xCE\xB4") ==
+        pieces{"Hello\xC3\x89\x63ole", " \xCE\x91\xCE\x92\xCE\x93\xCE\xB4"});  // HelloÉcole, ΑΒΓδ: one word each
+  CHECK(split(pre_type::gpt4o, "e\xCC\x81t\xCC\x81 x") == pieces{"e", "\xCC\x81t", "\xCC\x81", " x"});
+}
+
 TEST_CASE("stream decoder emits only complete UTF-8") {
   const std::string text = "h\xC3\xA9llo \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x99\x82 ok \xF0\x9F\xA6\x99!";
   for (const char* name : {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf"}) {

@@ -1,0 +1,77 @@
+// Decode attention of two GQA heads at once (attend_head_pair) against one head at a time
+// (attend): the same bits for F32 and F16 K/V, head dims 64 and 128, any position (the 8-key
+// groups and their tail), a sliding window, a soft-cap and per-head sinks.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "agentq/kernels.h"
+#include "kv/kv_store.h"
+#include "model/attention.h"
+
+using namespace agentq;
+
+TEST_CASE("two heads of one K/V head at once give each head's own attention, bit for bit") {
+  std::mt19937 rng(25);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (kv_dtype dt : {kv_dtype::f32, kv_dtype::f16}) {
+    for (int32_t hd : {64, 128, 72}) {  // 72: no paired kernel, the two calls themselves
+      kv_layout l;
+      l.n_layer = 1;
+      l.n_head_kv = 2;
+      l.head_dim = hd;
+      l.block_size = 16;
+      l.dtype = dt;
+      l.head_major = true;
+      const int32_t n_blocks = 24;  // 384 positions
+      kv_store kv(l, n_blocks);
+      std::vector<int32_t> table(n_blocks);
+      for (int32_t i = 0; i < n_blocks; ++i) table[size_t(i)] = n_blocks - 1 - i;  // not in order
+      for (int32_t b = 0; b < n_blocks; ++b)
+        for (int32_t i = 0; i < l.block_size * l.n_head_kv * hd; ++i) {
+          const float kf = nd(rng), vf = nd(rng);
+          if (dt == kv_dtype::f16) {
+            kv.k<uint16_t>(0, b)[i] = kernels::fp32_to_fp16(kf);
+            kv.v<uint16_t>(0, b)[i] = kernels::fp32_to_fp16(vf);
+          } else {
+            kv.k<float>(0, b)[i] = kf;
+            kv.v<float>(0, b)[i] = vf;
+          }
+        }
+      for (int variant = 0; variant < 4; ++variant) {  // plain, window, soft-cap, sinks
+        for (int32_t pos : {0, 5, 7, 8, 15, 63, 100, 255, 383}) {
+          INFO("dtype ", int(dt), " head_dim ", hd, " variant ", variant, " pos ", pos);
+          attention_args a;
+          a.kv = &kv;
+          a.block_table = table.data();
+          a.block_size = l.block_size;
+          a.token_stride = l.token_stride();
+          a.head_offset = int32_t(l.elem_offset(0, 1));
+          a.head_dim = hd;
+          a.scale = 0.125f;
+          if (variant == 1) a.window = 40;
+          if (variant == 2) a.softcap = 5.0f;
+          attention_args b = a;
+          if (variant == 3) {
+            a.has_sink = b.has_sink = true;
+            a.sink = 0.7f;
+            b.sink = -1.3f;
+          }
+          std::vector<float> qa(static_cast<size_t>(hd)), qb(static_cast<size_t>(hd)),
+              scores(static_cast<size_t>(pos) + 1);
+          for (float& x : qa) x = nd(rng);
+          for (float& x : qb) x = nd(rng);
+          std::vector<float> one_a(static_cast<size_t>(hd)), one_b(static_cast<size_t>(hd)),
+              pair_a(static_cast<size_t>(hd)), pair_b(static_cast<size_t>(hd));
+          attend(a, qa.data(), 0, pos, 1, one_a.data(), 0, scores.data());
+          attend(b, qb.data(), 0, pos, 1, one_b.data(), 0, scores.data());
+          attend_head_pair(a, b, qa.data(), qb.data(), pos, pair_a.data(), pair_b.data(), scores.data());
+          CHECK(std::memcmp(one_a.data(), pair_a.data(), sizeof(float) * static_cast<size_t>(hd)) == 0);
+          CHECK(std::memcmp(one_b.data(), pair_b.data(), sizeof(float) * static_cast<size_t>(hd)) == 0);
+        }
+      }
+    }
+  }
+}
