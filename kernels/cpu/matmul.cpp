@@ -588,11 +588,18 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
   // 4 (Zen 5, 2048 x 768 Q8_0; 1.3-1.5 with the prefetch). More inputs reuse a chunk from L2
   // over several input blocks; a non-temporal prefetch there would evict what they reuse.
   const bool few = n_x <= 3 * mb_t;
+  // NOTE: the pair kernels (Q8_0, Q4_K) keep the one-block, prefetched path up to k_few_pair
+  // inputs (a verify pass of up to 24 tokens), in calls of at most 8 inputs of about equal size.
+  // Zen 5, 2048 x 768 Q4_K, one thread: 13-16 inputs cost 8.1-8.8 matvecs on the blocked path
+  // (the chunk is not prefetched and 16 inputs reuse it too little to repay the misses), 12 cost 4.5.
+  constexpr int64_t k_few_pair = 24;
+  const bool few_pair = n_x <= k_few_pair;
+  const int kb_pair = static_cast<int>((n_x + (n_x + 7) / 8 - 1) / ((n_x + 7) / 8));  // ceil(n_x / ceil(n_x / 8))
   const int64_t n_l1 =
       few ? n_x : std::max<int64_t>(mb_t, static_cast<int64_t>((20u << 10) / std::max<size_t>(x_stride, 1)) / mb_t * mb_t);
   const uint8_t* xs[mb_max];
 #if AGENTQ_KERNELS_AVX512VNNI
-  if (t == weight_type::q8_0_x8 && few && n_x >= 4) {
+  if (t == weight_type::q8_0_x8 && few_pair && n_x >= 4) {
     // Q8_0, few inputs: two groups per call, up to 8 inputs (mk_q8_0_x8_pair), against a copy of
     // the inputs biased to unsigned; an odd last group takes the kernels above.
     // NOTE: Zen 5, 2048 x 768, one thread, in matvecs: 8 inputs 1.9 -> 1.2 (5: 1.4 -> 1.1); 2
@@ -606,7 +613,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
     thread_local std::vector<uint8_t> biased;
     biased.resize(static_cast<size_t>(n_x) * x_stride);
     bias_q8_0_activations(qx, static_cast<size_t>(n_x) * x_stride, biased.data());
-    const int kb_max = n_x <= 8 ? static_cast<int>(n_x) : static_cast<int>((n_x + 1) / 2);
+    const int kb_max = kb_pair;
     float o2[16 * 8];
     int64_t g = g_begin;
     for (; g + 1 < g_end; g += 2) {
@@ -635,7 +642,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
       }
     return;
   }
-  if (t == weight_type::q4_k_x8 && (!few || n_x >= 5)) {
+  if (t == weight_type::q4_k_x8 && (!few_pair || n_x >= 5)) {
     // Q4_K: two groups per call (mk_q4_k_x8_pair), up to 8 inputs a call, the inputs' sub-block
     // sums computed once here; an odd last group takes the kernels above. Few inputs (a verify
     // pass) in one block, prefetched ahead as above; many (prefill) blocked as below.
@@ -655,11 +662,11 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
     q4_k_sub_sums(qx, x_stride, n_x, nb, sums.data());
     const int32_t* sp[mb_max];
     float o2[16 * 8];
-    // few: 5..8 inputs in one call, 9..12 in two of about equal size.
-    const int kb_max = !few || n_x <= 8 ? 8 : static_cast<int>((n_x + 1) / 2);
-    const int64_t n_blk = few ? n_x : std::max<int64_t>(8, n_l1 / 8 * 8);
+    // few_pair: 5..8 inputs in one call, 9..16 in two of about equal size, 17..24 in three.
+    const int kb_max = !few_pair ? 8 : kb_pair;
+    const int64_t n_blk = few_pair ? n_x : std::max<int64_t>(8, n_l1 / 8 * 8);
     const int64_t n_chunk2 =
-        few ? g_end - g_begin
+        few_pair ? g_end - g_begin
             : std::max<int64_t>(2, static_cast<int64_t>((128u << 10) / std::max<size_t>(group_bytes, 1)) / 2 * 2);
     for (int64_t c0 = g_begin; c0 < g_end; c0 += n_chunk2) {
       const int64_t c_end = std::min(g_end, c0 + n_chunk2);
@@ -668,8 +675,8 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
         int64_t g = c0;
         for (; g + 1 < c_end; g += 2) {
           const uint8_t* wg = w + static_cast<size_t>(g) * group_bytes;
-          const uint8_t* n0 = few && g + 2 < g_end ? wg + 2 * group_bytes : nullptr;
-          const uint8_t* n1 = few && g + 3 < g_end ? wg + 3 * group_bytes : n0;
+          const uint8_t* n0 = few_pair && g + 2 < g_end ? wg + 2 * group_bytes : nullptr;
+          const uint8_t* n1 = few_pair && g + 3 < g_end ? wg + 3 * group_bytes : n0;
           for (int64_t b = b1; b < b1_end;) {
             const int kb = static_cast<int>(std::min<int64_t>(kb_max, b1_end - b));
             for (int i = 0; i < kb; ++i) {

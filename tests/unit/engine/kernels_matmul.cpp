@@ -315,8 +315,9 @@ TEST_CASE("_x8 layouts: repacked Q8_0, Q4_K, Q6_K, Q4_0, Q5_K, IQ4_XS and Q3_K a
       repack(kd.file, file.data(), n_rows, n_cols, kd.x8, x8.data());
       const size_t stride8 = row_bytes(kd.x8, n_cols);
       // Activations with a wide range: Q4_K's int16 sub-block sums run near their bound.
-      // 12 inputs: every width of a verify pass (the pair kernels take 5..8 per call, 9..12 in two calls).
-      constexpr int64_t nxm = 12;
+      // 26 inputs: every width of a verify pass (the pair kernels take 5..8 per call, 9..24 in two or
+      // three calls) and the first two past it (the blocked prefill path).
+      constexpr int64_t nxm = 26;
       const auto x = normal_data(static_cast<size_t>(nxm * n_cols), 42, 3.0f);
       std::vector<float> ref(static_cast<size_t>(nxm * n_rows)), want(ref.size());
       matmul_reference(kd.x8, x8.data(), stride8, n_cols, x.data(), nxm, ref.data(), 0, n_rows, n_rows);
