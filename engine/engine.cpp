@@ -85,10 +85,12 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
   d.eos = e->tok_->eos();
   d.eot = e->tok_->eot();
   // NOTE: loaded only with speculation on (a draft that never proposes would only cost memory);
-  // a vocabulary that differs from the target's fails the load with both sizes / hashes.
+  // a vocabulary that differs from the target's fails the load with both sizes / hashes. A draft
+  // proposes at most 8 a step whatever spec_max_draft: each of its tokens is a draft forward, paid
+  // whether accepted or not (lookup's proposals are free, so their cap is higher).
   if (config.spec && !config.draft_model_path.empty()) {
     e->draft_ = draft_model::load(config.draft_model_path, config.device, config.n_threads, *e->tok_, hp.n_vocab,
-                                  config.draft_kv_budget_bytes, config.block_size, config.spec_max_draft, &err);
+                                  config.draft_kv_budget_bytes, config.block_size, std::min(config.spec_max_draft, 8), &err);
     if (!e->draft_) return set_err(err);
     d.draft = e->draft_->name();
   }
@@ -137,9 +139,12 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
   sc.prefix_reuse = config.prefix_reuse;
   sc.n_ctx = d.n_ctx;
   // NOTE: on the CPU a step of a few tokens costs about what one token does (the weights are read
-  // once); past that, verification tokens cost compute that decode tokens need. CUDA's flat
-  // region is far wider.
-  sc.spec_step_tokens = config.spec_step_tokens > 0 ? config.spec_step_tokens : spec.kind == device_spec::cuda ? 64 : 8;
+  // once); past that, verification tokens cost compute that decode tokens need, but a well-accepted
+  // proposal still costs a fraction of a decode step per token (Q4_K 110M: ~0.35 of one at 16-24
+  // positions) and a step's fixed part (attention's K/V pass, fork-joins) is paid once: 24 (the
+  // pair kernels' one-block limit, k_few_pair) let a lone sequence verify 16 at a time (8 until
+  // session 20). CUDA's flat region is far wider.
+  sc.spec_step_tokens = config.spec_step_tokens > 0 ? config.spec_step_tokens : spec.kind == device_spec::cuda ? 64 : 24;
   e->sched_ = std::make_unique<scheduler>(*e->pool_, *e->cache_, e->residency_.get(), sc);
   e->update_stats(0);
   return e;

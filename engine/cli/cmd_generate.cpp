@@ -42,7 +42,7 @@ int usage(FILE* f) {
                "  --spec, --no-spec  speculative decoding on (default) or off; the output is the same\n"
                "                   either way (docs/speculative.md), only the speed differs\n"
                "  --draft-model P  a draft model with the same vocabulary proposes tokens (with --spec)\n"
-               "  --draft-max K    tokens proposed per step at most (default 8)\n"
+               "  --draft-max K    tokens proposed per step at most (default 16; a draft model 8)\n"
                "  --prediction T   Predicted Output: text the output is expected to resemble (lookup text)\n"
                "  --json           print {prompt_ids, output_ids, text, prompt_tokens_per_s, decode_tokens_per_s,\n"
                "                   accepted_prediction_tokens, rejected_prediction_tokens};\n"

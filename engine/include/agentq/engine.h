@@ -53,9 +53,9 @@ struct engine_config {
   // Speculative decoding by prompt lookup (docs/speculative.md): proposals from the job's own
   // context, verified in one batched forward; the output is the same as without it.
   bool spec = true;
-  int32_t spec_max_draft = 8;        // proposed tokens per sequence per step at most
+  int32_t spec_max_draft = 16;       // proposed tokens per sequence per step at most (a draft model: 8 at most)
   // Proposals are verified only while the step (decode tokens + proposals) stays within this
-  // many tokens: under load k shrinks to nothing. 0 = the device's default (cpu 8, cuda 64).
+  // many tokens: under load k shrinks to nothing. 0 = the device's default (cpu 24, cuda 64).
   int32_t spec_step_tokens = 0;
   // Prompt-lookup proposals (on by default with spec); with a draft model they are tried first
   // (they cost nothing) and the draft proposes where lookup finds no match.
