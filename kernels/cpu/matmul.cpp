@@ -567,6 +567,19 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
     for (int j = 0; j < kb; ++j)
       for (int64_t r = lo; r < hi; ++r) y[(b + j) * n_rows + r] = o[gr * j + (r - gr * g)];
   };
+  // A pair kernel's output o2 ([input][2 groups][8 rows]) into y: whole groups inside the row
+  // range as one 16-float copy per input, the edges through store.
+  auto store_pair = [&](const float* o2, int64_t g, int64_t b, int kb) {
+    if (gr == 8 && 8 * g >= row_begin && 8 * g + 16 <= row_end) {
+      for (int j = 0; j < kb; ++j) std::memcpy(y + (b + j) * n_rows + 8 * g, o2 + 16 * j, 16 * sizeof(float));
+      return;
+    }
+    for (int h = 0; h < 2; ++h) {
+      for (int j = 0; j < kb; ++j)
+        for (int r = 0; r < 8; ++r) o[8 * j + r] = o2[16 * j + 8 * h + r];
+      store(g + h, b, kb);
+    }
+  };
   // NOTE: the stream is read linearly; the kernel prefetches k_ahead bytes past its position
   // (Zen 3: 1.5-3 KiB measured best for Q8_0 at 4096 columns, +15-20% over one group ahead,
   // 35 KiB there; Q4_K within noise). A Zen 5 core (k_avx512_core) keeps more misses in
@@ -624,11 +637,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
         const int kb = static_cast<int>(std::min<int64_t>(kb_max, n_x - b));
         for (int i = 0; i < kb; ++i) xs[i] = biased.data() + static_cast<size_t>(b + i) * x_stride;
         pair[kb](wg, wg + group_bytes, xs, n_cols, o2, b == 0 ? n0 : nullptr, b == 0 ? n1 : nullptr);
-        for (int h = 0; h < 2; ++h) {
-          for (int j = 0; j < kb; ++j)
-            for (int r = 0; r < 8; ++r) o[8 * j + r] = o2[16 * j + 8 * h + r];
-          store(g + h, b, kb);
-        }
+        store_pair(o2, g, b, kb);
         b += kb;
       }
     }
@@ -684,11 +693,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
               sp[i] = sums.data() + (b + i) * nb * 4;
             }
             pair[kb](wg, wg + group_bytes, xs, sp, n_cols, o2, b == b1 ? n0 : nullptr, b == b1 ? n1 : nullptr);
-            for (int h = 0; h < 2; ++h) {
-              for (int j = 0; j < kb; ++j)
-                for (int r = 0; r < 8; ++r) o[8 * j + r] = o2[16 * j + 8 * h + r];
-              store(g + h, b, kb);
-            }
+            store_pair(o2, g, b, kb);
             b += kb;
           }
         }
