@@ -15,44 +15,31 @@ bin_b=$2
 n_jobs=${3:-1000}
 rounds=${4:-3}
 model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
-tmp=$(mktemp -d -t agentq-qcpu-XXXXXX)
-pid=""
-cleanup() {
-  [ -n "$pid" ] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-tck=$(getconf CLK_TCK)
+source scripts/bench/agentqd_bench.sh
+bench_init qcpu
 
 run_one() {  # bin_dir label extra_args -> prints "label cpu_per_1000 jobs_per_s load [syscalls]"
   local bin=$1 label=$2 d="$tmp/$2.$RANDOM"
   local -a extra_args
   read -r -a extra_args <<<"$3"
-  local admin_key="aq_cpu_$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
-  "$bin/agentqd" --data-dir "$d" --listen 127.0.0.1:0 --port-file "$d.port" --model "$model" \
-    --admin-key "$admin_key" --rate-limit 0 --log-level warn "${extra_args[@]}" >"$d.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 300); do [ -s "$d.port" ] && break; sleep 0.1; done
-  local url="http://127.0.0.1:$(cat "$d.port")"
-  for _ in $(seq 1 100); do curl -fsS "$url/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+  bench_start "$bin" "$d" "${extra_args[@]}"
   local key
-  key=$(curl -fsS -X POST -H "Authorization: Bearer $admin_key" -H 'content-type: application/json' \
-    -d '{"tenant":"cpu"}' "$url/v1/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
+  key=$(bench_key cpu)
   python3 scripts/bench/loadgen.py --url "$url" --key "$key" --jobs 100 --clients 8 --phases throughput >/dev/null
   local load c0 c1 st=""
   load=$(cut -d' ' -f1 /proc/loadavg)
   [ "${STRACE:-0}" = 1 ] && { strace -f -c -p "$pid" -o "$d.strace" 2>/dev/null & st=$!; sleep 1; }
-  c0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  c0=$(bench_cpu)
   local out
   out=$(python3 scripts/bench/loadgen.py --url "$url" --key "$key" --jobs "$n_jobs" --clients 8 --phases throughput)
-  c1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  c1=$(bench_cpu)
   local extra=""
   if [ -n "$st" ]; then
     kill -INT "$st"; wait "$st" 2>/dev/null || true
     extra=$(awk -v n="$n_jobs" '$NF ~ /^(futex|fdatasync|pwrite64|pread64|fcntl|epoll_wait|sendto|recvfrom|write|read)$/ {
       printf " %s=%.1f", $NF, $4 / n }' "$d.strace")
   fi
-  kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
+  bench_stop
   local jps
   jps=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1].splitlines()[-1]); print(round(d.get("jobs_per_s", d.get("throughput", {}).get("jobs_per_s", 0)), 1))' "$out" 2>/dev/null || echo "?")
   echo "$label $(python3 -c "print(round(($c1 - $c0) / $tck / $n_jobs * 1000, 3))") $jps $load$extra"

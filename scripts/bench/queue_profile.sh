@@ -15,37 +15,23 @@ bin="${AGENTQ_BIN_DIR:-${AGENTQ_BUILD_DIR:-build}/bin}"
 model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
 command -v perf >/dev/null || { echo "queue_profile.sh: perf not found (apt-get install linux-perf)" >&2; exit 1; }
 [ -x "$bin/agentqd" ] || { echo "queue_profile.sh: missing $bin/agentqd" >&2; exit 1; }
-tmp=$(mktemp -d -t agentq-qprof-XXXXXX)
-pid=""
-cleanup() {
-  [ -n "$pid" ] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-admin_key="aq_prof_$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
-"$bin/agentqd" --data-dir "$tmp/data" --listen 127.0.0.1:0 --port-file "$tmp/port" --model "$model" \
-  --admin-key "$admin_key" --rate-limit 0 --log-level warn >"$tmp/agentqd.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 300); do [ -s "$tmp/port" ] && break; sleep 0.1; done
-url="http://127.0.0.1:$(cat "$tmp/port")"
-for _ in $(seq 1 100); do curl -fsS "$url/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
-key=$(curl -fsS -X POST -H "Authorization: Bearer $admin_key" -H 'content-type: application/json' \
-  -d '{"tenant":"prof"}' "$url/v1/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
-cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
-tck=$(getconf CLK_TCK)
+source scripts/bench/agentqd_bench.sh
+bench_init qprof
+bench_start "$bin" "$tmp/data"
+key=$(bench_key prof)
 
 profile() {  # name, command...: perf over agentqd while the command runs; CPU seconds to $tmp/name.cpu
   local name=$1
   shift
   local c0
-  c0=$(cpu)
+  c0=$(bench_cpu)
   perf record -q -F 499 -g -p "$pid" -o "$tmp/$name.data" >/dev/null 2>&1 &
   local perf_pid=$!
   sleep 0.5
   "$@" >"$tmp/$name.out"
   kill -INT "$perf_pid"
   wait "$perf_pid" 2>/dev/null || true
-  echo "scale=3; ($(cpu) - $c0) / $tck" | bc >"$tmp/$name.cpu"
+  echo "scale=3; ($(bench_cpu) - $c0) / $tck" | bc >"$tmp/$name.cpu"
   echo "== $name: agentqd CPU $(cat "$tmp/$name.cpu") s; top $top functions by self time (% of samples)" >&2
   perf report -i "$tmp/$name.data" --no-children --sort symbol --stdio 2>/dev/null |
     grep -E '^ +[0-9]' | sed 's/  */ /g; s/ - - $//' | head -n "$top" >&2 || true

@@ -15,30 +15,15 @@ n=100000; rate=20; seconds=20
 bin="${AGENTQ_BIN_DIR:-${AGENTQ_BUILD_DIR:-build}/bin}"
 model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
 [ -x "$bin/agentqd" ] || { echo "retention.sh: missing $bin/agentqd" >&2; exit 1; }
-tmp=$(mktemp -d -t agentq-rbench-XXXXXX)
-pid=""
-cleanup() {
-  [ -n "$pid" ] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-admin_key="aq_bench_$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+source scripts/bench/agentqd_bench.sh
+bench_init rbench
 ms() { date +%s%3N; }
 
-start() {  # start agentqd with extra flags; sets pid and url
-  rm -f "$tmp/port"
-  "$bin/agentqd" --data-dir "$tmp/data" --listen 127.0.0.1:0 --port-file "$tmp/port" --model "$model" \
-    --admin-key "$admin_key" --rate-limit 0 --log-level warn "$@" >>"$tmp/agentqd.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 300); do [ -s "$tmp/port" ] && break; sleep 0.1; done
-  [ -s "$tmp/port" ] || { echo "retention.sh: agentqd did not start" >&2; tail -20 "$tmp/agentqd.log" >&2; exit 1; }
-  url="http://127.0.0.1:$(cat "$tmp/port")"
-}
-stop() { kill "$pid"; wait "$pid" || true; pid=""; }
+start() { bench_start "$bin" "$tmp/data" "$@"; }   # sets pid and url
+stop() { bench_stop; }
 
 start --retention-days 0   # creates the schema
-key=$(curl -fsS -X POST "$url/v1/keys" -H "Authorization: Bearer $admin_key" -H 'Content-Type: application/json' \
-  -d '{"tenant":"bench"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
+key=$(bench_key bench)
 stop
 echo "== seeding $n expired jobs" >&2
 python3 scripts/bench/retention.py seed "$tmp/data/agentq.db" "$n"

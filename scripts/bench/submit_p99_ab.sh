@@ -17,38 +17,25 @@ rounds=${3:-3}
 rate=${4:-1000}
 seconds=${5:-3}
 model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
-tmp=$(mktemp -d -t agentq-qp99-XXXXXX)
-pid=""
-cleanup() {
-  [ -n "$pid" ] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-tck=$(getconf CLK_TCK)
+source scripts/bench/agentqd_bench.sh
+bench_init qp99
 
 run_one() {  # bin_dir label extra_args -> "label p50 p90 p99 max achieved errors cpu_s load warmup_p99"
   local bin=$1 label=$2 d="$tmp/$2.$RANDOM"
   local -a extra_args
   read -r -a extra_args <<<"$3"
-  local admin_key="aq_p99_$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
-  "$bin/agentqd" --data-dir "$d" --listen 127.0.0.1:0 --port-file "$d.port" --model "$model" \
-    --admin-key "$admin_key" --rate-limit 0 --log-level warn "${extra_args[@]}" >"$d.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 300); do [ -s "$d.port" ] && break; sleep 0.1; done
-  local url="http://127.0.0.1:$(cat "$d.port")"
-  for _ in $(seq 1 100); do curl -fsS "$url/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+  bench_start "$bin" "$d" "${extra_args[@]}"
   local key
-  key=$(curl -fsS -X POST -H "Authorization: Bearer $admin_key" -H 'content-type: application/json' \
-    -d '{"tenant":"p99"}' "$url/v1/keys" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
+  key=$(bench_key p99)
   python3 scripts/bench/loadgen.py --url "$url" --key "$key" --jobs 100 --clients 8 --phases throughput >/dev/null
   local load c0 c1 out
   load=$(cut -d' ' -f1 /proc/loadavg)
-  c0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  c0=$(bench_cpu)
   out=$(node scripts/bench/queue_node.mjs submit --url "$url" --key "$key" --model stories260K --rate "$rate" \
     --seconds "$seconds" --warmup-s "${WARMUP_S:-0}" | tail -n 1)
-  c1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  c1=$(bench_cpu)
   python3 scripts/bench/loadgen.py --url "$url" --key "$key" --jobs 1 --clients 1 --phases throughput >/dev/null
-  kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
+  bench_stop
   python3 - "$label" "$out" "$(python3 -c "print(round(($c1 - $c0) / $tck, 2))")" "$load" <<'PY'
 import json, sys
 d = json.loads(sys.argv[2])
