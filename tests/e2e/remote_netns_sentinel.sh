@@ -42,6 +42,10 @@ for i in 1 2 3; do
   cat >"$tmp/s$i/sentinel.conf" <<CONF
 port $port
 bind 10.231.0.1
+# NOTE: a sentinel announces the local address of the link it sends its hello on; its link to the
+# replica leaves from 10.231.0.2, where it does not listen, so without this the others mark it down
+# now and then and no leader can be elected (seen as a CI flake: the failover never happened).
+sentinel announce-ip 10.231.0.1
 protected-mode no
 dir $tmp/s$i
 logfile $tmp/sentinel$i.log
