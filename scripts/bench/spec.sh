@@ -13,7 +13,7 @@
 # e.g. --draft 15m; "self" = the model as its own draft (acceptance ~100%, shows the overhead).
 # --quick: 110m Q8_0, batch 1 and 8, 64 tokens, 3 reps. Default: 110m and 1b x q8_0 and q4_k, 3 reps.
 # --llama-bin DIR (or $AGENTQ_LLAMA_BIN): a llama.cpp build's bin/ (CPU; never built here). Per
-# copy model, llama-lookup (prompt lookup, --spec-draft-n-max 7: 8 tokens a verify, as agentq's CPU step)
+# copy model, llama-lookup (prompt lookup, --spec-draft-n-max 16: up to 17 tokens a verify, as agentq's CPU lookup since session 20)
 # and llama-lookup --spec-draft-n-max 0 (plain decoding, the same harness) on the same GGUF file and the
 # same "repetitive" prompt as text (bench_spec --dump-prompt; llama.cpp tokenizes it again), greedy,
 # alternating, medians of --reps: one JSON line each ("bench":"spec_llamacpp"); with --draft, also
@@ -72,7 +72,7 @@ llama_compare() {
   local model="$1" name="$2" on=() off=() r
   for ((r = 0; r < reps; r++)); do
     if ((r % 2)); then off+=("$(llama_run "$llama_bin/llama-lookup" -m "$model" --spec-draft-n-max 0)") || return 1; fi
-    on+=("$(llama_run "$llama_bin/llama-lookup" -m "$model" --spec-draft-n-max 7)") || return 1
+    on+=("$(llama_run "$llama_bin/llama-lookup" -m "$model" --spec-draft-n-max 16)") || return 1
     if ((r % 2 == 0)); then off+=("$(llama_run "$llama_bin/llama-lookup" -m "$model" --spec-draft-n-max 0)") || return 1; fi
   done
   python3 - "$name" "$(cut -d' ' -f1-3 /proc/loadavg)" "${on[@]}" -- "${off[@]}" <<'PY'
