@@ -461,9 +461,11 @@ struct server::impl {
   }
 
   void do_accept() {
-    auto owner = iocs[next_ioc++ % iocs.size()];  // only the acceptor's thread runs this
-    acceptor->async_accept(*owner, [this, owner](beast::error_code ec, tcp::socket socket) {
-      on_accept(ec, std::move(socket), owner);
+    // NOTE: the pending accept names its owner by index, not by shared_ptr: the op lives inside
+    // iocs[0], so holding a context there would keep it (and itself) alive forever (LSan saw it).
+    const size_t k = next_ioc++ % iocs.size();  // only the acceptor's thread runs this
+    acceptor->async_accept(*iocs[k], [this, k](beast::error_code ec, tcp::socket socket) {
+      on_accept(ec, std::move(socket), iocs[k]);
     });
   }
   void on_accept(beast::error_code ec, tcp::socket socket, const std::shared_ptr<asio::io_context>& owner) {
