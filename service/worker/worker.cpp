@@ -177,6 +177,10 @@ struct job_ctx {
   uint64_t job_key = 0;                    // engine KV key: of the job, or of its previous_response_id chain
   bool keep_kv = false;                    // a stored response: its KV outlives it (response_kv_ttl_s)
   bool batch_class = false;                // priority batch: its end joins a group (end_batcher.h)
+  // A "parked" timeline span may be open: recorded by this loop, or by an earlier claim's (epoch > 1).
+  // NOTE: without it every job closed spans it never had (an UPDATE on the timeline's own connection,
+  // twice per job, contending with the store's writer for SQLite's write lock).
+  bool park_open = false;
   int64_t created_ms = 0;                  // the job's submission (job latency metric)
   std::string tenant;                      // the job's tenant (with job_id: whose secret signs its tool calls)
   int64_t deadline_ms = 0;                 // wall clock; 0 = none
@@ -353,6 +357,7 @@ struct worker::impl {
     auto ctx = std::make_shared<job_ctx>();
     ctx->job_id = d.job_id;
     ctx->epoch = c.won->epoch;
+    ctx->park_open = ctx->epoch > 1;
     ctx->delivery = d;
     ctx->job_key = job_key_of(kv_chain_of(c.won->job.request_json, d.job_id));
     // NOTE: the engine runs one turn per key at a time: a second continuation of the same chain
@@ -584,7 +589,7 @@ struct worker::impl {
     obs::observe_finish(c.created_ms, now, store::to_string(st));
     spdlog::info("worker {}: job {} {} after {} turns{}", id, c.job_id, store::to_string(st), usage.turns,
                  error.empty() ? "" : ": " + error);
-    if (options.timeline) options.timeline->close_open(c.job_id, c.epoch, "parked", now);
+    close_parked(c, now);
     if (c.keep_kv && options.response_kv_ttl_s > 0 && (st == job_status::completed || st == job_status::incomplete))
       retain_kv(c);
     else
@@ -754,7 +759,7 @@ struct worker::impl {
           s->append_event(jid, epoch, "token", json{{"text", std::string(piece)}}.dump());  // NOTE: not awaited
         };
       }
-      if (options.timeline) options.timeline->close_open(c.job_id, c.epoch, "parked", store::now_ms());
+      close_parked(c, store::now_ms());
       c.request_id = eng->submit(std::move(req), std::move(cb));
       if (c.cancelled || c.lost || c.deadline_hit || c.stopping) interrupt(c);  // raced with the poller
       fault_point("mid_decode", c.fault_subject);
@@ -884,6 +889,7 @@ struct worker::impl {
   // An open "parked" span; the next turn's submit (or the job's end) closes it.
   void record_parked(job_ctx& c, std::optional<int32_t> turn, double expected_wait_s) {
     if (!options.timeline) return;
+    c.park_open = true;
     obs::timeline_entry e;
     e.kind = "parked";
     e.start_ms = store::now_ms();
@@ -893,6 +899,12 @@ struct worker::impl {
     e.label = label;
     e.attrs = {{"expected_wait_s", expected_wait_s}, {"worker", id}};
     options.timeline->record(c.job_id, c.epoch, e);
+  }
+
+  void close_parked(job_ctx& c, int64_t now_ms) {
+    if (!options.timeline || !c.park_open) return;
+    options.timeline->close_open(c.job_id, c.epoch, "parked", now_ms);
+    c.park_open = false;
   }
 
   void record_tool(job_ctx& c, const tool_call& tc, int64_t start_ms, int32_t n_attempts, const http_tool_response& res) {
