@@ -29,6 +29,9 @@ end_batcher::~end_batcher() {
 
 store::write_status end_batcher::commit_end(store::step_item item, const queue::delivery& delivery,
                                             std::string fault_subject) {
+  // Counted before queueing (this job included: it has not ended): the arrival that completes the
+  // group sees it complete.
+  const int32_t n_running = deps_.n_running ? deps_.n_running() : options_.max_group;
   std::future<store::write_status> fut;
   bool wake;
   {
@@ -36,9 +39,10 @@ store::write_status end_batcher::commit_end(store::step_item item, const queue::
     if (queue_.empty()) first_at_ = std::chrono::steady_clock::now();
     queue_.push_back(pending{std::move(item), delivery, std::move(fault_subject), {}});
     fut = queue_.back().done.get_future();
-    // NOTE: the thread sleeps until the linger deadline; wake it early only when the group may be
-    // complete (full, or possibly everyone's end is here), not once per arrival.
-    wake = queue_.size() == 1 || static_cast<int32_t>(queue_.size()) >= options_.max_group || deps_.n_running;
+    // NOTE: the thread sleeps until the linger deadline; it is woken early only when the group may
+    // be complete (full, or every running job's end is here), not once per arrival (a futex each).
+    const auto n = static_cast<int32_t>(queue_.size());
+    wake = n == 1 || n >= options_.max_group || n >= n_running;
   }
   if (wake) cv_.notify_one();
   return fut.get();
