@@ -20,7 +20,7 @@
 namespace agentq::worker {
 
 struct end_batcher_options {
-  int32_t max_group = 64;                     // job ends per transaction at most
+  int32_t max_group = 64;  // job ends per transaction at most
   // How long the first end of a group waits for others. NOTE: batch jobs have a 24 h completion
   // window; a few ms of latency buys one commit and one ack round trip for the whole group.
   std::chrono::microseconds linger{5000};

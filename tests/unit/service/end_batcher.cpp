@@ -2,6 +2,8 @@
 // together are written in one transaction (store::commit_steps) and acked in one pipeline
 // (queue::ack_many); a fenced job in the group is answered fenced, written and acked nothing, and
 // the others still commit; a lone end is not held past its linger.
+#include "worker/end_batcher.h"
+
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -12,7 +14,6 @@
 #include "redis_server.h"
 #include "store/store.h"
 #include "temp_dir.h"
-#include "worker/end_batcher.h"
 
 using namespace agentq;
 using namespace agentq::store;
@@ -117,7 +118,8 @@ TEST_CASE("end_batcher: ends arriving together share one transaction and one ack
   std::vector<std::future<write_status>> answers;
   auto t0 = std::chrono::steady_clock::now();
   for (auto& [d, e] : jobs)
-    answers.push_back(std::async(std::launch::async, [&b, d = d, e = e] { return b.commit_end(end_of(d.job_id, e), d, ""); }));
+    answers.push_back(
+        std::async(std::launch::async, [&b, d = d, e = e] { return b.commit_end(end_of(d.job_id, e), d, ""); }));
   for (int i = 0; i < n; ++i) CHECK(answers[i].get() == (i == n - 1 ? write_status::fenced : write_status::ok));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4));
   CHECK(b.stats().n_groups == 1);
