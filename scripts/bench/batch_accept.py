@@ -173,6 +173,7 @@ def main():
             b = call(c, a.key, "GET", "/v1/batches/" + b["id"])
         out["end_to_end_s"] = round(time.time() - t0, 3)
         out["end_to_end_jobs_per_s"] = round(a.lines / (time.time() - t0), 1)
+        out["end_to_end_cpu_s"] = round(cpu_s(a.pid) - cpu0, 2)  # agentqd, upload to completed
         out["batch_final"] = b["status"]
         out["request_counts"] = b["request_counts"]
     print(json.dumps(out, separators=(",", ":")))

@@ -53,6 +53,8 @@ const char* usage() {
   --worker-id ID               this worker's stable name (A-Z a-z 0-9 . _ -, at most 64); default: derived from
                                the host name and the data directory, kept in DATA_DIR/worker-id across restarts
   --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
+  --batch-end-linger-ms MS     a batch-class job's end waits up to MS for others to share its commit and ack
+                               round trip (default 20; 0 = each job alone)
   --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
   --engine-threads N           CPU threads per engine (default 0 = one per core, split evenly between the models
                                a worker serves)
@@ -168,6 +170,7 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "webhook-schedule") c.webhook_schedule_ms = parse_ms_list(v);
   else if (name == "webhook-timeout-ms") c.webhook_timeout_ms = std::stoll(v);
   else if (name == "max-jobs") c.max_jobs = std::stoi(v);
+  else if (name == "batch-end-linger-ms") c.batch_end_linger_ms = std::stod(v);
   else if (name == "worker-id") c.worker_id = v;  // checked by worker_identity::acquire
   else if (name == "kv-budget-mb") c.kv_budget_mb = std::stoll(v);
   else if (name == "kv-type") {

@@ -26,6 +26,7 @@ struct config {
   std::vector<int64_t> webhook_schedule_ms;       // empty = the default (5s .. 10h)
   int64_t webhook_timeout_ms = 10000;
   int32_t max_jobs = 64;                          // worker: jobs held at once
+  double batch_end_linger_ms = 20;                // worker: batch-class job ends grouped (worker/end_batcher.h)
   std::string worker_id;                          // worker: stable id; empty = from host + data dir (DATA_DIR/worker-id)
   int64_t kv_budget_mb = 256;
   // KV residency and the spill tier (docs/kv_and_batching.md "Restarts and deploys"):

@@ -268,6 +268,7 @@ int run(const daemon::config& c) {
     wo.n_engine_threads = engine_threads;
     wo.share = share;
     wo.max_jobs = c.max_jobs;
+    wo.batch_end_linger_us = static_cast<int64_t>(c.batch_end_linger_ms * 1000);
     wo.lease_ms = c.lease_ms;
     wo.heartbeat_ms = c.heartbeat_ms;
     wo.reclaim_interval_ms = c.reclaim_interval_ms;

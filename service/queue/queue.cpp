@@ -346,6 +346,23 @@ bool queue::ack(const delivery& d) {
   return r.ok();
 }
 
+int32_t queue::ack_many(const std::vector<delivery>& ds) {
+  if (ds.empty()) return 0;
+  std::vector<std::vector<std::string>> cmds;
+  cmds.reserve(ds.size());
+  for (const auto& d : ds)
+    cmds.push_back({"EVAL", k_ack_lua, "2", d.stream, options_.prefix + ":inflight", options_.group, d.entry_id, d.job_id});
+  std::vector<redis_reply> replies;
+  {
+    std::lock_guard lock(impl_->control_mu);
+    replies = impl_->control.pipeline(cmds);
+  }
+  int32_t n = 0;
+  for (const auto& r : replies) n += r.ok() ? 1 : 0;
+  impl_->n_acked += n;
+  return n;
+}
+
 bool queue::dead_letter(const delivery& d, const std::string& reason) {
   {
     std::lock_guard lock(impl_->control_mu);

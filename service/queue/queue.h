@@ -89,6 +89,9 @@ class queue {
   bool touch(const std::string& worker_id, const std::vector<delivery>& held);
   // Done with an entry (job terminal, waiting on a client, or claimed elsewhere).
   bool ack(const delivery& d);
+  // ack for each, in one pipelined round trip (a worker's group of batch-class job ends); how many
+  // were acked (a failed one stays pending: reclaimed later, and its claim finds the job over).
+  int32_t ack_many(const std::vector<delivery>& ds);
   // Move to the dead-letter stream with a reason and ack.
   bool dead_letter(const delivery& d, const std::string& reason);
   // Worker liveness (SET key PX ttl) and lookup (continuation routing).

@@ -259,6 +259,21 @@ write_status apply_finish(conn& c, const std::string& job_id, int64_t epoch, con
   return write_status::ok;
 }
 
+// commit_step's body (one job's step, fenced whole): also each item of commit_steps.
+write_status apply_step(conn& c, const std::string& job_id, int64_t epoch, const step_commit& step, int64_t limit) {
+  // NOTE: fenced here or not at all: the parts' own checks (epoch, status running) cannot
+  // change inside the transaction, so a step is written whole or not.
+  if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
+  write_status ws = write_status::ok;
+  if (!step.input.empty()) ws = apply_init_transcript(c, job_id, epoch, step.input);
+  if (ws == write_status::ok && step.turn) ws = apply_commit_turn(c, job_id, epoch, *step.turn);
+  if (ws == write_status::ok && step.end) {
+    ws = apply_finish(c, job_id, epoch, *step.end);
+    if (ws == write_status::ok) running_limit::refill_for_job(c, job_id, limit, c.now());
+  }
+  return ws;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -900,19 +915,36 @@ class sqlite_store final : public store {
   std::future<write_status> commit_step(const std::string& job_id, int64_t epoch, step_commit step) override {
     return submit<write_status>(
         [job_id, epoch, step = std::move(step), limit = options_.tenant_max_running](conn& c) {
-          // NOTE: fenced here or not at all: the parts' own checks (epoch, status running) cannot
-          // change inside the transaction, so a step is written whole or not.
-          if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
-          write_status ws = write_status::ok;
-          if (!step.input.empty()) ws = apply_init_transcript(c, job_id, epoch, step.input);
-          if (ws == write_status::ok && step.turn) ws = apply_commit_turn(c, job_id, epoch, *step.turn);
-          if (ws == write_status::ok && step.end) {
-            ws = apply_finish(c, job_id, epoch, *step.end);
-            if (ws == write_status::ok) running_limit::refill_for_job(c, job_id, limit, c.now());
-          }
-          return ws;
+          return apply_step(c, job_id, epoch, step, limit);
         },
         write_status::error);
+  }
+
+  std::future<std::vector<write_status>> commit_steps(std::vector<step_item> items) override {
+    const size_t n = items.size();
+    return submit<std::vector<write_status>>(
+        [items = std::move(items), limit = options_.tenant_max_running](conn& c) {
+          std::vector<write_status> out;
+          out.reserve(items.size());
+          for (const auto& it : items) {
+            // NOTE: a savepoint of our own per job (inside the writer's, when it grouped this op with
+            // others): a job whose writes throw is undone alone and answered `error`.
+            c.stmt("SAVEPOINT step").run();
+            try {
+              out.push_back(apply_step(c, it.job_id, it.epoch, it.step, limit));
+              c.reset_all();
+              c.stmt("RELEASE step").run();
+            } catch (const std::exception& e) {
+              spdlog::warn("store: commit_steps: job {}: {}", it.job_id, e.what());
+              c.reset_all();
+              c.stmt("ROLLBACK TO step").run();
+              c.stmt("RELEASE step").run();
+              out.push_back(write_status::error);
+            }
+          }
+          return out;
+        },
+        std::vector<write_status>(n, write_status::error));
   }
 
   std::future<write_status> record_tool_result(const std::string& job_id, int64_t epoch, tool_output o,

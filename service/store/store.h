@@ -171,6 +171,13 @@ struct step_commit {
   std::optional<job_end> end;         // the job's terminal state
 };
 
+// One job's step in a commit_steps group.
+struct step_item {
+  std::string job_id;
+  int64_t epoch = 0;
+  step_commit step;
+};
+
 struct store_options {
   std::string path;                      // SQLite file
   int32_t busy_timeout_ms = 5000;
@@ -289,6 +296,11 @@ class store {
   virtual std::future<write_status> commit_turn(const std::string& job_id, int64_t epoch, turn_commit turn) = 0;
   // init_transcript + commit_turn + finish_job, the parts present, as one write op (step_commit).
   virtual std::future<write_status> commit_step(const std::string& job_id, int64_t epoch, step_commit step) = 0;
+  // commit_step for each item, all in ONE write op (one transaction, one fsync for the group: a worker's
+  // batch-class job ends, worker/end_batcher.h). Each item is written whole or not, in its own
+  // savepoint: one fenced or failing job does not undo the others. Answers in the items' order; all
+  // `error` when the transaction did not commit.
+  virtual std::future<std::vector<write_status>> commit_steps(std::vector<step_item> items) = 0;
   // Record a tool's result durably (keyed by call id; a second record of the same call is a no-op).
   virtual std::future<write_status> record_tool_result(const std::string& job_id, int64_t epoch,
                                                        tool_output output, std::string name) = 0;

@@ -82,6 +82,14 @@ class control_plane {
                       step.end->usage);
     return ws;
   }
+  // commit_step for each item (answers in order). The default sends them one after the other; the
+  // local control plane writes them in one transaction (store::commit_steps).
+  virtual std::vector<store::write_status> commit_steps(std::vector<store::step_item> items) {
+    std::vector<store::write_status> out;
+    out.reserve(items.size());
+    for (auto& it : items) out.push_back(commit_step(it.job_id, it.epoch, std::move(it.step)));
+    return out;
+  }
   virtual store::write_status record_tool_result(const std::string& job_id, int64_t epoch, store::tool_output output,
                                                  std::string name) = 0;
   virtual store::write_status require_action(const std::string& job_id, int64_t epoch, std::string pending_calls_json) = 0;

@@ -59,6 +59,9 @@ class local_control_plane final : public control_plane {
   store::write_status commit_step(const std::string& job_id, int64_t epoch, store::step_commit step) override {
     return db_.commit_step(job_id, epoch, std::move(step)).get();
   }
+  std::vector<store::write_status> commit_steps(std::vector<store::step_item> items) override {
+    return db_.commit_steps(std::move(items)).get();
+  }
   store::write_status record_tool_result(const std::string& job_id, int64_t epoch, store::tool_output output,
                                          std::string name) override {
     return db_.record_tool_result(job_id, epoch, std::move(output), std::move(name)).get();

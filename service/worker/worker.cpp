@@ -7,6 +7,7 @@
 #include "worker/worker.h"
 #include "worker/call_ids.h"
 #include "worker/control_plane.h"
+#include "worker/end_batcher.h"
 #include "worker/job_pool.h"
 
 #include <pthread.h>
@@ -175,6 +176,11 @@ struct job_ctx {
   queue::delivery delivery;
   uint64_t job_key = 0;                    // engine KV key: of the job, or of its previous_response_id chain
   bool keep_kv = false;                    // a stored response: its KV outlives it (response_kv_ttl_s)
+  bool batch_class = false;                // priority batch: its end joins a group (end_batcher.h)
+  // A "parked" timeline span may be open: recorded by this loop, or by an earlier claim's (epoch > 1).
+  // NOTE: without it every job closed spans it never had (an UPDATE on the timeline's own connection,
+  // twice per job, contending with the store's writer for SQLite's write lock).
+  bool park_open = false;
   int64_t created_ms = 0;                  // the job's submission (job latency metric)
   std::string tenant;                      // the job's tenant (with job_id: whose secret signs its tool calls)
   int64_t deadline_ms = 0;                 // wall clock; 0 = none
@@ -212,6 +218,7 @@ struct worker::impl {
   std::atomic<bool> superseded{false};         // another run took `id` over: claim nothing more
   std::atomic<int64_t> n_fenced_at_start{0};
   int64_t started_ms = 0;
+  std::unique_ptr<end_batcher> ends;  // batch-class job ends in groups; nullptr = off (or not started)
   job_pool pool;  // NOTE: last: destroyed (joined) first, before anything its tasks use
 
   impl(worker_options o, std::shared_ptr<engine> e, std::unique_ptr<control_plane> owned, control_plane& cp,
@@ -252,6 +259,14 @@ struct worker::impl {
   int32_t n_active() {
     std::lock_guard lock(mu);
     return static_cast<int32_t>(active.size());
+  }
+
+  // Held jobs whose loop has not ended (snapshot()'s size, without the copies).
+  int32_t n_running() {
+    std::lock_guard lock(mu);
+    int32_t n = 0;
+    for (auto& [k, c] : active) n += c->done ? 0 : 1;
+    return n;
   }
 
   void reap() {
@@ -342,6 +357,7 @@ struct worker::impl {
     auto ctx = std::make_shared<job_ctx>();
     ctx->job_id = d.job_id;
     ctx->epoch = c.won->epoch;
+    ctx->park_open = ctx->epoch > 1;
     ctx->delivery = d;
     ctx->job_key = job_key_of(kv_chain_of(c.won->job.request_json, d.job_id));
     // NOTE: the engine runs one turn per key at a time: a second continuation of the same chain
@@ -556,7 +572,10 @@ struct worker::impl {
     const bool with_turn = turn.has_value();
     step.turn = std::move(turn);
     step.end = store::job_end{st, result.dump(), error, usage};
-    auto ws = db.commit_step(c.job_id, c.epoch, std::move(step));
+    // A batch-class job's end shares its group's transaction and ack round trip (acked when ok).
+    const bool grouped = ends && c.batch_class;
+    auto ws = grouped ? ends->commit_end({c.job_id, c.epoch, std::move(step)}, c.delivery, c.fault_subject)
+                      : db.commit_step(c.job_id, c.epoch, std::move(step));
     if (ws != write_status::ok) {
       on_lost(c);
       return false;
@@ -570,12 +589,12 @@ struct worker::impl {
     obs::observe_finish(c.created_ms, now, store::to_string(st));
     spdlog::info("worker {}: job {} {} after {} turns{}", id, c.job_id, store::to_string(st), usage.turns,
                  error.empty() ? "" : ": " + error);
-    if (options.timeline) options.timeline->close_open(c.job_id, c.epoch, "parked", now);
+    close_parked(c, now);
     if (c.keep_kv && options.response_kv_ttl_s > 0 && (st == job_status::completed || st == job_status::incomplete))
       retain_kv(c);
     else
       release_kv(c);
-    ack(c);
+    if (!grouped) ack(c);
     return true;
   }
 
@@ -639,8 +658,11 @@ struct worker::impl {
     c.created_ms = row.created_ms;
     c.tenant = row.tenant;
     c.keep_kv = spec->keep_kv;
+    c.batch_class = row.priority == store::job_priority::batch;
 
-    auto rows = db.read_transcript(c.job_id, c.epoch);
+    // NOTE: a first claim (epoch 1) has no transcript to read: its rows are only ever written under
+    // a lease (fenced on its epoch), and no lease came before this one. A read saved per job.
+    auto rows = c.epoch == 1 ? std::vector<store::transcript_row>{} : db.read_transcript(c.job_id, c.epoch);
     if (rows.empty()) {
       std::vector<store::transcript_row> input;
       for (auto& m : spec->messages) {
@@ -737,7 +759,7 @@ struct worker::impl {
           s->append_event(jid, epoch, "token", json{{"text", std::string(piece)}}.dump());  // NOTE: not awaited
         };
       }
-      if (options.timeline) options.timeline->close_open(c.job_id, c.epoch, "parked", store::now_ms());
+      close_parked(c, store::now_ms());
       c.request_id = eng->submit(std::move(req), std::move(cb));
       if (c.cancelled || c.lost || c.deadline_hit || c.stopping) interrupt(c);  // raced with the poller
       fault_point("mid_decode", c.fault_subject);
@@ -867,6 +889,7 @@ struct worker::impl {
   // An open "parked" span; the next turn's submit (or the job's end) closes it.
   void record_parked(job_ctx& c, std::optional<int32_t> turn, double expected_wait_s) {
     if (!options.timeline) return;
+    c.park_open = true;
     obs::timeline_entry e;
     e.kind = "parked";
     e.start_ms = store::now_ms();
@@ -876,6 +899,12 @@ struct worker::impl {
     e.label = label;
     e.attrs = {{"expected_wait_s", expected_wait_s}, {"worker", id}};
     options.timeline->record(c.job_id, c.epoch, e);
+  }
+
+  void close_parked(job_ctx& c, int64_t now_ms) {
+    if (!options.timeline || !c.park_open) return;
+    options.timeline->close_open(c.job_id, c.epoch, "parked", now_ms);
+    c.park_open = false;
   }
 
   void record_tool(job_ctx& c, const tool_call& tc, int64_t start_ms, int32_t n_attempts, const http_tool_response& res) {
@@ -1021,6 +1050,18 @@ void worker::start() {
                  impl_->id, e.what());
   }
   impl_->q.ensure_groups(impl_->id, impl_->options.model);
+  if (impl_->options.batch_end_linger_us > 0) {
+    end_batcher_options eo;
+    eo.max_group = impl_->options.max_jobs;
+    eo.linger = std::chrono::microseconds(impl_->options.batch_end_linger_us);
+    end_batcher_deps deps;
+    impl* w = impl_.get();
+    deps.commit = [w](std::vector<store::step_item> items) { return w->db.commit_steps(std::move(items)); };
+    deps.ack = [w](const std::vector<queue::delivery>& ds) { w->q.ack_many(ds); };
+    deps.n_running = [w] { return w->n_running(); };
+    deps.before_ack = [](const std::string& subject) { fault_point("before_xack", subject); };
+    impl_->ends = std::make_unique<end_batcher>(eo, std::move(deps));
+  }
   impl_->announce(true, {});
   impl_->dispatcher = std::thread([this] {
     pthread_setname_np(pthread_self(), "aq-dispatch");  // per-thread profiles name it
@@ -1041,6 +1082,11 @@ void worker::stop() {
   while (impl_->n_active() > 0) {
     impl_->reap();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (impl_->ends) {
+    auto es = impl_->ends->stats();
+    spdlog::info("worker {}: {} batch-class job ends in {} groups", impl_->id, es.n_ends, es.n_groups);
+    impl_->ends.reset();  // no job thread is left to hand it an end
   }
   if (impl_->housekeeper.joinable()) impl_->housekeeper.join();
   if (impl_->start_engine) impl_->eng->stop();

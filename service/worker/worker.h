@@ -81,6 +81,9 @@ struct worker_options {
   // Empty function = every request unsigned.
   std::function<std::string(const std::string& job_id, const std::string& tenant)> tool_secret;
   std::string tool_allow_cidrs;        // SSRF allow-list for tool URLs, e.g. "127.0.0.0/8" (tests)
+  // A batch-class job's end waits up to this long for other jobs' ends to share one transaction and
+  // one ack round trip (worker/end_batcher.h); 0 = each job commits and acks alone.
+  int64_t batch_end_linger_us = 20000;
   int32_t max_deliveries = 5;          // claims before a job is dead-lettered
   http_tool_fn http_tool;              // empty = built-in client
   obs::timeline_sink* timeline = nullptr;  // records tool and KV-parking spans of job timelines; nullptr = none

@@ -169,6 +169,62 @@ TEST_CASE("kill at a fault point, resume on another worker from the last committ
   }
 }
 
+TEST_CASE("batch-class job ends in a group: killed after the group's commit, before its acks; each job ends once") {
+  test::temp_dir dir;
+  test::redis_server redis;
+  test::tool_server tools([](const test::tool_server::request&) { return std::pair{200, std::string(R"({"output":"7"})")}; });
+  std::string path = dir.file("jobs.db");
+  std::vector<std::string> ids;
+  {
+    std::string err;
+    store::store_options so;
+    so.path = path;
+    auto db = store::store::open(so, &err);
+    REQUIRE_MESSAGE(db, err);
+    queue::queue_options qo;
+    qo.redis.port = redis.port();
+    queue::queue q(qo, *db);
+    for (int i = 0; i < 6; ++i) {
+      json req = {{"messages", {{{"role", "user"}, {"content", "go " + std::to_string(i)}}}},
+                  {"tools",
+                   {{{"type", "function"},
+                     {"function", {{"name", "effect"}, {"parameters", {{"type", "object"}}}}},
+                     {"execution", {{"type", "http"}, {"url", tools.url()}, {"timeout_ms", 5000}, {"max_retries", 0}}}}}}};
+      store::new_job nj;
+      nj.tenant = "t";
+      nj.request_json = req.dump();
+      nj.priority = store::job_priority::batch;
+      ids.push_back(db->create_job(nj).get().job.id);
+    }
+    while (q.relay_once() > 0) {
+    }
+  }
+  // NOTE: the child dies at the first job's ack of its first group of ends (worker/end_batcher):
+  // that group is committed, none of it acked.
+  pid_t child = spawn_worker(path, redis.port(), "before_xack", 800, 10000);
+  CHECK(wait_exit(child) == 137);
+
+  parts p(path, redis.port(), "survivor", 30000);
+  p.q->start_relay();
+  p.w->start();
+  std::vector<store::job_row> rows;
+  for (auto& id : ids) rows.push_back(wait_terminal(*p.db, id));
+  for (int i = 0; i < 250 && redis.command({"XLEN", "agentq:jobs:batch"}) != ":0"; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the stale entries are reclaimed and acked
+  p.w->stop();
+  p.q->stop_relay();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    CAPTURE(i);
+    CHECK(rows[i].status == job_status::completed);
+    CHECK(json::parse(rows[i].result_json)["content"] == "done: 7");
+    CHECK(count_rows(*p.db, ids[i], "assistant") == 2);  // no turn generated twice
+    CHECK(count_rows(*p.db, ids[i], "user") == 1);       // input written once
+    CHECK(count_calls(tools, worker::make_call_id(ids[i], 0, 0)) == 1);
+  }
+  CHECK(p.eng->requests().size() < 2 * ids.size());  // the group the child committed is not run again
+  CHECK(redis.command({"XLEN", "agentq:jobs:batch"}) == ":0");
+}
+
 TEST_CASE("SIGSTOP past the lease: the new owner finishes, the paused worker's writes are fenced") {
   test::temp_dir dir;
   test::redis_server redis;

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Paired A/B of agentqd's CPU per Batch-API job end to end (issue 29, docs/queue_perf.md): for each
+# round, binary A then binary B (each a fresh all-in-one agentqd with its embedded redis, WAL +
+# synchronous=FULL + AOF everysec as always): a 200-line warm-up batch, then an N-line batch
+# (1-token chat completions sharing a system prompt: scripts/bench/batch_accept.py) uploaded and run
+# to completed; agentqd's CPU-s per 1,000 lines from upload to completed, jobs/s and the 1-min load.
+# With PERF=1 also a perf record -g of side B's timed batch (perf report printed: top self symbols).
+#   scripts/bench/batch_cpu_ab.sh BIN_DIR_A BIN_DIR_B [LINES] [ROUNDS]   (default 3000, 3)
+# ARGS_A / ARGS_B: extra agentqd flags per side. Prints one line per run and one JSON line: medians
+# and the paired ratios B/A.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin_a=$1
+bin_b=$2
+n_lines=${3:-3000}
+rounds=${4:-3}
+model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
+source scripts/bench/agentqd_bench.sh
+bench_init bcpu
+
+run_one() {  # bin_dir label extra_args -> prints "label cpu_per_1000 jobs_per_s load"
+  local bin=$1 label=$2 d="$tmp/$2.$RANDOM"
+  local -a extra_args
+  read -r -a extra_args <<<"$3"
+  bench_start "$bin" "$d" "${extra_args[@]}"
+  local key
+  key=$(bench_key cpu)
+  python3 scripts/bench/batch_accept.py --url "$url" --key "$key" --lines 200 --pid "$pid" --wait >/dev/null
+  local load perf_pid="" out
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  if [ "${PERF:-0}" = 1 ] && [ "$label" = B ]; then
+    perf record -g -p "$pid" -o "$tmp/perf.data" 2>/dev/null &
+    perf_pid=$!
+    sleep 0.5
+  fi
+  out=$(python3 scripts/bench/batch_accept.py --url "$url" --key "$key" --lines "$n_lines" --pid "$pid" --wait | tail -n 1)
+  if [ -n "$perf_pid" ]; then
+    kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true
+    perf report -i "$tmp/perf.data" --no-children -g none --sort dso,sym --percent-limit 0.7 --stdio 2>/dev/null |
+      grep '%' | cut -c1-150 | head -40 >&2
+    perf report -i "$tmp/perf.data" --no-children -g none --sort comm --stdio 2>/dev/null | grep '%' | head -15 >&2
+    [ -n "${PERF_OUT:-}" ] && cp "$tmp/perf.data" "$PERF_OUT"
+  fi
+  bench_stop
+  python3 - "$label" "$load" "$n_lines" "$out" <<'PY'
+import json, sys
+label, load, n, d = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+assert d.get("batch_final") == "completed", d
+print(label, round(1000 * d["end_to_end_cpu_s"] / n, 3), d["end_to_end_jobs_per_s"], load)
+PY
+}
+
+: >"$tmp/results"
+for r in $(seq 1 "$rounds"); do
+  for side in A B; do
+    if [ $side = A ]; then line=$(run_one "$bin_a" A "${ARGS_A:-}"); else line=$(run_one "$bin_b" B "${ARGS_B:-}"); fi
+    echo "round $r: $line" | tee -a "$tmp/results" >&2
+  done
+done
+python3 - "$tmp/results" <<'PY'
+import json, statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+a = [float(r[3]) for r in rows if r[2] == "A"]
+b = [float(r[3]) for r in rows if r[2] == "B"]
+ja = [float(r[4]) for r in rows if r[2] == "A"]
+jb = [float(r[4]) for r in rows if r[2] == "B"]
+print(json.dumps({"cpu_s_per_1000_A": a, "cpu_s_per_1000_B": b, "median_A": statistics.median(a),
+                  "median_B": statistics.median(b), "paired_ratio_B_over_A": [round(y / x, 3) for x, y in zip(a, b)],
+                  "jobs_per_s_A": ja, "jobs_per_s_B": jb, "load_1min": [float(r[5]) for r in rows]}))
+PY
