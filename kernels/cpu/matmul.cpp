@@ -610,7 +610,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
   const int kb_pair = static_cast<int>((n_x + (n_x + 7) / 8 - 1) / ((n_x + 7) / 8));  // ceil(n_x / ceil(n_x / 8))
   const int64_t n_l1 =
       few ? n_x : std::max<int64_t>(mb_t, static_cast<int64_t>((20u << 10) / std::max<size_t>(x_stride, 1)) / mb_t * mb_t);
-  const uint8_t* xs[mb_max];
+  const uint8_t* xs[12];  // up to 12 inputs a call (mk_q4_k_x8_pair<12>)
 #if AGENTQ_KERNELS_AVX512VNNI
   if (t == weight_type::q8_0_x8 && few_pair && n_x >= 4) {
     // Q8_0, few inputs: two groups per call, up to 8 inputs (mk_q8_0_x8_pair), against a copy of
@@ -662,18 +662,29 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
     using pair_fn = void (*)(const uint8_t*, const uint8_t*, const uint8_t* const*, const int32_t* const*, int64_t,
                              float*, const uint8_t*, const uint8_t*);
     using avx512::mk_q4_k_x8_pair;
-    static constexpr pair_fn pair[9] = {nullptr,            mk_q4_k_x8_pair<1>, mk_q4_k_x8_pair<2>,
-                                        mk_q4_k_x8_pair<3>, mk_q4_k_x8_pair<4>, mk_q4_k_x8_pair<5>,
-                                        mk_q4_k_x8_pair<6>, mk_q4_k_x8_pair<7>, mk_q4_k_x8_pair<8>};
+    // NOTE: 12 inputs a call where there are 12: GCC does not fully unroll mk_q4_k_x8_pair<12>
+    // and keeps its input pointers and accumulators in registers, while <5>..<11> unroll into
+    // spills (Zen 5, one group pair in L1, thread CPU clock: per input <12> 0.77x the time of
+    // <8>, <16> 0.83-0.95x, <17>+ 1.7-2.2x; <5>..<11> within +-10% of <8>, <11> up to 1.2x).
+    static constexpr pair_fn pair[13] = {nullptr,             mk_q4_k_x8_pair<1>,  mk_q4_k_x8_pair<2>,
+                                         mk_q4_k_x8_pair<3>,  mk_q4_k_x8_pair<4>,  mk_q4_k_x8_pair<5>,
+                                         mk_q4_k_x8_pair<6>,  mk_q4_k_x8_pair<7>,  mk_q4_k_x8_pair<8>,
+                                         nullptr,             nullptr,             nullptr,
+                                         mk_q4_k_x8_pair<12>};
+    // Inputs for the next call of a block with `left` inputs to go: 12 while 12 are left, then
+    // what remains in one call (up to 8) or two of about equal size (9..11).
+    auto next_kb = [](int64_t left) {
+      if (left >= 12) return 12;
+      if (left <= 8) return static_cast<int>(left);
+      return static_cast<int>((left + 1) / 2);
+    };
     const int64_t nb = n_cols / qk_k;
     thread_local std::vector<int32_t> sums;
     sums.resize(static_cast<size_t>(n_x * nb * 4));
     q4_k_sub_sums(qx, x_stride, n_x, nb, sums.data());
-    const int32_t* sp[mb_max];
-    float o2[16 * 8];
-    // few_pair: 5..8 inputs in one call, 9..16 in two of about equal size, 17..24 in three.
-    const int kb_max = !few_pair ? 8 : kb_pair;
-    const int64_t n_blk = few_pair ? n_x : std::max<int64_t>(8, n_l1 / 8 * 8);
+    const int32_t* sp[12];
+    float o2[16 * 12];
+    const int64_t n_blk = few_pair ? n_x : std::max<int64_t>(12, n_l1 / 12 * 12);
     const int64_t n_chunk2 =
         few_pair ? g_end - g_begin
             : std::max<int64_t>(2, static_cast<int64_t>((128u << 10) / std::max<size_t>(group_bytes, 1)) / 2 * 2);
@@ -687,7 +698,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
           const uint8_t* n0 = few_pair && g + 2 < g_end ? wg + 2 * group_bytes : nullptr;
           const uint8_t* n1 = few_pair && g + 3 < g_end ? wg + 3 * group_bytes : n0;
           for (int64_t b = b1; b < b1_end;) {
-            const int kb = static_cast<int>(std::min<int64_t>(kb_max, b1_end - b));
+            const int kb = next_kb(b1_end - b);
             for (int i = 0; i < kb; ++i) {
               xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
               sp[i] = sums.data() + (b + i) * nb * 4;
