@@ -19,7 +19,9 @@
 // which rewrite what they read, so "repetitive" is a real rewrite with no Predicted Output.
 // decode_tok_per_s_*: the same tokens over the time from the first text out (the prefill left
 // out; each sequence's first token is not counted); decode_tok_per_cpu_s_*: the same over the
-// process's CPU time (what a decode costs, whoever else shares the host). Every line also reports copied: the fraction of "on" output tokens that continue an earlier
+// process's CPU time (what a decode costs, whoever else shares the host); tok_per_cpu_s_* and
+// ratio_cpu_all: all generated tokens over the CPU time from submit, the prefill included (the
+// wall ratio's counterpart on a loaded host; the pool's spin-waits count too). Every line also reports copied: the fraction of "on" output tokens that continue an earlier
 // occurrence of the 3 tokens before them (what a rewriting model does), so the premise is visible.
 // --only on|off: time one engine only (for perf record; the ratios then read 0 or inf).
 // --max-draft K, --step-tokens N: the "on" engine's spec_max_draft and spec_step_tokens (0:
@@ -67,6 +69,7 @@ struct run_result {
   double tok_per_s = 0;         // generated tokens over the wall time from submit (with the prefill)
   double decode_tok_per_s = 0;  // generated tokens after each one's first, from the first text out
   double decode_tok_per_cpu_s = 0;  // the same over the process's CPU time (both threads) then
+  double tok_per_cpu_s = 0;  // generated tokens over the process's CPU time from submit (with the prefill)
   int64_t generated = 0, accepted = 0, rejected = 0;
 };
 
@@ -76,6 +79,7 @@ run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int
   std::vector<bool> done(prompts.size(), false);
   run_result r;
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = cpu_seconds();
   auto t_first = t0;
   double cpu_first = 0;
   bool any_text = false;
@@ -105,7 +109,9 @@ run_result run(engine& e, const std::vector<std::vector<token_id>>& prompts, int
   const auto t1 = std::chrono::steady_clock::now();
   r.tok_per_s = double(r.generated) / std::chrono::duration<double>(t1 - t0).count();
   r.decode_tok_per_s = double(r.generated - int64_t(prompts.size())) / std::chrono::duration<double>(t1 - t_first).count();
-  r.decode_tok_per_cpu_s = double(r.generated - int64_t(prompts.size())) / (cpu_seconds() - cpu_first);
+  const double cpu1 = cpu_seconds();
+  r.decode_tok_per_cpu_s = double(r.generated - int64_t(prompts.size())) / (cpu1 - cpu_first);
+  r.tok_per_cpu_s = double(r.generated) / (cpu1 - cpu0);
   return r;
 }
 
@@ -251,7 +257,7 @@ int main(int argc, char** argv) {
       const auto* pp = predicted ? &preds : nullptr;
       run(*on, prompts, 4, temp, pp);  // warm-up
       run(*off, prompts, 4, temp, pp);
-      std::vector<double> t_on, t_off, paired, d_on, d_off, c_on, c_off;
+      std::vector<double> t_on, t_off, paired, d_on, d_off, c_on, c_off, w_on, w_off;
       std::vector<std::vector<token_id>> outs(prompts.size());
       run_result last_on;
       for (int r = 0; r < reps; ++r) {
@@ -261,12 +267,14 @@ int main(int argc, char** argv) {
           t_off.push_back(o.tok_per_s);
           d_off.push_back(o.decode_tok_per_s);
           c_off.push_back(o.decode_tok_per_cpu_s);
+          w_off.push_back(o.tok_per_cpu_s);
         };
         if (r % 2) run_off();
         last_on = only == "off" ? run_result{} : run(*on, prompts, gen, temp, pp, &outs);
         t_on.push_back(last_on.tok_per_s);
         d_on.push_back(last_on.decode_tok_per_s);
         c_on.push_back(last_on.decode_tok_per_cpu_s);
+        w_on.push_back(last_on.tok_per_cpu_s);
         if (r % 2 == 0) run_off();
         paired.push_back(t_on.back() / t_off.back());  // the two runs next to each other
       }
@@ -274,9 +282,10 @@ int main(int argc, char** argv) {
       const int64_t proposed = last_on.accepted + last_on.rejected;
       std::printf(
           "{\"bench\":\"spec\",\"draft\":%s,\"workload\":\"%s\",\"batch\":%d,\"tok_per_s_spec\":%.2f,\"tok_per_s_base\":%.2f,"
-          "\"ratio\":%.3f,\"ratio_paired\":%.3f,\"decode_tok_per_s_spec\":%.2f,\"decode_tok_per_s_base\":%.2f,\"ratio_decode\":%.3f,\"decode_tok_per_cpu_s_spec\":%.2f,\"decode_tok_per_cpu_s_base\":%.2f,\"ratio_cpu\":%.3f,\"copied\":%.3f,\"accepted\":%lld,\"rejected\":%lld,\"acceptance\":%.3f,\"accepted_per_generated\":%.3f}\n",
+          "\"ratio\":%.3f,\"ratio_paired\":%.3f,\"decode_tok_per_s_spec\":%.2f,\"decode_tok_per_s_base\":%.2f,\"ratio_decode\":%.3f,\"decode_tok_per_cpu_s_spec\":%.2f,\"decode_tok_per_cpu_s_base\":%.2f,\"ratio_cpu\":%.3f,\"tok_per_cpu_s_spec\":%.2f,\"tok_per_cpu_s_base\":%.2f,\"ratio_cpu_all\":%.3f,\"copied\":%.3f,\"accepted\":%lld,\"rejected\":%lld,\"acceptance\":%.3f,\"accepted_per_generated\":%.3f}\n",
           draft.empty() ? "false" : "true", workload, batch, a, b, a / b, median(paired), median(d_on),
           median(d_off), median(d_on) / median(d_off), median(c_on), median(c_off), median(c_on) / median(c_off),
+          median(w_on), median(w_off), median(w_on) / median(w_off),
           copied_fraction(prompts, outs), (long long)last_on.accepted, (long long)last_on.rejected,
           proposed ? double(last_on.accepted) / double(proposed) : 0.0,
           last_on.generated ? double(last_on.accepted) / double(last_on.generated) : 0.0);
