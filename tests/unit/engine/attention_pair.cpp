@@ -1,4 +1,5 @@
-// Decode attention of two GQA heads at once (attend_head_pair) against one head at a time
+// Decode attention of two GQA heads at once (attend_head_pair), and many queries of one head at
+// once (attend, n_q > 1: quads and pairs of queries), against one at a time
 // (attend): the same bits for F32 and F16 K/V, head dims 64 and 128, any position (the 8-key
 // groups and their tail), a sliding window, a soft-cap and per-head sinks.
 #include <doctest/doctest.h>
@@ -70,6 +71,65 @@ TEST_CASE("two heads of one K/V head at once give each head's own attention, bit
           attend_head_pair(a, b, qa.data(), qb.data(), pos, pair_a.data(), pair_b.data(), scores.data());
           CHECK(std::memcmp(one_a.data(), pair_a.data(), sizeof(float) * static_cast<size_t>(hd)) == 0);
           CHECK(std::memcmp(one_b.data(), pair_b.data(), sizeof(float) * static_cast<size_t>(hd)) == 0);
+        }
+      }
+    }
+  }
+}
+
+// Many queries of one head at once (a verify pass, a prefill chunk: the packed path with its
+// query quads and pairs) against one query per call (decode's path), bit for bit: every n_q
+// from 1 to 11 (quads, a pair, a single left over), at positions that start and end inside
+// and on the 4- and 8-key groups, F32 and F16 K/V, head dims 64 / 128 / 72 (no wide kernel),
+// with and without a window (windowed heads skip the quads).
+TEST_CASE("n_q queries of one head at once give each query's own attention, bit for bit") {
+  std::mt19937 rng(32);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (kv_dtype dt : {kv_dtype::f32, kv_dtype::f16}) {
+    for (int32_t hd : {64, 128, 72}) {
+      kv_layout l;
+      l.n_layer = 1;
+      l.n_head_kv = 1;
+      l.head_dim = hd;
+      l.block_size = 16;
+      l.dtype = dt;
+      l.head_major = true;
+      const int32_t n_blocks = 12;  // 192 positions
+      kv_store kv(l, n_blocks);
+      std::vector<int32_t> table(n_blocks);
+      for (int32_t i = 0; i < n_blocks; ++i) table[size_t(i)] = n_blocks - 1 - i;
+      for (int32_t b = 0; b < n_blocks; ++b)
+        for (int32_t i = 0; i < l.block_size * hd; ++i) {
+          const float kf = nd(rng), vf = nd(rng);
+          if (dt == kv_dtype::f16) {
+            kv.k<uint16_t>(0, b)[i] = kernels::fp32_to_fp16(kf);
+            kv.v<uint16_t>(0, b)[i] = kernels::fp32_to_fp16(vf);
+          } else {
+            kv.k<float>(0, b)[i] = kf;
+            kv.v<float>(0, b)[i] = vf;
+          }
+        }
+      for (int32_t window : {0, 40}) {
+        for (int32_t pos0 : {0, 1, 3, 6, 8, 13, 64, 101, 170}) {
+          for (int32_t n_q = 1; n_q <= 11 && pos0 + n_q <= 16 * n_blocks; ++n_q) {
+            INFO("dtype ", int(dt), " head_dim ", hd, " window ", window, " pos0 ", pos0, " n_q ", n_q);
+            attention_args a;
+            a.kv = &kv;
+            a.block_table = table.data();
+            a.block_size = l.block_size;
+            a.token_stride = l.token_stride();
+            a.head_offset = 0;
+            a.head_dim = hd;
+            a.scale = 0.125f;
+            a.window = window;
+            std::vector<float> q(size_t(n_q) * hd), many(size_t(n_q) * hd), one(size_t(n_q) * hd),
+                scores(size_t(pos0 + n_q));
+            for (float& x : q) x = nd(rng);
+            attend(a, q.data(), hd, pos0, n_q, many.data(), hd, scores.data());
+            for (int32_t j = 0; j < n_q; ++j)
+              attend(a, q.data() + j * hd, hd, pos0 + j, 1, one.data() + j * hd, hd, scores.data());
+            CHECK(std::memcmp(many.data(), one.data(), sizeof(float) * many.size()) == 0);
+          }
         }
       }
     }
