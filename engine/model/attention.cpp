@@ -401,110 +401,6 @@ void attend_pair_avx512(const attention_args& a, const packed_rows& rows, const 
 #endif
 
 #if AGENTQ_ATTENTION_AVX2 && defined(__AVX512F__)
-// hsum8 of 4 vectors at once: out[i] = hsum8(v[i]) for i < 4, bit for bit (hsum8x8's sums).
-inline __m128 hsum4x8(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
-  const __m256 t0 = _mm256_add_ps(_mm256_permute2f128_ps(v0, v1, 0x20), _mm256_permute2f128_ps(v0, v1, 0x31));
-  const __m256 t1 = _mm256_add_ps(_mm256_permute2f128_ps(v2, v3, 0x20), _mm256_permute2f128_ps(v2, v3, 0x31));
-  // u = [v0: a0+a2, a1+a3, v2: a0+a2, a1+a3 | v1, v3 likewise], a_i = l_i + l_(i+4)
-  const __m256 u = _mm256_add_ps(_mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
-  // [s0, s2, s0, s2 | s1, s3, s1, s3] -> [s0, s1, s2, s3]
-  const __m256 w = _mm256_add_ps(_mm256_shuffle_ps(u, u, _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(u, u, _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm_unpacklo_ps(_mm256_castps256_ps128(w), _mm256_extractf128_ps(w, 1));
-}
-
-// Four queries of one head at consecutive positions (pos_a .. pos_a + 3) over packed rows, bit
-// for bit as four attend_one_avx2 calls (a verify pass, prefill), for heads without a window,
-// soft-cap or sink. As attend_pair_avx512, with two zmm per step: X holds queries 0 and 1 (low /
-// high half), Y queries 2 and 3, so each K or V chunk is broadcast once for four queries, not two.
-// Keys go 4 at a time (hsum4x8; the scores' bits do not depend on the grouping), the keys past
-// pos_a one by one as each query's own call does, and in the V pass each query's extra keys
-// come last, in order. NOTE: why: a verify pass's attention (up to 17 queries of a head over a
-// few hundred rows) broadcast every chunk once per query pair; 110M Q4_K rewrite on Zen 5:
-// attention ~28% of the speculative decode.
-template <int NV>
-void attend_quad_avx512(const attention_args& a, const packed_rows& rows, const float* q, int64_t q_stride,
-                        int32_t pos_a, float* out, int64_t out_stride, float* const s[4]) {
-  static_assert(NV % 8 == 0);
-  const float* qj[4] = {q, q + q_stride, q + 2 * q_stride, q + 3 * q_stride};
-  __m512 qx[NV], qy[NV];
-  for (int c = 0; c < NV; ++c) {
-    qx[c] = kernels::join_halves(_mm256_loadu_ps(qj[0] + 8 * c), _mm256_loadu_ps(qj[1] + 8 * c));
-    qy[c] = kernels::join_halves(_mm256_loadu_ps(qj[2] + 8 * c), _mm256_loadu_ps(qj[3] + 8 * c));
-  }
-  const int32_t na = pos_a + 1;  // keys every query reads: [0, na); query j also reads na .. na + j - 1
-  auto k_row = [&](int32_t t) { return rows.k + size_t(t) * rows.stride; };
-  const __m128 scale = _mm_set1_ps(a.scale);
-  __m128 mx[4];
-  for (int j = 0; j < 4; ++j) mx[j] = _mm_set1_ps(-INFINITY);
-  int32_t t = 0;
-  for (; t + 4 <= na; t += 4) {
-    __m512 ax[4], ay[4];
-    for (int i = 0; i < 4; ++i) {
-      const __m512 kv = kernels::broadcast8(k_row(t + i));
-      ax[i] = _mm512_mul_ps(qx[0], kv);
-      ay[i] = _mm512_mul_ps(qy[0], kv);
-    }
-    for (int c = 1; c < NV; ++c)
-      for (int i = 0; i < 4; ++i) {
-        const __m512 kv = kernels::broadcast8(k_row(t + i) + 8 * c);
-        ax[i] = _mm512_fmadd_ps(qx[c], kv, ax[i]);
-        ay[i] = _mm512_fmadd_ps(qy[c], kv, ay[i]);
-      }
-    const __m128 sc[4] = {
-        _mm_mul_ps(hsum4x8(kernels::low_half(ax[0]), kernels::low_half(ax[1]), kernels::low_half(ax[2]), kernels::low_half(ax[3])), scale),
-        _mm_mul_ps(hsum4x8(kernels::high_half(ax[0]), kernels::high_half(ax[1]), kernels::high_half(ax[2]), kernels::high_half(ax[3])), scale),
-        _mm_mul_ps(hsum4x8(kernels::low_half(ay[0]), kernels::low_half(ay[1]), kernels::low_half(ay[2]), kernels::low_half(ay[3])), scale),
-        _mm_mul_ps(hsum4x8(kernels::high_half(ay[0]), kernels::high_half(ay[1]), kernels::high_half(ay[2]), kernels::high_half(ay[3])), scale)};
-    for (int j = 0; j < 4; ++j) {
-      _mm_storeu_ps(s[j] + t, sc[j]);
-      mx[j] = _mm_max_ps(mx[j], sc[j]);  // max is exact: any order gives the same value
-    }
-  }
-  // The rest one key at a time, as attend_one_avx2's tail (query j through its own last key).
-  auto one = [&](const float* qv, int32_t u) {
-    __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(qv), load8(k_row(u)));
-    for (int c = 1; c < NV; ++c) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qv + 8 * c), load8(k_row(u) + 8 * c), acc);
-    return hsum8(acc) * a.scale;
-  };
-  __m256 inv[4];
-  for (int j = 0; j < 4; ++j) {
-    for (int32_t u = t; u < na + j; ++u) {
-      s[j][u] = one(qj[j], u);
-      mx[j] = _mm_max_ps(mx[j], _mm_set1_ps(s[j][u]));
-    }
-    const __m256 m = _mm256_set_m128(mx[j], mx[j]);
-    inv[j] = softmax_scores(a, s[j], 0, na + j, m);
-  }
-  const __m512 inv_x = kernels::join_halves(inv[0], inv[1]), inv_y = kernels::join_halves(inv[2], inv[3]);
-  for (int c0 = 0; c0 < NV; c0 += 8) {
-    __m512 ax[8], ay[8];
-    for (int c = 0; c < 8; ++c) ax[c] = ay[c] = _mm512_setzero_ps();
-    for (int32_t u = 0; u < na; ++u) {
-      const float* vt = rows.v + size_t(u) * rows.stride + 8 * c0;
-      const __m512 px = _mm512_mul_ps(kernels::join_halves(_mm256_broadcast_ss(s[0] + u), _mm256_broadcast_ss(s[1] + u)), inv_x);
-      const __m512 py = _mm512_mul_ps(kernels::join_halves(_mm256_broadcast_ss(s[2] + u), _mm256_broadcast_ss(s[3] + u)), inv_y);
-      for (int c = 0; c < 8; ++c) {
-        const __m512 vv = kernels::broadcast8(vt + 8 * c);
-        ax[c] = _mm512_fmadd_ps(px, vv, ax[c]);
-        ay[c] = _mm512_fmadd_ps(py, vv, ay[c]);
-      }
-    }
-    // Query j's keys na .. na + j - 1, in order, on its own 8-lane accumulators.
-    for (int c = 0; c < 8; ++c) {
-      __m256 r[4] = {kernels::low_half(ax[c]), kernels::high_half(ax[c]), kernels::low_half(ay[c]), kernels::high_half(ay[c])};
-      for (int j = 1; j < 4; ++j)
-        for (int32_t u = na; u < na + j; ++u) {
-          const __m256 p = _mm256_mul_ps(_mm256_broadcast_ss(s[j] + u), inv[j]);
-          r[j] = _mm256_fmadd_ps(p, load8(rows.v + size_t(u) * rows.stride + 8 * (c0 + c)), r[j]);
-        }
-      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + j * out_stride + 8 * (c0 + c), r[j]);
-    }
-  }
-}
-#endif
-
-#if AGENTQ_ATTENTION_AVX2 && defined(__AVX512F__)
 // 8 K/V elements in both halves of a zmm (an F16 row converted once for the two).
 inline __m512 load8x2(const float* p) { return kernels::broadcast8(p); }
 inline __m512 load8x2(const uint16_t* p) {
@@ -606,17 +502,7 @@ void attend_avx2(const attention_args& a, const Rows& rows, const float* q, int6
   if constexpr (std::is_same_v<Rows, packed_rows>) {
     if (a.head_dim == 64 || a.head_dim == 128) {
       thread_local std::vector<float> scores_b;
-      const size_t n_s = size_t(pos0 + n_q);
-      if (scores_b.size() < 3 * n_s) scores_b.resize(3 * n_s);
-      if (!adjusts(a)) {
-        float* const s4[4] = {scores, scores_b.data(), scores_b.data() + n_s, scores_b.data() + 2 * n_s};
-        for (; j + 4 <= n_q; j += 4) {
-          if (a.head_dim == 64)
-            attend_quad_avx512<8>(a, rows, q + j * q_stride, q_stride, pos0 + j, out + j * out_stride, out_stride, s4);
-          else
-            attend_quad_avx512<16>(a, rows, q + j * q_stride, q_stride, pos0 + j, out + j * out_stride, out_stride, s4);
-        }
-      }
+      if (scores_b.size() < size_t(pos0 + n_q)) scores_b.resize(size_t(pos0 + n_q));
       for (; j + 2 <= n_q; j += 2) {
         const float* qa = q + j * q_stride;
         float* oa = out + j * out_stride;

@@ -1,5 +1,5 @@
 // Decode attention of two GQA heads at once (attend_head_pair), and many queries of one head at
-// once (attend, n_q > 1: quads and pairs of queries), against one at a time
+// once (attend, n_q > 1: the packed path and its query pairs), against one at a time
 // (attend): the same bits for F32 and F16 K/V, head dims 64 and 128, any position (the 8-key
 // groups and their tail), a sliding window, a soft-cap and per-head sinks.
 #include <doctest/doctest.h>
@@ -78,10 +78,10 @@ TEST_CASE("two heads of one K/V head at once give each head's own attention, bit
 }
 
 // Many queries of one head at once (a verify pass, a prefill chunk: the packed path with its
-// query quads and pairs) against one query per call (decode's path), bit for bit: every n_q
-// from 1 to 11 (quads, a pair, a single left over), at positions that start and end inside
-// and on the 4- and 8-key groups, F32 and F16 K/V, head dims 64 / 128 / 72 (no wide kernel),
-// with and without a window (windowed heads skip the quads).
+// query pairs) against one query per call (decode's path), bit for bit: every n_q
+// from 1 to 11 (pairs and a single left over), at positions that start and end inside
+// and on the 8-key groups, F32 and F16 K/V, head dims 64 / 128 / 72 (no wide kernel),
+// with and without a window.
 TEST_CASE("n_q queries of one head at once give each query's own attention, bit for bit") {
   std::mt19937 rng(32);
   std::normal_distribution<float> nd(0.0f, 1.0f);
