@@ -664,8 +664,9 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
     using avx512::mk_q4_k_x8_pair;
     // NOTE: 12 inputs a call where there are 12: GCC does not fully unroll mk_q4_k_x8_pair<12>
     // and keeps its input pointers and accumulators in registers, while <5>..<11> unroll into
-    // spills (Zen 5, one group pair in L1, thread CPU clock: per input <12> 0.77x the time of
-    // <8>, <16> 0.83-0.95x, <17>+ 1.7-2.2x; <5>..<11> within +-10% of <8>, <11> up to 1.2x).
+    // spills (Zen 5, one group pair in L1, thread CPU clock, per input, in <8>'s time: <12>
+    // 0.75-0.78, <13>..<16> 0.78-0.95, <17>..<24> 1.7-2.2, <5>..<11> 0.86-1.22 with no trend).
+    // 2048 x 768, one thread: 17 inputs (a 16-token verify) 140 -> 127-132 us, 12: 100-116 -> 88-90.
     static constexpr pair_fn pair[13] = {nullptr,             mk_q4_k_x8_pair<1>,  mk_q4_k_x8_pair<2>,
                                          mk_q4_k_x8_pair<3>,  mk_q4_k_x8_pair<4>,  mk_q4_k_x8_pair<5>,
                                          mk_q4_k_x8_pair<6>,  mk_q4_k_x8_pair<7>,  mk_q4_k_x8_pair<8>,
