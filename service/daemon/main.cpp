@@ -47,6 +47,7 @@
 #include "queue/redis_url.h"
 #include "store/store.h"
 #include "util/crypto.h"
+#include "util/thread_priority.h"
 #include "webhooks/dispatcher.h"
 #include "webhooks/signing.h"
 #include "worker/identity.h"
@@ -294,6 +295,13 @@ int run(const daemon::config& c) {
     auto& w = workers.emplace_back(std::make_unique<worker::worker>(wo, catalog.find(model), *st, q, true));
     w->start();
     samplers.emplace_back(std::make_unique<obs::engine_sampler>(*obs_db, catalog.find(model), w->id()))->start();
+  }
+  // NOTE: after the engines and workers started, so their threads exist (job threads started later
+  // inherit the dispatcher's nice value).
+  if (run_worker && c.worker_nice > 0) {
+    const int32_t n = util::lower_threads_named(util::worker_thread_names(), c.worker_nice, &err);
+    if (n < 0) spdlog::warn("--worker-nice: {}", err);
+    else spdlog::info("--worker-nice: {} job-running threads at nice +{}", n, c.worker_nice);
   }
   // NOTE: after this process's workers announced themselves, so jobs of a restart's outbox are not
   // marked "waiting" for a model that is about to be served here.
