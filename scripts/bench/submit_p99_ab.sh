@@ -79,5 +79,5 @@ for side in ("A", "B"):
     for i, k in enumerate(("p50_ms", "p90_ms", "p99_ms", "max_ms", "achieved_per_s", "errors", "cpu_s", "load"), 1):
         out[side + "_" + k] = statistics.median(float(r[i]) for r in rs)
     out[side + "_p99_runs"] = [float(r[3]) for r in rs]
-    out[side + "_server_within_10ms_pct_runs"] = [r[11] for r in rs]
+    out[side + "_server_within_10ms_pct_runs"] = [r[10] for r in rs]
 print(json.dumps(out))'
