@@ -2,7 +2,7 @@
 # Paired A/B of submit latency at a fixed rate (issue 29's "submit p99 <= 10 ms at 1,000 submits/s"):
 # for each round, binary A then binary B (each a fresh all-in-one agentqd with its embedded redis,
 # WAL + synchronous=FULL + AOF everysec as always, the worker running the jobs as they arrive):
-# 100 warm-up jobs, then POST /v1/jobs open loop at RATE/s for SECONDS s (queue_node.mjs submit, as
+# (the order alternates per round: AB, BA, ...) 100 warm-up jobs, then POST /v1/jobs open loop at RATE/s for SECONDS s (queue_node.mjs submit, as
 # queue.sh runs it), then the queue drained. Prints one line per run (p50 / p90 / p99 / max ms,
 # achieved rate, errors, agentqd CPU-s of the submit phase, 1-min load) and one JSON line of medians.
 #   scripts/bench/submit_p99_ab.sh BIN_DIR_A BIN_DIR_B [ROUNDS] [RATE] [SECONDS]   (default 3, 1000, 3)
@@ -25,6 +25,7 @@ bench_init qp99
 
 run_one() {  # bin_dir label extra_args -> "label p50 p90 p99 max achieved errors cpu_s load warmup_p99"
   local bin=$1 label=$2 d="$tmp/$2.$RANDOM"
+  sync
   local -a extra_args
   read -r -a extra_args <<<"$3"
   bench_start "$bin" "$d" "${extra_args[@]}"
@@ -64,10 +65,16 @@ PY
 
 lines=()
 for r in $(seq 1 "$rounds"); do
-  a=$(run_one "$bin_a" A "${ARGS_A:-}")
-  echo "$a" >&2
-  b=$(run_one "$bin_b" B "${ARGS_B:-}")
-  echo "$b" >&2
+  # NOTE: the order alternates (AB, BA, ...): the second run of a pair was measured slower in an A/A
+  # of one binary (p99 +10-14 ms in 3 of 3 pairs, session 21), the first run's files still being
+  # written back; and each run starts after a sync for the same reason.
+  if [ $((r % 2)) -eq 1 ]; then
+    a=$(run_one "$bin_a" A "${ARGS_A:-}"); echo "$a" >&2
+    b=$(run_one "$bin_b" B "${ARGS_B:-}"); echo "$b" >&2
+  else
+    b=$(run_one "$bin_b" B "${ARGS_B:-}"); echo "$b" >&2
+    a=$(run_one "$bin_a" A "${ARGS_A:-}"); echo "$a" >&2
+  fi
   lines+=("$a" "$b")
 done
 printf '%s\n' "${lines[@]}" | python3 -c '
