@@ -15,8 +15,9 @@ namespace agentq::util {
 
 const std::vector<std::string>& worker_thread_names() {
   // aq-engine: the engine's step loop; aq-engine-pool: its forward pass workers; aq-dispatch: the
-  // worker's claim loop (it starts the job threads, which inherit its nice value); aq-job: job threads.
-  static const std::vector<std::string> k = {"aq-engine", "aq-engine-pool", "aq-dispatch", "aq-job"};
+  // worker's claim loop (it starts the job threads, which inherit its nice value); aq-job: job threads;
+  // aq-job-ends: the worker's grouping of job ends (end_batcher, queue7b), where it exists.
+  static const std::vector<std::string> k = {"aq-engine", "aq-engine-pool", "aq-dispatch", "aq-job", "aq-job-ends"};
   return k;
 }
 
