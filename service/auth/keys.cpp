@@ -1,13 +1,13 @@
 // API key store over SQLite (see keys.h).
 #include "auth/keys.h"
 
+#include <chrono>
+
 #include "api/schema.h"
 #include "store/sqlite.h"
 #include "store/store.h"
 #include "util/crypto.h"
 #include "webhooks/signing.h"
-
-#include <chrono>
 
 namespace agentq::auth {
 

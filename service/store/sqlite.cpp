@@ -39,8 +39,8 @@ void sqlite_db::set_fine_busy_wait(int32_t timeout_ms) {
       db_,
       [](void* ctx, int n_prior) -> int {
         constexpr int k_n_fine = 50;  // 50 x 100 us = the first 5 ms
-        const int64_t waited_us = n_prior < k_n_fine ? int64_t(n_prior) * 100
-                                                     : k_n_fine * 100 + int64_t(n_prior - k_n_fine) * 1000;
+        const int64_t waited_us =
+            n_prior < k_n_fine ? int64_t(n_prior) * 100 : k_n_fine * 100 + int64_t(n_prior - k_n_fine) * 1000;
         if (waited_us >= int64_t(static_cast<sqlite_db*>(ctx)->fine_busy_timeout_ms_) * 1000) return 0;  // SQLITE_BUSY
         std::this_thread::sleep_for(std::chrono::microseconds(n_prior < k_n_fine ? 100 : 1000));
         return 1;  // try again

@@ -1,13 +1,12 @@
 // API key authentication and its in-memory cache (auth/keys.h): a key is found; a revoke, a secret
 // rotation or a retention change made through the same key_store takes effect at once; one made by
 // another connection (another process on the same file) is seen within key_store::k_auth_cache_ms.
-#include "auth/keys.h"
-
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <thread>
 
+#include "auth/keys.h"
 #include "store/store.h"
 #include "temp_dir.h"
 
