@@ -2,6 +2,7 @@
 // step: schedule -> forward -> sample -> update -> stream / finish.
 #include "engine_impl.h"
 
+#include <pthread.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -571,7 +572,10 @@ void engine_impl::start() {
   std::lock_guard lk(inbox_mutex_);
   if (running_) return;
   running_ = true;
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "aq-engine");  // per-thread profiles (and --worker-nice) name it
+    loop();
+  });
 }
 
 void engine_impl::stop() {

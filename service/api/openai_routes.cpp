@@ -26,9 +26,9 @@ using http::response;
 
 namespace {
 
-// Insert the job (Idempotency-Key honoured as on POST /v1/jobs); the row, or the error response.
-std::optional<store::job_row> submit(const api_deps& deps, const auth::key_info& key, const request& req,
-                                     const openai_job& j, response* error) {
+// The job's insert (Idempotency-Key honoured as on POST /v1/jobs); nullopt and *error for a bad key.
+std::optional<store::new_job> new_job_of(const auth::key_info& key, const request& req, const openai_job& j,
+                                         response* error) {
   store::new_job nj;
   nj.tenant = key.tenant;
   nj.request_json = j.spec.dump();
@@ -45,7 +45,11 @@ std::optional<store::job_row> submit(const api_deps& deps, const auth::key_info&
     nj.idempotency_key = idem;
     nj.request_hash = crypto::sha256_hex(nj.request_json);
   }
-  auto res = deps.store->create_job(std::move(nj)).get();
+  return nj;
+}
+
+// The insert's outcome: the row (new, or the Idempotency-Key's existing one), or the error response.
+std::optional<store::job_row> row_of(const store::create_result& res, response* error) {
   switch (res.outcome) {
     case store::create_outcome::created: return res.job;
     case store::create_outcome::existing: return res.job;
@@ -59,6 +63,25 @@ std::optional<store::job_row> submit(const api_deps& deps, const auth::key_info&
   *error = error_response(error_kind::unavailable, "could not store the request right now; retry");
   error->headers.emplace_back("Retry-After", "1");
   return std::nullopt;
+}
+
+// NOTE: deferred (issue 29), as POST /v1/jobs: the insert goes to the store's writer and the io thread
+// back to its other connections; `answer` makes the response from the committed row on the
+// connection's io thread once the commit is durable, never before (a stream or a wait it returns
+// then runs on its own thread, as before). `answer` must not block.
+response deferred_submit(store::store* st, store::new_job nj, std::function<response(const store::job_row&)> answer) {
+  response deferred;
+  deferred.deferred = [st, nj = std::move(nj), answer = std::move(answer)](http::reply_fn reply) mutable {
+    st->create_job_async(std::move(nj), [reply = std::move(reply), answer](store::create_result r) {
+      auto made = std::make_shared<store::create_result>(std::move(r));
+      reply([made, answer] {
+        response error;
+        auto row = row_of(*made, &error);
+        return row ? answer(*row) : error;
+      });
+    });
+  };
+  return deferred;
 }
 
 // Follow one job's durable events from the start, handing each to on_event (true = the stream
@@ -197,22 +220,24 @@ void install_openai_routes(http::router& r, const api_options& options, const ap
           auto j = map_chat_request(*body, *deps.catalog, *deps.guard, options.limits, &err);
           if (!j) return from_validation(err);
           response error;
-          auto row = submit(deps, key, req, *j, &error);
-          if (!row) return error;
+          auto nj = new_job_of(key, req, *j, &error);
+          if (!nj) return error;
           store::store* st = deps.store;
-          std::string job_id = row->id;
-          if (!j->stream) return wait_and_answer(st, job_id, true, keepalive);
+          const bool stream = j->stream, usage = j->include_usage;
           std::string model = j->spec.value("model", "");
-          bool usage = j->include_usage;
-          int64_t created = row->created_ms / 1000;
-          return sse([=](http::stream_sink& out) {
-            chat_stream_builder b(chat_id_of(job_id), model, created, usage, source_for(st, job_id, true));
-            bool over = follow_job(st, job_id, out, keepalive, ": keep-alive\n\n", [&](const store::job_event& e) {
-              for (const auto& payload : b.feed(e))
-                if (!out.write(chat_sse_frame(payload))) return true;
-              return b.done();
+          return deferred_submit(st, std::move(*nj), [st, stream, usage, model, keepalive](const store::job_row& row) {
+            std::string job_id = row.id;
+            if (!stream) return wait_and_answer(st, job_id, true, keepalive);
+            int64_t created = row.created_ms / 1000;
+            return sse([=](http::stream_sink& out) {
+              chat_stream_builder b(chat_id_of(job_id), model, created, usage, source_for(st, job_id, true));
+              bool over = follow_job(st, job_id, out, keepalive, ": keep-alive\n\n", [&](const store::job_event& e) {
+                for (const auto& payload : b.feed(e))
+                  if (!out.write(chat_sse_frame(payload))) return true;
+                return b.done();
+              });
+              if (!over || out.closed()) cancel_abandoned(st, job_id);
             });
-            if (!over || out.closed()) cancel_abandoned(st, job_id);
           });
         }));
 
@@ -247,11 +272,15 @@ void install_openai_routes(http::router& r, const api_options& options, const ap
           auto j = map_response_request(*body, chain ? &*chain : nullptr, *deps.catalog, *deps.guard, options.limits, &err);
           if (!j) return from_validation(err);
           response error;
-          auto row = submit(deps, key, req, *j, &error);
-          if (!row) return error;
-          if (j->stream) return response_stream(deps.store, row->id, -1, !j->background, keepalive);
-          if (j->background) return json_response(200, response_object(*row, {}));
-          return wait_and_answer(deps.store, row->id, false, keepalive);
+          auto nj = new_job_of(key, req, *j, &error);
+          if (!nj) return error;
+          const bool stream = j->stream, background = j->background;
+          return deferred_submit(deps.store, std::move(*nj),
+                                 [st = deps.store, stream, background, keepalive](const store::job_row& row) {
+                                   if (stream) return response_stream(st, row.id, -1, !background, keepalive);
+                                   if (background) return json_response(200, response_object(row, {}));
+                                   return wait_and_answer(st, row.id, false, keepalive);
+                                 });
         }));
 
   r.add("GET", "/v1/responses/{id}", authed([deps, keepalive, find_response, not_found](request& req, const auth::key_info& key) {

@@ -1,6 +1,8 @@
 // API key store over SQLite (see keys.h).
 #include "auth/keys.h"
 
+#include <chrono>
+
 #include "api/schema.h"
 #include "store/sqlite.h"
 #include "store/store.h"
@@ -101,9 +103,30 @@ std::optional<key_info> key_store::ensure(const std::string& bearer_key, const s
   }
 }
 
+namespace {
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+// NOTE: a bound on the cache's size: past it the cache is emptied (only valid keys enter, so this
+// takes that many live keys used within one k_auth_cache_ms).
+constexpr size_t k_auth_cache_max = 4096;
+}  // namespace
+
+void key_store::clear_cache() {
+  std::lock_guard lock(cache_mu_);
+  cache_.clear();
+}
+
 std::optional<key_info> key_store::authenticate(const std::string& bearer_key) {
   if (bearer_key.size() < 8 || bearer_key.size() > 200) return std::nullopt;
   const std::string hash = crypto::sha256_hex(bearer_key);
+  const int64_t now = steady_ms();
+  {
+    std::lock_guard lock(cache_mu_);
+    auto it = cache_.find(hash);
+    if (it != cache_.end() && it->second.expires_ms > now) return it->second.info;
+  }
   std::lock_guard lock(mu_);
   if (!auth_stmt_)
     auth_stmt_ = std::make_unique<store::sqlite_stmt>(
@@ -116,7 +139,15 @@ std::optional<key_info> key_store::authenticate(const std::string& bearer_key) {
   } guard{s};
   s.bind(1, hash);
   if (!s.step()) return std::nullopt;
-  return read_key(s);
+  key_info k = read_key(s);
+  {
+    // NOTE: under mu_ too, so a revoke() (which clears under mu_) cannot be overtaken by this insert
+    // of the key as read before the revoke.
+    std::lock_guard cache_lock(cache_mu_);
+    if (cache_.size() >= k_auth_cache_max) cache_.clear();
+    cache_[hash] = {k, now + k_auth_cache_ms};
+  }
+  return k;
 }
 
 std::optional<key_info> key_store::get(const std::string& key_id) {
@@ -139,6 +170,7 @@ std::vector<key_info> key_store::list(const std::string& tenant) {
 bool key_store::revoke(const std::string& key_id) {
   std::lock_guard lock(mu_);
   db_->prepare("UPDATE api_keys SET revoked_ms=? WHERE id=? AND revoked_ms=0").bind_all(store::now_ms(), key_id).run();
+  clear_cache();  // NOTE: a revocation takes effect at once in this process
   return db_->changes() > 0;
 }
 
@@ -146,6 +178,7 @@ std::optional<std::string> key_store::rotate_secret(const std::string& key_id) {
   std::string secret = webhooks::generate_secret();
   std::lock_guard lock(mu_);
   db_->prepare("UPDATE api_keys SET webhook_secret=? WHERE id=? AND revoked_ms=0").bind_all(secret, key_id).run();
+  clear_cache();
   if (db_->changes() == 0) return std::nullopt;
   return secret;
 }
@@ -158,6 +191,7 @@ bool key_store::set_retention_days(const std::string& key_id, int32_t days) {
   else
     s.bind(1, days);
   s.bind(2, key_id).run();
+  clear_cache();
   return db_->changes() > 0;
 }
 

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace agentq::store {
@@ -46,7 +47,11 @@ class key_store {
   std::optional<key_info> ensure(const std::string& bearer_key, const std::string& tenant, bool is_admin,
                                  std::string* error);
   // The active key matching this bearer key; nullopt for unknown or revoked keys.
+  // NOTE: a found key is remembered for k_auth_cache_ms (a SQLite read per request otherwise). A
+  // change made through this key_store (revoke, rotate_secret, set_retention_days) clears the cache
+  // at once; one made by another process (another agentqd on the same file) is seen within that bound.
   std::optional<key_info> authenticate(const std::string& bearer_key);
+  static constexpr int64_t k_auth_cache_ms = 1000;
   std::optional<key_info> get(const std::string& key_id);
   // tenant empty = all tenants.
   std::vector<key_info> list(const std::string& tenant = {});
@@ -66,6 +71,13 @@ class key_store {
   std::mutex mu_;
   std::unique_ptr<store::sqlite_db> db_;
   std::unique_ptr<store::sqlite_stmt> auth_stmt_;  // authenticate's query, prepared once (every request runs it)
+  struct cached_key {
+    key_info info;
+    int64_t expires_ms = 0;  // steady clock
+  };
+  std::mutex cache_mu_;  // NOTE: apart from mu_: a hit never waits for another request's SQLite read
+  std::unordered_map<std::string, cached_key> cache_;  // by SHA-256 hex of the bearer key; found keys only
+  void clear_cache();
 };
 
 }  // namespace agentq::auth

@@ -58,6 +58,10 @@ const char* usage() {
   --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
   --engine-threads N           CPU threads per engine (default 0 = one per core, split evenly between the models
                                a worker serves)
+  --worker-nice N              nice increment (0..19, default 10) of the threads that run jobs (engine loop
+                               and pool, the worker's dispatcher and job threads): on a busy host the HTTP
+                               threads and the store's writer get the CPUs first, so a submit does not wait
+                               behind a model step (docs/queue_perf.md, session 21); 0 = off
   --shutdown-spill-s S         on SIGTERM / worker drain, write resident KV to disk for S s at most (default 5)
   --spill-after-s S            a requires_action wait's KV is also written to disk after S s (default 5; -1 = never)
   --spill-budget-mb N          spill files per model at most; the latest-resuming are evicted (default 4096; 0 = no limit)
@@ -178,6 +182,10 @@ void set_option(config& c, const std::string& name, const std::string& v) {
     c.kv_type = v;
   }
   else if (name == "engine-threads") c.engine_threads = std::stoi(v);
+  else if (name == "worker-nice") {
+    c.worker_nice = std::stoi(v);
+    if (c.worker_nice < 0 || c.worker_nice > 19) throw std::invalid_argument("--worker-nice must be 0..19");
+  }
   else if (name == "spec") {
     if (v == "on" || v == "true") c.spec = true;
     else if (v == "off" || v == "false") c.spec = false;

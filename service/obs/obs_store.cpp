@@ -105,6 +105,14 @@ bool obs_store::record(const std::string& job_id, int64_t epoch, const timeline_
 bool obs_store::close_open(const std::string& job_id, int64_t epoch, const std::string& kind, int64_t end_ms) {
   std::lock_guard lock(mu_);
   try {
+    // NOTE: read first (issue 29): every job's end calls this, and most jobs have no open span. An
+    // UPDATE takes SQLite's write lock even when it changes nothing, and the store's writer then
+    // meets a busy lock and sleeps (1, 2, 5 ms ...) with every submit of its group waiting.
+    auto open =
+        db_->prepare("SELECT 1 FROM job_timeline WHERE job_id=?1 AND kind=?2 AND end_ms IS NULL AND is_mark=0 LIMIT 1");
+    open.bind_all(job_id, kind);
+    if (!open.step()) return true;
+    open.reset();
     db_->prepare(
            "UPDATE job_timeline SET end_ms=?1 WHERE job_id=?2 AND kind=?3 AND end_ms IS NULL AND is_mark=0 "
            "AND EXISTS (SELECT 1 FROM jobs WHERE id=?2 AND lease_epoch=?4 AND deleted_ms=0)")

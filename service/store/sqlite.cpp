@@ -3,6 +3,9 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
+#include <thread>
+
 namespace agentq::store {
 
 namespace {
@@ -29,6 +32,21 @@ sqlite_db::sqlite_db(const std::string& path, int32_t busy_timeout_ms, bool read
 }
 
 sqlite_db::~sqlite_db() { sqlite3_close_v2(db_); }
+
+void sqlite_db::set_fine_busy_wait(int32_t timeout_ms) {
+  fine_busy_timeout_ms_ = timeout_ms;
+  sqlite3_busy_handler(
+      db_,
+      [](void* ctx, int n_prior) -> int {
+        constexpr int k_n_fine = 50;  // 50 x 100 us = the first 5 ms
+        const int64_t waited_us =
+            n_prior < k_n_fine ? int64_t(n_prior) * 100 : k_n_fine * 100 + int64_t(n_prior - k_n_fine) * 1000;
+        if (waited_us >= int64_t(static_cast<sqlite_db*>(ctx)->fine_busy_timeout_ms_) * 1000) return 0;  // SQLITE_BUSY
+        std::this_thread::sleep_for(std::chrono::microseconds(n_prior < k_n_fine ? 100 : 1000));
+        return 1;  // try again
+      },
+      this);
+}
 
 void sqlite_db::exec(const std::string& sql) {
   char* err = nullptr;

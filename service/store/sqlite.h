@@ -33,9 +33,14 @@ class sqlite_db {
   int64_t last_insert_rowid() const;
   int32_t user_version();
   sqlite3* handle() { return db_; }
+  // Replace SQLite's busy wait (sleeps of 1, 2, 5, 10 ... 100 ms: it can sleep on for tens of ms
+  // after the other connection let go) with a poll every 100 us for the first 5 ms, then every
+  // 1 ms, up to timeout_ms in all. For the latency-critical connection (the store's writer).
+  void set_fine_busy_wait(int32_t timeout_ms);
 
  private:
   sqlite3* db_ = nullptr;
+  int32_t fine_busy_timeout_ms_ = 0;
 };
 
 class sqlite_stmt {
