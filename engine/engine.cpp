@@ -1,6 +1,7 @@
 // agentq::engine: load, submit/cancel/park/release through a locked inbox, and the
 // step: schedule -> forward -> sample -> update -> stream / finish.
 #include "engine_impl.h"
+#include <agentq/thread_class.h>
 
 #include <pthread.h>
 #include <algorithm>
@@ -573,7 +574,7 @@ void engine_impl::start() {
   if (running_) return;
   running_ = true;
   thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "aq-engine");  // per-thread profiles (and --worker-nice) name it
+    util::name_thread("aq-engine", util::thread_class::throughput);  // per-thread profiles name it; --worker-nice lowers it
     loop();
   });
 }

@@ -1,6 +1,7 @@
 // Persistent thread pool: publish a job by bumping a generation counter; workers
 // spin on it for a short while, then sleep on a condition variable.
 #include "util/thread_pool.h"
+#include <agentq/thread_class.h>
 
 #include <pthread.h>
 #include <algorithm>
@@ -29,7 +30,7 @@ thread_pool::thread_pool(int32_t n_threads) {
   n_threads_ = n_threads;
   workers_.reserve(n_threads_ - 1);
   for (int32_t i = 1; i < n_threads_; ++i) workers_.emplace_back([this] {
-    pthread_setname_np(pthread_self(), "aq-engine-pool");  // per-thread profiles name it
+    util::name_thread("aq-engine-pool", util::thread_class::throughput);  // per-thread profiles name it; --worker-nice lowers it
     worker_main();
   });
 }

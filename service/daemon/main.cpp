@@ -47,7 +47,7 @@
 #include "queue/redis_url.h"
 #include "store/store.h"
 #include "util/crypto.h"
-#include "util/thread_priority.h"
+#include <agentq/thread_class.h>
 #include "webhooks/dispatcher.h"
 #include "webhooks/signing.h"
 #include "worker/identity.h"
@@ -75,6 +75,9 @@ int run(const daemon::config& c) {
   bool serve_api = c.role != daemon::role::worker;
   bool run_worker = c.role != daemon::role::api;
   std::string err;
+  // --worker-nice: the job-running threads (engine, dispatcher, job threads) yield the CPUs to the
+  // HTTP threads and the store's writer. Set before any of them starts: each takes it as it names itself.
+  util::set_throughput_nice(run_worker ? c.worker_nice : 0);
 
   // SSRF allow-list
   auto allow = net::parse_cidr_list(c.allow_addresses, &err);
@@ -296,18 +299,6 @@ int run(const daemon::config& c) {
     w->start();
     samplers.emplace_back(std::make_unique<obs::engine_sampler>(*obs_db, catalog.find(model), w->id()))->start();
   }
-  // --worker-nice: the job-running threads yield the CPUs to the HTTP threads and the store's writer.
-  // NOTE: applied now and again every second from the signal wait below: a thread names itself
-  // once it runs (the dispatcher may not have yet), and job threads start later (they inherit the
-  // nice value of the thread that starts them, but that one may not have had it yet either).
-  auto apply_worker_nice = [&c, run_worker](bool log) {
-    if (!run_worker || c.worker_nice <= 0) return;
-    std::string why;
-    const int32_t n = util::lower_threads_named(util::worker_thread_names(), c.worker_nice, &why);
-    if (n < 0) spdlog::warn("--worker-nice: {}", why);
-    else if (log || n > 0) spdlog::debug("--worker-nice: {} more job-running thread(s) at nice +{}", n, c.worker_nice);
-  };
-  apply_worker_nice(true);
   // NOTE: after this process's workers announced themselves, so jobs of a restart's outbox are not
   // marked "waiting" for a model that is about to be served here.
   q.start_relay();
@@ -512,12 +503,7 @@ int run(const daemon::config& c) {
   if (!c.worker_tokens_file.empty()) sigaddset(&set, SIGHUP);
   int sig = 0;
   for (;;) {
-    const timespec tick{1, 0};
-    sig = sigtimedwait(&set, nullptr, &tick);
-    if (sig < 0) {  // EAGAIN (the second passed) or EINTR
-      apply_worker_nice(false);
-      continue;
-    }
+    sigwait(&set, &sig);
     if (sig != SIGHUP) break;
     std::string terr;
     if (worker_proto && worker_proto->reload_tokens(&terr))

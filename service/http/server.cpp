@@ -30,6 +30,7 @@
 
 #include "http/errors.h"
 #include "http/request_parse.h"
+#include <agentq/thread_class.h>
 
 namespace agentq::http {
 
@@ -546,7 +547,7 @@ bool server::start(std::string* error) {
   for (auto& ioc : impl_->iocs) {
     impl_->work.push_back(asio::make_work_guard(*ioc));
     impl_->threads.emplace_back([ioc = ioc.get()] {
-      pthread_setname_np(pthread_self(), "aq-http");  // per-thread profiles name it
+      util::name_thread("aq-http");  // per-thread profiles name it
       ioc->run();
     });
   }

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "store/store.h"
+#include <agentq/thread_class.h>
 
 namespace agentq::queue {
 
@@ -222,7 +223,7 @@ int32_t queue::reconcile_once() {
 void queue::start_relay() {
   if (!store_ || relay_running_.exchange(true)) return;
   relay_thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "aq-relay");  // per-thread profiles name it
+    util::name_thread("aq-relay");  // per-thread profiles name it
     auto next_reconcile = std::chrono::steady_clock::now();
     while (relay_running_) {
       int32_t n = 0;

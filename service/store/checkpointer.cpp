@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 
 #include "store/sqlite.h"
+#include <agentq/thread_class.h>
 
 namespace agentq::store {
 
@@ -16,7 +17,7 @@ wal_checkpointer::wal_checkpointer(const std::string& path, int32_t busy_timeout
   db_->exec("PRAGMA journal_mode=WAL");
   db_->exec("PRAGMA synchronous=FULL");  // NOTE: the checkpoint fsyncs the database file before the WAL may restart
   thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "aq-db-ckpt");  // per-thread profiles name it
+    util::name_thread("aq-db-ckpt");  // per-thread profiles name it
     run();
   });
 }

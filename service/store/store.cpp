@@ -24,6 +24,7 @@
 #include "store/running_limit.h"
 #include "util/crypto.h"
 #include "store/sqlite.h"
+#include <agentq/thread_class.h>
 
 namespace agentq::store {
 
@@ -315,7 +316,7 @@ class sqlite_store final : public store {
       return false;
     }
     writer_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "aq-db-writer");  // per-thread profiles name it
+      util::name_thread("aq-db-writer");  // per-thread profiles name it
       writer_loop();
     });
     return true;

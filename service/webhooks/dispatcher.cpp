@@ -16,6 +16,7 @@
 #include "util/crypto.h"
 #include "util/fault.h"
 #include "webhooks/signing.h"
+#include <agentq/thread_class.h>
 
 namespace agentq::webhooks {
 
@@ -360,7 +361,7 @@ void dispatcher::start() {
   auto& m = *impl_;
   if (m.running.exchange(true)) return;
   m.scan_thread = std::thread([this] {
-    pthread_setname_np(pthread_self(), "aq-webhook-scan");  // per-thread profiles name it
+    util::name_thread("aq-webhook-scan");  // per-thread profiles name it
     auto& m = *impl_;
     auto next_drain = std::chrono::steady_clock::now();
     while (m.running) {

@@ -2,6 +2,7 @@
 // the first (or until the group is full, or every running job is waiting here), writes them in one
 // transaction, acks the written ones in one pipeline, then answers each job thread.
 #include "worker/end_batcher.h"
+#include <agentq/thread_class.h>
 
 #include <pthread.h>
 
@@ -13,7 +14,7 @@ end_batcher::end_batcher(end_batcher_options options, end_batcher_deps deps)
     : options_(options), deps_(std::move(deps)) {
   if (options_.max_group < 1) options_.max_group = 1;
   thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "aq-job-ends");  // per-thread profiles name it
+    util::name_thread("aq-job-ends", util::thread_class::throughput);  // per-thread profiles name it; --worker-nice lowers it
     loop();
   });
 }

@@ -1,5 +1,6 @@
 // The worker's job threads (job_pool.h): a task queue under one mutex, threads started lazily.
 #include "worker/job_pool.h"
+#include <agentq/thread_class.h>
 
 #include <pthread.h>
 #include <algorithm>
@@ -24,7 +25,7 @@ void job_pool::run(std::function<void()> fn) {
   // the queue holds more tasks than idle threads to take them.
   if (static_cast<int32_t>(tasks_.size()) > n_idle_ && static_cast<int32_t>(threads_.size()) < max_threads_) {
     threads_.emplace_back([this] {
-      pthread_setname_np(pthread_self(), "aq-job");  // per-thread profiles name it
+      util::name_thread("aq-job", util::thread_class::throughput);  // per-thread profiles name it; --worker-nice lowers it
       thread_main();
     });
     return;

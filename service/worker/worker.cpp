@@ -45,6 +45,7 @@
 #include "worker/agent_spec.h"
 #include "worker/kv_marks.h"
 #include "worker/kv_retention.h"
+#include <agentq/thread_class.h>
 
 namespace agentq::worker {
 
@@ -1064,7 +1065,7 @@ void worker::start() {
   }
   impl_->announce(true, {});
   impl_->dispatcher = std::thread([this] {
-    pthread_setname_np(pthread_self(), "aq-dispatch");  // per-thread profiles name it
+    util::name_thread("aq-dispatch", util::thread_class::throughput);  // per-thread profiles name it; --worker-nice lowers it
     impl_->dispatch_loop();
   });
   impl_->housekeeper = std::thread([this] { impl_->housekeeping_loop(); });
