@@ -57,7 +57,7 @@ const char* usage() {
                                round trip (default 20; 0 = each job alone)
   --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
   --engine-threads N           CPU threads per engine (default 0 = one per core, split evenly between the models
-                               a worker serves)
+                               a worker serves; a model under 4 MiB of weights alone: one thread)
   --shutdown-spill-s S         on SIGTERM / worker drain, write resident KV to disk for S s at most (default 5)
   --spill-after-s S            a requires_action wait's KV is also written to disk after S s (default 5; -1 = never)
   --spill-budget-mb N          spill files per model at most; the latest-resuming are evicted (default 4096; 0 = no limit)
