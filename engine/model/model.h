@@ -40,6 +40,9 @@ struct model_hparams {
   std::vector<int32_t> layer_window;
 };
 
+// Weights (file bytes) below which "one thread per core" runs the model on one thread.
+inline constexpr uint64_t k_one_thread_model_bytes = uint64_t(4) << 20;
+
 class model {
  public:
   // compute: weights copied onto huge pages and repacked for the CPU kernels (weight_store).
@@ -47,7 +50,8 @@ class model {
   // (the CUDA backend uploads from the file itself; `agentq-engine info`).
   enum class weights { compute, validate };
   // Load weights from an opened GGUF (kept alive by the model); nullptr + *error on failure,
-  // e.g. an unsupported weight type named in the message.
+  // e.g. an unsupported weight type named in the message. n_threads <= 0: one per core, but one
+  // in all for a model whose weights are under k_one_thread_model_bytes (model_loader.cpp).
   static std::unique_ptr<model> load(std::shared_ptr<const gguf::file> file, int32_t n_threads, std::string* error,
                                      weights mode = weights::compute);
   virtual ~model() = default;

@@ -189,6 +189,18 @@ std::unique_ptr<model> model::load(std::shared_ptr<const gguf::file> file, int32
   }
   layer_stack d;
   if (!describe_model(*file, *store, &d, error)) return nullptr;
+  // NOTE: "one thread per core" (n_threads <= 0) means one thread for a model whose weights are
+  // under k_one_thread_model_bytes. Its ops are too small to repay a fork-join each (~45 per step):
+  // a 512-token prefill step of stories260K (1 MiB) is ~5 ms on one core, and a second thread
+  // spent more CPU on waiting (spinning between ops, waking, waiting for a preempted worker's
+  // chunk on a host whose cores the service also uses) than it took off (queue_perf.md, session
+  // 21 queue7c: -11 to -14 % CPU-s per batch job, jobs/s not lower). Outputs are the same at any
+  // thread count (thread_pool::parallel_for's contract). An explicit n_threads is kept.
+  if (n_threads <= 0) {
+    uint64_t weight_bytes = 0;
+    for (const auto& t : file->tensors()) weight_bytes += t.n_bytes;
+    if (weight_bytes < k_one_thread_model_bytes) n_threads = 1;
+  }
   return make_transformer(std::move(file), std::move(store), std::move(d), n_threads);
 }
 

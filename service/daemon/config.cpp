@@ -57,7 +57,7 @@ const char* usage() {
                                round trip (default 20; 0 = each job alone)
   --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
   --engine-threads N           CPU threads per engine (default 0 = one per core, split evenly between the models
-                               a worker serves)
+                               a worker serves; a model under 4 MiB of weights alone: one thread)
   --worker-nice N              nice increment (0..19, default 10) of the threads that run jobs (engine loop
                                and pool, the worker's dispatcher and job threads): on a busy host the HTTP
                                threads and the store's writer get the CPUs first, so a submit does not wait

@@ -65,6 +65,20 @@ TEST_CASE("engine: golden greedy outputs of the tiny model") {
   CHECK(e->stats().n_running == 0);
 }
 
+// n_threads 0 ("one per core") runs a model under k_one_thread_model_bytes on one thread (model.h);
+// tiny_config's explicit 2 keeps the pool path above. Both must give the goldens, batched too.
+TEST_CASE("engine: threads 'one per core' (the tiny model: one thread) gives the golden outputs, batched") {
+  auto c = tiny_config();
+  c.n_threads = 0;
+  auto e = load(c);
+  const auto goldens = load_golden();
+  std::vector<token_request> reqs;
+  for (size_t i = 0; i < goldens.size(); ++i) reqs.push_back(greedy(goldens[i].prompt_ids, 128, i + 1));
+  auto rs = run_all(*e, reqs);
+  REQUIRE(rs.size() == goldens.size());
+  for (size_t i = 0; i < goldens.size(); ++i) CHECK(rs[i].output_ids == goldens[i].output_ids);
+}
+
 TEST_CASE("engine: solo vs batched (1, 4, 16) and chunked vs unchunked prefill are identical") {
   const auto g = load_golden();
   auto e = load(tiny_config());
