@@ -1,6 +1,5 @@
 // Thread names and priority classes (see thread_class.h).
 #include <agentq/thread_class.h>
-
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -15,7 +14,9 @@ namespace agentq::util {
 namespace {
 std::atomic<int32_t> g_throughput_nice{-100};  // the target nice value; -100 = off
 
-id_t this_tid() { return id_t(syscall(SYS_gettid)); }
+id_t this_tid() {
+  return id_t(syscall(SYS_gettid));
+}
 }  // namespace
 
 void set_throughput_nice(int32_t increment) {
@@ -33,7 +34,7 @@ void name_thread(const char* name, thread_class cls) {
   pthread_setname_np(pthread_self(), name);
   const int32_t target = g_throughput_nice.load();
   if (cls != thread_class::throughput || target == -100) return;
-  if (thread_nice() >= target) return;  // inherited already
+  if (thread_nice() >= target) return;            // inherited already
   setpriority(PRIO_PROCESS, this_tid(), target);  // NOTE: best effort: a failure leaves it as it was
 }
 

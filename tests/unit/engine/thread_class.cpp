@@ -1,9 +1,8 @@
 // Thread priority classes (agentq/thread_class.h): with an increment set, a throughput thread
 // raises its own nice value when it names itself, a latency thread keeps the process's, and a
 // thread started by a throughput thread inherits its value (how --worker-nice reaches job threads).
-#include <doctest/doctest.h>
-
 #include <agentq/thread_class.h>
+#include <doctest/doctest.h>
 
 #include <thread>
 
