@@ -339,10 +339,13 @@ bool queue::touch(const std::string& worker_id, const std::vector<delivery>& hel
   return ok;
 }
 
+std::vector<std::string> queue::ack_command(const delivery& d) const {
+  return {"EVAL", k_ack_lua, "2", d.stream, options_.prefix + ":inflight", options_.group, d.entry_id, d.job_id};
+}
+
 bool queue::ack(const delivery& d) {
   std::lock_guard lock(impl_->control_mu);
-  auto r = impl_->control.command(
-      {"EVAL", k_ack_lua, "2", d.stream, options_.prefix + ":inflight", options_.group, d.entry_id, d.job_id});
+  auto r = impl_->control.command(ack_command(d));
   if (r.ok()) impl_->n_acked++;
   return r.ok();
 }
@@ -351,8 +354,7 @@ int32_t queue::ack_many(const std::vector<delivery>& ds) {
   if (ds.empty()) return 0;
   std::vector<std::vector<std::string>> cmds;
   cmds.reserve(ds.size());
-  for (const auto& d : ds)
-    cmds.push_back({"EVAL", k_ack_lua, "2", d.stream, options_.prefix + ":inflight", options_.group, d.entry_id, d.job_id});
+  for (const auto& d : ds) cmds.push_back(ack_command(d));
   std::vector<redis_reply> replies;
   {
     std::lock_guard lock(impl_->control_mu);

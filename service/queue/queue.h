@@ -142,6 +142,7 @@ class queue {
   queue_stats stats() const;
 
  private:
+  std::vector<std::string> ack_command(const delivery& d) const;  // the ack script's EVAL, for ack / ack_many
   std::vector<std::string> consumer_streams(const std::string& worker_id, const std::string& model) const;
   // After a relay pass: a "waiting" event on each published job whose model no live worker serves.
   void note_unserved(const std::vector<publish_item>& items, const std::vector<bool>& published);
