@@ -15,7 +15,9 @@
 # run's temp dir only; skipped with a message when npm cannot reach the registry) on its own
 # redis-server with agentq's Redis persistence (AOF, fsync every second): its one-at-a-time add
 # rate and no-op jobs/s; the "vs_bullmq" object gives the issue's ratios from this same run, and
-# "load_avg" the box's 1-minute load average at the start and the end.
+# "load_avg" the box's 1-minute load average at the start and the end. "model_floor"
+# (scripts/bench/job_model_floor.py): what the model's own prefill of these jobs' prompts costs
+# here, and the ratios to BullMQ that it alone would allow with both cores doing nothing else.
 #   scripts/bench/queue.sh [--quick]   (quick: 200 jobs, 20 req/s for 5 s, 1,000/s for 3 s, a 2,000-line
 #                                       batch end to end, a 20,000-line batch accepted, 5,000 BullMQ jobs;
 #                                       full: 500 jobs, 50 req/s for 10 s, 1,000/s for 5 s, 10,000 lines
@@ -115,6 +117,10 @@ batch=$(python3 scripts/bench/batch_accept.py --url "$url" --key "$key" --model 
 kill "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
 pid=""
+# The model's own prefill per job (its prompts are not no-ops): a ceiling to read the ratios against.
+echo "== the model's prefill per job (one thread; llama.cpp too with AGENTQ_LLAMA_BIN)" >&2
+floor=$(python3 scripts/bench/job_model_floor.py --bin "$bin" --model "$model" | tail -n 1) ||
+  floor='{"skipped":"job_model_floor.py failed"}'
 
 bull='{"skipped":"AGENTQ_BENCH_NO_BULLMQ=1, or node/npm not found"}'
 if [ -n "$npm_pid" ]; then
@@ -140,7 +146,7 @@ fi
 sync_level=$(grep -ho 'PRAGMA synchronous=[A-Z]*' service/store/conn.h service/store/store.cpp | head -n 1 | cut -d= -f2)
 load_end=$(cut -d' ' -f1 /proc/loadavg)
 python3 - "$result" "$tmp/data/agentq.db" "$redis_cfg" "${sync_level:-unknown}" "$batch" "$batch_e2e" "$submit" "$bull" \
-  "$load_start" "$load_end" <<'PY'
+  "$load_start" "$load_end" "$floor" <<'PY'
 import json, sys
 out = json.loads(sys.argv[1])
 out["batch"] = json.loads(sys.argv[5])
@@ -148,6 +154,7 @@ out["batch_e2e"] = json.loads(sys.argv[6])
 out["submit_1000"] = json.loads(sys.argv[7])
 out["bullmq"] = json.loads(sys.argv[8])
 out["load_avg"] = {"start": float(sys.argv[9]), "end": float(sys.argv[10])}
+out["model_floor"] = json.loads(sys.argv[11])
 bull, thr, b, be, sub = out["bullmq"], out["throughput"], out["batch"], out["batch_e2e"], out["submit_1000"]
 vs = {}
 if "jobs_per_s" in bull:
@@ -156,13 +163,24 @@ if "jobs_per_s" in bull:
     vs["healthz_floor_vs_bullmq_jobs"] = round(out["healthz_per_s"] / bull["jobs_per_s"], 3)
     vs["batch_accept_vs_2x_bullmq_add"] = round(b["accepted_lines_per_s"] / (2 * bull["add_per_s"]), 3)
     vs["batch_e2e_vs_bullmq_jobs"] = round(be.get("end_to_end_jobs_per_s", 0) / bull["jobs_per_s"], 3)
+    # The model's prefill alone, both cores busy with nothing else: no queue on this host running
+    # these jobs could exceed these ratios (the batch one assumes the shared prefix computed once).
+    mf = out["model_floor"]
+    if "one_request" in mf:
+        vs["model_floor_one_request_vs_bullmq_jobs"] = round(mf["one_request"]["jobs_per_s_2_cores"] / bull["jobs_per_s"], 3)
+        vs["model_floor_batch_suffix_vs_bullmq_jobs"] = round(
+            mf["batch_line_suffix_only"]["jobs_per_s_2_cores"] / bull["jobs_per_s"], 3)
+        # + the same run's no-op HTTP round trip (GET /healthz, client and server on these 2 cores)
+        # for the one-request jobs: seconds of the host per job add up.
+        per_job_s = 1.0 / out["healthz_per_s"] + mf["one_request"]["ms_per_job"] / 2000.0
+        vs["model_and_http_floor_one_request_vs_bullmq_jobs"] = round(1.0 / per_job_s / bull["jobs_per_s"], 3)
 else:
     vs["skipped"] = bull.get("skipped", "no BullMQ figure")
 vs["submit_p99_ms_at_1000_per_s"] = sub.get("p99_ms")
 out["vs_bullmq"] = vs
 print("queue.sh: load average %s -> %s" % (sys.argv[9], sys.argv[10]), file=sys.stderr)
 for k, v in vs.items():
-    print("queue.sh: %-40s %s" % (k, v), file=sys.stderr)
+    print("queue.sh: %-48s %s" % (k, v), file=sys.stderr)
 db, args, sync = sys.argv[2], sys.argv[3].split(), sys.argv[4]
 try:
     with open(db, "rb") as f:
