@@ -29,6 +29,7 @@
 #include "spec/ngram_proposer.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
+#include "turn_check.h"
 
 namespace agentq {
 
@@ -133,6 +134,8 @@ class engine_impl final : public engine {
   bool drain_inbox();
   void admit(std::unique_ptr<active_request> ar);
 
+  // validate(), also giving the rendered prompt and its ids (make_turn uses them).
+  std::optional<std::string> validate_prompt(const turn_request& request, turn_prompt* prompt) const;
   // A turn request -> token request + a tool parser (engine_turn.cpp).
   std::unique_ptr<active_request> make_turn(turn_request request, turn_callbacks callbacks, std::string* error) const;
   void finish_turn(active_request& ar, token_result res);

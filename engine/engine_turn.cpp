@@ -10,16 +10,19 @@ std::string engine_impl::render(const std::vector<chat_message>& messages, const
   return chat::render(family_, messages, tools, true);
 }
 
-std::optional<std::string> engine_impl::validate(const turn_request& r) const {
+std::optional<std::string> engine_impl::validate(const turn_request& r) const { return validate_prompt(r, nullptr); }
+
+std::optional<std::string> engine_impl::validate_prompt(const turn_request& r, turn_prompt* prompt) const {
   size_t n = 0;
-  if (auto e = check_turn(r, family_, *tok_, desc_.n_ctx, &n)) return e;
+  if (auto e = check_turn(r, family_, *tok_, desc_.n_ctx, &n, prompt)) return e;
   // NOTE: a weightless control plane makes this check with the rooms workers advertise (model_header::validate).
   if (!pool_->fits(int32_t(n))) return kv_room_message(n);
   return std::nullopt;
 }
 
 std::unique_ptr<active_request> engine_impl::make_turn(turn_request r, turn_callbacks cb, std::string* error) const {
-  if (auto e = validate(r)) {
+  turn_prompt prompt;
+  if (auto e = validate_prompt(r, &prompt)) {
     *error = *e;
     return nullptr;
   }
@@ -31,8 +34,9 @@ std::unique_ptr<active_request> engine_impl::make_turn(turn_request r, turn_call
   ar->req.arrival_seq = r.arrival_seq;
   ar->req.priority = r.priority;
   ar->prefix = r.assistant_prefix;
-  ar->prompt_text = render(r.messages, r.tools) + r.assistant_prefix;
-  ar->req.prompt = tok_->encode(ar->prompt_text, !tr.bos_in_text, true);
+  // NOTE: the text and ids validate() made (render + encode were run twice per turn before)
+  ar->prompt_text = std::move(prompt.text);
+  ar->req.prompt = std::move(prompt.ids);
   ar->req.max_tokens = r.max_tokens;
   ar->req.sampling = r.sampling;
   ar->req.stop = r.stop;

@@ -23,7 +23,7 @@ std::optional<std::string> check_schema(std::string_view schema_json) {
 }  // namespace
 
 std::optional<std::string> check_turn(const turn_request& r, chat::template_family family, const tokenizer& tok,
-                                      int32_t n_ctx, size_t* n_tokens) {
+                                      int32_t n_ctx, size_t* n_tokens, turn_prompt* prompt) {
   if (r.messages.empty()) return std::string("messages: at least one message is required");
   if (r.max_tokens < 0) return std::string("max_tokens: must be >= 0");
   for (size_t i = 0; i < r.tools.size(); ++i) {
@@ -36,12 +36,17 @@ std::optional<std::string> check_turn(const turn_request& r, chat::template_fami
     return std::string("tool_choice: requires tools");
   if (auto e = check_schema(r.response_schema_json)) return "response_format: " + *e;
   const auto& tr = chat::traits(family);
-  const std::string text = chat::render(family, r.messages, r.tools, true) + r.assistant_prefix;
-  const size_t n = tok.encode(text, !tr.bos_in_text, true).size();
+  std::string text = chat::render(family, r.messages, r.tools, true) + r.assistant_prefix;
+  std::vector<token_id> ids = tok.encode(text, !tr.bos_in_text, true);
+  const size_t n = ids.size();
   if (n_ctx > 0 && n > size_t(n_ctx))
     return "messages: the prompt has " + std::to_string(n) + " tokens, the model's context is " +
            std::to_string(n_ctx);
   if (n_tokens) *n_tokens = n;
+  if (prompt) {
+    prompt->text = std::move(text);
+    prompt->ids = std::move(ids);
+  }
   return std::nullopt;
 }
 

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "agentq/engine.h"
 #include "chat/chat.h"
@@ -14,8 +15,14 @@ namespace agentq {
 // Messages present, tools named with compiling schemas, tool_choice consistent, the response
 // schema compiling, and the rendered prompt (+ assistant prefix) within n_ctx tokens (n_ctx 0:
 // unbounded). nullopt when fine (*n_tokens = the prompt's tokens), else a message naming the field.
+// prompt (when given): the rendered text (+ assistant prefix) and its token ids, for a caller that
+// runs the turn next (engine::submit), so the prompt is rendered and tokenized once.
+struct turn_prompt {
+  std::string text;
+  std::vector<token_id> ids;
+};
 std::optional<std::string> check_turn(const turn_request& r, chat::template_family family, const tokenizer& tok,
-                                      int32_t n_ctx, size_t* n_tokens);
+                                      int32_t n_ctx, size_t* n_tokens, turn_prompt* prompt = nullptr);
 
 // engine::validate's refusal of a prompt its KV pool cannot hold (a control plane's too, #28).
 std::string kv_room_message(size_t n_tokens);

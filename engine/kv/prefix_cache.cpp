@@ -26,6 +26,18 @@ uint64_t prefix_cache::hash_block(uint64_t parent, std::span<const token_id> tok
 void prefix_cache::touch(entry& e, uint64_t hash) {
   lru_.erase(e.lru_it);
   e.lru_it = lru_.insert(lru_.end(), hash);
+  e.last_use = ++use_clock_;
+}
+
+void prefix_cache::add_entry(uint64_t hash, entry e) {
+  const int32_t b = e.block_idx;
+  e.lru_it = lru_.insert(lru_.end(), hash);
+  e.last_use = ++use_clock_;
+  n_tails_ += e.tail ? 1 : 0;
+  children_[e.parent].push_back(hash);
+  entries_.emplace(hash, std::move(e));
+  by_block_.emplace(b, hash);
+  pool_.cache_hold(b);
 }
 
 prefix_match prefix_cache::lookup(std::span<const token_id> tokens, int32_t max_tokens) {
@@ -51,11 +63,30 @@ prefix_match prefix_cache::lookup(std::span<const token_id> tokens, int32_t max_
   m.blocks.resize(n_usable);
   m.hashes.resize(n_usable);
   hit.resize(n_usable);
-  // NOTE: touched tail first so a chain's head is the most recent: eviction takes leaves
-  // before the parents that other chains may still share.
-  for (size_t i = hit.size(); i-- > 0;) touch(*hit[i], m.hashes[i]);
   m.n_tokens = int32_t(m.blocks.size()) * bs;
   n_hits_ += int64_t(m.blocks.size());
+  // Then the rows of one more cached block: the child of the chain sharing the longest run.
+  // NOTE: not on a windowed pool (a partial hit's window would need its own usable_prefix rules).
+  const int32_t limit = std::min<int32_t>(int32_t(tokens.size()), max_tokens) - m.n_tokens;
+  entry* partial = nullptr;
+  uint64_t partial_hash = 0;
+  if (limit > 0 && !pool_.windowed()) {
+    const uint64_t at = m.hashes.empty() ? root_hash : m.hashes.back();
+    const auto [h, n] = best_child(at, tokens.subspan(size_t(m.n_tokens)), std::min(limit, bs));
+    if (n > 0) {
+      partial = &entries_.at(h);
+      partial_hash = h;
+      m.blocks.push_back(partial->block_idx);
+      m.n_partial = n;
+      m.n_tokens += n;
+      ++n_partial_hits_;
+      n_partial_tokens_ += n;
+    }
+  }
+  // NOTE: touched leaf first (the partial block, then the chain tail-first) so a chain's head is
+  // the most recent: eviction takes leaves before the parents that other chains may still share.
+  if (partial) touch(*partial, partial_hash);
+  for (size_t i = hit.size(); i-- > 0;) touch(*hit[i], m.hashes[i]);
   return m;
 }
 
@@ -72,10 +103,7 @@ uint64_t prefix_cache::insert(uint64_t parent, std::span<const token_id> tokens,
   e.block_idx = block_idx;
   e.parent = parent;
   e.tokens.assign(tokens.begin(), tokens.end());
-  e.lru_it = lru_.insert(lru_.end(), h);
-  entries_.emplace(h, std::move(e));
-  by_block_.emplace(block_idx, h);
-  pool_.cache_hold(block_idx);
+  add_entry(h, std::move(e));
   return h;
 }
 
@@ -85,6 +113,12 @@ void prefix_cache::erase(uint64_t hash) {
   const int32_t b = it->second.block_idx;
   lru_.erase(it->second.lru_it);
   by_block_.erase(b);
+  n_tails_ -= it->second.tail ? 1 : 0;
+  auto c = children_.find(it->second.parent);
+  AGENTQ_KV_ASSERT(c != children_.end());
+  auto& kids = c->second;
+  kids.erase(std::find(kids.begin(), kids.end(), hash));
+  if (kids.empty()) children_.erase(c);
   entries_.erase(it);
   pool_.cache_drop(b);
 }
@@ -117,13 +151,25 @@ void prefix_cache::sanity() const {
   int32_t n_held = 0;
   for (int32_t b = 0; b < pool_.n_block_ids(); ++b) n_held += pool_.cache_held(b) ? 1 : 0;
   AGENTQ_KV_ASSERT(n_held == int32_t(entries_.size()));
+  int32_t n_tails = 0;
   for (const auto& [h, e] : entries_) {
     AGENTQ_KV_ASSERT(*e.lru_it == h);
     AGENTQ_KV_ASSERT(pool_.cache_held(e.block_idx) && pool_.refcount(e.block_idx) >= 1);
     AGENTQ_KV_ASSERT(by_block_.at(e.block_idx) == h);
     AGENTQ_KV_ASSERT(hash_block(e.parent, e.tokens) == h);
-    AGENTQ_KV_ASSERT(int32_t(e.tokens.size()) == pool_.block_size());
+    const auto& kids = children_.at(e.parent);
+    AGENTQ_KV_ASSERT(std::count(kids.begin(), kids.end(), h) == 1);
+    if (e.tail) {
+      AGENTQ_KV_ASSERT(!e.tokens.empty() && int32_t(e.tokens.size()) < pool_.block_size() && !pool_.windowed());
+      ++n_tails;
+    } else {
+      AGENTQ_KV_ASSERT(int32_t(e.tokens.size()) == pool_.block_size());
+    }
   }
+  AGENTQ_KV_ASSERT(n_tails == n_tails_);
+  size_t n_children = 0;
+  for (const auto& [parent, kids] : children_) n_children += kids.size();
+  AGENTQ_KV_ASSERT(n_children == entries_.size());
 }
 
 }  // namespace agentq

@@ -52,7 +52,10 @@ std::optional<std::string> scheduler::add(seq_request request) {
 }
 
 void scheduler::drop_kv(sequence& s) {
-  if (s.seq_idx >= 0) pool_.free_seq(s.seq_idx);
+  if (s.seq_idx >= 0) {
+    register_tail(s);
+    pool_.free_seq(s.seq_idx);
+  }
   s.seq_idx = -1;
   s.n_computed = 0;
   s.hashes.clear();
@@ -78,6 +81,17 @@ void scheduler::register_blocks(sequence& s) {
   }
 }
 
+void scheduler::register_tail(const sequence& s) {
+  if (!config_.prefix_reuse || s.seq_idx < 0) return;
+  const int32_t bs = pool_.block_size();
+  const int32_t n_full = s.n_computed / bs, n_rows = s.n_computed % bs;
+  // NOTE: only when every full block before it is registered: the chain hash is the tail's key.
+  if (n_rows == 0 || int32_t(s.hashes.size()) != n_full) return;
+  const uint64_t parent = n_full == 0 ? prefix_cache::root_hash : s.hashes.back();
+  cache_.insert_tail(parent, std::span(s.tokens).subspan(size_t(n_full) * bs, size_t(n_rows)),
+                     pool_.seq(s.seq_idx).blocks[size_t(n_full)]);
+}
+
 void scheduler::attach_prefix(sequence& s) {
   AGENTQ_KV_ASSERT(s.seq_idx < 0);
   const int32_t max_reuse = int32_t(s.tokens.size()) - 1;  // the last token is computed for its logits
@@ -89,6 +103,10 @@ void scheduler::attach_prefix(sequence& s) {
       while (c < lim && r->tokens[size_t(c)] == s.tokens[size_t(c)]) ++c;
       s.seq_idx = r->seq_idx;
       c = pool_.truncate(s.seq_idx, c);  // windowed KV: perhaps fewer (see block_pool::truncate)
+      // The job appends to its own last block: the cache's tail entry for it (finish() left
+      // one) is dropped so that the write is in place, not a copy. Another sequence that
+      // attached it meanwhile keeps its reference (then the write copies, as for any share).
+      if (c % bs != 0) cache_.take_tail(pool_.seq(s.seq_idx).blocks[size_t(c / bs)]);
       r->hashes.resize(std::min<size_t>(r->hashes.size(), size_t(c / bs)));
       s.hashes = std::move(r->hashes);
       s.n_computed = c;
@@ -272,6 +290,9 @@ void scheduler::finish(uint64_t id, bool keep_kv, double now) {
   sequence& s = found->second;
   if (s.seq_idx >= 0 && keep_kv && s.req.job_key != 0 && residency_ && config_.prefix_reuse && s.n_computed > 0) {
     pool_.truncate(s.seq_idx, s.n_computed);
+    // NOTE: the tail is shared at once, not when the job ends: a batch line's job releases its
+    // KV only after its end is committed (worker/end_batcher), many steps later.
+    register_tail(s);
     resident_seq r;
     r.job_key = s.req.job_key;
     r.seq_idx = s.seq_idx;

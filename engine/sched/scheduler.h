@@ -115,6 +115,9 @@ class scheduler {
   void preempt(sequence& s);
   void drop_kv(sequence& s);
   void register_blocks(sequence& s);
+  // The partly filled last block of s, whose K/V s no longer writes (it ends, is preempted
+  // or parked), into the prefix cache as a tail (prefix_cache::insert_tail).
+  void register_tail(const sequence& s);
   // First admission or readmission: resident KV, disk tier or prefix cache.
   void attach_prefix(sequence& s);
 

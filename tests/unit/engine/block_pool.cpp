@@ -2,6 +2,7 @@
 // with sanity() after every mutation; copy-on-write keeps every sequence's K/V intact.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -153,11 +154,18 @@ TEST_CASE("prefix_cache: reuse full blocks, verify tokens, LRU eviction of unref
   auto m = cache.lookup(p, int32_t(p.size()) - 1);
   CHECK(m.n_tokens == 8);
   CHECK(m.blocks == std::vector<int32_t>{pool.seq(a).blocks[0], pool.seq(a).blocks[1]});
-  // capped: the last token must be computed
-  CHECK(cache.lookup(std::vector<int32_t>(p.begin(), p.begin() + 8), 7).n_tokens == 4);
-  // a divergent second block matches only the first
+  CHECK(m.n_partial == 0);
+  // capped: the last token must be computed (the second block's first 3 rows: a partial match)
+  m = cache.lookup(std::vector<int32_t>(p.begin(), p.begin() + 8), 7);
+  CHECK(m.n_tokens == 7);
+  CHECK(m.n_partial == 3);
+  CHECK(m.hashes.size() == 1);
+  // a divergent second block matches the first whole and the second's common rows
   std::vector<int32_t> q = {1, 2, 3, 4, 5, 6, 0, 8, 9};
-  CHECK(cache.lookup(q, 8).n_tokens == 4);
+  m = cache.lookup(q, 8);
+  CHECK(m.n_tokens == 6);
+  CHECK(m.n_partial == 2);
+  CHECK(m.blocks.back() == pool.seq(a).blocks[1]);
   // in use: nothing evictable
   CHECK(cache.n_unreferenced() == 0);
   CHECK_FALSE(cache.evict_one());
@@ -211,14 +219,25 @@ void prefix_cache_random(uint32_t seed, int32_t n_blocks, bool exact) {
       for (int n = int(rng() % 6); n-- > 0;) toks.push_back(1 + int32_t(rng() % 3));
       if (toks.empty()) toks.push_back(1);
       const auto m = cache.lookup(toks, int32_t(toks.size()) - 1);
-      // every hit block holds exactly the prompt's tokens
-      for (int32_t i = 0; i < int32_t(m.blocks.size()); ++i)
-        for (int32_t r = 0; r < bs; ++r) REQUIRE(stamped(pool, m.blocks[size_t(i)], r, float(toks[size_t(i * bs + r)])));
+      // every hit row holds exactly the prompt's token (a partial last block: its first n_partial rows)
+      for (int32_t pos = 0; pos < m.n_tokens; ++pos)
+        REQUIRE(stamped(pool, m.blocks[size_t(pos / bs)], pos % bs, float(toks[size_t(pos)])));
+      REQUIRE(m.n_tokens == int32_t(m.hashes.size()) * bs + m.n_partial);
       if (exact) {
         int32_t want = 0;
         for (int32_t n = bs; n <= int32_t(toks.size()) - 1; n += bs)
           if (inserted.count(std::vector<int32_t>(toks.begin(), toks.begin() + n))) want = n;
-        REQUIRE(m.n_tokens == want);
+        // then the longest common run with any inserted next block of that chain
+        int32_t want_partial = 0;
+        const int32_t lim = std::min(bs, int32_t(toks.size()) - 1 - want);
+        for (const auto& ins : inserted) {
+          if (int32_t(ins.size()) != want + bs || !std::equal(toks.begin(), toks.begin() + want, ins.begin())) continue;
+          int32_t n = 0;
+          while (n < lim && ins[size_t(want + n)] == toks[size_t(want + n)]) ++n;
+          want_partial = std::max(want_partial, n);
+        }
+        REQUIRE(m.n_tokens - m.n_partial == want);
+        REQUIRE(m.n_partial == want_partial);
       }
       const int32_t s = pool.create_seq();
       pool.attach(s, m.blocks, m.n_tokens);
