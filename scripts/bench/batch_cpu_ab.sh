@@ -5,6 +5,8 @@
 # (1-token chat completions sharing a system prompt: scripts/bench/batch_accept.py) uploaded and run
 # to completed; agentqd's CPU-s per 1,000 lines from upload to completed, jobs/s and the 1-min load.
 # With PERF=1 also a perf record -g of side B's timed batch (perf report printed: top self symbols).
+# Each run's line also gives the engine's prompt tokens computed and cached per timed line (from
+# /metrics, read before and after the timed batch, outside its CPU window).
 #   scripts/bench/batch_cpu_ab.sh BIN_DIR_A BIN_DIR_B [LINES] [ROUNDS]   (default 3000, 3)
 # ARGS_A / ARGS_B: extra agentqd flags per side. Prints one line per run and one JSON line: medians
 # and the paired ratios B/A.
@@ -18,7 +20,14 @@ model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
 source scripts/bench/agentqd_bench.sh
 bench_init bcpu
 
-run_one() {  # bin_dir label extra_args -> prints "label cpu_per_1000 jobs_per_s load"
+# The engine's prompt-token counters: "computed cached" (the worker's sampler writes them about
+# every second, so wait for one more sample first).
+prompt_tokens() {
+  sleep 1.5
+  curl -fsS "$url/metrics" | awk '/^agentq_prompt_tokens_computed_total/ {c += $NF} /^agentq_prompt_tokens_cached_total/ {k += $NF} END {print c + 0, k + 0}'
+}
+
+run_one() {  # bin_dir label extra_args -> prints "label cpu_per_1000 jobs_per_s load computed_per_line cached_per_line"
   local bin=$1 label=$2 d="$tmp/$2.$RANDOM"
   local -a extra_args
   read -r -a extra_args <<<"$3"
@@ -26,7 +35,8 @@ run_one() {  # bin_dir label extra_args -> prints "label cpu_per_1000 jobs_per_s
   local key
   key=$(bench_key cpu)
   python3 scripts/bench/batch_accept.py --url "$url" --key "$key" --lines 200 --pid "$pid" --wait >/dev/null
-  local load perf_pid="" out
+  local load perf_pid="" out tok0 tok1
+  tok0=$(prompt_tokens)
   load=$(cut -d' ' -f1 /proc/loadavg)
   if [ "${PERF:-0}" = 1 ] && [ "$label" = B ]; then
     perf record -g -p "$pid" -o "$tmp/perf.data" 2>/dev/null &
@@ -41,12 +51,15 @@ run_one() {  # bin_dir label extra_args -> prints "label cpu_per_1000 jobs_per_s
     perf report -i "$tmp/perf.data" --no-children -g none --sort comm --stdio 2>/dev/null | grep '%' | head -15 >&2
     [ -n "${PERF_OUT:-}" ] && cp "$tmp/perf.data" "$PERF_OUT"
   fi
+  tok1=$(prompt_tokens)
   bench_stop
-  python3 - "$label" "$load" "$n_lines" "$out" <<'PY'
+  python3 - "$label" "$load" "$n_lines" "$out" "$tok0" "$tok1" <<'PY'
 import json, sys
 label, load, n, d = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+t0, t1 = [float(x) for x in sys.argv[5].split()], [float(x) for x in sys.argv[6].split()]
 assert d.get("batch_final") == "completed", d
-print(label, round(1000 * d["end_to_end_cpu_s"] / n, 3), d["end_to_end_jobs_per_s"], load)
+print(label, round(1000 * d["end_to_end_cpu_s"] / n, 3), d["end_to_end_jobs_per_s"], load,
+      round((t1[0] - t0[0]) / n, 1), round((t1[1] - t0[1]) / n, 1))
 PY
 }
 
@@ -64,7 +77,10 @@ a = [float(r[3]) for r in rows if r[2] == "A"]
 b = [float(r[3]) for r in rows if r[2] == "B"]
 ja = [float(r[4]) for r in rows if r[2] == "A"]
 jb = [float(r[4]) for r in rows if r[2] == "B"]
+ta = [r[6:8] for r in rows if r[2] == "A"]
+tb = [r[6:8] for r in rows if r[2] == "B"]
 print(json.dumps({"cpu_s_per_1000_A": a, "cpu_s_per_1000_B": b, "median_A": statistics.median(a),
                   "median_B": statistics.median(b), "paired_ratio_B_over_A": [round(y / x, 3) for x, y in zip(a, b)],
-                  "jobs_per_s_A": ja, "jobs_per_s_B": jb, "load_1min": [float(r[5]) for r in rows]}))
+                  "jobs_per_s_A": ja, "jobs_per_s_B": jb, "load_1min": [float(r[5]) for r in rows],
+                  "prompt_tokens_computed_cached_per_line_A": ta, "prompt_tokens_computed_cached_per_line_B": tb}))
 PY

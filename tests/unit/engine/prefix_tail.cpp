@@ -5,8 +5,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <random>
+
+#include <unistd.h>
 
 #include "engine_impl.h"
 #include "golden.h"
@@ -266,4 +269,32 @@ TEST_CASE("engine: a job's next turn appends to its own last block in place (its
   CHECK(t2.usage.n_tokens_cached == int32_t(p2.size()) - 2);  // resident: all but turn 1's last token + the new one
   CHECK(e->pool().n_cow_copies() == cow0);
   e->sanity();
+}
+
+TEST_CASE("engine: a spilled job's next turn comes from the prefix cache while its blocks are still in memory") {
+  const auto dir = std::filesystem::temp_directory_path() / ("agentq-tail-spill-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto cfg = test::tiny_config();
+  cfg.spill_dir = dir.string();
+  auto e = test::load_as<engine_impl>(cfg);
+  const auto p1 = shared_head_prompts(90, 1)[0];
+  const auto t1 = test::run_one(*e, test::greedy(p1, 20, 7));
+  e->park(7, 3600.0);  // a long wait: spilled, the sequence freed
+  e->step();
+  CHECK(e->stats().n_spills == 1);
+  auto p2 = p1;
+  p2.insert(p2.end(), t1.output_ids.begin(), t1.output_ids.end());
+  p2.insert(p2.end(), {13, 350, 351, 352});
+  const auto t2 = test::run_one(*e, test::greedy(p2, 8, 7));
+  // turn 1's computed tokens (all but its last sampled one), its partly filled block included
+  CHECK(t2.usage.n_tokens_cached == int32_t(p1.size() + t1.output_ids.size()) - 1);
+  CHECK(e->stats().n_restores == 0);  // no disk read
+  auto base_cfg = test::tiny_config();
+  base_cfg.prefix_reuse = false;
+  auto base = test::load_as<engine_impl>(base_cfg);
+  CHECK(t2.output_ids == test::run_one(*base, test::greedy(p2, 8)).output_ids);
+  e->release(7);
+  e->step();
+  e->sanity();
+  std::filesystem::remove_all(dir);
 }
