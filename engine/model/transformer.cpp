@@ -87,6 +87,12 @@ class transformer final : public model {
 
  private:
   void rope(float* vec, int32_t n_heads, const float* cs) const;  // cs: one token's rope_cs_ row
+  // runs_ over the first n_x rows of tok_seq_ (attention runs: consecutive tokens of one sequence).
+  void build_runs(int32_t n_x);
+  // Move the rows that need logits (each seq's last token, every token of an all_logits one) to
+  // the front of x [n_x][n_embd] and q [n_x][n_q], with their tok_seq_ / tok_pos_, in order; the
+  // new row count (the caller's n_out). Rebuilds runs_.
+  int32_t keep_output_rows(std::span<const batch_seq> seqs, float* x, float* q, int32_t n_embd, int32_t n_q);
 
   std::shared_ptr<const gguf::file> file_;
   std::unique_ptr<weight_store> store_;  // the tensor data on huge pages (weights point into it)
@@ -147,6 +153,37 @@ void transformer::rope(float* vec, int32_t n_heads, const float* cs) const {
   }
 }
 
+
+void transformer::build_runs(int32_t n_x) {
+  // Attention runs: up to k_run consecutive tokens of one sequence (positions consecutive).
+  constexpr int32_t k_run = 32;
+  runs_.clear();
+  for (int32_t i = 0; i < n_x; ++i) {
+    if (!runs_.empty() && tok_seq_[size_t(runs_.back().first)] == tok_seq_[size_t(i)] && runs_.back().second < k_run)
+      ++runs_.back().second;
+    else
+      runs_.push_back({i, 1});
+  }
+}
+
+int32_t transformer::keep_output_rows(std::span<const batch_seq> seqs, float* x, float* q, int32_t n_embd,
+                                      int32_t n_q) {
+  int32_t r = 0;  // NOTE: r <= i always, so moving rows forward in order never overwrites one still to move
+  for (int32_t si = 0, i0 = 0; si < int32_t(seqs.size()); ++si) {
+    const batch_seq& s = seqs[size_t(si)];
+    for (int32_t t = s.all_logits ? 0 : s.n_tokens - 1; t >= 0 && t < s.n_tokens; ++t, ++r) {
+      const int32_t i = i0 + t;
+      if (i == r) continue;
+      std::memcpy(x + size_t(r) * n_embd, x + size_t(i) * n_embd, sizeof(float) * size_t(n_embd));
+      std::memcpy(q + size_t(r) * n_q, q + size_t(i) * n_q, sizeof(float) * size_t(n_q));
+      tok_seq_[size_t(r)] = tok_seq_[size_t(i)];
+      tok_pos_[size_t(r)] = tok_pos_[size_t(i)];
+    }
+    i0 += s.n_tokens;
+  }
+  build_runs(r);
+  return r;
+}
 
 int32_t transformer::forward(std::span<const batch_seq> seqs, kv_store& kv, float* logits) {
   const int32_t n_embd = hp_.n_embd, hd = hp_.head_dim, n_head = hp_.n_head, n_kv = hp_.n_head_kv;
@@ -223,15 +260,8 @@ int32_t transformer::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
         for (int32_t j = 0; j < n_embd; ++j) xi[j] *= d_.embd_scale;
     }
   }
-  // Attention runs: up to k_run consecutive tokens of one sequence (positions consecutive).
-  constexpr int32_t k_run = 32;
-  runs_.clear();
-  for (int32_t i = 0; i < n_x; ++i) {
-    if (!runs_.empty() && tok_seq_[size_t(runs_.back().first)] == tok_seq_[size_t(i)] && runs_.back().second < k_run)
-      ++runs_.back().second;
-    else
-      runs_.push_back({i, 1});
-  }
+  build_runs(n_x);
+  bool trimmed = false;  // the last layer runs on the n_out rows that need logits only
 
   // Per token, in parallel over tokens: add = norm(add) * add_w (if given); x += add (if
   // given); xb = norm(x) * w (if given).
@@ -309,6 +339,14 @@ int32_t transformer::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
           }
         },
         rows_per_chunk);
+
+    // NOTE: the last layer's K/V are stored for every token above (later tokens attend to them),
+    // but its attention output and FFN reach only the logits: rows that need none stop here
+    // (llama.cpp's inp_out_ids). The kept rows get the same bits: every op below is per row.
+    if (il == hp_.n_layer - 1 && n_out < n_x) {
+      n_x = keep_output_rows(seqs, x, q, n_embd, n_q);
+      trimmed = true;
+    }
 
     // Causal attention per (run, head): a run is up to k_run consecutive tokens of one sequence
     // (a prefill chunk; a lone token in batched decode), whose queries for one head share one
@@ -403,7 +441,11 @@ int32_t transformer::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
   // Final norm on the rows that need logits, then the vocabulary projection.
   float* rows = out_rows_.data();  // [n_out][n_embd]
   int32_t r = 0;
-  for (int32_t si = 0, i0 = 0; si < int32_t(seqs.size()); ++si) {
+  if (trimmed) {  // x's first n_out rows are those rows, in order
+    for (; r < n_out; ++r)
+      rms_norm_row(x + size_t(r) * n_embd, d_.output_norm.data(), rows + size_t(r) * n_embd, n_embd, hp_.rms_eps);
+  }
+  for (int32_t si = 0, i0 = 0; !trimmed && si < int32_t(seqs.size()); ++si) {
     const batch_seq& s = seqs[size_t(si)];
     for (int32_t t = s.all_logits ? 0 : s.n_tokens - 1; t >= 0 && t < s.n_tokens; ++t, ++r)
       rms_norm_row(x + size_t(i0 + t) * n_embd, d_.output_norm.data(), rows + size_t(r) * n_embd, n_embd, hp_.rms_eps);
