@@ -120,8 +120,6 @@ class engine_impl final : public engine {
   forward_backend& backend() { return *backend_; }
   chat::template_family family() const { return family_; }
   void sanity() const;   // all KV / scheduler invariants (call between steps)
-  // Drop every prefix-cache block no sequence uses, as memory pressure would (call between steps).
-  void evict_prefix_cache() { cache_->evict_all_unused(); }
 
  private:
   engine_impl() = default;

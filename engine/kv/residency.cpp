@@ -87,6 +87,7 @@ bool residency::evict(std::map<uint64_t, resident_seq>::iterator it, bool allow_
   if (!spilled) ++counters_.n_drops;
   // NOTE: full blocks registered in the prefix cache stay there (unreferenced, evictable);
   // only the partial tail and unregistered blocks return to the free list now.
+  if (before_evict) before_evict(r);
   pool_.free_seq(r.seq_idx);
   jobs_.erase(it);
   return spilled;

@@ -92,6 +92,10 @@ class residency {
 
   // Called after every successful spill and restore (engine thread); empty = none.
   std::function<void(const kv_move_event&)> on_move;
+  // Called before an evicted sequence's blocks are freed (spilled or dropped: a long wait, a TTL,
+  // memory pressure; not release()); the scheduler drops the job's own tail from the prefix cache
+  // there, so that the eviction frees that block as it did before tails were shared.
+  std::function<void(const resident_seq&)> before_evict;
 
   bool has(uint64_t job_key) const { return jobs_.count(job_key) != 0; }
   int32_t n_resident() const { return int32_t(jobs_.size()); }

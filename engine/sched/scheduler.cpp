@@ -10,12 +10,22 @@ scheduler::scheduler(block_pool& pool, prefix_cache& cache, residency* res, sche
   // NOTE: unreferenced cached blocks go first (speculative), then resident jobs' KV
   // (idle before pinned); running sequences are preempted only by schedule() itself.
   pool_.set_evictor([this] { return cache_.evict_one() || (residency_ && residency_->reclaim_one()); });
+  // NOTE: a turn's tail is shared when the turn ends (finish); a resident sequence the residency
+  // evicts (spilled or dropped) takes its own tail out of the cache, so the block is freed with
+  // it (and a spilled job resumes from its file, as before tails). release() keeps the tail: the
+  // job is over and its last block may serve the next job with the same prompt head.
+  if (residency_)
+    residency_->before_evict = [this](const resident_seq& r) {
+      const int32_t n = int32_t(r.tokens.size()), bs = pool_.block_size();
+      if (n % bs != 0) cache_.take_tail(pool_.seq(r.seq_idx).blocks[size_t(n / bs)]);
+    };
 }
 
 scheduler::~scheduler() {
   for (auto& [id, s] : seqs_)
     if (s.seq_idx >= 0) pool_.free_seq(s.seq_idx);
   pool_.set_evictor(nullptr);
+  if (residency_) residency_->before_evict = nullptr;
 }
 
 bool scheduler::before(const sequence& a, const sequence& b) const {

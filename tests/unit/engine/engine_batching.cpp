@@ -197,10 +197,6 @@ TEST_CASE("engine: spill -> restore gives identical continuations; a corrupted f
     CHECK(moves[0].ms >= 0);
     CHECK(e->stats().n_blocks_parked == 0);
     CHECK(e->stats().n_blocks_spilled > 0);
-    // NOTE: turn 1's blocks, its partly filled last one included, stay in the prefix cache and
-    // would serve turn 2 from memory (unit.prefix_tail): dropped here, as memory pressure does,
-    // so that the disk tier is what turn 2 finds.
-    e->evict_prefix_cache();
     auto p2 = p1;
     p2.insert(p2.end(), t1.output_ids.begin(), t1.output_ids.end());
     p2.insert(p2.end(), {13, 350, 351, 352});

@@ -271,7 +271,7 @@ TEST_CASE("engine: a job's next turn appends to its own last block in place (its
   e->sanity();
 }
 
-TEST_CASE("engine: a spilled job's next turn comes from the prefix cache while its blocks are still in memory") {
+TEST_CASE("engine: a spilled job's tail leaves memory with it; its next turn restores from disk, outputs identical") {
   const auto dir = std::filesystem::temp_directory_path() / ("agentq-tail-spill-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   auto cfg = test::tiny_config();
@@ -279,16 +279,17 @@ TEST_CASE("engine: a spilled job's next turn comes from the prefix cache while i
   auto e = test::load_as<engine_impl>(cfg);
   const auto p1 = shared_head_prompts(90, 1)[0];
   const auto t1 = test::run_one(*e, test::greedy(p1, 20, 7));
+  CHECK(e->cache().n_tails() == 1);  // shared when the turn ended
   e->park(7, 3600.0);  // a long wait: spilled, the sequence freed
   e->step();
   CHECK(e->stats().n_spills == 1);
+  CHECK(e->cache().n_tails() == 0);  // its tail went with it
   auto p2 = p1;
   p2.insert(p2.end(), t1.output_ids.begin(), t1.output_ids.end());
   p2.insert(p2.end(), {13, 350, 351, 352});
   const auto t2 = test::run_one(*e, test::greedy(p2, 8, 7));
-  // turn 1's computed tokens (all but its last sampled one), its partly filled block included
+  CHECK(e->stats().n_restores == 1);
   CHECK(t2.usage.n_tokens_cached == int32_t(p1.size() + t1.output_ids.size()) - 1);
-  CHECK(e->stats().n_restores == 0);  // no disk read
   auto base_cfg = test::tiny_config();
   base_cfg.prefix_reuse = false;
   auto base = test::load_as<engine_impl>(base_cfg);
