@@ -35,6 +35,7 @@ void prefix_cache::add_entry(uint64_t hash, entry e) {
   e.last_use = ++use_clock_;
   n_tails_ += e.tail ? 1 : 0;
   children_[e.parent].push_back(hash);
+  if (e.tail) tails_[e.parent].push_back(hash);
   entries_.emplace(hash, std::move(e));
   by_block_.emplace(b, hash);
   pool_.cache_hold(b);
@@ -114,11 +115,15 @@ void prefix_cache::erase(uint64_t hash) {
   lru_.erase(it->second.lru_it);
   by_block_.erase(b);
   n_tails_ -= it->second.tail ? 1 : 0;
-  auto c = children_.find(it->second.parent);
-  AGENTQ_KV_ASSERT(c != children_.end());
-  auto& kids = c->second;
-  kids.erase(std::find(kids.begin(), kids.end(), hash));
-  if (kids.empty()) children_.erase(c);
+  auto unlist = [&](std::unordered_map<uint64_t, std::vector<uint64_t>>& index) {
+    auto c = index.find(it->second.parent);
+    AGENTQ_KV_ASSERT(c != index.end());
+    auto& v = c->second;
+    v.erase(std::find(v.begin(), v.end(), hash));
+    if (v.empty()) index.erase(c);
+  };
+  unlist(children_);
+  if (it->second.tail) unlist(tails_);
   entries_.erase(it);
   pool_.cache_drop(b);
 }
@@ -161,6 +166,8 @@ void prefix_cache::sanity() const {
     AGENTQ_KV_ASSERT(std::count(kids.begin(), kids.end(), h) == 1);
     if (e.tail) {
       AGENTQ_KV_ASSERT(!e.tokens.empty() && int32_t(e.tokens.size()) < pool_.block_size() && !pool_.windowed());
+      const auto& tails = tails_.at(e.parent);
+      AGENTQ_KV_ASSERT(std::count(tails.begin(), tails.end(), h) == 1 && int32_t(tails.size()) <= k_max_tails);
       ++n_tails;
     } else {
       AGENTQ_KV_ASSERT(int32_t(e.tokens.size()) == pool_.block_size());
@@ -170,6 +177,9 @@ void prefix_cache::sanity() const {
   size_t n_children = 0;
   for (const auto& [parent, kids] : children_) n_children += kids.size();
   AGENTQ_KV_ASSERT(n_children == entries_.size());
+  size_t n_listed_tails = 0;
+  for (const auto& [parent, tails] : tails_) n_listed_tails += tails.size();
+  AGENTQ_KV_ASSERT(n_listed_tails == size_t(n_tails_));
 }
 
 }  // namespace agentq

@@ -102,7 +102,8 @@ class prefix_cache {
   std::unordered_map<uint64_t, entry> entries_;
   std::unordered_map<int32_t, uint64_t> by_block_;
   std::list<uint64_t> lru_;  // front = least recently used
-  std::unordered_map<uint64_t, std::vector<uint64_t>> children_;  // parent hash -> its entries' hashes
+  std::unordered_map<uint64_t, std::vector<uint64_t>> children_;  // parent hash -> its entries' hashes, oldest first
+  std::unordered_map<uint64_t, std::vector<uint64_t>> tails_;     // parent hash -> its tails' hashes (<= k_max_tails)
   uint64_t use_clock_ = 0;
   int64_t n_evictions_ = 0;
   int64_t n_hits_ = 0;

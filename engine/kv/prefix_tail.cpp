@@ -13,7 +13,8 @@ namespace {
 
 // NOTE: a bound on the children compared per lookup: a parent with thousands of distinct
 // next blocks (root, under many different prompts) must not make every admission O(cache).
-// Each comparison stops at the first differing token, so this is ~µs even when reached.
+// Each comparison stops at the first differing token, so this is ~µs even when reached. The
+// parent's tails (at most k_max_tails) are compared whatever their age.
 constexpr size_t k_max_children_scanned = 256;
 
 int32_t common_run(std::span<const token_id> a, std::span<const token_id> b, int32_t max_n) {
@@ -27,21 +28,22 @@ int32_t common_run(std::span<const token_id> a, std::span<const token_id> b, int
 
 std::pair<uint64_t, int32_t> prefix_cache::best_child(uint64_t parent, std::span<const token_id> tokens,
                                                       int32_t max_tokens) const {
-  auto c = children_.find(parent);
-  if (c == children_.end()) return {0, 0};
   uint64_t best = 0;
   int32_t best_n = 0;
-  const auto& kids = c->second;
-  // newest first: the most recently inserted children are at the back
-  const size_t n_scan = std::min(kids.size(), k_max_children_scanned);
-  for (size_t k = 0; k < n_scan; ++k) {
-    const uint64_t h = kids[kids.size() - 1 - k];
-    const entry& e = entries_.at(h);
-    const int32_t n = common_run(e.tokens, tokens, max_tokens);
+  auto consider = [&](uint64_t h) {
+    const int32_t n = common_run(entries_.at(h).tokens, tokens, max_tokens);
     if (n > best_n) {
       best = h;
       best_n = n;
     }
+  };
+  // the parent's tails always (a few), then its newest children (full blocks and tails)
+  if (auto t = tails_.find(parent); t != tails_.end())
+    for (uint64_t h : t->second) consider(h);
+  if (auto c = children_.find(parent); c != children_.end()) {
+    const auto& kids = c->second;
+    const size_t n_scan = std::min(kids.size(), k_max_children_scanned);
+    for (size_t k = 0; k < n_scan; ++k) consider(kids[kids.size() - 1 - k]);
   }
   return {best, best_n};
 }
@@ -68,10 +70,9 @@ bool prefix_cache::insert_tail(uint64_t parent, std::span<const token_id> tokens
   std::vector<uint64_t> drop;
   int32_t n_kept = 0;
   uint64_t lru_hash = 0, lru_use = UINT64_MAX;
-  if (auto c = children_.find(parent); c != children_.end()) {
-    for (uint64_t h : c->second) {
+  if (auto t = tails_.find(parent); t != tails_.end()) {
+    for (uint64_t h : t->second) {
       const entry& e = entries_.at(h);
-      if (!e.tail) continue;
       if (int32_t(e.tokens.size()) < n && common_run(e.tokens, tokens, n) == int32_t(e.tokens.size())) {
         drop.push_back(h);
         continue;

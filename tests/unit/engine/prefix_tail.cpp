@@ -128,6 +128,27 @@ TEST_CASE("prefix_cache: a tail is shared by its common rows; extended and least
   CHECK(pool.n_blocks_free() == 16);
 }
 
+TEST_CASE("prefix_cache: a parent with more children than a lookup scans still finds its tails") {
+  block_pool pool(tiny_layout(4), 400);
+  prefix_cache cache(pool);
+  const std::vector<int32_t> t = {1, 2};
+  const auto [s, h] = make(pool, cache, t);
+  CHECK(tail_of(pool, cache, s, h, t));  // the oldest child of root
+  for (int32_t k = 0; k < 300; ++k) {  // then 300 distinct first blocks, all newer
+    const auto [f, hf] = make(pool, cache, {100 + k, 7, 7, 7});
+    (void)hf;
+    pool.free_seq(f);
+  }
+  pool.free_seq(s);
+  cache.sanity();
+  const auto m = cache.lookup(std::vector<int32_t>{1, 2, 3}, 2);
+  CHECK(m.n_tokens == 2);
+  CHECK(rows_hold(pool, m, {1, 2, 3}));
+  CHECK(cache.lookup(std::vector<int32_t>{399, 7, 9}, 2).n_tokens == 2);  // the newest full block, in part
+  CHECK(cache.lookup(std::vector<int32_t>{100, 7, 9}, 2).n_tokens == 0);  // the oldest: past the scan's bound
+  pool.sanity();
+}
+
 TEST_CASE("prefix_cache: tails on a windowed pool are not kept") {
   kv_layout l = tiny_layout(4);
   l.window = 8;
