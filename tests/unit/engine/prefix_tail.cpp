@@ -3,13 +3,12 @@
 // the engine on the real tiny model: a shared prefix shorter than a block, or ending mid-block,
 // is computed once, and greedy outputs are token-identical with and without the sharing.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
 #include <random>
-
-#include <unistd.h>
 
 #include "engine_impl.h"
 #include "golden.h"
@@ -22,7 +21,9 @@ using test::append;
 
 namespace {
 
-kv_layout tiny_layout(int32_t block_size) { return {2, 1, 2, block_size}; }
+kv_layout tiny_layout(int32_t block_size) {
+  return {2, 1, 2, block_size};
+}
 
 bool stamped(const block_pool& pool, int32_t block, int32_t row, float v) {
   for (int32_t l = 0; l < pool.layout().n_layer; ++l)
@@ -85,7 +86,8 @@ TEST_CASE("prefix_cache: a tail is shared by its common rows; extended and least
   CHECK(pool.n_cow_copies() == cow0 + 1);
   CHECK(pool.seq(b).blocks[1] != m.blocks[1]);
   CHECK(rows_hold(pool, m, p));
-  for (int32_t pos = 0; pos < 7; ++pos) CHECK(stamped(pool, pool.seq(b).blocks[size_t(pos / 4)], pos % 4, float(p[size_t(pos)])));
+  for (int32_t pos = 0; pos < 7; ++pos)
+    CHECK(stamped(pool, pool.seq(b).blocks[size_t(pos / 4)], pos % 4, float(p[size_t(pos)])));
   pool.sanity();
   cache.sanity();
   // b's own tail {5, 6, 7} extends the cached {5, 6}: that one goes
@@ -134,7 +136,7 @@ TEST_CASE("prefix_cache: a parent with more children than a lookup scans still f
   const std::vector<int32_t> t = {1, 2};
   const auto [s, h] = make(pool, cache, t);
   CHECK(tail_of(pool, cache, s, h, t));  // the oldest child of root
-  for (int32_t k = 0; k < 300; ++k) {  // then 300 distinct first blocks, all newer
+  for (int32_t k = 0; k < 300; ++k) {    // then 300 distinct first blocks, all newer
     const auto [f, hf] = make(pool, cache, {100 + k, 7, 7, 7});
     (void)hf;
     pool.free_seq(f);
@@ -258,8 +260,10 @@ TEST_CASE("engine: a shared head shorter than a block, or ending mid-block, is c
       const auto got = test::run_one(*e, test::greedy(prompts[k], 8, 100 + k));
       CHECK(got.output_ids == want.output_ids);
       CHECK(got.usage.n_tokens_prompt == int32_t(prompts[k].size()));
-      if (k == 0) CHECK(got.usage.n_tokens_cached == 0);
-      else CHECK(got.usage.n_tokens_cached == n_shared);  // the head, whole blocks or not
+      if (k == 0)
+        CHECK(got.usage.n_tokens_cached == 0);
+      else
+        CHECK(got.usage.n_tokens_cached == n_shared);  // the head, whole blocks or not
       CHECK(got.usage.n_tokens_cached + got.usage.n_tokens_computed == got.usage.n_tokens_prompt);
       e->release(100 + k);
       e->step();
@@ -301,7 +305,7 @@ TEST_CASE("engine: a spilled job's tail leaves memory with it; its next turn res
   const auto p1 = shared_head_prompts(90, 1)[0];
   const auto t1 = test::run_one(*e, test::greedy(p1, 20, 7));
   CHECK(e->cache().n_tails() == 1);  // shared when the turn ended
-  e->park(7, 3600.0);  // a long wait: spilled, the sequence freed
+  e->park(7, 3600.0);                // a long wait: spilled, the sequence freed
   e->step();
   CHECK(e->stats().n_spills == 1);
   CHECK(e->cache().n_tails() == 0);  // its tail went with it
