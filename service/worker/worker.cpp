@@ -206,6 +206,7 @@ struct worker::impl {
   std::thread dispatcher, housekeeper;
   std::mutex mu;
   std::map<std::string, std::shared_ptr<job_ctx>> active;
+  std::condition_variable slot_freed;  // a held job's loop ended (ctx->done): the dispatcher may read
   std::mutex latency_mu;
   std::unordered_map<std::string, double> tool_latency_s;  // EWMA per tool name
   kv_marks kv_moves;  // engine spills / restores -> timeline marks (housekeeper writes them)
@@ -245,7 +246,16 @@ struct worker::impl {
       // A failed device takes no new jobs (/readyz says why); nor does a worker the control plane refused.
       if (!eng->healthy() || superseded || !db.refused().empty()) cap = 0;
       if (cap <= 0) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        // NOTE: woken by the job that frees a slot (a group of batch ends frees many at once), not a
+        // 10 ms poll: on a saturated worker that poll was an idle gap in every claim cycle. The
+        // timeout still re-checks the engine's health and the control plane's refusal.
+        std::unique_lock lock(mu);
+        slot_freed.wait_for(lock, std::chrono::milliseconds(10), [this] {
+          if (!running) return true;
+          for (auto& [k, c] : active)
+            if (c->done) return true;
+          return false;
+        });
         continue;
       }
       handle_deliveries(q.read(id, cap, options.read_block_ms, options.model));
@@ -389,7 +399,11 @@ struct worker::impl {
         release_kv(*ctx);
         ack(*ctx);
       }
-      ctx->done = true;
+      {
+        std::lock_guard lock(mu);  // NOTE: under mu, so the dispatcher's predicate cannot miss it
+        ctx->done = true;
+      }
+      slot_freed.notify_one();
     });
   }
 
