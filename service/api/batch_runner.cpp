@@ -123,10 +123,20 @@ void batch_runner::start() {
         spdlog::error("batch: pass failed: {}", e.what());
       }
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, options_.poll, [&] { return woken_ || !running_; });
+      cv_.wait_for(lock, until_next_count(), [&] { return woken_ || !running_; });
       woken_ = false;
     }
   });
+}
+
+std::chrono::milliseconds batch_runner::until_next_count() const {
+  auto wait = options_.poll;
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [id, c] : count_clock_) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c.next - now);
+    wait = std::min(wait, std::max(left, std::chrono::milliseconds(1)));
+  }
+  return wait;
 }
 
 void batch_runner::stop() {
@@ -144,7 +154,15 @@ void batch_runner::wake() {
 }
 
 void batch_runner::run_once() {
-  for (const auto& b : deps_.batches->list_open()) {
+  const auto open = deps_.batches->list_open();
+  // NOTE: a clock outlives its batch only if the batch left in_progress some other way; a stale one
+  // would keep the thread's wait at 1 ms (until_next_count).
+  std::erase_if(count_clock_, [&](const auto& kv) {
+    return std::none_of(open.begin(), open.end(), [&](const store::batch_row& b) {
+      return b.id == kv.first && b.status == store::batch_status::in_progress;
+    });
+  });
+  for (const auto& b : open) {
     if (!running_ && thread_.joinable()) return;
     switch (b.status) {
       case store::batch_status::validating: ingest(b); break;
@@ -283,10 +301,20 @@ void batch_runner::ingest(const store::batch_row& b) {
 void batch_runner::watch(const store::batch_row& b, bool force_count) {
   auto now_tp = std::chrono::steady_clock::now();
   bool expired = deps_.batches->now() >= b.expires_ms;
-  auto& last = last_count_[b.id];
-  if (!force_count && !expired && now_tp - last < options_.count_interval) return;
-  last = now_tp;
+  auto& clock = count_clock_[b.id];
+  if (!force_count && !expired && now_tp < clock.next) return;
   auto c = deps_.batches->counts(b.id);
+  {
+    using ms = std::chrono::milliseconds;
+    ms next = options_.count_interval;
+    const int64_t done = c.n_completed + c.n_failed;
+    if (clock.n_done >= 0 && done > clock.n_done && c.n_open > 0) {
+      const double per_ms = double(done - clock.n_done) /
+                            std::max<double>(1.0, std::chrono::duration<double, std::milli>(now_tp - clock.at).count());
+      next = std::clamp(ms(int64_t(double(c.n_open) / per_ms)), ms(20), options_.count_interval);
+    }
+    clock = {now_tp + next, now_tp, done};
+  }
   if (c.n_completed != b.n_completed || c.n_failed != b.n_failed)
     deps_.batches->set_counts(b.id, c.n_completed, c.n_failed);
   if (expired) {
@@ -380,7 +408,7 @@ void batch_runner::finalize(const store::batch_row& b, store::batch_status from,
   for (auto* w : {&out, &errs})
     if (w->n_lines() == 0) fs::remove(fs::path(options_.files_dir) / (w->id() + ".jsonl.part"), ec);
   if (!deps_.batches->transition(b.id, from, to, cols, {{"n_completed", n_completed}, {"n_failed", n_failed}})) return;
-  last_count_.erase(b.id);
+  count_clock_.erase(b.id);
   spdlog::info("batch {}: {} ({} completed, {} failed)", b.id, store::to_string(to), n_completed, n_failed);
   if (auto now = deps_.batches->get_batch(b.id, ""))
     deps_.batches->enqueue_webhooks(*now, std::string("batch.") + store::to_string(to));

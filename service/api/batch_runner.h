@@ -69,7 +69,18 @@ class batch_runner {
   bool woken_ = false;
   std::atomic<bool> running_{false};
   std::thread thread_;
-  std::map<std::string, std::chrono::steady_clock::time_point> last_count_;  // batch id -> last counts
+  // When each open batch's request_counts are read next (runner thread only). NOTE: paced by the
+  // batch's own progress: the next read is due when the open jobs should be done at the rate seen
+  // since the last read (at least 20 ms, at most count_interval), so a batch is finalized within
+  // ~20 ms of its last job rather than up to count_interval later, and a stalled one costs a read
+  // per count_interval as before.
+  struct count_clock {
+    std::chrono::steady_clock::time_point next{}, at{};
+    int64_t n_done = -1;  // completed + failed at `at`; -1 = not read yet
+  };
+  std::map<std::string, count_clock> count_clock_;
+  // How long the thread may sleep before a batch's counts are due (at most options_.poll).
+  std::chrono::milliseconds until_next_count() const;
 };
 
 }  // namespace agentq::api
