@@ -11,133 +11,15 @@
 #include <type_traits>
 #include <vector>
 
-#include "agentq/exp_avx2.h"
-#include "agentq/kernels.h"
 #include "agentq/zmm_halves.h"
-
-#include "kv/kv_store.h"
-
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#define AGENTQ_ATTENTION_AVX2 1
-#endif
+#include "model/attention_simd.h"
 
 namespace agentq {
 
 namespace {
 
-// K/V elements: float (f32 cache) or uint16_t (IEEE half bits, f16 cache).
-inline float to_f32(float x) { return x; }
-inline float to_f32(uint16_t h) { return kernels::fp16_to_fp32(h); }
+using namespace attn;
 
-// Sliding window and soft-capping on a query's scores [0, n) (pos = n - 1): masked positions
-// become -inf (weight exactly 0), the rest cap * tanh(s / cap). Returns the max of the rest
-// and of the sink logit, if any (the softmax's shift, as ggml's flash attention with sinks).
-// NOTE: only models with a window, a cap or a sink come here; the others keep the plain path's bits.
-// Positions before window_lo are never read (windowed KV may hold no pages there); the few
-// between it and the window are scored and masked here.
-inline float adjust_scores(const attention_args& a, float* scores, int32_t n) {
-  const int32_t first = a.window > 0 ? std::max(0, n - a.window) : 0;
-  for (int32_t t = first & ~7; t < first; ++t) scores[t] = -INFINITY;
-  float mx = -INFINITY;
-  const float cap = a.softcap, inv = cap != 0.0f ? 1.0f / cap : 0.0f;
-  for (int32_t t = first; t < n; ++t) {
-    if (cap != 0.0f) scores[t] = std::tanh(scores[t] * inv) * cap;
-    mx = std::max(mx, scores[t]);
-  }
-  return a.has_sink ? std::max(mx, a.sink) : mx;
-}
-// The first position a query at pos reads: the start of its window rounded down to a multiple
-// of 8, so the softmax's 8-lane sums keep their lanes (positions before it weigh exactly 0:
-// skipping them leaves every sum's bits as they were). 0 without a window.
-inline int32_t window_lo(const attention_args& a, int32_t pos) {
-  return a.window > 0 ? std::max(0, pos + 1 - a.window) & ~7 : 0;
-}
-inline bool adjusts(const attention_args& a) { return a.window > 0 || a.softcap != 0.0f || a.has_sink; }
-// The sink's share of the softmax's denominator (exp(sink - max)); 0 without one.
-inline double sink_term(const attention_args& a, float mx) { return a.has_sink ? double(std::exp(a.sink - mx)) : 0.0; }
-
-template <class T>
-const T* k_row(const attention_args& a, int32_t t) {
-  return a.kv->k<T>(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.token_stride + a.head_offset;
-}
-template <class T>
-const T* v_row(const attention_args& a, int32_t t) {
-  return a.kv->v<T>(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.token_stride + a.head_offset;
-}
-
-// Rows under 64 bytes (head_dim 8-16) share cache lines, so the prefetchers take one row in
-// each line: this mask of the position (rows per line - 1; row_bytes is a multiple of 16, so
-// rows per line are 1, 2 or 4).
-inline int32_t line_mask_of(int32_t row_bytes) { return std::max<int32_t>(1, 64 / row_bytes) - 1; }
-
-inline void prefetch_row(const void* row, int32_t row_bytes) {
-#if defined(__SSE__)
-  for (int32_t c = 0; c < row_bytes; c += 64) __builtin_prefetch(static_cast<const char*>(row) + c);
-#else
-  (void)row, (void)row_bytes;
-#endif
-}
-
-// fn(t, row) for t in [0, n) in order, row = K (or V) of position t; one block lookup per
-// block instead of a division per position. A second cursor runs `ahead` rows in front and
-// prefetches: in decode the K/V rows come from memory (the weight stream evicts them between
-// steps), and one head's rows are 2 KiB runs (a block of head-major rows) a whole block of
-// every layer apart, which the hardware prefetcher does not follow.
-// NOTE: ahead is ~4 KiB of rows, crossing blocks: a 1 KiB reach that stopped at the next block
-// held long-context decode attention to ~10 GB/s a thread. The cursor starts level with t and
-// gains 2 rows a step, so short contexts are prefetched from their first rows without a burst.
-template <bool V, class T, class F>
-inline void for_rows(const attention_args& a, int32_t lo, int32_t n, F&& fn) {
-  const int32_t bs = a.block_size, row_bytes = a.head_dim * int32_t(sizeof(T));
-  const int32_t ahead = std::max<int32_t>(8, 4096 / row_bytes);
-  auto block = [&](int32_t bi) {
-    return (V ? a.kv->v<T>(a.layer, a.block_table[bi]) : a.kv->k<T>(a.layer, a.block_table[bi])) + a.head_offset;
-  };
-  int32_t p = lo, pbi = lo / bs, poff = lo % bs;
-  const T* pbase = block(pbi);  // the prefetch cursor: position p, at row poff of block pbi
-  const int32_t line_mask = line_mask_of(row_bytes);
-  auto prefetch_next = [&] {
-    if ((poff & line_mask) == 0) prefetch_row(pbase + size_t(poff) * a.token_stride, row_bytes);
-    ++p;
-    if (++poff == bs) {
-      poff = 0;
-      if (p < n) pbase = block(++pbi);
-    }
-  };
-  const T* base = pbase;
-  for (int32_t bi = lo / bs, t0 = bi * bs; t0 < n; t0 += bs, ++bi) {
-    const int32_t te = std::min(n, t0 + bs);
-    for (int32_t t = std::max(t0, lo); t < te; ++t) {
-      for (int k = 0; k < 2 && p < n && p <= t + ahead; ++k) prefetch_next();
-      fn(t, base + size_t(t - t0) * a.token_stride);
-    }
-    if (te < n) base = block(bi + 1);
-  }
-}
-
-// Where a query's K/V rows come from: the paged cache (decode: one query per call), or a
-// packed copy of one head's rows (see attend: many queries of one head share it).
-template <class T>
-struct paged_rows {
-  using elem = T;
-  const attention_args& a;
-  std::ptrdiff_t v_minus_k;  // bytes from a position's K row to its V row (same offset in both arrays)
-  bool v_early;              // prefetch V rows during the K pass (prefetch_v)
-  int32_t line_mask;         // line_mask_of(the row's bytes): prefetch_v takes one row per line
-  template <bool V, class F>
-  void each(int32_t lo, int32_t n, F&& fn) const {
-    for_rows<V, T>(a, lo, n, fn);
-  }
-  // NOTE: called as each K row is scored, when the head's V rows fit in L2 with room to spare
-  // (v_early): its V row is read in the second pass a few microseconds later, and in decode
-  // came from DRAM (the weight stream evicts the cache between steps). Longer contexts would
-  // evict their early V rows before the V pass reached them; there its own cursor prefetches.
-  void prefetch_v(int32_t t, const T* k_row) const {
-    if (v_early && (t & line_mask) == 0)
-      prefetch_row(reinterpret_cast<const char*>(k_row) + v_minus_k, a.head_dim * int32_t(sizeof(T)));
-  }
-};
 struct packed_rows {
   using elem = float;
   const float* k;
@@ -178,71 +60,8 @@ void attend_one_scalar(const attention_args& a, const float* q, int32_t pos, flo
   }
 }
 
+
 #if AGENTQ_ATTENTION_AVX2
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-inline float hsum8(__m256 s) {
-  __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-  t = _mm_add_ss(t, _mm_movehdup_ps(t));
-  return _mm_cvtss_f32(t);
-}
-
-// hsum8 of 8 vectors at once: out[i] = hsum8(v[i]), bit for bit (the same pairwise sums
-// (l0+l4)+(l2+l6) and (l1+l5)+(l3+l7), then their sum, arranged across lanes; float
-// addition is commutative, so only which values are added matters, not their order).
-inline __m256 hsum8x8(const __m256 v[8]) {
-  __m256 t[4];  // t[k] = [lo(v[2k]) + hi(v[2k]) | lo(v[2k+1]) + hi(v[2k+1])]
-  for (int k = 0; k < 4; ++k)
-    t[k] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x20),
-                         _mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x31));
-  // u0 = [v0: t0+t2, t1+t3, v2: t0+t2, t1+t3 | v1, v3 likewise]; u1 the same for v4..v7.
-  const __m256 u0 = _mm256_add_ps(_mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m256 u1 = _mm256_add_ps(_mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(3, 2, 3, 2)));
-  // [s0, s2, s4, s6 | s1, s3, s5, s7], then into key order.
-  const __m256 s = _mm256_add_ps(_mm256_shuffle_ps(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm256_shuffle_ps(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
-
-// scores[0..n) (their running max in vmx's lanes) -> probabilities exp(s - max), in place;
-// returns 1 / their sum in every lane.
-inline __m256 softmax_scores(const attention_args& a, float* scores, int32_t lo, int32_t n, __m256 vmx) {
-  vmx = _mm256_max_ps(vmx, _mm256_permute2f128_ps(vmx, vmx, 1));
-  vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(1, 0, 3, 2)));
-  vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(2, 3, 0, 1)));
-  const __m256 mx = vmx;
-  // Probabilities and their sum (4 double lanes by t mod 8 halves, fixed tree; tail scalar).
-  __m256d sum4 = _mm256_setzero_pd();
-  int32_t t = lo;  // a multiple of 8 (window_lo)
-  for (; t + 8 <= n; t += 8) {
-    const __m256 p = kernels::exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + t), mx));
-    _mm256_storeu_ps(scores + t, p);
-    sum4 = _mm256_add_pd(
-        sum4, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(p)), _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1))));
-  }
-  double lanes[4];
-  _mm256_storeu_pd(lanes, sum4);
-  double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-  if (t < n) {
-    alignas(32) float tail[8] = {};
-    for (int32_t i = t; i < n; ++i) tail[i - t] = scores[i];
-    const __m256 p = kernels::exp_avx2(_mm256_sub_ps(_mm256_load_ps(tail), mx));
-    _mm256_store_ps(tail, p);
-    for (int32_t i = t; i < n; ++i) {
-      scores[i] = tail[i - t];
-      sum += double(tail[i - t]);
-    }
-  }
-  if (a.has_sink) sum += sink_term(a, _mm256_cvtss_f32(mx));
-  return _mm256_set1_ps(float(1.0 / sum));
-}
-
 // NV = head_dim / 8 vectors (0: any multiple of 8, read from memory).
 template <int NV, class Rows>
 void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, int32_t pos, float* out,
@@ -533,6 +352,9 @@ void attend_typed(const attention_args& a, const float* q, int64_t q_stride, int
                   int64_t out_stride, float* scores) {
 #if AGENTQ_ATTENTION_AVX2
   if (a.head_dim % 8 == 0) {
+    // Several queries of one head (a verify pass, a prefill run) on AVX-512: the K/V rows read
+    // in place, converted once per call for all of them (attention_tiles.cpp).
+    if (n_q >= attn::tiles_min_queries && attn::attend_tiles(a, q, q_stride, pos0, n_q, out, out_stride)) return;
     // NOTE: many queries of one head (prefill) first copy the head's K and V rows into one
     // packed F32 buffer each. In the cache a head's row is head_dim elements of every
     // n_head_kv * head_dim-element token row; read in place, every query streamed those rows

@@ -1,9 +1,12 @@
 // Decode attention of two GQA heads at once (attend_head_pair), and many queries of one head at
-// once (attend, n_q > 1: the packed path and its query pairs), against one at a time
-// (attend): the same bits for F32 and F16 K/V, head dims 64 and 128, any position (the 8-key
-// groups and their tail), a sliding window, a soft-cap and per-head sinks.
+// once (attend, n_q > 1: the in-place tiles of attention_tiles.cpp, and the packed path with its
+// query pairs), against one at a time (attend): the same bits for F32 and F16 K/V, head dims 64
+// and 128, any position (the 8-key groups and their tail), a sliding window, a soft-cap and
+// per-head sinks.
 #include <doctest/doctest.h>
 
+#include <climits>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -11,6 +14,7 @@
 #include "agentq/kernels.h"
 #include "kv/kv_store.h"
 #include "model/attention.h"
+#include "model/attention_simd.h"
 
 using namespace agentq;
 
@@ -129,6 +133,84 @@ TEST_CASE("n_q queries of one head at once give each query's own attention, bit 
             for (int32_t j = 0; j < n_q; ++j)
               attend(a, q.data() + j * hd, hd, pos0 + j, 1, one.data() + j * hd, hd, scores.data());
             CHECK(std::memcmp(many.data(), one.data(), sizeof(float) * many.size()) == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The in-place many-query kernel (attend_tiles: a verify pass, a prefill run) and the packed path
+// it replaced on AVX-512 (attn::tiles_min_queries raised), each against one query per call, bit
+// for bit: n_q 1..40 (odd and even pair counts, two blocks of 32), positions inside and on the
+// 8-key tiles and the 32-row V tiles, F32 and F16 K/V, head dims 64 / 128 / 72, plain, a
+// window, a soft-cap, a sink, and an infinite V element at the last position (only the last
+// query reads it: the others must stay finite, as their own calls, which never read that row).
+TEST_CASE("n_q queries over the cache in place give each query's own attention, bit for bit") {
+  std::mt19937 rng(47);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (kv_dtype dt : {kv_dtype::f32, kv_dtype::f16}) {
+    for (int32_t hd : {64, 128, 72}) {
+      kv_layout l;
+      l.n_layer = 1;
+      l.n_head_kv = 2;
+      l.head_dim = hd;
+      l.block_size = 16;
+      l.dtype = dt;
+      l.head_major = true;
+      const int32_t n_blocks = 8;  // 128 positions
+      kv_store kv(l, n_blocks);
+      std::vector<int32_t> table(n_blocks);
+      for (int32_t i = 0; i < n_blocks; ++i) table[size_t(i)] = (i * 3) % n_blocks;  // not in order
+      auto put = [&](bool v, int32_t pos, int32_t d, float x) {
+        const int64_t o = l.elem_offset(pos % l.block_size, 1) + d;
+        const int32_t b = table[size_t(pos / l.block_size)];
+        if (dt == kv_dtype::f16)
+          (v ? kv.v<uint16_t>(0, b) : kv.k<uint16_t>(0, b))[o] = kernels::fp32_to_fp16(x);
+        else
+          (v ? kv.v<float>(0, b) : kv.k<float>(0, b))[o] = x;
+      };
+      for (int32_t pos = 0; pos < 16 * n_blocks; ++pos)
+        for (int32_t d = 0; d < hd; ++d) {
+          put(false, pos, d, nd(rng));
+          put(true, pos, d, nd(rng));
+        }
+      for (int variant = 0; variant < 5; ++variant) {  // plain, window, soft-cap, sink, infinite V
+        for (int32_t pos0 : {0, 3, 8, 29, 31, 57, 87}) {
+          for (int32_t n_q : {1, 2, 3, 5, 8, 13, 17, 24, 32, 33, 40}) {
+            if (pos0 + n_q > 16 * n_blocks) continue;
+            attention_args a;
+            a.kv = &kv;
+            a.block_table = table.data();
+            a.block_size = l.block_size;
+            a.token_stride = l.token_stride();
+            a.head_offset = int32_t(l.elem_offset(0, 1));
+            a.head_dim = hd;
+            a.scale = 0.125f;
+            if (variant == 1) a.window = 20;
+            if (variant == 2) a.softcap = 4.0f;
+            if (variant == 3) {
+              a.has_sink = true;
+              a.sink = 1.1f;
+            }
+            if (variant == 4) put(true, pos0 + n_q - 1, 5, INFINITY);
+            std::vector<float> q(size_t(n_q) * hd), one(size_t(n_q) * hd), scores(size_t(pos0 + n_q));
+            for (float& x : q) x = nd(rng);
+            for (int32_t j = 0; j < n_q; ++j)
+              attend(a, q.data() + j * hd, hd, pos0 + j, 1, one.data() + j * hd, hd, scores.data());
+            for (int32_t min_q : {1, INT32_MAX}) {  // tiles; the packed path
+              INFO("dtype ", int(dt), " head_dim ", hd, " variant ", variant, " pos0 ", pos0, " n_q ", n_q,
+                   " tiles_min_queries ", min_q);
+              const int32_t saved = attn::tiles_min_queries;
+              attn::tiles_min_queries = min_q;
+              std::vector<float> many(size_t(n_q) * hd);
+              attend(a, q.data(), hd, pos0, n_q, many.data(), hd, scores.data());
+              attn::tiles_min_queries = saved;
+              CHECK(std::memcmp(many.data(), one.data(), sizeof(float) * many.size()) == 0);
+              if (variant == 4)
+                for (size_t i = 0; i + hd < many.size(); ++i) REQUIRE(std::isfinite(many[i]));
+            }
+            if (variant == 4) put(true, pos0 + n_q - 1, 5, nd(rng));
           }
         }
       }
