@@ -35,6 +35,27 @@ inline void convert_row(const T* row, float* dst) {
   }
 }
 
+// hsum8x8 of each 256-bit half at once: v[i] = [A_i | B_i] -> [hsum8x8(A) | hsum8x8(B)], bit
+// for bit (the same lane pairs added in the same tree; vpermt2ps stands in for permute2f128,
+// which would mix the halves, and the 128-bit shuffles act on each half alike).
+inline __m512 hsum8x8_halves(const __m512 v[8]) {
+  // [x.l0 | y.l0 | x.l2 | y.l2] and [x.l1 | y.l1 | x.l3 | y.l3] in 128-bit lanes: permute2f128's
+  // 0x20 and 0x31 within each half.
+  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+  const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  __m512 t[4];
+  for (int k = 0; k < 4; ++k)
+    t[k] = _mm512_add_ps(_mm512_permutex2var_ps(v[2 * k], lo, v[2 * k + 1]),
+                         _mm512_permutex2var_ps(v[2 * k], hi, v[2 * k + 1]));
+  const __m512 u0 = _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 u1 = _mm512_add_ps(_mm512_shuffle_ps(t[2], t[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_ps(t[2], t[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15), s);
+}
+
 // The V pass of queries j0..j0+QB-1 over V rows [u0, u0 + cnt) (converted at vt): out_j +=
 // w_j[u] V_u in key order, w_j = the query's probabilities times 1/sum (the product every kernel
 // forms per key). Lanes hold 16 dims of one query, so each lane runs attend_one_avx2's chain for
@@ -112,7 +133,7 @@ void attend_block(const attention_args& a, const float* q, int64_t q_stride, int
   // pos0 + 2p + 1), as attend_pair_avx512: one FMA chain per key per lane, hsum8x8 per half.
   const paged_rows<T> rows = paged_rows_of<T>(a, pos0, n_max);
   alignas(64) float kt[8 * HD];
-  const __m256 scale = _mm256_set1_ps(a.scale);
+  const __m512 scale = _mm512_set1_ps(a.scale);
   auto score_tile = [&](int32_t t0) {
     for (int32_t p = t0 > pos0 ? (t0 - pos0) / 2 : 0; p < n_pairs; ++p) {
       const __m512* qv = qp + p * NV;
@@ -120,11 +141,9 @@ void attend_block(const attention_args& a, const float* q, int64_t q_stride, int
       for (int i = 0; i < 8; ++i) acc[i] = _mm512_mul_ps(qv[0], kernels::broadcast8(kt + i * HD));
       for (int c = 1; c < NV; ++c)
         for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(qv[c], kernels::broadcast8(kt + i * HD + 8 * c), acc[i]);
-      __m256 h[8];
-      for (int i = 0; i < 8; ++i) h[i] = kernels::low_half(acc[i]);
-      _mm256_storeu_ps(s + 2 * p * ld + t0, _mm256_mul_ps(hsum8x8(h), scale));
-      for (int i = 0; i < 8; ++i) h[i] = kernels::high_half(acc[i]);
-      _mm256_storeu_ps(s + (2 * p + 1) * ld + t0, _mm256_mul_ps(hsum8x8(h), scale));
+      const __m512 sc = _mm512_mul_ps(hsum8x8_halves(acc), scale);
+      _mm256_storeu_ps(s + 2 * p * ld + t0, kernels::low_half(sc));
+      _mm256_storeu_ps(s + (2 * p + 1) * ld + t0, kernels::high_half(sc));
     }
   };
   rows.template each<false>(lo, n_max, [&](int32_t t, const T* row) {
