@@ -735,6 +735,18 @@ inline float abs_max(const float* x, int n) {
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
   return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
 }
+// The first j in [0, n) with |x[j]| == amax, for amax = abs_max(x, n) > 0 (so there is one):
+// the scalar search's index, 8 lanes at a time.
+inline int first_abs_equal(const float* x, int n, float amax) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), m = _mm256_set1_ps(amax);
+  int j = 0;
+  for (; j + 8 < n; j += 8) {
+    const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m, _CMP_EQ_OQ));
+    if (hit) return j + __builtin_ctz(unsigned(hit));
+  }
+  const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m, _CMP_EQ_OQ));
+  return j + (hit ? __builtin_ctz(unsigned(hit)) : 7);  // NOTE: the last block holds it if no earlier one did
+}
 }  // namespace
 #endif
 
@@ -778,24 +790,36 @@ void quantize_act_q8_k(const float* x, block_q8_k* y, int64_t n) {
       std::memset(&y[i], 0, sizeof(block_q8_k));
       continue;
     }
+#if defined(__AVX2__)
+    const int first = first_abs_equal(x, qk_k, amax);
+#else
     int first = 0;
     while (!(std::fabs(x[first]) == amax)) ++first;
+#endif
     const float iscale = -127.f / x[first];
 #if defined(__AVX2__)
     const __m256 vs = _mm256_set1_ps(iscale);
     auto q = [&](int j) {
       return _mm256_min_epi32(nearest_int8(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j))), _mm256_set1_epi32(127));
     };
-    for (int j = 0; j < qk_k; j += 32)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs + j), low_bytes(q(j), q(j + 8), q(j + 16), q(j + 24)));
+    // NOTE: the sums per 16 from the quants still in a register (psadbw of the bytes biased to
+    // unsigned, 8 x 128 off per 8-byte lane): read back from y, each waited on its stores.
+    const __m256i bias = _mm256_set1_epi8(char(0x80));
+    for (int j = 0; j < qk_k; j += 32) {
+      const __m256i q8 = low_bytes(q(j), q(j + 8), q(j + 16), q(j + 24));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs + j), q8);
+      const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(q8, bias), _mm256_setzero_si256());
+      y[i].bsums[j / 16] = static_cast<int16_t>(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1) - 2048);
+      y[i].bsums[j / 16 + 1] = static_cast<int16_t>(_mm256_extract_epi64(s, 2) + _mm256_extract_epi64(s, 3) - 2048);
+    }
 #else
     for (int j = 0; j < qk_k; ++j) y[i].qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * x[j])));
-#endif
     for (int j = 0; j < qk_k / 16; ++j) {
       int sum = 0;
       for (int ii = 0; ii < 16; ++ii) sum += y[i].qs[j * 16 + ii];
       y[i].bsums[j] = static_cast<int16_t>(sum);
     }
+#endif
     y[i].d = 1 / iscale;
   }
 }

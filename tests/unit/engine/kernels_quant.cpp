@@ -253,6 +253,9 @@ TEST_CASE("Q8_K and Q8_0 activations: bit-exact against the scalar definitions, 
   std::vector<float> inf = normal_data(n_cols, 9);
   inf[10] = INFINITY, inf[300] = -INFINITY, inf[700] = std::nanf("");
   rows.push_back(inf);
+  std::vector<float> tail = normal_data(n_cols, 10);  // the largest in a block's last 8 (the vector search's tail)
+  tail[255] = 9.0f, tail[256 + 248] = -9.0f, tail[512 + 247] = 9.0f, tail[512 + 250] = -9.0f;
+  rows.push_back(tail);
   std::vector<float> halves(n_cols);
   for (int64_t j = 0; j < n_cols; ++j) halves[size_t(j)] = 0.5f * float(j % 7) - 1.5f;  // rounding ties
   halves[0] = -127.0f;
