@@ -1,7 +1,8 @@
 // Causal attention over paged K/V (F32 or F16 elements, see kv_dtype): AVX2/FMA for head
 // dims that are a multiple of 8 (q held in registers, one FMA chain per score, V accumulated
-// in registers, a polynomial exp), a scalar loop otherwise. Each query is computed on its
-// own in a fixed order (see attention.h), so batching and threading never change a result.
+// in registers, a polynomial exp), a scalar loop otherwise; on AVX-512 two GQA heads per zmm in
+// decode, and several queries of one head through attention_tiles.cpp. Each query is computed
+// on its own in a fixed order (see attention.h), so batching and threading never change a result.
 #include "model/attention.h"
 
 #include <algorithm>
@@ -147,79 +148,6 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
 #endif
 
 #if AGENTQ_ATTENTION_AVX2 && defined(__AVX512F__)
-// Two queries of one head at consecutive positions (pos_a, pos_a + 1) over packed rows, bit for
-// bit as two attend_one_avx2 calls: every zmm register holds query A's 8 lanes in its low half
-// and B's in its high half, each lane doing the AVX2 kernel's float operations in its order
-// (K and V chunks broadcast to both halves; hsum8x8 per half). B's extra key, pos_a + 1, is
-// scored and accumulated last, on its own, as B's own call does.
-// NOTE: why: prefill attention ran at 256-bit FMA width, ~16% of 110M F16 pp512 on Zen 5.
-template <int NV>
-void attend_pair_avx512(const attention_args& a, const packed_rows& rows, const float* qa, const float* qb,
-                        int32_t pos_a, float* out_a, float* out_b, float* sa, float* sb) {
-  static_assert(NV % 8 == 0);
-  __m512 qv[NV];
-  for (int c = 0; c < NV; ++c) qv[c] = kernels::join_halves(_mm256_loadu_ps(qa + 8 * c), _mm256_loadu_ps(qb + 8 * c));
-  const int32_t na = pos_a + 1, nb = na + 1;
-  auto k_row = [&](int32_t t) { return rows.k + size_t(t) * rows.stride; };
-  const __m256 scale = _mm256_set1_ps(a.scale);
-  __m256 mxa = _mm256_set1_ps(-INFINITY), mxb = mxa;
-  const int32_t lo_a = window_lo(a, pos_a), lo_b = window_lo(a, pos_a + 1);
-  int32_t t = lo_a;
-  for (; t + 8 <= na; t += 8) {
-    __m512 acc[8];
-    for (int i = 0; i < 8; ++i) acc[i] = _mm512_mul_ps(qv[0], kernels::broadcast8(k_row(t + i)));
-    for (int c = 1; c < NV; ++c)
-      for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(qv[c], kernels::broadcast8(k_row(t + i) + 8 * c), acc[i]);
-    __m256 h[8];
-    for (int i = 0; i < 8; ++i) h[i] = kernels::low_half(acc[i]);
-    const __m256 s_a = _mm256_mul_ps(hsum8x8(h), scale);
-    for (int i = 0; i < 8; ++i) h[i] = kernels::high_half(acc[i]);
-    const __m256 s_b = _mm256_mul_ps(hsum8x8(h), scale);
-    _mm256_storeu_ps(sa + t, s_a);
-    _mm256_storeu_ps(sb + t, s_b);
-    mxa = _mm256_max_ps(mxa, s_a);
-    mxb = _mm256_max_ps(mxb, s_b);
-  }
-  // The rest one key at a time, as attend_one_avx2's tail (B's through its extra key).
-  auto one = [&](const float* q, int32_t u) {
-    __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(q), load8(k_row(u)));
-    for (int c = 1; c < NV; ++c) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c), load8(k_row(u) + 8 * c), acc);
-    return hsum8(acc) * a.scale;
-  };
-  for (int32_t u = t; u < na; ++u) {
-    sa[u] = one(qa, u);
-    mxa = _mm256_max_ps(mxa, _mm256_set1_ps(sa[u]));
-  }
-  for (int32_t u = t; u < nb; ++u) {
-    sb[u] = one(qb, u);
-    mxb = _mm256_max_ps(mxb, _mm256_set1_ps(sb[u]));
-  }
-  if (adjusts(a)) {
-    mxa = _mm256_set1_ps(adjust_scores(a, sa, na));
-    mxb = _mm256_set1_ps(adjust_scores(a, sb, nb));
-  }
-  const __m256 inv_a = softmax_scores(a, sa, lo_a, na, mxa), inv_b = softmax_scores(a, sb, lo_b, nb, mxb);
-  for (int32_t u = lo_a; u < lo_b; ++u) sb[u] = 0.0f;  // before B's window: weight 0, as its own call
-  const __m512 inv = kernels::join_halves(inv_a, inv_b);
-  for (int c0 = 0; c0 < NV; c0 += 8) {
-    __m512 acc[8];
-    for (int c = 0; c < 8; ++c) acc[c] = _mm512_setzero_ps();
-    for (int32_t u = lo_a; u < na; ++u) {
-      const float* vt = rows.v + size_t(u) * rows.stride + 8 * c0;
-      const __m512 p = _mm512_mul_ps(kernels::join_halves(_mm256_broadcast_ss(sa + u), _mm256_broadcast_ss(sb + u)), inv);
-      for (int c = 0; c < 8; ++c) acc[c] = _mm512_fmadd_ps(p, kernels::broadcast8(vt + 8 * c), acc[c]);
-    }
-    const float* vt = rows.v + size_t(na) * rows.stride + 8 * c0;
-    const __m256 pb = _mm256_mul_ps(_mm256_broadcast_ss(sb + na), inv_b);
-    for (int c = 0; c < 8; ++c) {
-      _mm256_storeu_ps(out_a + 8 * (c0 + c), kernels::low_half(acc[c]));
-      _mm256_storeu_ps(out_b + 8 * (c0 + c), _mm256_fmadd_ps(pb, load8(vt + 8 * c), kernels::high_half(acc[c])));
-    }
-  }
-}
-#endif
-
-#if AGENTQ_ATTENTION_AVX2 && defined(__AVX512F__)
 // 8 K/V elements in both halves of a zmm (an F16 row converted once for the two).
 inline __m512 load8x2(const float* p) { return kernels::broadcast8(p); }
 inline __m512 load8x2(const uint16_t* p) {
@@ -316,24 +244,7 @@ void attend_heads_avx512(const attention_args& a, const attention_args& b, const
 template <class Rows>
 void attend_avx2(const attention_args& a, const Rows& rows, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q,
                  float* out, int64_t out_stride, float* scores) {
-  int32_t j = 0;
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<Rows, packed_rows>) {
-    if (a.head_dim == 64 || a.head_dim == 128) {
-      thread_local std::vector<float> scores_b;
-      if (scores_b.size() < size_t(pos0 + n_q)) scores_b.resize(size_t(pos0 + n_q));
-      for (; j + 2 <= n_q; j += 2) {
-        const float* qa = q + j * q_stride;
-        float* oa = out + j * out_stride;
-        if (a.head_dim == 64)
-          attend_pair_avx512<8>(a, rows, qa, qa + q_stride, pos0 + j, oa, oa + out_stride, scores, scores_b.data());
-        else
-          attend_pair_avx512<16>(a, rows, qa, qa + q_stride, pos0 + j, oa, oa + out_stride, scores, scores_b.data());
-      }
-    }
-  }
-#endif
-  for (; j < n_q; ++j) {
+  for (int32_t j = 0; j < n_q; ++j) {
     const float* qj = q + j * q_stride;
     float* oj = out + j * out_stride;
     if (a.head_dim == 64)
@@ -355,6 +266,7 @@ void attend_typed(const attention_args& a, const float* q, int64_t q_stride, int
     // Several queries of one head (a verify pass, a prefill run) on AVX-512: the K/V rows read
     // in place, converted once per call for all of them (attention_tiles.cpp).
     if (n_q >= attn::tiles_min_queries && attn::attend_tiles(a, q, q_stride, pos0, n_q, out, out_stride)) return;
+    // Elsewhere (AVX2 only, or other head dims):
     // NOTE: many queries of one head (prefill) first copy the head's K and V rows into one
     // packed F32 buffer each. In the cache a head's row is head_dim elements of every
     // n_head_kv * head_dim-element token row; read in place, every query streamed those rows
@@ -382,12 +294,7 @@ void attend_typed(const attention_args& a, const float* q, int64_t q_stride, int
       for_rows<true, T>(a, lo, n, [&](int32_t t, const T* row) { unpack(row, pv + size_t(t) * hd); });
       attend_avx2(a, packed_rows{pk, pv, hd}, q, q_stride, pos0, n_q, out, out_stride, scores);
     } else {
-      const int32_t b0 = a.block_table[window_lo(a, pos0) / a.block_size];  // a block the window holds
-      const std::ptrdiff_t v_minus_k = reinterpret_cast<const char*>(a.kv->v<T>(a.layer, b0)) -
-                                       reinterpret_cast<const char*>(a.kv->k<T>(a.layer, b0));
-      const bool v_early = int64_t(pos0 + n_q) * a.head_dim * int64_t(sizeof(T)) <= (64 << 10);
-      const int32_t line_mask = line_mask_of(a.head_dim * int32_t(sizeof(T)));
-      attend_avx2(a, paged_rows<T>{a, v_minus_k, v_early, line_mask}, q, q_stride, pos0, n_q, out, out_stride, scores);
+      attend_avx2(a, paged_rows_of<T>(a, pos0, pos0 + n_q), q, q_stride, pos0, n_q, out, out_stride, scores);
     }
     return;
   }
@@ -415,11 +322,7 @@ bool attend_heads_typed(const attention_args& a, const attention_args& b, const 
   thread_local std::vector<float> scores_b;
   if (scores_b.size() < size_t(pos + 1)) scores_b.resize(size_t(pos + 1));
   // The same rows, prefetch rule and V-early choice as attend_typed's paged path for one query.
-  const int32_t b0 = a.block_table[window_lo(a, pos) / a.block_size];
-  const std::ptrdiff_t v_minus_k = reinterpret_cast<const char*>(a.kv->v<T>(a.layer, b0)) -
-                                   reinterpret_cast<const char*>(a.kv->k<T>(a.layer, b0));
-  const bool v_early = int64_t(pos + 1) * a.head_dim * int64_t(sizeof(T)) <= (64 << 10);
-  const paged_rows<T> rows{a, v_minus_k, v_early, line_mask_of(a.head_dim * int32_t(sizeof(T)))};
+  const paged_rows<T> rows = paged_rows_of<T>(a, pos, pos + 1);
   if (a.head_dim == 64)
     attend_heads_avx512<8, T>(a, b, rows, qa, qb, pos, out_a, out_b, scores, scores_b.data());
   else

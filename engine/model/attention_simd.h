@@ -156,7 +156,8 @@ bool attend_tiles(const attention_args& a, const float* q, int64_t q_stride, int
                   int64_t out_stride);
 // The fewest queries of one head that take attend_tiles (fewer: one query at a time in place).
 // NOTE: a variable so that agentq-bench_attention and unit.attention_pair can also run the
-// packed path (a large value) against it; the engine never changes it.
+// packed path (a large value: the head's K/V copied to F32, one query per call) against it;
+// the engine never changes it.
 inline int32_t tiles_min_queries = 2;
 
 #if AGENTQ_ATTENTION_AVX2

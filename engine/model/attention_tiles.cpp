@@ -1,10 +1,10 @@
 // Many queries of one head over the paged K/V read in place (a speculative verify pass, a
 // prefill run), AVX-512: each K/V row is converted from F16 once per call into a small L1 tile
 // that every query then reads, bit for bit as one attend() per query (attention.h).
-// NOTE: why: the packed path (attention.cpp) copied the whole head's K and V to F32 before
-// its query pairs each streamed that copy from L2: a verify pass's first read of its rows
-// from memory sat unhidden in the copy (~7% of the 110M Q4_K "on" decode), then every pair
-// reread twice the F16 bytes. Here the rows stream once, prefetched, under the arithmetic.
+// NOTE: why: the packed path it replaced on AVX-512 (attention.cpp: the whole head's K and V
+// copied to F32, then two queries per zmm over the copy) streamed that copy from L2 once per
+// query pair, twice the F16 bytes each time: 110M, 17 queries at position 450, 0.68-0.78x the
+// time; a 322-token prefill's attention 0.71-0.76x (agentq-bench_attention, docs/speculative.md).
 // NOTE: not an online (flash) softmax: rescaling partial sums would change each query's float
 // order against the one-query decode kernel, and speculation's exactness rests on those bits.
 #include <algorithm>
@@ -130,7 +130,8 @@ void attend_block(const attention_args& a, const float* q, int64_t q_stride, int
   }
 
   // Scores: 8 keys at a time, every pair that sees one of them (pair p's last key is
-  // pos0 + 2p + 1), as attend_pair_avx512: one FMA chain per key per lane, hsum8x8 per half.
+  // pos0 + 2p + 1): A in the low half of each zmm, B in the high, K broadcast to both, one FMA
+  // chain per key per lane and hsum8x8 per half, attend_one_avx2's operations lane for lane.
   const paged_rows<T> rows = paged_rows_of<T>(a, pos0, n_max);
   alignas(64) float kt[8 * HD];
   const __m512 scale = _mm512_set1_ps(a.scale);

@@ -1,7 +1,8 @@
 // agentq-bench_attention: what a verify pass's (or a prefill's) attention costs per path: every
 // head of one layer, n_q queries at positions pos0.. over a paged F16 (or F32) cache, through
 // attend() as the engine calls it: "tiles" (attention_tiles.cpp, the K/V read in place), "packed"
-// (the head's K/V copied to F32 first, then query pairs), "one" (one query per call, decode's
+// (the head's K/V copied to F32 first, then one query per call over the copy; below 4 queries
+// the cache read in place), "one" (one query per call, decode's
 // kernel). One thread, thread CPU clock, median of --trials (the paths interleaved); with --cold (default) a 64 MiB
 // stream evicts the cache between trials, as decode's weight stream does. --prefill N: instead,
 // a prefill of N tokens in runs of 32 (transformer.cpp's k_run). Ends with one JSON line.

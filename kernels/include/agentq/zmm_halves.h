@@ -1,7 +1,7 @@
 // Two 8-float vectors in one zmm register, as its low and high halves. The AVX-512 kernels
 // that must keep the AVX2 path's float order run two 8-lane chains side by side this way (the
-// float prefill micro-kernel, kernels/cpu/tiles_avx512.h; paired prefill attention,
-// engine/model/attention.cpp): every lane does the AVX2 code's operations in its order.
+// float prefill micro-kernel, kernels/cpu/tiles_avx512.h; many-query attention,
+// engine/model/attention_tiles.cpp): every lane does the AVX2 code's operations in its order.
 #pragma once
 #if defined(__AVX512F__)
 #include <immintrin.h>

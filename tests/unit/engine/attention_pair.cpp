@@ -1,6 +1,6 @@
 // Decode attention of two GQA heads at once (attend_head_pair), and many queries of one head at
-// once (attend, n_q > 1: the in-place tiles of attention_tiles.cpp, and the packed path with its
-// query pairs), against one at a time (attend): the same bits for F32 and F16 K/V, head dims 64
+// once (attend, n_q > 1: the in-place tiles of attention_tiles.cpp, and the packed path, one
+// query at a time over a F32 copy), against one at a time (attend): the same bits for F32 and F16 K/V, head dims 64
 // and 128, any position (the 8-key groups and their tail), a sliding window, a soft-cap and
 // per-head sinks.
 #include <doctest/doctest.h>
@@ -81,8 +81,8 @@ TEST_CASE("two heads of one K/V head at once give each head's own attention, bit
   }
 }
 
-// Many queries of one head at once (a verify pass, a prefill chunk: the packed path with its
-// query pairs) against one query per call (decode's path), bit for bit: every n_q
+// Many queries of one head at once (a verify pass, a prefill chunk: on AVX-512 the in-place
+// tiles) against one query per call (decode's path), bit for bit: every n_q
 // from 1 to 11 (pairs and a single left over), at positions that start and end inside
 // and on the 8-key groups, F32 and F16 K/V, head dims 64 / 128 / 72 (no wide kernel),
 // with and without a window.
@@ -141,7 +141,7 @@ TEST_CASE("n_q queries of one head at once give each query's own attention, bit 
 }
 
 // The in-place many-query kernel (attend_tiles: a verify pass, a prefill run) and the packed path
-// it replaced on AVX-512 (attn::tiles_min_queries raised), each against one query per call, bit
+// (attn::tiles_min_queries raised: what AVX2-only builds run), each against one query per call, bit
 // for bit: n_q 1..40 (odd and even pair counts, two blocks of 32), positions inside and on the
 // 8-key tiles and the 32-row V tiles, F32 and F16 K/V, head dims 64 / 128 / 72, plain, a
 // window, a soft-cap, a sink, and an infinite V element at the last position (only the last
