@@ -23,7 +23,6 @@
 
 namespace agentq::attn {
 
-
 // K/V elements: float (f32 cache) or uint16_t (IEEE half bits, f16 cache).
 inline float to_f32(float x) { return x; }
 inline float to_f32(uint16_t h) { return kernels::fp16_to_fp32(h); }

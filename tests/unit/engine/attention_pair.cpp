@@ -207,8 +207,11 @@ TEST_CASE("n_q queries over the cache in place give each query's own attention, 
               attend(a, q.data(), hd, pos0, n_q, many.data(), hd, scores.data());
               attn::tiles_min_queries = saved;
               CHECK(std::memcmp(many.data(), one.data(), sizeof(float) * many.size()) == 0);
-              if (variant == 4)
-                for (size_t i = 0; i + hd < many.size(); ++i) REQUIRE(std::isfinite(many[i]));
+              if (variant == 4) {
+                bool finite = true;  // every query but the last
+                for (size_t i = 0; i + hd < many.size(); ++i) finite = finite && std::isfinite(many[i]);
+                CHECK(finite);
+              }
             }
             if (variant == 4) put(true, pos0 + n_q - 1, 5, nd(rng));
           }
