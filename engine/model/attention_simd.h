@@ -12,6 +12,7 @@
 
 #include "agentq/exp_avx2.h"
 #include "agentq/kernels.h"
+#include "agentq/zmm_halves.h"
 
 #include "kv/kv_store.h"
 #include "model/attention.h"
@@ -201,6 +202,20 @@ inline __m256 softmax_scores(const attention_args& a, float* scores, int32_t lo,
   // Probabilities and their sum (4 double lanes by t mod 8 halves, fixed tree; tail scalar).
   __m256d sum4 = _mm256_setzero_pd();
   int32_t t = lo;  // a multiple of 8 (window_lo)
+#if defined(__AVX512F__)
+  // NOTE: 16 at a time where the CPU has it: exp_avx512 is exp_avx2 lane for lane, and the two
+  // halves' sums are added to sum4 in the order the 8-wide loop adds them, so the same bits.
+  const __m512 mx16 = kernels::join_halves(mx, mx);
+  for (; t + 16 <= n; t += 16) {
+    const __m512 p16 = kernels::exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(scores + t), mx16));
+    _mm512_storeu_ps(scores + t, p16);
+    const __m256 p = kernels::low_half(p16), q = kernels::high_half(p16);
+    sum4 = _mm256_add_pd(
+        sum4, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(p)), _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1))));
+    sum4 = _mm256_add_pd(
+        sum4, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(q)), _mm256_cvtps_pd(_mm256_extractf128_ps(q, 1))));
+  }
+#endif
   for (; t + 8 <= n; t += 8) {
     const __m256 p = kernels::exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + t), mx));
     _mm256_storeu_ps(scores + t, p);

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "agentq/exp_avx2.h"
 #include "agentq/kernels.h"
 #include "kv/kv_store.h"
 #include "model/attention.h"
@@ -220,3 +221,25 @@ TEST_CASE("n_q queries over the cache in place give each query's own attention, 
     }
   }
 }
+
+#if defined(__AVX512F__)
+// The softmax's 16-wide exp (every attention kernel's, AVX-512 builds) against the 8-wide one it
+// stands in for, bit for bit: a sweep of the clamp range and past it, specials included.
+TEST_CASE("exp_avx512 gives exp_avx2's bits lane for lane") {
+  std::vector<float> x;
+  for (float v = -100.0f; v <= 100.0f; v += 0.0137f) x.push_back(v);
+  for (float v : {0.0f, -0.0f, -87.0f, -87.00001f, 88.0f, 88.00001f, 1e-30f, -1e-30f, 1e-45f, INFINITY, -INFINITY,
+                  std::nanf("")})
+    x.push_back(v);
+  while (x.size() % 16) x.push_back(1.0f);
+  size_t differ = 0;
+  for (size_t i = 0; i < x.size(); i += 16) {
+    float wide[16], narrow[16];
+    _mm512_storeu_ps(wide, kernels::exp_avx512(_mm512_loadu_ps(x.data() + i)));
+    _mm256_storeu_ps(narrow, kernels::exp_avx2(_mm256_loadu_ps(x.data() + i)));
+    _mm256_storeu_ps(narrow + 8, kernels::exp_avx2(_mm256_loadu_ps(x.data() + i + 8)));
+    differ += std::memcmp(wide, narrow, sizeof wide) != 0;
+  }
+  CHECK(differ == 0);
+}
+#endif
