@@ -43,10 +43,11 @@ class wal_checkpointer {
   // WAL holds 3 x n_pages frames or more. true = copied.
   // NOTE: not inside the commit (the WAL hook) as until session 21: there its 1.6-2.7 ms (p50; up
   // to 20 ms) came before the group's answers and before the next group; the writer now calls this
-  // after answering its group, and waits with it while submits wait (session 22). A skipped tail is
+  // after answering its group, and defers it while submits wait (session 22). A skipped tail is
   // wanted again after the next commit or the thread's next pass; the bound keeps a steady stream of
   // submits from growing the WAL until the backstop (a whole checkpoint inside a commit).
   bool copy_tail(sqlite_db& writer, bool submit_waits);
+
   int64_t n_passes() const { return n_passes_.load(); }          // checkpoints this thread ran
   int64_t n_tails() const { return n_tails_.load(); }            // tails the writer copied
   int64_t n_backstop() const { return n_backstop_.load(); }      // whole checkpoints the writer ran

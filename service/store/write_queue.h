@@ -30,7 +30,8 @@ class write_queue {
   // n_background_shared of them when the group holds a latency op, else up to max_ops.
   // NOTE: the bound keeps a submit's commit small (its fsync writes fewer pages, its apply runs
   // fewer of the worker's statements) while the worker still gets n_background_shared ops into
-  // every commit, so under a steady stream of submits it is slowed, never starved.
+  // every commit, so under a steady stream of submits it is slowed, never starved (unless max_ops
+  // submits are queued at every take: then the writer cannot keep up with the submits alone).
   void take(std::vector<Op>& out, size_t max_ops) {
     if (max_ops == 0) max_ops = 1;
     size_t n = 0;
