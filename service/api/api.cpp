@@ -251,7 +251,7 @@ void api::install(http::router& r) {
                                       "limit must be 1-" + std::to_string(options_.max_list_limit), "limit");
               limit = int32_t(*n);
             } else if (k == "after" || k == "cursor") {
-              // a cursor is a job id ("job_" + 24 hex, store::new_job_id)
+              // a cursor is a job id ("job_" + 24 hex, store/job_id.h, time-ordered)
               bool ok = v.size() == 28 && v.starts_with("job_") &&
                         std::all_of(v.begin() + 4, v.end(), [](char ch) { return std::isxdigit((unsigned char)ch); });
               if (!ok) return error_response(error_kind::invalid_request, "'" + k + "' must be a job id (job_...)", k);

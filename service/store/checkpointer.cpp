@@ -45,16 +45,21 @@ int wal_checkpointer::on_commit(void* arg, sqlite3* db, const char* name, int n_
   if (restarted) self->backfilled_ = 0;
   const int n_added = restarted ? n_frames : n_frames - self->last_frames_;  // by this commit
   self->last_frames_ = n_frames;
+  self->tail_wanted_ = false;
   if (n_frames < self->n_pages_) return SQLITE_OK;
   const bool busy = self->pending_.load();
   // NOTE: the tail is what about two commits add (at least k_tail_frames): the frames committed
   // while the last pass ran, which a pass of its own would again race the next commits for.
   const int tail = std::max(k_tail_frames, 2 * n_added);
-  if (n_frames >= 16 * self->n_pages_ || (!busy && n_frames - self->backfilled_.load() <= tail)) {
+  if (n_frames >= 16 * self->n_pages_) {
     int n_log = 0, n_done = 0;
     if (sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, &n_log, &n_done) == SQLITE_OK && n_done >= 0)
       self->backfilled_ = n_done;
-    (n_frames >= 16 * self->n_pages_ ? self->n_backstop_ : self->n_tails_)++;
+    self->n_backstop_++;
+    return SQLITE_OK;
+  }
+  if (!busy && n_frames - self->backfilled_.load() <= tail) {
+    self->tail_wanted_ = true;
     return SQLITE_OK;
   }
   // NOTE: at most one notify per pass: while a pass is asked for or running, commits add nothing.
@@ -65,6 +70,17 @@ int wal_checkpointer::on_commit(void* arg, sqlite3* db, const char* name, int n_
   }
   self->cv_.notify_one();
   return SQLITE_OK;
+}
+
+bool wal_checkpointer::copy_tail(sqlite_db& writer, bool submit_waits) {
+  if (!tail_wanted_ || (submit_waits && last_frames_ < 3 * n_pages_)) return false;
+  tail_wanted_ = false;
+  int n_log = 0, n_done = 0;
+  if (sqlite3_wal_checkpoint_v2(writer.handle(), "main", SQLITE_CHECKPOINT_PASSIVE, &n_log, &n_done) == SQLITE_OK &&
+      n_done >= 0)
+    backfilled_ = n_done;
+  n_tails_++;
+  return true;
 }
 
 void wal_checkpointer::run() {

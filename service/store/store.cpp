@@ -1,12 +1,13 @@
 // The SQLite job store: a writer thread with group commit (each op in a savepoint inside one
-// IMMEDIATE transaction; futures complete after COMMIT), a pool of reader connections, and the WAL
-// checkpointer's thread (checkpointer.h).
+// IMMEDIATE transaction; futures complete after COMMIT; submits first: write_queue.h), a pool of
+// reader connections, and the WAL checkpointer's thread (checkpointer.h).
 #include "store/store.h"
 
 #include <pthread.h>
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <filesystem>
 #include <functional>
@@ -20,10 +21,12 @@
 #include "store/checkpointer.h"
 #include "store/conn.h"
 #include "store/deletion.h"
+#include "store/job_id.h"
 #include "store/migrations.h"
 #include "store/running_limit.h"
 #include "util/crypto.h"
 #include "store/sqlite.h"
+#include "store/write_queue.h"
 #include <agentq/thread_class.h>
 
 namespace agentq::store {
@@ -121,8 +124,6 @@ usage_totals usage_totals::from_json(std::string_view text) {
 namespace {
 
 constexpr const char* k_terminal_sql = "('completed','failed','cancelled','incomplete')";
-
-std::string new_job_id() { return "job_" + crypto::to_hex(crypto::random_bytes(12)); }
 
 const char* k_job_cols =
     "id, tenant, status, priority, request_json, result_json, error, usage_json, pending_json, attempts, "
@@ -315,6 +316,8 @@ class sqlite_store final : public store {
       *error = e.what();
       return false;
     }
+    queue_ = write_queue<write_op>(options_.n_background_shared > 0 ? static_cast<size_t>(options_.n_background_shared)
+                                                                    : SIZE_MAX);
     writer_ = std::thread([this] {
       util::name_thread("aq-db-writer");  // per-thread profiles name it
       writer_loop();
@@ -330,9 +333,10 @@ class sqlite_store final : public store {
   };
 
   // Queue fn (T(conn&)) for the writer; done gets fn's value once durable, else fail_value (on the
-  // writer thread, after the COMMIT).
+  // writer thread, after the COMMIT). cls: latency for the writes a client's request waits on
+  // (submit, cancel, tool outputs): they go into the next transaction first (store/write_queue.h).
   template <class T, class F>
-  void submit_then(F fn, T fail_value, std::function<void(T)> done) {
+  void submit_then(F fn, T fail_value, std::function<void(T)> done, op_class cls = op_class::background) {
     auto res = std::make_shared<std::optional<T>>();
     write_op op;
     op.apply = [fn = std::move(fn), res](conn& c) mutable { *res = fn(c); };
@@ -345,7 +349,7 @@ class sqlite_store final : public store {
     bool wake;
     {
       std::lock_guard lock(mu_);
-      queue_.push_back(std::move(op));
+      queue_.push(std::move(op), cls);
       wake = writer_idle_;
     }
     // NOTE: only a writer waiting on the condition variable needs the futex wake; one in a batch
@@ -355,10 +359,10 @@ class sqlite_store final : public store {
 
   // The same, the value in a future.
   template <class T, class F>
-  std::future<T> submit(F fn, T fail_value) {
+  std::future<T> submit(F fn, T fail_value, op_class cls = op_class::background) {
     auto p = std::make_shared<std::promise<T>>();
     auto fut = p->get_future();
-    submit_then<T>(std::move(fn), std::move(fail_value), [p](T v) { p->set_value(std::move(v)); });
+    submit_then<T>(std::move(fn), std::move(fail_value), [p](T v) { p->set_value(std::move(v)); }, cls);
     return fut;
   }
 
@@ -372,14 +376,19 @@ class sqlite_store final : public store {
         cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
         writer_idle_ = false;
         if (queue_.empty() && stopping_) return;
-        size_t n = options_.group_commit ? std::min<size_t>(queue_.size(), std::max(1, options_.max_batch_ops)) : 1;
-        for (size_t i = 0; i < n; ++i) {
-          batch.push_back(std::move(queue_.front()));
-          queue_.pop_front();
-        }
+        queue_.take(batch, options_.group_commit ? static_cast<size_t>(std::max(1, options_.max_batch_ops)) : 1);
       }
       run_batch(c, batch);
       batch.clear();
+      // The WAL's tail (checkpointer.h), after the group's answers and only while no submit waits.
+      if (checkpointer_) {
+        bool submit_waits;
+        {
+          std::lock_guard lock(mu_);
+          submit_waits = queue_.n_latency() > 0;
+        }
+        checkpointer_->copy_tail(c.db, submit_waits);
+      }
     }
   }
 
@@ -501,7 +510,9 @@ class sqlite_store final : public store {
               return r;
             }
           }
-          std::string id = new_job_id();
+          std::string id = new_job_id(now);
+          // NOTE: 48 random bits per ms (job_id.h): a duplicate is improbable, not impossible.
+          while (c.stmt("SELECT 1 FROM jobs WHERE id=?").bind(1, id).step()) id = new_job_id(now);
           auto& ins = c.stmt(
               "INSERT INTO jobs(id, tenant, status, priority, request_json, idempotency_key, request_hash, created_ms, "
               "updated_ms, deadline_ms, store_content) VALUES (?,?,'queued',?,?,?,?,?,?,?,?)");
@@ -520,7 +531,7 @@ class sqlite_store final : public store {
           r.job = *select_job(c, id);
           return r;
         },
-        fail, std::move(done));
+        fail, std::move(done), op_class::latency);
   }
 
   std::optional<job_row> get_job(const std::string& job_id, const std::string& tenant) override {
@@ -570,7 +581,7 @@ class sqlite_store final : public store {
           running_limit::refill_for_job(c, job_id, limit, now);
           return write_status::ok;
         },
-        write_status::error);
+        write_status::error, op_class::latency);
   }
 
   std::future<write_status> submit_tool_outputs(const std::string& job_id, std::vector<tool_output> outputs,
@@ -618,7 +629,7 @@ class sqlite_store final : public store {
           insert_outbox(c, "continue", job_id, priority_payload(j->priority), j->lease_owner, now);
           return write_status::ok;
         },
-        write_status::error);
+        write_status::error, op_class::latency);
   }
 
   std::vector<transcript_row> read_transcript(const std::string& job_id) override {
@@ -1148,7 +1159,7 @@ class sqlite_store final : public store {
   std::thread writer_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<write_op> queue_;
+  write_queue<write_op> queue_;  // guarded by mu_
   bool stopping_ = false;
   bool writer_idle_ = false;  // the writer waits on cv_ (guarded by mu_): only then does submit notify
 

@@ -184,6 +184,9 @@ struct store_options {
   int32_t max_batch_ops = 512;           // write ops per transaction at most
   int32_t n_readers = 4;                 // reader connection pool size
   bool group_commit = true;              // false = one transaction per write op (benchmark baseline)
+  // Background write ops (worker, relay, sweepers) a transaction takes at most beside a submit
+  // (store/write_queue.h); <= 0: no bound (one class, arrival order, as before session 22).
+  int32_t n_background_shared = 16;
   int64_t tenant_max_running = 0;        // running jobs per tenant at most (claims past it hold the job); 0 = none
   std::function<int64_t()> clock;        // ms since the epoch for every timestamp; empty = now_ms() (tests: fake)
 };

@@ -4,11 +4,15 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <set>
 #include <thread>
 
+#include "store/job_id.h"
 #include "store/store.h"
 #include "temp_dir.h"
 
@@ -398,4 +402,15 @@ TEST_CASE("commit_step: input, turn and end as one write; fenced writes nothing;
   CHECK(s->commit_step(k.id, e2, end_only).get() == write_status::ok);
   CHECK(s->read_transcript(k.id).size() == 2);  // input once, the turn
   CHECK(s->get_job(k.id)->status == job_status::failed);
+}
+
+TEST_CASE("job ids: job_ + 24 hex digits, ordered by their ms, distinct within one") {
+  const std::string a = new_job_id(1'764'000'000'000), b = new_job_id(1'764'000'000'001);
+  CHECK(a.size() == 28);
+  CHECK(a.starts_with("job_019ab697e800"));  // the ms, big-endian, leads
+  CHECK(std::all_of(a.begin() + 4, a.end(), [](char ch) { return std::isxdigit(static_cast<unsigned char>(ch)); }));
+  CHECK(a < b);
+  std::set<std::string> seen;
+  for (int i = 0; i < 1000; ++i) seen.insert(new_job_id(1'764'000'000'000));
+  CHECK(seen.size() == 1000u);
 }
