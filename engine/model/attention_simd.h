@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "agentq/exp_avx2.h"
+#include "agentq/hsum_avx2.h"
 #include "agentq/kernels.h"
 #include "agentq/zmm_halves.h"
 
@@ -173,24 +174,8 @@ inline float hsum8(__m256 s) {
   return _mm_cvtss_f32(t);
 }
 
-// hsum8 of 8 vectors at once: out[i] = hsum8(v[i]), bit for bit (the same pairwise sums
-// (l0+l4)+(l2+l6) and (l1+l5)+(l3+l7), then their sum, arranged across lanes; float
-// addition is commutative, so only which values are added matters, not their order).
-inline __m256 hsum8x8(const __m256 v[8]) {
-  __m256 t[4];  // t[k] = [lo(v[2k]) + hi(v[2k]) | lo(v[2k+1]) + hi(v[2k+1])]
-  for (int k = 0; k < 4; ++k)
-    t[k] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x20),
-                         _mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x31));
-  // u0 = [v0: t0+t2, t1+t3, v2: t0+t2, t1+t3 | v1, v3 likewise]; u1 the same for v4..v7.
-  const __m256 u0 = _mm256_add_ps(_mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m256 u1 = _mm256_add_ps(_mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(3, 2, 3, 2)));
-  // [s0, s2, s4, s6 | s1, s3, s5, s7], then into key order.
-  const __m256 s = _mm256_add_ps(_mm256_shuffle_ps(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm256_shuffle_ps(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
+// hsum8 of 8 vectors at once, bit for bit as hsum8 of each (agentq/hsum_avx2.h).
+using kernels::hsum8x8;
 
 // scores[0..n) (their running max in vmx's lanes) -> probabilities exp(s - max), in place;
 // returns 1 / their sum in every lane.

@@ -473,6 +473,23 @@ void run_float_packed(const uint8_t* w, size_t row_stride, int64_t n_cols, const
 }
 #endif
 
+#if AGENTQ_KERNELS_AVX2 && !AGENTQ_KERNELS_AVX512F
+// Float rows of at most this many columns take rows8_float_avx2 when batched (2+ inputs).
+// NOTE: AVX2-only builds: AVX-512 builds keep run_float_packed / run_tiles as measured there.
+constexpr int64_t k_short_float_cols = 256;
+
+// Short float rows, 2+ inputs: groups of 8 rows against every input (rows8_float_avx2), the
+// range's last rows (fewer than 8) through run_tiles; the same bits as the decode rows kernel.
+template <class L>
+void run_float_rows8(const tile_set& ts, const uint8_t* w, size_t row_stride, int64_t n_cols, const uint8_t* qx,
+                     size_t x_stride, int64_t n_x, float* y, int64_t row_begin, int64_t row_end, int64_t n_rows) {
+  int64_t r = row_begin;
+  for (; r + 8 <= row_end; r += 8)
+    rows8_float_avx2<L>(w + static_cast<size_t>(r) * row_stride, row_stride, qx, x_stride, n_x, n_cols, y + r, n_rows);
+  if (r < row_end) run_tiles(ts, w, row_stride, n_cols, qx, x_stride, n_x, y, r, row_end, n_rows);
+}
+#endif
+
 bool is_x8(weight_type t) { return file_type(t) != t; }
 // Rows per group of a repacked layout (16 for q4_0_x16, 8 for the _x8 ones).
 int64_t group_rows(weight_type t) { return t == weight_type::q4_0_x16 ? 16 : 8; }
@@ -800,6 +817,17 @@ void matmul_prequantized(weight_type t, const void* w, size_t row_stride_bytes, 
                      : t == weight_type::f16 ? run_float_packed<load_f16>
                                              : run_float_packed<load_bf16>;
     run(static_cast<const uint8_t*>(w), row_stride_bytes, n_cols, static_cast<const uint8_t*>(qx),
+        activation_row_bytes(t, n_cols), n_x, y, row_begin, row_end, n_rows);
+    return;
+  }
+#endif
+#if AGENTQ_KERNELS_AVX2 && !AGENTQ_KERNELS_AVX512F
+  if (n_x >= 2 && n_cols <= k_short_float_cols &&
+      (t == weight_type::f32 || t == weight_type::f16 || t == weight_type::bf16)) {
+    const auto run = t == weight_type::f32 ? run_float_rows8<load_f32>
+                     : t == weight_type::f16 ? run_float_rows8<load_f16>
+                                             : run_float_rows8<load_bf16>;
+    run(fast_set(t), static_cast<const uint8_t*>(w), row_stride_bytes, n_cols, static_cast<const uint8_t*>(qx),
         activation_row_bytes(t, n_cols), n_x, y, row_begin, row_end, n_rows);
     return;
   }

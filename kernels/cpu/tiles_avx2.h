@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "agentq/hsum_avx2.h"
 #include "agentq/kernels.h"
 #include "cpu/quants_internal.h"
 #include "cpu/simd_avx2.h"
@@ -51,6 +52,40 @@ void mk_float_avx2(const uint8_t* w, size_t stride, const uint8_t* const* xb, in
       for (int64_t jj = n8; jj < n; ++jj) tail += L::s(wr[r], jj) * x[b][jj];
       out[r * B + b] = hsum8(acc[r][b]) + tail;
     }
+}
+
+// Float formats, short rows (k_short_float_cols columns or fewer: a tiny model's 64-256): 8
+// consecutive rows against n_x inputs (x_stride bytes apart), one input at a time; the 8 rows'
+// accumulators are reduced together (hsum8x8: per row hsum8's additions) and stored as one
+// vector y[b * y_stride + 0..7]. Per (row, input) exactly rows_float_avx2's operations: one FMA
+// chain, hsum8, plus the scalar tail, here a vector over the 8 rows (the same mul, then add,
+// per element; + 0 where there is none, as there).
+// NOTE: why: at 64 columns a row is 8 FMAs, and mk_float_avx2's 12 hsum8 and 12 scattered
+// stores per 3x4 call cost as much as its 96 FMAs (stories260K prefill on Zen 3: mk_float_avx2
+// plus run_tiles were 65% of the forward). Each weight row is read from L1 once per input
+// (8 loads per 8 FMAs), which longer rows would pay for in L2 bandwidth: they keep the tiles.
+template <class L>
+void rows8_float_avx2(const uint8_t* w, size_t stride, const uint8_t* xb, size_t x_stride, int64_t n_x, int64_t n,
+                      float* y, int64_t y_stride) {
+  const uint8_t* wr[8];
+  for (int r = 0; r < 8; ++r) wr[r] = w + static_cast<size_t>(r) * stride;
+  const int64_t n8 = n / 8 * 8;
+  alignas(32) float tail_w[7][8];  // [column - n8][row]
+  for (int64_t k = 0; k < n - n8; ++k)
+    for (int r = 0; r < 8; ++r) tail_w[k][r] = L::s(wr[r], n8 + k);
+  for (int64_t b = 0; b < n_x; ++b) {
+    const float* x = reinterpret_cast<const float*>(xb + static_cast<size_t>(b) * x_stride);
+    __m256 acc[8];
+    for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n8; j += 8) {
+      const __m256 xv = _mm256_loadu_ps(x + j);
+      for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(L::v(wr[r], j), xv, acc[r]);
+    }
+    __m256 tail = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n - n8; ++k)
+      tail = _mm256_add_ps(tail, _mm256_mul_ps(_mm256_load_ps(tail_w[k]), _mm256_set1_ps(x[n8 + k])));
+    _mm256_storeu_ps(y + b * y_stride, _mm256_add_ps(hsum8x8(acc), tail));
+  }
 }
 
 // Q8_0 micro-kernel: R consecutive weight rows (stride bytes apart) x B inputs,

@@ -185,6 +185,35 @@ TEST_CASE("batch invariance: every batch width, odd row ranges and odd block cou
   }
 }
 
+// Short float rows (a tiny model's 64-256 columns; stories260K: 64 and 172) take a kernel of
+// 8 rows x one input on AVX2 builds (rows8_float_avx2), whose 8 rows are reduced together:
+// every (row, input) must still have the decode path's bits, for row ranges that start
+// anywhere and leave 1-7 rows over, with and without a scalar tail (columns % 8).
+TEST_CASE("batch invariance: short float rows, 8-row groups and their leftovers") {
+  for (auto t : {weight_type::f32, weight_type::f16, weight_type::bf16}) {
+    for (int64_t n_cols : {8, 64, 172, 256, 264}) {
+      INFO(std::string(name_of(t)), " cols ", n_cols);
+      const int64_t n_rows = 29, n_x = 27;
+      const matrix m = make_matrix(t, n_rows, n_cols, 41);
+      const auto x = normal_data(static_cast<size_t>(n_x * n_cols), 42);
+      std::vector<float> solo(static_cast<size_t>(n_x * n_rows));
+      for (int64_t b = 0; b < n_x; ++b) {
+        std::vector<float> xb(x.begin() + b * n_cols, x.begin() + (b + 1) * n_cols);
+        const auto one = run(m, xb, 1);
+        std::copy(one.begin(), one.end(), solo.begin() + b * n_rows);
+      }
+      for (int64_t nx : {2, 3, 8, 27})
+        for (auto [rb, re] : {std::pair<int64_t, int64_t>{0, 29}, {1, 28}, {3, 11}, {5, 6}, {13, 29}}) {
+          CAPTURE(nx);
+          CAPTURE(rb);
+          const auto y = run(m, x, nx, rb, re);
+          for (int64_t b = 0; b < nx; ++b)
+            for (int64_t r = rb; r < re; ++r) REQUIRE(same_bits(y[b * n_rows + r], solo[b * n_rows + r]));
+        }
+    }
+  }
+}
+
 TEST_CASE("matmul writes only its row range") {
   const matrix m = make_matrix(weight_type::q4_k, 10, 256, 3);
   const auto x = normal_data(2 * 256, 4);
