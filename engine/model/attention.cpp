@@ -266,6 +266,8 @@ void attend_typed(const attention_args& a, const float* q, int64_t q_stride, int
     // Several queries of one head (a verify pass, a prefill run) on AVX-512: the K/V rows read
     // in place, converted once per call for all of them (attention_tiles.cpp).
     if (n_q >= attn::tiles_min_queries && attn::attend_tiles(a, q, q_stride, pos0, n_q, out, out_stride)) return;
+    // Head dim 8 (a tiny model) on AVX2-only builds: K^T shared by the queries (attention_small.cpp).
+    if (n_q >= attn::small_min_queries && attn::attend_small(a, q, q_stride, pos0, n_q, out, out_stride)) return;
     // Elsewhere (AVX2 only, or other head dims):
     // NOTE: many queries of one head (prefill) first copy the head's K and V rows into one
     // packed F32 buffer each. In the cache a head's row is head_dim elements of every

@@ -155,11 +155,20 @@ paged_rows<T> paged_rows_of(const attention_args& a, int32_t pos, int32_t n) {
 // has none (AVX-512 and head_dim 64 or 128 only): the caller takes its own path.
 bool attend_tiles(const attention_args& a, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q, float* out,
                   int64_t out_stride);
+// attention_small.cpp: the same for head_dim 8 on AVX2-only builds (keys in the lanes, K^T
+// shared by the queries), any n_q; false elsewhere (other head dims, a window, AVX-512 builds).
+bool attend_small(const attention_args& a, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q, float* out,
+                  int64_t out_stride);
 // The fewest queries of one head that take attend_tiles (fewer: one query at a time in place).
 // NOTE: a variable so that agentq-bench_attention and unit.attention_pair can also run the
 // packed path (a large value: the head's K/V copied to F32, one query per call) against it;
 // the engine never changes it.
 inline int32_t tiles_min_queries = 2;
+// The fewest queries of one head that take attend_small (fewer: one query at a time in place,
+// which is also the reference it must match; a variable for the same reason).
+// NOTE: 4, where attention.cpp's packed copy starts too: below it, copying the head's rows
+// costs more than the queries share.
+inline int32_t small_min_queries = 4;
 
 #if AGENTQ_ATTENTION_AVX2
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }

@@ -222,6 +222,88 @@ TEST_CASE("n_q queries over the cache in place give each query's own attention, 
   }
 }
 
+// Small head dims (a tiny model: stories260K's head_dim 8; on AVX2-only builds many queries
+// take attention_small.cpp, keys in the lanes), against one query per call, bit for bit: n_q
+// 1..40 (8-query V blocks and their 4/2/1 rest), with attn::small_min_queries at its default
+// and at 2, positions inside and on the 8-key groups up to 250 (blocks of 16, out of order),
+// F32 and F16 K/V, the second of 2 K/V heads, plain, a window (not taken: the one-query path),
+// a soft-cap, a sink and an infinite V element at the last position; head_dim 16 as well (no
+// small kernel: the packed path).
+TEST_CASE("n_q queries of a small head (head_dim 8) give each query's own attention, bit for bit") {
+  std::mt19937 rng(83);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (kv_dtype dt : {kv_dtype::f32, kv_dtype::f16}) {
+    for (int32_t hd : {8, 16}) {
+      kv_layout l;
+      l.n_layer = 1;
+      l.n_head_kv = 2;
+      l.head_dim = hd;
+      l.block_size = 16;
+      l.dtype = dt;
+      l.head_major = true;
+      const int32_t n_blocks = 18;  // 288 positions
+      kv_store kv(l, n_blocks);
+      std::vector<int32_t> table(n_blocks);
+      for (int32_t i = 0; i < n_blocks; ++i) table[size_t(i)] = (i * 5) % n_blocks;  // not in order
+      auto put = [&](bool v, int32_t pos, int32_t d, float x) {
+        const int64_t o = l.elem_offset(pos % l.block_size, 1) + d;
+        const int32_t b = table[size_t(pos / l.block_size)];
+        if (dt == kv_dtype::f16)
+          (v ? kv.v<uint16_t>(0, b) : kv.k<uint16_t>(0, b))[o] = kernels::fp32_to_fp16(x);
+        else
+          (v ? kv.v<float>(0, b) : kv.k<float>(0, b))[o] = x;
+      };
+      for (int32_t pos = 0; pos < 16 * n_blocks; ++pos)
+        for (int32_t d = 0; d < hd; ++d) {
+          put(false, pos, d, 2.0f * nd(rng));
+          put(true, pos, d, nd(rng));
+        }
+      for (int variant = 0; variant < 5; ++variant) {  // plain, window, soft-cap, sink, infinite V
+        for (int32_t pos0 : {0, 1, 7, 8, 19, 37, 64, 213, 250}) {
+          for (int32_t n_q : {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 19, 24, 31, 32, 38}) {
+            if (pos0 + n_q > 16 * n_blocks) continue;
+            attention_args a;
+            a.kv = &kv;
+            a.block_table = table.data();
+            a.block_size = l.block_size;
+            a.token_stride = l.token_stride();
+            a.head_offset = int32_t(l.elem_offset(0, 1));
+            a.head_dim = hd;
+            a.scale = 1.0f / std::sqrt(float(hd));
+            if (variant == 1) a.window = 20;
+            if (variant == 2) a.softcap = 4.0f;
+            if (variant == 3) {
+              a.has_sink = true;
+              a.sink = 1.1f;
+            }
+            if (variant == 4) put(true, pos0 + n_q - 1, 5, INFINITY);
+            std::vector<float> q(size_t(n_q) * hd), one(size_t(n_q) * hd), scores(size_t(pos0 + n_q));
+            for (float& x : q) x = nd(rng);
+            for (int32_t j = 0; j < n_q; ++j)
+              attend(a, q.data() + j * hd, hd, pos0 + j, 1, one.data() + j * hd, hd, scores.data());
+            for (int32_t min_q : {attn::small_min_queries, 2}) {
+              INFO("dtype ", int(dt), " head_dim ", hd, " variant ", variant, " pos0 ", pos0, " n_q ", n_q,
+                   " small_min_queries ", min_q);
+              const int32_t saved = attn::small_min_queries;
+              attn::small_min_queries = min_q;
+              std::vector<float> many(size_t(n_q) * hd);
+              attend(a, q.data(), hd, pos0, n_q, many.data(), hd, scores.data());
+              attn::small_min_queries = saved;
+              CHECK(std::memcmp(many.data(), one.data(), sizeof(float) * many.size()) == 0);
+              if (variant == 4) {
+                bool finite = true;  // every query but the last
+                for (size_t i = 0; i + hd < many.size(); ++i) finite = finite && std::isfinite(many[i]);
+                CHECK(finite);
+              }
+            }
+            if (variant == 4) put(true, pos0 + n_q - 1, 5, nd(rng));
+          }
+        }
+      }
+    }
+  }
+}
+
 #if defined(__AVX512F__)
 // The softmax's 16-wide exp (every attention kernel's, AVX-512 builds) against the 8-wide one it
 // stands in for, bit for bit: a sweep of the clamp range and past it, specials included.

@@ -1,0 +1,167 @@
+// Many queries of one head with head_dim 8 (a tiny model: stories260K, dim 64, 8 heads) over
+// the paged K/V, AVX2: a prefill run or a verify pass, bit for bit as one attend() per query
+// (attention.h), whose kernel for this shape is attention.cpp's attend_one_avx2<0>.
+// NOTE: why: at head_dim 8 a key's score is one 8-lane multiply, and the one-query kernel
+// spent its time around it (a horizontal sum per key, a serial FMA chain over the keys for V,
+// per-query setup): attention was 31% of stories260K's prefill on Zen 3 once the matmuls were
+// cheap. Here keys lie in the lanes: each group of 8 keys is transposed once per call (K^T,
+// shared by every query), a query's 8 scores are 8 multiplies of broadcast q dims by K^T rows
+// and the same addition tree hsum8 runs (lane i of ((p0+p4)+(p2+p6))+((p1+p5)+(p3+p7)) is key
+// i's hsum8), and the V pass runs 8 queries' chains side by side, each in key order.
+// NOTE: compiled with -ffp-contract=off (engine/CMakeLists.txt): a product added to another
+// would otherwise be fused into an FMA, which the one-query kernel (a multiply, then hsum8)
+// never does.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "model/attention_simd.h"
+
+namespace agentq::attn {
+
+#if AGENTQ_ATTENTION_AVX2 && !defined(__AVX512F__)
+namespace {
+
+// r[i] = row i of an 8x8 block -> r[d] = column d (lane i = row i's element d).
+inline void transpose8x8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// The V pass of Q queries (their probabilities p_j at p + j * p_stride, 1/sum in inv[j]) over
+// keys [0, n) (V rows at vr, 8 floats each) into out_j: attend_one_avx2's chain per query,
+// out = sum_t (p_t * inv) V_t in key order from 0.
+template <int Q>
+inline void v_common(const float* vr, int32_t n, const float* p, int64_t p_stride, const float* inv, float* out,
+                     int64_t out_stride) {
+  __m256 acc[Q], iv[Q];
+  for (int j = 0; j < Q; ++j) {
+    acc[j] = _mm256_setzero_ps();
+    iv[j] = _mm256_set1_ps(inv[j]);
+  }
+  for (int32_t t = 0; t < n; ++t) {
+    const __m256 v = _mm256_load_ps(vr + 8 * size_t(t));
+    for (int j = 0; j < Q; ++j)
+      acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcast_ss(p + j * p_stride + t), iv[j]), v, acc[j]);
+  }
+  for (int j = 0; j < Q; ++j) _mm256_storeu_ps(out + j * out_stride, acc[j]);
+}
+
+template <class T>
+void attend_hd8(const attention_args& a, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q, float* out,
+                int64_t out_stride) {
+  const int32_t n = pos0 + n_q, n_groups = (n + 7) / 8;
+  const int64_t s_stride = int64_t(n_groups) * 8;
+  thread_local std::vector<float> buf;
+  const size_t need = size_t(n_groups) * 64 + size_t(n) * 8 + size_t(n_q) * size_t(s_stride) + size_t(n_q) + 8;
+  if (buf.size() < need) buf.resize(need);
+  // kt: [n_groups][8 dims][8 keys] (K^T per group; keys past n are 0); vr: [n][8]; sc: [n_q][s_stride]
+  // scores, then probabilities; inv: [n_q]. 32-byte aligned: a vector's offset is a multiple of 8 floats.
+  float* kt = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 31) & ~uintptr_t(31));
+  float* vr = kt + size_t(n_groups) * 64;
+  float* sc = vr + size_t(n) * 8;
+  float* inv = sc + size_t(n_q) * size_t(s_stride);
+
+  __m256 rows[8];
+  for_rows<false, T>(a, 0, n, [&](int32_t t, const T* row) {
+    rows[t % 8] = load8(row);
+    if (t % 8 == 7 || t == n - 1) {
+      for (int i = t % 8 + 1; i < 8; ++i) rows[i] = _mm256_setzero_ps();
+      transpose8x8(rows);
+      for (int d = 0; d < 8; ++d) _mm256_store_ps(kt + size_t(t / 8) * 64 + 8 * d, rows[d]);
+    }
+  });
+  for_rows<true, T>(a, 0, n, [&](int32_t t, const T* row) { _mm256_store_ps(vr + 8 * size_t(t), load8(row)); });
+
+  // Scores and softmax, one query at a time (attend_one_avx2's: q . k_t as hsum8 of the 8
+  // products, times scale; the max over keys is exact in any order).
+  const __m256 scale = _mm256_set1_ps(a.scale);
+  const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int32_t j = 0; j < n_q; ++j) {
+    const float* qj = q + j * q_stride;
+    __m256 qb[8];
+    for (int d = 0; d < 8; ++d) qb[d] = _mm256_broadcast_ss(qj + d);
+    const int32_t nj = pos0 + j + 1;
+    float* s = sc + j * s_stride;
+    __m256 vmx = _mm256_set1_ps(-INFINITY);
+    for (int32_t g = 0; 8 * g < nj; ++g) {
+      const float* k = kt + size_t(g) * 64;
+      __m256 p[8];
+      for (int d = 0; d < 8; ++d) p[d] = _mm256_mul_ps(qb[d], _mm256_load_ps(k + 8 * d));
+      const __m256 v = _mm256_mul_ps(_mm256_add_ps(_mm256_add_ps(_mm256_add_ps(p[0], p[4]), _mm256_add_ps(p[2], p[6])),
+                                                   _mm256_add_ps(_mm256_add_ps(p[1], p[5]), _mm256_add_ps(p[3], p[7]))),
+                                     scale);
+      _mm256_store_ps(s + 8 * g, v);
+      // Lanes past the query's last key (a padded group) do not take part in its max.
+      const __m256 seen = _mm256_cmp_ps(lane, _mm256_set1_ps(float(nj - 8 * g)), _CMP_LT_OQ);
+      vmx = _mm256_max_ps(vmx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), v, seen));
+    }
+    if (adjusts(a)) vmx = _mm256_set1_ps(adjust_scores(a, s, nj));
+    inv[j] = _mm256_cvtss_f32(softmax_scores(a, s, 0, nj, vmx));
+  }
+
+  // V: 8 (then 4, 2, 1) queries at a time over the keys they all see, then each one's own
+  // last keys (fewer than the block) continue its chain from out.
+  for (int32_t j0 = 0; j0 < n_q;) {
+    const int32_t left = n_q - j0;
+    const int qn = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    const float* p = sc + j0 * s_stride;
+    float* o = out + j0 * out_stride;
+    const int32_t n_common = pos0 + j0 + 1;
+    switch (qn) {
+      case 8: v_common<8>(vr, n_common, p, s_stride, inv + j0, o, out_stride); break;
+      case 4: v_common<4>(vr, n_common, p, s_stride, inv + j0, o, out_stride); break;
+      case 2: v_common<2>(vr, n_common, p, s_stride, inv + j0, o, out_stride); break;
+      default: v_common<1>(vr, n_common, p, s_stride, inv + j0, o, out_stride); break;
+    }
+    for (int j = 1; j < qn; ++j) {
+      float* oj = o + j * out_stride;
+      const float* pj = p + j * s_stride;
+      const __m256 iv = _mm256_set1_ps(inv[j0 + j]);
+      __m256 acc = _mm256_loadu_ps(oj);
+      for (int32_t t = n_common; t < n_common + j; ++t)
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcast_ss(pj + t), iv), _mm256_load_ps(vr + 8 * size_t(t)), acc);
+      _mm256_storeu_ps(oj, acc);
+    }
+    j0 += qn;
+  }
+}
+
+}  // namespace
+#endif
+
+bool attend_small(const attention_args& a, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q, float* out,
+                  int64_t out_stride) {
+#if AGENTQ_ATTENTION_AVX2 && !defined(__AVX512F__)
+  if (a.head_dim != 8 || a.window > 0) return false;
+  if (a.kv->layout().dtype == kv_dtype::f16)
+    attend_hd8<uint16_t>(a, q, q_stride, pos0, n_q, out, out_stride);
+  else
+    attend_hd8<float>(a, q, q_stride, pos0, n_q, out, out_stride);
+  return true;
+#else
+  (void)a, (void)q, (void)q_stride, (void)pos0, (void)n_q, (void)out, (void)out_stride;
+  return false;
+#endif
+}
+
+}  // namespace agentq::attn
