@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "agentq/exp_avx2.h"
 #include "model/attention_simd.h"
 
 namespace agentq::attn {
@@ -92,8 +93,8 @@ void attend_hd8(const attention_args& a, const float* q, int64_t q_stride, int32
   });
   for_rows<true, T>(a, 0, n, [&](int32_t t, const T* row) { _mm256_store_ps(vr + 8 * size_t(t), load8(row)); });
 
-  // Scores and softmax, one query at a time (attend_one_avx2's: q . k_t as hsum8 of the 8
-  // products, times scale; the max over keys is exact in any order).
+  // Scores, one query at a time (attend_one_avx2's: q . k_t as hsum8 of the 8 products, times
+  // scale); each query's max over its keys (exact in any order) into mx.
   const __m256 scale = _mm256_set1_ps(a.scale);
   const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
   for (int32_t j = 0; j < n_q; ++j) {
@@ -115,8 +116,51 @@ void attend_hd8(const attention_args& a, const float* q, int64_t q_stride, int32
       const __m256 seen = _mm256_cmp_ps(lane, _mm256_set1_ps(float(nj - 8 * g)), _CMP_LT_OQ);
       vmx = _mm256_max_ps(vmx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), v, seen));
     }
-    if (adjusts(a)) vmx = _mm256_set1_ps(adjust_scores(a, s, nj));
-    inv[j] = _mm256_cvtss_f32(softmax_scores(a, s, 0, nj, vmx));
+    if (adjusts(a)) {  // soft-cap, sink: softmax_scores itself, one query at a time
+      vmx = _mm256_set1_ps(adjust_scores(a, s, nj));
+      inv[j] = _mm256_cvtss_f32(softmax_scores(a, s, 0, nj, vmx));
+    } else {
+      vmx = _mm256_max_ps(vmx, _mm256_permute2f128_ps(vmx, vmx, 1));
+      vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(1, 0, 3, 2)));
+      vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(2, 3, 0, 1)));
+      inv[j] = _mm256_cvtss_f32(vmx);  // the max, until the softmax below
+    }
+  }
+  // Without adjustments, softmax_scores for every query in phases, so that the queries' latency
+  // chains (max, exp, the double sums, the division) overlap: exp is per element, so a tail
+  // group's 8 lanes give its keys the values the one-query tail buffer does (lanes past the
+  // query's keys are never read); sums as softmax_scores adds them (4 double lanes by key mod 4
+  // over the full groups, their fixed tree, then the tail keys in order); 1 / sum four queries
+  // at a time (the same correctly rounded division and conversion to float per lane).
+  if (!adjusts(a)) {
+    for (int32_t j = 0; j < n_q; ++j) {
+      const int32_t nj = pos0 + j + 1;
+      float* s = sc + j * s_stride;
+      const __m256 mx = _mm256_set1_ps(inv[j]);
+      for (int32_t t = 0; t < nj; t += 8) _mm256_store_ps(s + t, kernels::exp_avx2(_mm256_sub_ps(_mm256_load_ps(s + t), mx)));
+    }
+    alignas(32) double sums[4] = {1.0, 1.0, 1.0, 1.0};  // a last batch of fewer than 4 divides ones
+    for (int32_t j = 0; j < n_q; ++j) {
+      const int32_t nj = pos0 + j + 1, n8 = nj / 8 * 8;
+      const float* s = sc + j * s_stride;
+      __m256d sum4 = _mm256_setzero_pd();
+      for (int32_t t = 0; t < n8; t += 8) {
+        const __m256 p = _mm256_load_ps(s + t);
+        sum4 = _mm256_add_pd(
+            sum4, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(p)), _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1))));
+      }
+      double lanes[4];
+      _mm256_storeu_pd(lanes, sum4);
+      double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+      for (int32_t t = n8; t < nj; ++t) sum += double(s[t]);
+      sums[j % 4] = sum;
+      if (j % 4 == 3 || j == n_q - 1) {
+        const __m128 r = _mm256_cvtpd_ps(_mm256_div_pd(_mm256_set1_pd(1.0), _mm256_load_pd(sums)));
+        alignas(16) float r4[4];
+        _mm_store_ps(r4, r);
+        for (int32_t i = j / 4 * 4; i <= j; ++i) inv[i] = r4[i % 4];
+      }
+    }
   }
 
   // V: 8 (then 4, 2, 1) queries at a time over the keys they all see, then each one's own
