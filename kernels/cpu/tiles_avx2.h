@@ -64,9 +64,11 @@ void mk_float_avx2(const uint8_t* w, size_t stride, const uint8_t* const* xb, in
 // stores per 3x4 call cost as much as its 96 FMAs (stories260K prefill on Zen 3: mk_float_avx2
 // plus run_tiles were 65% of the forward). Each weight row is read from L1 once per input
 // (8 loads per 8 FMAs), which longer rows would pay for in L2 bandwidth: they keep the tiles.
+// n_valid < 8: only rows [0, n_valid) are stored (the rest of w's 8 rows is padding).
 template <class L>
 void rows8_float_avx2(const uint8_t* w, size_t stride, const uint8_t* xb, size_t x_stride, int64_t n_x, int64_t n,
-                      float* y, int64_t y_stride) {
+                      float* y, int64_t y_stride, int n_valid = 8) {
+  const __m256i store_mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   const uint8_t* wr[8];
   for (int r = 0; r < 8; ++r) wr[r] = w + static_cast<size_t>(r) * stride;
   const int64_t n8 = n / 8 * 8;
@@ -84,7 +86,11 @@ void rows8_float_avx2(const uint8_t* w, size_t stride, const uint8_t* xb, size_t
     __m256 tail = _mm256_setzero_ps();
     for (int64_t k = 0; k < n - n8; ++k)
       tail = _mm256_add_ps(tail, _mm256_mul_ps(_mm256_load_ps(tail_w[k]), _mm256_set1_ps(x[n8 + k])));
-    _mm256_storeu_ps(y + b * y_stride, _mm256_add_ps(hsum8x8(acc), tail));
+    const __m256 out = _mm256_add_ps(hsum8x8(acc), tail);
+    if (n_valid == 8)
+      _mm256_storeu_ps(y + b * y_stride, out);
+    else
+      _mm256_maskstore_ps(y + b * y_stride, store_mask, out);
   }
 }
 
