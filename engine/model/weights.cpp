@@ -126,6 +126,10 @@ void linear_many(thread_pool& pool, std::span<const weight* const> ws, const flo
       qx[j] = qx[same];
       continue;
     }
+    if (kernels::activations_are_floats(t)) {  // float weights read x as it is: no copy
+      qx[j] = reinterpret_cast<const uint8_t*>(x);
+      continue;
+    }
     const size_t qrow = kernels::activation_bytes(t, n_in, 1);
     if (qbuf[j].size() < qrow * size_t(n_x)) qbuf[j].resize(qrow * size_t(n_x));
     uint8_t* dst = qbuf[j].data();

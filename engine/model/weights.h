@@ -78,7 +78,8 @@ class weight_store {
 void dequantize_row(gguf::tensor_type t, const uint8_t* src, float* dst, int64_t n);
 
 // y[i][o] = dot(w.row(o), x[i]) for i < n_x, o < w.n_out.
-//   x: [n_x][w.n_in]   y: [n_x][w.n_out]
+//   x: [n_x][w.n_in]   y: [n_x][w.n_out]; y must not overlap x (float weights read x in place
+//   while other threads write y)
 void linear(thread_pool& pool, const weight& w, const float* x, int32_t n_x, float* y);
 
 // Several weights applied to the same input in one fork-join (Q/K/V, gate/up):

@@ -790,6 +790,10 @@ size_t activation_bytes(weight_type t, int64_t n_cols, int64_t n_x) {
   return activation_row_bytes(t, n_cols) * static_cast<size_t>(n_x);
 }
 
+bool activations_are_floats(weight_type t) {
+  return t != weight_type::q4_0_x16 && detail::act_format_of(file_type(t)) == detail::act_format::f32;
+}
+
 void quantize_activations(weight_type t, const float* x, int64_t n_cols, int64_t n_x, void* qx) {
   AGENTQ_KCHECK(block_elems(t) > 0 && n_cols % block_elems(t) == 0);
   const size_t stride = activation_row_bytes(t, n_cols);

@@ -207,6 +207,9 @@ size_t activation_bytes(weight_type t, int64_t n_cols, int64_t n_x);
 // x: [n_x][n_cols] -> qx (activation_bytes(t, n_cols, n_x) bytes): Q8_0-style blocks
 // for q8_0, Q8_K-style blocks (with per-16 sums) for q4_k/q6_k, a float copy otherwise.
 void quantize_activations(weight_type t, const float* x, int64_t n_cols, int64_t n_x, void* qx);
+// True when quantize_activations(t, ...) is a plain float copy (float weight formats), so x
+// itself may be passed to matmul_prequantized as qx.
+bool activations_are_floats(weight_type t);
 // matmul over activations already prepared by quantize_activations.
 void matmul_prequantized(weight_type t, const void* w, size_t row_stride_bytes, int64_t n_cols,
                          const void* qx, int64_t n_x, float* y, int64_t row_begin, int64_t row_end,
