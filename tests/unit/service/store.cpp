@@ -413,4 +413,13 @@ TEST_CASE("job ids: job_ + 24 hex digits, ordered by their ms, distinct within o
   std::set<std::string> seen;
   for (int i = 0; i < 1000; ++i) seen.insert(new_job_id(1'764'000'000'000));
   CHECK(seen.size() == 1000u);
+  // The random halves come from per-thread buffers of RAND_bytes (refilled every 42 ids): other
+  // threads' ids in the same ms are distinct from these and from each other.
+  std::vector<std::string> other[2];
+  std::thread t0([&] { for (int i = 0; i < 500; ++i) other[0].push_back(new_job_id(1'764'000'000'000)); });
+  std::thread t1([&] { for (int i = 0; i < 500; ++i) other[1].push_back(new_job_id(1'764'000'000'000)); });
+  t0.join();
+  t1.join();
+  for (auto& v : other) seen.insert(v.begin(), v.end());
+  CHECK(seen.size() == 2000u);
 }
