@@ -183,6 +183,23 @@ TEST_CASE("terminal states never change") {
     CHECK(s->get_job(j.id)->status == terminal);
   }
   CHECK(s->cancel_job("job_missing").get() == write_status::not_found);
+  // The trigger runs on every claim, turn and end: its WHEN builds no ephemeral table (an IN list
+  // did, each time: migrations/0011).
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, "EXPLAIN UPDATE jobs SET usage_json='{}' WHERE id='x' AND status='running'", -1, &st,
+                             nullptr) == SQLITE_OK);
+  int n_ephemeral = 0, n_program = 0;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    const std::string op = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
+    n_ephemeral += op == "OpenEphemeral";
+    n_program += op == "Program";
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  CHECK(n_program >= 1);  // the triggers are there
+  CHECK(n_ephemeral == 0);
 }
 
 TEST_CASE("fencing: a stale epoch's writes are rejected after a reclaim") {
