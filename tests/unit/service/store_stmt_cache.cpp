@@ -1,7 +1,10 @@
 // The store connection's statement cache (store/conn.h): a literal is found by its address, other
 // text by its content, both the same statement; a buffer reused with other SQL gets that SQL; and
 // reset_all ends exactly the statements used since the last call (no read snapshot left behind).
+// Also: SQLite's memory statistics are off (sqlite.cpp).
 #include <doctest/doctest.h>
+
+#include <sqlite3.h>
 
 #include <cstring>
 #include <string>
@@ -70,4 +73,14 @@ TEST_CASE("statement cache: reset_all ends the statements used since the last ca
   REQUIRE(cnt.step());
   CHECK(cnt.col_int(0) == 4);
   CHECK(c.n_used() == 1);
+}
+
+TEST_CASE("SQLite's memory statistics are off (their global mutex on every allocation)") {
+  // The first connection of this process configured SQLite before it initialized (sqlite.cpp).
+  agentq::test::temp_dir dir;
+  conn c(dir.file("db"), 1000, clock0);
+  fill(c);
+  auto& s = c.stmt("SELECT COUNT(*) FROM t");
+  REQUIRE(s.step());
+  CHECK(sqlite3_memory_used() == 0);  // counted only with SQLITE_CONFIG_MEMSTATUS on
 }
