@@ -89,6 +89,55 @@ TEST_CASE("create, get, list, events and outbox") {
   CHECK(s->fetch_outbox("publish", 10).size() == 1);
 }
 
+// Every column of two rows (job_row has no ==).
+static void check_same_row(const job_row& a, const job_row& b) {
+  CHECK(a.id == b.id);
+  CHECK(a.tenant == b.tenant);
+  CHECK(a.status == b.status);
+  CHECK(a.priority == b.priority);
+  CHECK(a.request_json == b.request_json);
+  CHECK(a.result_json == b.result_json);
+  CHECK(a.error == b.error);
+  CHECK(a.usage_json == b.usage_json);
+  CHECK(a.pending_json == b.pending_json);
+  CHECK(a.attempts == b.attempts);
+  CHECK(a.lease_epoch == b.lease_epoch);
+  CHECK(a.lease_owner == b.lease_owner);
+  CHECK(a.lease_expires_ms == b.lease_expires_ms);
+  CHECK(a.idempotency_key == b.idempotency_key);
+  CHECK(a.request_hash == b.request_hash);
+  CHECK(a.created_ms == b.created_ms);
+  CHECK(a.started_ms == b.started_ms);
+  CHECK(a.finished_ms == b.finished_ms);
+  CHECK(a.updated_ms == b.updated_ms);
+  CHECK(a.deadline_ms == b.deadline_ms);
+  CHECK(a.deleted_ms == b.deleted_ms);
+  CHECK(a.store_content == b.store_content);
+}
+
+TEST_CASE("create_job answers the row as stored (built, not read back)") {
+  agentq::test::temp_dir dir;
+  auto s = open_store(dir.file("jobs.db"));
+  new_job plain;
+  plain.tenant = "t1";
+  plain.request_json = R"({"messages":[]})";
+  new_job full = plain;
+  full.tenant = "t2";
+  full.priority = job_priority::batch;
+  full.idempotency_key = "k-1";
+  full.request_hash = "h-1";
+  full.deadline_ms = 1'900'000'000'000;
+  full.store_content = false;
+  full.key_id = "key_x";
+  for (const new_job& nj : {plain, full}) {
+    auto r = s->create_job(nj).get();
+    REQUIRE(r.outcome == create_outcome::created);
+    auto g = s->get_job(r.job.id);
+    REQUIRE(g);
+    check_same_row(r.job, *g);
+  }
+}
+
 TEST_CASE("idempotency: replay returns the job, a different request conflicts") {
   agentq::test::temp_dir dir;
   auto s = open_store(dir.file("jobs.db"));
