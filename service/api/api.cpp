@@ -70,10 +70,11 @@ std::optional<int64_t> parse_i64(const std::string& s) {
 }
 
 // POST /v1/jobs's answer to the store's create_job outcome.
-response submit_answer(const store::create_result& res) {
+// request: the submitted body as parsed (what the created job's request_json holds), or nullptr.
+response submit_answer(const store::create_result& res, const json* request = nullptr) {
   switch (res.outcome) {
     case store::create_outcome::created:
-      return json_response(202, job_object(res.job, nullptr));
+      return json_response(202, job_object(res.job, nullptr, request));
     case store::create_outcome::existing:
       return json_response(200, job_object(res.job, nullptr));
     case store::create_outcome::conflict:
@@ -226,10 +227,12 @@ void api::install(http::router& r) {
           // back to its connections; the 202 is made on the connection's io thread once the writer's
           // commit is durable, never before.
           response deferred;
-          deferred.deferred = [store = deps_.store, nj = std::move(nj)](http::reply_fn reply) mutable {
-            store->create_job_async(std::move(nj), [reply = std::move(reply)](store::create_result r) {
+          // The parsed body goes along for the 202 (job_object need not parse request_json again).
+          auto parsed = std::make_shared<json>(std::move(*body));
+          deferred.deferred = [store = deps_.store, nj = std::move(nj), parsed](http::reply_fn reply) mutable {
+            store->create_job_async(std::move(nj), [reply = std::move(reply), parsed](store::create_result r) {
               auto made = std::make_shared<store::create_result>(std::move(r));
-              reply([made] { return submit_answer(*made); });
+              reply([made, parsed] { return submit_answer(*made, parsed.get()); });
             });
           };
           return deferred;

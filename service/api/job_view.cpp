@@ -54,8 +54,13 @@ json event_object(const store::job_event& e) {
           {"created_at", double(e.created_ms) / 1000.0}};
 }
 
-json job_object(const store::job_row& job, const std::vector<store::transcript_row>* transcript) {
-  json req = parse_or(job.request_json, json::object());
+json job_object(const store::job_row& job, const std::vector<store::transcript_row>* transcript,
+                const json* request) {
+  // NOTE: the submit's 202 hands its parsed body in: parsing the stored text again was most of
+  // making that answer (issue 29).
+  json parsed;
+  if (!request) parsed = parse_or(job.request_json, json::object());
+  const json& req = request ? *request : parsed;
   json out = {{"id", job.id},
               {"object", "job"},
               {"status", store::to_string(job.status)},

@@ -13,7 +13,10 @@ namespace agentq::api {
 // {"id","object":"job","status","model","priority","metadata","webhook","created_at",...,
 //  "usage":{prompt_tokens,cached_tokens,completion_tokens,total_tokens},"turns":[...],
 //  "required_action","output","error","transcript"}. transcript empty = summary form (lists).
-nlohmann::json job_object(const store::job_row& job, const std::vector<store::transcript_row>* transcript);
+// request: job.request_json already parsed, when the caller has it (a submit's 202: the handler
+// parsed the body it stored); nullptr = parse job.request_json. The object is the same either way.
+nlohmann::json job_object(const store::job_row& job, const std::vector<store::transcript_row>* transcript,
+                          const nlohmann::json* request = nullptr);
 
 // usage_totals / per-turn usage JSON -> the API usage object.
 nlohmann::json usage_object(const std::string& usage_json);

@@ -488,3 +488,25 @@ TEST_CASE("speculation counters: job usage -> chat usage.completion_tokens_detai
   row.usage_json = R"({"prompt_tokens":3,"completion_tokens":4,"turns":1})";
   CHECK(api::job_object(row, nullptr)["usage"]["completion_tokens_details"]["rejected_prediction_tokens"] == 0);
 }
+
+TEST_CASE("job_object: a request handed in parsed gives the object parsing request_json gives") {
+  // The submit's 202 passes the body it parsed (api.cpp submit_answer); every other route parses
+  // the stored text. Same bytes either way, webhook secret left out in both.
+  store::job_row row;
+  row.id = "job_0123456789ab0123456789ab";
+  row.status = store::job_status::queued;
+  row.priority = store::job_priority::high;
+  row.created_ms = 1764000000123;
+  row.deadline_ms = 1764000060123;
+  row.request_json = json::parse(R"({"model":"tiny","messages":[{"role":"user","content":"hi"}],
+    "metadata":{"team":"a","n":"2"},"webhook":{"url":"http://127.0.0.1:9/h","secret":"whsec_x","events":["job.completed"]},
+    "max_tokens_per_turn":1.5})").dump();
+  const json parsed = json::parse(row.request_json);
+  const std::string from_text = api::job_object(row, nullptr).dump();
+  CHECK(api::job_object(row, nullptr, &parsed).dump() == from_text);
+  CHECK(from_text.find("whsec_x") == std::string::npos);
+  CHECK(from_text.find("\"team\":\"a\"") != std::string::npos);
+  row.request_json = R"({"model":"tiny","messages":[]})";  // no metadata, no webhook
+  const json bare = json::parse(row.request_json);
+  CHECK(api::job_object(row, nullptr, &bare).dump() == api::job_object(row, nullptr).dump());
+}

@@ -1,6 +1,11 @@
 // Standard Webhooks signing: the spec's published test vector, verification and tolerance.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include "util/crypto.h"
 #include "webhooks/signing.h"
 
@@ -58,4 +63,25 @@ TEST_CASE("base64 and sha256") {
   CHECK_FALSE(crypto::base64_decode("Z=9v"));
   CHECK(crypto::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   CHECK(crypto::random_token(20).size() == 32);
+}
+
+TEST_CASE("sha256: the fetched digest and per-thread context give the known values, again and from many threads") {
+  // crypto::sha256 keeps one fetched SHA-256 and a context per thread (session 23): reused contexts
+  // must not carry state from one hash to the next.
+  const std::string empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+  const std::string abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+  const std::string million_a = "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0";
+  std::atomic<int> bad{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        if (crypto::sha256_hex("abc") != abc) bad++;
+        if (crypto::sha256_hex("") != empty) bad++;
+      }
+      if (crypto::sha256_hex(std::string(1000000, 'a')) != million_a) bad++;
+    });
+  for (auto& t : ts) t.join();
+  CHECK(bad == 0);
+  CHECK(crypto::sha256_hex("") == empty);
 }

@@ -89,6 +89,55 @@ TEST_CASE("create, get, list, events and outbox") {
   CHECK(s->fetch_outbox("publish", 10).size() == 1);
 }
 
+// Every column of two rows (job_row has no ==).
+static void check_same_row(const job_row& a, const job_row& b) {
+  CHECK(a.id == b.id);
+  CHECK(a.tenant == b.tenant);
+  CHECK(a.status == b.status);
+  CHECK(a.priority == b.priority);
+  CHECK(a.request_json == b.request_json);
+  CHECK(a.result_json == b.result_json);
+  CHECK(a.error == b.error);
+  CHECK(a.usage_json == b.usage_json);
+  CHECK(a.pending_json == b.pending_json);
+  CHECK(a.attempts == b.attempts);
+  CHECK(a.lease_epoch == b.lease_epoch);
+  CHECK(a.lease_owner == b.lease_owner);
+  CHECK(a.lease_expires_ms == b.lease_expires_ms);
+  CHECK(a.idempotency_key == b.idempotency_key);
+  CHECK(a.request_hash == b.request_hash);
+  CHECK(a.created_ms == b.created_ms);
+  CHECK(a.started_ms == b.started_ms);
+  CHECK(a.finished_ms == b.finished_ms);
+  CHECK(a.updated_ms == b.updated_ms);
+  CHECK(a.deadline_ms == b.deadline_ms);
+  CHECK(a.deleted_ms == b.deleted_ms);
+  CHECK(a.store_content == b.store_content);
+}
+
+TEST_CASE("create_job answers the row as stored (built, not read back)") {
+  agentq::test::temp_dir dir;
+  auto s = open_store(dir.file("jobs.db"));
+  new_job plain;
+  plain.tenant = "t1";
+  plain.request_json = R"({"messages":[]})";
+  new_job full = plain;
+  full.tenant = "t2";
+  full.priority = job_priority::batch;
+  full.idempotency_key = "k-1";
+  full.request_hash = "h-1";
+  full.deadline_ms = 1'900'000'000'000;
+  full.store_content = false;
+  full.key_id = "key_x";
+  for (const new_job& nj : {plain, full}) {
+    auto r = s->create_job(nj).get();
+    REQUIRE(r.outcome == create_outcome::created);
+    auto g = s->get_job(r.job.id);
+    REQUIRE(g);
+    check_same_row(r.job, *g);
+  }
+}
+
 TEST_CASE("idempotency: replay returns the job, a different request conflicts") {
   agentq::test::temp_dir dir;
   auto s = open_store(dir.file("jobs.db"));
@@ -183,6 +232,23 @@ TEST_CASE("terminal states never change") {
     CHECK(s->get_job(j.id)->status == terminal);
   }
   CHECK(s->cancel_job("job_missing").get() == write_status::not_found);
+  // The trigger runs on every claim, turn and end: its WHEN builds no ephemeral table (an IN list
+  // did, each time: migrations/0011).
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, "EXPLAIN UPDATE jobs SET usage_json='{}' WHERE id='x' AND status='running'", -1, &st,
+                             nullptr) == SQLITE_OK);
+  int n_ephemeral = 0, n_program = 0;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    const std::string op = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
+    n_ephemeral += op == "OpenEphemeral";
+    n_program += op == "Program";
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  CHECK(n_program >= 1);  // the triggers are there
+  CHECK(n_ephemeral == 0);
 }
 
 TEST_CASE("fencing: a stale epoch's writes are rejected after a reclaim") {
@@ -413,4 +479,13 @@ TEST_CASE("job ids: job_ + 24 hex digits, ordered by their ms, distinct within o
   std::set<std::string> seen;
   for (int i = 0; i < 1000; ++i) seen.insert(new_job_id(1'764'000'000'000));
   CHECK(seen.size() == 1000u);
+  // The random halves come from per-thread buffers of RAND_bytes (refilled every 42 ids): other
+  // threads' ids in the same ms are distinct from these and from each other.
+  std::vector<std::string> other[2];
+  std::thread t0([&] { for (int i = 0; i < 500; ++i) other[0].push_back(new_job_id(1'764'000'000'000)); });
+  std::thread t1([&] { for (int i = 0; i < 500; ++i) other[1].push_back(new_job_id(1'764'000'000'000)); });
+  t0.join();
+  t1.join();
+  for (auto& v : other) seen.insert(v.begin(), v.end());
+  CHECK(seen.size() == 2000u);
 }
