@@ -58,6 +58,9 @@ const char* usage() {
   --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
   --engine-threads N           CPU threads per engine (default 0 = one per core, split evenly between the models
                                a worker serves; a model under 4 MiB of weights alone: one thread)
+  --engine-replicas N          data-parallel copies of each model, each with its own loop thread and a 1/N share
+                               of the KV budget; a job's turns stay on one (default 1; 0 = auto: one per core, 2 at
+                               most, for a model under 4 MiB on the CPU with --engine-threads 0; else 1)
   --worker-nice N              nice increment (0..19, default 10) of the threads that run jobs (engine loop
                                and pool, the worker's dispatcher and job threads): on a busy host the HTTP
                                threads and the store's writer get the CPUs first, so a submit does not wait
@@ -182,6 +185,10 @@ void set_option(config& c, const std::string& name, const std::string& v) {
     c.kv_type = v;
   }
   else if (name == "engine-threads") c.engine_threads = std::stoi(v);
+  else if (name == "engine-replicas") {
+    c.engine_replicas = std::stoi(v);
+    if (c.engine_replicas < 0 || c.engine_replicas > 64) throw std::invalid_argument("--engine-replicas must be 0..64");
+  }
   else if (name == "worker-nice") {
     c.worker_nice = std::stoi(v);
     if (c.worker_nice < 0 || c.worker_nice > 19) throw std::invalid_argument("--worker-nice must be 0..19");
