@@ -275,7 +275,10 @@ int run(const daemon::config& c) {
     wo.incarnation = identity->incarnation();
     wo.n_engine_threads = engine_threads;
     wo.share = share;
-    wo.max_jobs = c.max_jobs;
+    // NOTE: 64 slots per engine replica (each replica runs up to 64 sequences a step): two replicas
+    // with 64 slots between them left each engine loop idle while its jobs' ends were committed
+    // (docs/queue_perf.md, session 23 queue9b).
+    wo.max_jobs = c.max_jobs > 0 ? c.max_jobs : 64 * std::max(1, catalog.find(model)->model().n_replicas);
     wo.batch_end_linger_us = static_cast<int64_t>(c.batch_end_linger_ms * 1000);
     wo.lease_ms = c.lease_ms;
     wo.heartbeat_ms = c.heartbeat_ms;
