@@ -158,26 +158,29 @@ class replica_set final : public engine {
   }
 
  private:
-  // Where a job_key's work goes. A key a replica holds state for (a turn running or its KV kept:
-  // between a submit and release()) stays there, so its next turn finds its KV and one key never
-  // runs twice at once. A new key (or 0) goes to the replica with the fewest requests in flight;
-  // ties by the key, so an idle set spreads keys evenly.
+  // Where a job_key's work goes: replica job_key % n, so a restarted process with as many replicas
+  // finds a job's spill file in the directory of the replica its next turn runs on, and one key
+  // never runs on two replicas at once. (Keys are hashes of job ids: many jobs spread evenly.) A
+  // request without a key goes to the replica with the fewest requests in flight.
+  // NOTE: not least-loaded for keyed jobs: a resumed job would then miss its spill file whenever
+  // the other replica was less busy, and recompute its whole context.
   int32_t pick(uint64_t job_key) {
     std::lock_guard lock(mu_);
-    if (job_key != 0)
-      if (auto it = home_.find(job_key); it != home_.end()) {
-        in_flight_[it->second].fetch_add(1);
-        return it->second;
-      }
-    int32_t best = int32_t((job_key != 0 ? job_key : next_rr_++) % uint64_t(n_));
-    for (int32_t i = 0; i < n_; ++i)
-      if (in_flight_[i].load() < in_flight_[best].load()) best = i;
-    in_flight_[best].fetch_add(1);
-    if (job_key != 0) home_[job_key] = best;
-    return best;
+    int32_t r = 0;
+    if (job_key != 0) {
+      r = int32_t(job_key % uint64_t(n_));
+      home_[job_key] = r;
+    } else {
+      r = int32_t(next_rr_++ % uint64_t(n_));
+      for (int32_t i = 0; i < n_; ++i)
+        if (in_flight_[i].load() < in_flight_[r].load()) r = i;
+    }
+    in_flight_[r].fetch_add(1);
+    return r;
   }
-  // The replicas to tell about job_key: its home, or every one when none is known (a key from a
-  // previous process: its spill file may be in any replica's directory). release forgets the home.
+  // The replicas to tell about job_key: the one it ran on, or every one when it has not run in this
+  // process (a key from a previous one, whose files may be in another replica's directory after a
+  // change of --engine-replicas). release forgets it.
   std::vector<int32_t> homes(uint64_t job_key, bool forget) {
     std::lock_guard lock(mu_);
     auto it = home_.find(job_key);

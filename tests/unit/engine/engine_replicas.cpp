@@ -1,7 +1,7 @@
 // Data-parallel replicas of one model (engine/replica_set.h) on the real tiny model: how many the
-// config resolves to, golden outputs through two replicas (spread over both), a job's next turn on
-// the replica holding its KV even when the other is less busy, cancel by the interleaved request
-// id, release forgetting the job's home, summed stats and a spill directory per replica.
+// config resolves to, golden outputs through two replicas (spread over both), a job on replica
+// key % n and its next turn where its KV is however busy that replica, key-less requests to the
+// least busy one, cancel by the interleaved request id, summed stats and a spill directory per replica.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -82,7 +82,7 @@ TEST_CASE("replicas: two replicas give the golden outputs, spread over both, sta
     CHECK(id != 0);
     replicas_used.insert(id % 2);
   }
-  CHECK(replicas_used.size() == 2);  // the least busy replica takes each new job
+  CHECK(replicas_used.size() == 2);  // keys 100.. spread by key % 2
   for (int guard = 0; guard < 100000 && !std::all_of(done.begin(), done.end(), [](bool b) { return b; }); ++guard)
     e->step();
   for (size_t i = 0; i < goldens.size(); ++i) {
@@ -95,50 +95,52 @@ TEST_CASE("replicas: two replicas give the golden outputs, spread over both, sta
   CHECK(s.healthy);
 }
 
-TEST_CASE("replicas: a job's next turn runs where its KV is, even when the other replica is idler") {
+TEST_CASE("replicas: a job runs on replica key % n, its next turn where its KV is, however busy") {
   const auto g = test::load_golden();
   REQUIRE(g.size() >= 2);
   auto e = load(replicas_config(2));
-  const uint64_t job = 42;
+  const uint64_t job = 42;  // replica 0
   token_result t1;
-  uint64_t id1 = 0;
   {
     bool d = false;
-    id1 = e->submit(test::greedy(g[0].prompt_ids, 20, job), {nullptr, [&](token_result r) { t1 = std::move(r), d = true; }});
+    const uint64_t id1 = e->submit(test::greedy(g[0].prompt_ids, 20, job), {nullptr, [&](token_result r) { t1 = std::move(r), d = true; }});
+    CHECK(id1 % 2 == job % 2);
     while (!d) e->step();
   }
-  const uint64_t home = id1 % 2;
-  // Another job keeps the job's replica busy: a new key would now go to the other one.
-  bool other_done = false;
-  token_request busy = test::greedy(g[1].prompt_ids, 200, home == 0 ? 2 : 1);  // key % 2 == home: the tie goes home
-  busy.ignore_eos = true;
-  const uint64_t id_busy = e->submit(std::move(busy), {nullptr, [&](token_result) { other_done = true; }});
-  REQUIRE(id_busy % 2 == home);
+  // Two more jobs on the same replica keep it busy; the other stays idle.
+  int n_busy_done = 0;
+  for (uint64_t k : {2, 4}) {
+    token_request busy = test::greedy(g[1].prompt_ids, 200, k);
+    busy.ignore_eos = true;
+    CHECK(e->submit(std::move(busy), {nullptr, [&](token_result) { n_busy_done++; }}) % 2 == 0);
+  }
   std::vector<token_id> prompt2 = g[0].prompt_ids;
   prompt2.insert(prompt2.end(), t1.output_ids.begin(), t1.output_ids.end());
   prompt2.insert(prompt2.end(), {13, 400, 401, 402});
   token_result t2;
   bool d2 = false;
   const uint64_t id2 = e->submit(test::greedy(prompt2, 10, job), {nullptr, [&](token_result r) { t2 = std::move(r), d2 = true; }});
-  CHECK(id2 % 2 == home);
-  // A new job goes to the idle replica.
+  CHECK(id2 % 2 == 0);  // where its KV is, not the idle replica
   bool d3 = false;
-  const uint64_t id3 = e->submit(test::greedy(g[1].prompt_ids, 5, 7000 + home), {nullptr, [&](token_result) { d3 = true; }});
-  CHECK(id3 % 2 != home);
-  while (!d2 || !d3 || !other_done) e->step();
+  const uint64_t id3 = e->submit(test::greedy(g[1].prompt_ids, 5, 7001), {nullptr, [&](token_result) { d3 = true; }});
+  CHECK(id3 % 2 == 1);
+  // A request without a job key goes to the least busy replica.
+  bool d4 = false;
+  const uint64_t id4 = e->submit(test::greedy(g[1].prompt_ids, 5, 0), {nullptr, [&](token_result) { d4 = true; }});
+  CHECK(id4 % 2 == 1);
+  while (!d2 || !d3 || !d4 || n_busy_done < 2) e->step();
   // Its resident KV was found: only the appended tokens (and turn 1's last sampled one) computed.
   CHECK(t2.usage.n_tokens_cached >= int32_t(g[0].prompt_ids.size()));
   CHECK(t2.usage.n_tokens_computed <= 6);
-  // Released: the job has no home any more, so its next submit goes to the least busy replica.
+  // Released; a later request of the same key runs on the same replica again (whose prefix cache
+  // still holds the released blocks).
   e->release(job);
-  bool busy2_done = false;
-  token_request busy2 = test::greedy(g[1].prompt_ids, 100, 4);
-  busy2.ignore_eos = true;
-  const uint64_t id_b2 = e->submit(std::move(busy2), {nullptr, [&](token_result) { busy2_done = true; }});
-  bool d4 = false;
-  const uint64_t id4 = e->submit(test::greedy(prompt2, 5, job), {nullptr, [&](token_result) { d4 = true; }});
-  CHECK(id4 % 2 != id_b2 % 2);
-  while (!d4 || !busy2_done) e->step();
+  bool d5 = false;
+  token_result t5;
+  const uint64_t id5 = e->submit(test::greedy(prompt2, 5, job), {nullptr, [&](token_result r) { t5 = std::move(r), d5 = true; }});
+  CHECK(id5 % 2 == 0);
+  while (!d5) e->step();
+  CHECK(t5.usage.n_tokens_cached > 0);
 }
 
 TEST_CASE("replicas: cancel reaches the replica that runs the request; loop threads; spill directories") {
