@@ -2,6 +2,8 @@
 // thread, scheduler, KV pool (the budget split N ways) and prefix cache, behind the one `engine`
 // interface. A model too small to split its ops across threads (k_one_thread_model_bytes) still
 // uses every core this way: each replica runs whole scheduler steps on one thread, no fork-join.
+// A job runs on replica job_key % n (its turns, KV and spill files there); key-less requests on the
+// least busy one.
 // docs/queue_perf.md "Session 23 (branch queue9b)".
 #pragma once
 
