@@ -59,10 +59,12 @@ const char* usage() {
   --engine-threads N           CPU threads per engine (default 0 = one per core, split evenly between the models
                                a worker serves; a model under 4 MiB of weights alone: one thread)
   --engine-replicas N          data-parallel copies of each model, each with its own loop thread and a 1/N share
-                               of the KV budget; a job's turns stay on one (default 0 = auto: one per core, 2 at
-                               most, for a model under 4 MiB on the CPU with --engine-threads 0; else 1)
+                               of the KV budget; a job's turns stay on one (default 1; 0 = auto: one per core, 2 at
+                               most, for a model under 4 MiB on the CPU with --engine-threads 0; else 1).
+                               With --max-jobs 0, 64 slots each: more batch jobs/s on a busy small host, but
+                               interactive jobs wait longer for a slot during a batch (docs/queue_perf.md s. 23)
   --max-jobs N                 jobs a model's worker holds at once (default 0 = 64 per engine replica: 64, or
-                               128 for a small model's two replicas)
+                               128 with two replicas)
   --worker-nice N              nice increment (0..19, default 10) of the threads that run jobs (engine loop
                                and pool, the worker's dispatcher and job threads): on a busy host the HTTP
                                threads and the store's writer get the CPUs first, so a submit does not wait

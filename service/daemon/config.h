@@ -41,7 +41,7 @@ struct config {
   double response_kv_ttl_s = 600;                 // a stored response's KV kept for previous_response_id (0 = not kept)
   std::string kv_type;                            // f16 | f32; empty = the device's default (cpu f16, cuda f32)
   int32_t engine_threads = 0;                     // CPU threads per engine (0 = one per core)
-  int32_t engine_replicas = 0;                    // data-parallel replicas per model (0 = auto: engine_config::n_replicas)
+  int32_t engine_replicas = 1;                    // data-parallel replicas per model (0 = auto: engine_config::n_replicas)
   // Nice increment of the threads that run jobs (engine loop and pool, the worker's dispatcher and
   // job threads), so the HTTP threads and the store's writer win the CPUs from them (0 = off).
   int32_t worker_nice = 10;
