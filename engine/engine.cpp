@@ -1,6 +1,7 @@
 // agentq::engine: load, submit/cancel/park/release through a locked inbox, and the
 // step: schedule -> forward -> sample -> update -> stream / finish.
 #include "engine_impl.h"
+#include "replica_set.h"
 #include <agentq/thread_class.h>
 
 #include <pthread.h>
@@ -25,6 +26,8 @@ const char* to_string(finish_reason r) {
 }
 
 std::unique_ptr<engine> engine::load(const engine_config& config, std::string* error) {
+  const int32_t n = resolve_replicas(config, int32_t(std::thread::hardware_concurrency()));
+  if (n > 1) return load_replica_set(config, n, error);
   return engine_impl::create(config, error);
 }
 

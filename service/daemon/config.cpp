@@ -52,12 +52,19 @@ const char* usage() {
                                (and every flag below by name)
   --worker-id ID               this worker's stable name (A-Z a-z 0-9 . _ -, at most 64); default: derived from
                                the host name and the data directory, kept in DATA_DIR/worker-id across restarts
-  --http-threads N  --rate-limit RPS  --rate-burst N  --max-jobs N  --kv-budget-mb N
+  --http-threads N  --rate-limit RPS  --rate-burst N  --kv-budget-mb N
   --batch-end-linger-ms MS     a batch-class job's end waits up to MS for others to share its commit and ack
                                round trip (default 20; 0 = each job alone)
   --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
   --engine-threads N           CPU threads per engine (default 0 = one per core, split evenly between the models
                                a worker serves; a model under 4 MiB of weights alone: one thread)
+  --engine-replicas N          data-parallel copies of each model, each with its own loop thread and a 1/N share
+                               of the KV budget; a job's turns stay on one (default 1; 0 = auto: one per core, 2 at
+                               most, for a model under 4 MiB on the CPU with --engine-threads 0; else 1).
+                               With --max-jobs 0, 64 slots each: more batch jobs/s on a busy small host, but
+                               interactive jobs wait longer for a slot during a batch (docs/queue_perf.md s. 23)
+  --max-jobs N                 jobs a model's worker holds at once (default 0 = 64 per engine replica: 64, or
+                               128 with two replicas)
   --worker-nice N              nice increment (0..19, default 10) of the threads that run jobs (engine loop
                                and pool, the worker's dispatcher and job threads): on a busy host the HTTP
                                threads and the store's writer get the CPUs first, so a submit does not wait
@@ -173,7 +180,10 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "rate-burst") c.rate_burst = std::stod(v);
   else if (name == "webhook-schedule") c.webhook_schedule_ms = parse_ms_list(v);
   else if (name == "webhook-timeout-ms") c.webhook_timeout_ms = std::stoll(v);
-  else if (name == "max-jobs") c.max_jobs = std::stoi(v);
+  else if (name == "max-jobs") {
+    c.max_jobs = std::stoi(v);
+    if (c.max_jobs < 0) throw std::invalid_argument("--max-jobs must be >= 0 (0 = 64 per engine replica)");
+  }
   else if (name == "batch-end-linger-ms") c.batch_end_linger_ms = std::stod(v);
   else if (name == "worker-id") c.worker_id = v;  // checked by worker_identity::acquire
   else if (name == "kv-budget-mb") c.kv_budget_mb = std::stoll(v);
@@ -182,6 +192,10 @@ void set_option(config& c, const std::string& name, const std::string& v) {
     c.kv_type = v;
   }
   else if (name == "engine-threads") c.engine_threads = std::stoi(v);
+  else if (name == "engine-replicas") {
+    c.engine_replicas = std::stoi(v);
+    if (c.engine_replicas < 0 || c.engine_replicas > 64) throw std::invalid_argument("--engine-replicas must be 0..64");
+  }
   else if (name == "worker-nice") {
     c.worker_nice = std::stoi(v);
     if (c.worker_nice < 0 || c.worker_nice > 19) throw std::invalid_argument("--worker-nice must be 0..19");

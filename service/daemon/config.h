@@ -25,7 +25,7 @@ struct config {
   double rate_burst = 100;
   std::vector<int64_t> webhook_schedule_ms;       // empty = the default (5s .. 10h)
   int64_t webhook_timeout_ms = 10000;
-  int32_t max_jobs = 64;                          // worker: jobs held at once
+  int32_t max_jobs = 0;                           // worker: jobs held at once (0 = 64 per engine replica of the model)
   double batch_end_linger_ms = 20;                // worker: batch-class job ends grouped (worker/end_batcher.h)
   std::string worker_id;                          // worker: stable id; empty = from host + data dir (DATA_DIR/worker-id)
   int64_t kv_budget_mb = 256;
@@ -41,6 +41,7 @@ struct config {
   double response_kv_ttl_s = 600;                 // a stored response's KV kept for previous_response_id (0 = not kept)
   std::string kv_type;                            // f16 | f32; empty = the device's default (cpu f16, cuda f32)
   int32_t engine_threads = 0;                     // CPU threads per engine (0 = one per core)
+  int32_t engine_replicas = 1;                    // data-parallel replicas per model (0 = auto: engine_config::n_replicas)
   // Nice increment of the threads that run jobs (engine loop and pool, the worker's dispatcher and
   // job threads), so the HTTP threads and the store's writer win the CPUs from them (0 = off).
   int32_t worker_nice = 10;

@@ -190,6 +190,7 @@ int run(const daemon::config& c) {
     ec.kv_budget_bytes = uint64_t(c.kv_budget_mb) << 20;
     ec.kv_type = c.kv_type;
     ec.n_threads = engine_threads;
+    ec.n_replicas = c.engine_replicas;
     ec.device = c.device;
     ec.chat_family = mi < c.model_chat_families.size() && !c.model_chat_families[mi].empty()
                          ? c.model_chat_families[mi] : c.chat_family;
@@ -211,6 +212,9 @@ int run(const daemon::config& c) {
     spdlog::info("model '{}' loaded ({}, n_ctx {}, on {}; KV {}: {} tokens in {} MiB)", e->model().name,
                  e->model().arch, e->model().n_ctx, e->model().device, e->model().kv_type,
                  e->model().kv_capacity_tokens, c.kv_budget_mb);
+    if (e->model().n_replicas > 1)
+      spdlog::info("model '{}': {} data-parallel replicas (--engine-replicas), each {} KV tokens", e->model().name,
+                   e->model().n_replicas, e->model().kv_capacity_tokens / e->model().n_replicas);
     spdlog::info("model '{}' chat family: {}{}", e->model().name, e->model().chat_family,
                  ec.chat_family.empty() ? " (detected from its chat template)" : " (--chat-family)");
     if (!c.spec)
@@ -271,7 +275,10 @@ int run(const daemon::config& c) {
     wo.incarnation = identity->incarnation();
     wo.n_engine_threads = engine_threads;
     wo.share = share;
-    wo.max_jobs = c.max_jobs;
+    // NOTE: 64 slots per engine replica (each replica runs up to 64 sequences a step): two replicas
+    // with 64 slots between them left each engine loop idle while its jobs' ends were committed
+    // (docs/queue_perf.md, session 23 queue9b).
+    wo.max_jobs = c.max_jobs > 0 ? c.max_jobs : 64 * std::max(1, catalog.find(model)->model().n_replicas);
     wo.batch_end_linger_us = static_cast<int64_t>(c.batch_end_linger_ms * 1000);
     wo.lease_ms = c.lease_ms;
     wo.heartbeat_ms = c.heartbeat_ms;

@@ -34,7 +34,8 @@ json client_tool_job(test::cluster& c, const std::string& marker) {
 std::vector<fs::path> spill_files(test::cluster& c) {
   std::vector<fs::path> out;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(c.data_dir() / "kv", ec))
+  // NOTE: recursive: with engine replicas (the default for this model), replica r > 0 spills into kv/replica-r.
+  for (const auto& e : fs::recursive_directory_iterator(c.data_dir() / "kv", ec))
     if (e.path().extension() == ".kv") out.push_back(e.path());
   return out;
 }

@@ -28,6 +28,11 @@ struct engine_config {
   // message; there is no silent fallback to the CPU.
   std::string device = "cpu";
   int32_t n_threads = 0;             // 0 = one per hardware core (CPU device)
+  // Data-parallel replicas of the model (engine/replica_set.h): each its own loop thread, scheduler
+  // and KV pool (kv_budget_bytes split between them); a job's turns stay on one. <= 0 = auto: one per
+  // core (2 at most) for a model too small to split its ops across threads, on the CPU with
+  // n_threads <= 0; else 1.
+  int32_t n_replicas = 1;
   uint64_t kv_budget_bytes = 256ull << 20;  // bytes of KV blocks in the pool
   // Element type of the stored K/V: "f16" (half the bytes: twice the tokens per budget, less to
   // read per decode step), "f32", or empty for the device's default (cpu: f16; cuda: f32, its only one).
@@ -97,6 +102,7 @@ struct model_desc {
   int32_t n_head_kv = 0;
   token_id bos = -1, eos = -1, eot = -1;
   std::string draft;                 // the draft model's name (file stem); empty = none
+  int32_t n_replicas = 1;            // data-parallel replicas (engine_config::n_replicas, resolved)
 };
 
 // ---------------------------------------------------------------------------
