@@ -190,6 +190,9 @@ struct job_ctx {
   // claim (its first turn, or its end), in that write's transaction (store::step_commit).
   std::vector<store::transcript_row> pending_input;
   std::atomic<bool> cancelled{false}, lost{false}, stopping{false}, deadline_hit{false}, done{false};
+  // Its end is queued at the end batcher (batch class): it holds no engine work or KV any more, so
+  // its slot is lent to a new job while the group commits (n_slots_used()).
+  std::atomic<bool> ending{false};
   std::atomic<uint64_t> request_id{0};     // engine request in flight; 0 = none
 };
 
@@ -226,7 +229,7 @@ struct worker::impl {
   impl(worker_options o, std::shared_ptr<engine> e, std::unique_ptr<control_plane> owned, control_plane& cp,
        queue::queue& qq, bool se)
       : options(std::move(o)), eng(std::move(e)), owned_db(std::move(owned)), db(cp), q(qq), start_engine(se),
-        pool(options.max_jobs) {
+        pool(2 * options.max_jobs) {  // NOTE: up to max_jobs more whose ends wait at the end batcher
     id = options.worker_id.empty() ? default_worker_id() : options.worker_id;
     incarnation = options.incarnation.empty() ? std::to_string(store::now_ms()) + "-" + crypto::to_hex(crypto::random_bytes(4))
                                               : options.incarnation;
@@ -242,7 +245,7 @@ struct worker::impl {
     handle_deliveries(q.read_pending(id, options.max_jobs, options.model));
     while (running) {
       reap();
-      int32_t cap = options.max_jobs - n_active();
+      int32_t cap = free_slots();
       // A failed device takes no new jobs (/readyz says why); nor does a worker the control plane refused.
       if (!eng->healthy() || superseded || !db.refused().empty()) cap = 0;
       if (cap <= 0) {
@@ -253,14 +256,14 @@ struct worker::impl {
         slot_freed.wait_for(lock, std::chrono::milliseconds(10), [this] {
           if (!running) return true;
           for (auto& [k, c] : active)
-            if (c->done) return true;
+            if (c->done || c->ending) return true;
           return false;
         });
         continue;
       }
       handle_deliveries(q.read(id, cap, options.read_block_ms, options.model));
       if (clock_type::now() >= next_reclaim) {
-        cap = options.max_jobs - n_active();
+        cap = free_slots();
         if (cap > 0) handle_deliveries(q.reclaim(id, cap, options.model));
         next_reclaim = clock_type::now() + std::chrono::milliseconds(options.reclaim_interval_ms);
       }
@@ -270,6 +273,18 @@ struct worker::impl {
   int32_t n_active() {
     std::lock_guard lock(mu);
     return static_cast<int32_t>(active.size());
+  }
+
+  // Jobs the dispatcher may claim now: max_jobs bounds the held jobs that still run (engine work,
+  // tools, KV); a batch-class job waiting for its group's commit (ending) does not count, but every
+  // held job needs a pool thread, so all held jobs stay under 2 x max_jobs. NOTE: a batch job spent
+  // ~27 of its ~70 ms in a slot waiting for its end group (session 23, queue9b's stage timings);
+  // lending that slot keeps the engine fed meanwhile.
+  int32_t free_slots() {
+    std::lock_guard lock(mu);
+    int32_t used = 0;
+    for (auto& [k, c] : active) used += c->done || c->ending ? 0 : 1;
+    return std::min(options.max_jobs - used, 2 * options.max_jobs - static_cast<int32_t>(active.size()));
   }
 
   // Held jobs whose loop has not ended (snapshot()'s size, without the copies).
@@ -498,6 +513,8 @@ struct worker::impl {
     json running_ids = json::array();
     for (auto& c : jobs) running_ids.push_back(c->job_id);
     int32_t n_running = static_cast<int32_t>(jobs.size());
+    int32_t n_slots = 0;  // free_slots(): a job whose end waits for its group lends its slot
+    for (auto& c : jobs) n_slots += c->ending ? 0 : 1;
     json models = json::array();
     models.push_back({{"name", m.name}, {"arch", m.arch}, {"context_length", m.n_ctx}, {"chat_family", m.chat_family},
                       {"kv_type", m.kv_type}, {"kv_capacity_tokens", m.kv_capacity_tokens}, {"ready", es.healthy},
@@ -522,7 +539,7 @@ struct worker::impl {
                 {"max_jobs", options.max_jobs},
                 {"running_jobs", n_running},
                 {"running_job_ids", running_ids},
-                {"free_slots", superseded || !es.healthy || !db.refused().empty() ? 0 : std::max(0, options.max_jobs - n_running)},
+                {"free_slots", superseded || !es.healthy || !db.refused().empty() ? 0 : std::max(0, options.max_jobs - n_slots)},
                 {"healthy", es.healthy},
                 {"started_ms", started_ms},
                 {"last_heartbeat_ms", store::now_ms()}}
@@ -589,6 +606,18 @@ struct worker::impl {
     step.end = store::job_end{st, result.dump(), error, usage};
     // A batch-class job's end shares its group's transaction and ack round trip (acked when ok).
     const bool grouped = ends && c.batch_class;
+    const bool retain = c.keep_kv && options.response_kv_ttl_s > 0 &&
+                        (st == job_status::completed || st == job_status::incomplete);
+    if (grouped) {
+      // Its turns are over: the KV goes now (a lost lease re-runs the job from its messages anyway),
+      // and its slot is lent while the group commits (free_slots()).
+      if (!retain) release_kv(c);
+      {
+        std::lock_guard lock(mu);  // NOTE: under mu, as done: the dispatcher's predicate cannot miss it
+        c.ending = true;
+      }
+      slot_freed.notify_one();
+    }
     auto ws = grouped ? ends->commit_end({c.job_id, c.epoch, std::move(step)}, c.delivery, c.fault_subject)
                       : db.commit_step(c.job_id, c.epoch, std::move(step));
     if (ws != write_status::ok) {
@@ -605,9 +634,9 @@ struct worker::impl {
     spdlog::info("worker {}: job {} {} after {} turns{}", id, c.job_id, store::to_string(st), usage.turns,
                  error.empty() ? "" : ": " + error);
     close_parked(c, now);
-    if (c.keep_kv && options.response_kv_ttl_s > 0 && (st == job_status::completed || st == job_status::incomplete))
+    if (retain)
       retain_kv(c);
-    else
+    else if (!grouped)
       release_kv(c);
     if (!grouped) ack(c);
     return true;
