@@ -54,20 +54,10 @@ class replica_set final : public engine {
   std::optional<std::string> validate(const turn_request& request) const override { return r_[0]->validate(request); }
 
   uint64_t submit(token_request request, token_callbacks callbacks) override {
-    const int32_t r = pick(request.job_key);
-    callbacks.on_done = [count = &in_flight_[r], done = std::move(callbacks.on_done)](token_result res) {
-      count->fetch_sub(1);
-      if (done) done(std::move(res));
-    };
-    return global_id(r_[size_t(r)]->submit(std::move(request), std::move(callbacks)), r);
+    return route(std::move(request), std::move(callbacks));
   }
   uint64_t submit(turn_request request, turn_callbacks callbacks) override {
-    const int32_t r = pick(request.job_key);
-    callbacks.on_done = [count = &in_flight_[r], done = std::move(callbacks.on_done)](turn_result res) {
-      count->fetch_sub(1);
-      if (done) done(std::move(res));
-    };
-    return global_id(r_[size_t(r)]->submit(std::move(request), std::move(callbacks)), r);
+    return route(std::move(request), std::move(callbacks));
   }
   void cancel(uint64_t request_id) override {
     r_[size_t(request_id % uint64_t(n_))]->cancel(request_id / uint64_t(n_));
@@ -158,6 +148,16 @@ class replica_set final : public engine {
   }
 
  private:
+  // A request to its replica (pick()), counted in flight there until its on_done.
+  template <class Request, class Callbacks>
+  uint64_t route(Request request, Callbacks callbacks) {
+    const int32_t r = pick(request.job_key);
+    callbacks.on_done = [count = &in_flight_[r], done = std::move(callbacks.on_done)](auto res) {
+      count->fetch_sub(1);
+      if (done) done(std::move(res));
+    };
+    return global_id(r_[size_t(r)]->submit(std::move(request), std::move(callbacks)), r);
+  }
   // Where a job_key's work goes: replica job_key % n, so a restarted process with as many replicas
   // finds a job's spill file in the directory of the replica its next turn runs on, and one key
   // never runs on two replicas at once. (Keys are hashes of job ids: many jobs spread evenly.) A
