@@ -671,7 +671,10 @@ struct worker::impl {
       try {
         row = db.get_job(jid);
       } catch (const std::exception&) {
-        continue;  // the store is busy: next poll
+        // The store is busy: ask again at the next 1 s tick, not after a whole 5 s poll (a delete
+        // seen late keeps a dead response's KV that much longer).
+        next_deleted_poll = now;
+        continue;
       }
       if (!row) job_deleted(jid);
     }
