@@ -18,7 +18,8 @@
 # rate and no-op jobs/s; the "vs_bullmq" object gives the issue's ratios from this same run, and
 # "load_avg" the box's 1-minute load average at the start and the end. "model_floor"
 # (scripts/bench/job_model_floor.py): what the model's own prefill of these jobs' prompts costs
-# here, and the ratios to BullMQ that it alone would allow with both cores doing nothing else.
+# here, and the ratios to BullMQ that it alone would allow with both cores doing nothing else
+# (the "_in_service" one: the model's work per job as a worker does it, docs/queue_perf.md session 24).
 #   scripts/bench/queue.sh [--quick]   (quick: 200 jobs, 20 req/s for 5 s, 1,000/s for 3 s, a 2,000-line
 #                                       batch end to end, a 20,000-line batch accepted, 5,000 BullMQ jobs;
 #                                       full: 500 jobs, 50 req/s for 10 s, 1,000/s for 5 s, 10,000 lines
@@ -182,6 +183,13 @@ if "jobs_per_s" in bull:
         # for the one-request jobs: seconds of the host per job add up.
         per_job_s = 1.0 / out["healthz_per_s"] + mf["one_request"]["ms_per_job"] / 2000.0
         vs["model_and_http_floor_one_request_vs_bullmq_jobs"] = round(1.0 / per_job_s / bull["jobs_per_s"], 3)
+        # The same with the model's work as the service runs it (job_model_floor.py's
+        # one_request_in_service: the unshared tokens, 8 jobs a forward, after 10 ms away: the
+        # cold forward, docs/queue_perf.md session 24); the line above overstates it ~3x.
+        if "one_request_in_service" in mf:
+            per_job_s = 1.0 / out["healthz_per_s"] + mf["one_request_in_service"]["after_10ms_away"]["ms_per_job"] / 2000.0
+            vs["model_and_http_floor_one_request_in_service_vs_bullmq_jobs"] = round(
+                1.0 / per_job_s / bull["jobs_per_s"], 3)
 else:
     vs["skipped"] = bull.get("skipped", "no BullMQ figure")
 vs["submit_p99_ms_at_1000_per_s"] = sub.get("p99_ms")
