@@ -4,7 +4,8 @@
 // slower "cold" is paid on every job.
 //   agentq-bench_cold [--pp 24] [--past 0] [--seqs 1] [--n 400] [--gaps none,spin:30000,...] [--curve] MODEL.gguf
 // Each timed forward computes --seqs sequences of --pp tokens after --past cached positions (a
-// batch of one-request jobs whose shared prompt head the prefix cache holds: --seqs 8 --pp 11 --past 13).
+// batch of one-request jobs whose shared prompt head the prefix cache holds: --seqs 8 --pp 13 --past 11,
+// job_model_floor.py's one_request_in_service).
 // Gaps, run before each timed forward (modes interleaved round-robin, so host load hits all alike):
 //   none        right after the previous gap's timed forward
 //   warm:N      N forwards first (back to back: the steady state of a loop of forwards)
