@@ -83,8 +83,13 @@ void check_steady(int32_t n_threads) {
     for (const auto& b : batches) REQUIRE(be->forward(b, logits.data()) == int32_t(b.size()));
   CHECK_MESSAGE(g_n_new.load() - n_new0 == 0, "heap allocations in steady-state forwards");
   // NOTE: the calling thread's faults only (a pool worker's would not show); with one thread
-  // that is all of the forward.
+  // that is all of the forward. Not under ASan: its shadow memory and quarantine fault pages in
+  // on their own (4 faults here while the code under test faults none).
+#if !defined(__SANITIZE_ADDRESS__)
   if (n_threads == 1) CHECK_MESSAGE(minor_faults() - faults0 == 0, "page faults in steady-state forwards");
+#else
+  (void)faults0;
+#endif
 }
 
 }  // namespace
