@@ -36,7 +36,13 @@ class wal_checkpointer {
   // backstop a WAL of 16 x n_pages (readers pinning old frames) is checkpointed by the writer inside
   // its commit, as SQLite would have done.
   void attach(sqlite_db& writer);
-  static constexpr int k_tail_frames = 64;
+  // NOTE: 512, not 64 as until session 24: at 1,000 submits/s a commit adds ~20 frames, so frames
+  // committed during a pass soon exceeded 64 and every commit or two asked for another pass — tens of
+  // passes a second, each with the database file's fsync beside the writer's WAL flushes on a disk
+  // whose flush is the commit's cost, and the slowest submits overlapped those passes (docs/queue_perf.md
+  // "Session 24"). A tail of up to 512 frames (2 MiB) is still one fsync and is copied only while no
+  // submit waits.
+  static constexpr int k_tail_frames = 512;
 
   // Copy the tail the writer's last commit left, if it left one (see attach); on the writer's thread,
   // outside a transaction. submit_waits: a latency op is queued; then the tail is skipped unless the

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -278,6 +279,12 @@ write_status apply_step(conn& c, const std::string& job_id, int64_t epoch, const
   return ws;
 }
 
+// A steady clock in us (the writer's linger rule; unaffected by store_options::clock, a test's fake).
+int64_t steady_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -318,8 +325,11 @@ class sqlite_store final : public store {
       *error = e.what();
       return false;
     }
-    queue_ = write_queue<write_op>(options_.n_background_shared > 0 ? static_cast<size_t>(options_.n_background_shared)
-                                                                    : SIZE_MAX);
+    linger_policy linger;
+    linger.linger_us = std::max<int32_t>(0, options_.background_linger_us);
+    linger.recent_us = 10 * linger.linger_us;  // "submits arrive": one taken within the last 10 lingers
+    queue_ = write_queue<write_op>(
+        options_.n_background_shared > 0 ? static_cast<size_t>(options_.n_background_shared) : SIZE_MAX, linger);
     writer_ = std::thread([this] {
       util::name_thread("aq-db-writer");  // per-thread profiles name it
       writer_loop();
@@ -352,7 +362,9 @@ class sqlite_store final : public store {
     {
       std::lock_guard lock(mu_);
       queue_.push(std::move(op), cls);
-      wake = writer_idle_;
+      // NOTE: a lingering writer waits for a submit (or a backlog), not for one more background op.
+      wake = writer_idle_ && (!writer_lingering_ || cls == op_class::latency ||
+                              queue_.n_background() >= queue_.linger().n_background_max);
     }
     // NOTE: only a writer waiting on the condition variable needs the futex wake; one in a batch
     // takes the queue when it loops (issue 29: a notify per op was a syscall per submit).
@@ -376,9 +388,21 @@ class sqlite_store final : public store {
         std::unique_lock lock(mu_);
         writer_idle_ = true;
         cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        // Background ops alone while submits arrive: wait a moment for a submit to share their commit
+        // (write_queue.h, linger_policy); a submit, a backlog or stopping ends the wait at once.
+        if (!stopping_ && queue_.should_linger(steady_us())) {
+          writer_lingering_ = true;
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(queue_.linger().linger_us);
+          cv_.wait_until(lock, deadline, [&] {
+            return stopping_ || queue_.n_latency() > 0 || queue_.n_background() >= queue_.linger().n_background_max;
+          });
+          writer_lingering_ = false;
+          n_lingers_++;
+        }
         writer_idle_ = false;
         if (queue_.empty() && stopping_) return;
-        queue_.take(batch, options_.group_commit ? static_cast<size_t>(std::max(1, options_.max_batch_ops)) : 1);
+        queue_.take(batch, options_.group_commit ? static_cast<size_t>(std::max(1, options_.max_batch_ops)) : 1,
+                    steady_us());
       }
       run_batch(c, batch);
       batch.clear();
@@ -1157,6 +1181,7 @@ class sqlite_store final : public store {
 
   store_stats stats() const override {
     store_stats st{n_write_ops_.load(), n_transactions_.load(), n_write_errors_.load()};
+    st.n_background_lingers = n_lingers_.load();
     if (checkpointer_) {
       st.n_checkpoint_passes = checkpointer_->n_passes();
       st.n_checkpoint_tails = checkpointer_->n_tails();
@@ -1174,6 +1199,7 @@ class sqlite_store final : public store {
   std::condition_variable cv_;
   write_queue<write_op> queue_;  // guarded by mu_
   bool stopping_ = false;
+  bool writer_lingering_ = false;  // the writer waits for a submit to join its background ops (guarded by mu_)
   bool writer_idle_ = false;  // the writer waits on cv_ (guarded by mu_): only then does submit notify
 
   std::mutex reader_mu_;
@@ -1184,7 +1210,7 @@ class sqlite_store final : public store {
   std::condition_variable wake_cv_[3];  // by wait_events kind: event, webhook_status, outbox
   uint64_t wake_seq_[3] = {0, 0, 0};
 
-  std::atomic<int64_t> n_write_ops_{0}, n_transactions_{0}, n_write_errors_{0};
+  std::atomic<int64_t> n_write_ops_{0}, n_transactions_{0}, n_write_errors_{0}, n_lingers_{0};
 };
 
 std::unique_ptr<store> store::open(const store_options& options, std::string* error) {

@@ -187,6 +187,9 @@ struct store_options {
   // Background write ops (worker, relay, sweepers) a transaction takes at most beside a submit
   // (store/write_queue.h); <= 0: no bound (one class, arrival order, as before session 22).
   int32_t n_background_shared = 16;
+  // While submits arrive (one taken within the last 10 x this), a group of background ops alone waits
+  // up to this long for a submit to share its commit (write_queue.h, linger_policy); 0 = never.
+  int32_t background_linger_us = 2000;
   int64_t tenant_max_running = 0;        // running jobs per tenant at most (claims past it hold the job); 0 = none
   std::function<int64_t()> clock;        // ms since the epoch for every timestamp; empty = now_ms() (tests: fake)
 };
@@ -203,6 +206,7 @@ struct store_stats {
   // WAL checkpoints (store/checkpointer.h): passes on the checkpointer's thread, tails the writer
   // copied (a few frames, so the WAL restarts), whole checkpoints the writer ran as the backstop.
   int64_t n_checkpoint_passes = 0, n_checkpoint_tails = 0, n_checkpoint_backstops = 0;
+  int64_t n_background_lingers = 0;  // background-only groups that waited for a submit (store_options)
 };
 
 class store {

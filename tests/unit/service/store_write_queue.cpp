@@ -1,6 +1,7 @@
 // The store writer's two op classes (store/write_queue.h): the rule alone (submits first, the
 // background bounded beside them, never starved), then through a real store on a real SQLite file:
-// a submit queued behind 200 background writes is applied first in the next transaction.
+// a submit queued behind 200 background writes is applied first in the next transaction; while
+// submits arrive, background writes alone wait a moment to share a submit's commit (linger_policy).
 #include "store/write_queue.h"
 
 #include <doctest/doctest.h>
@@ -109,4 +110,94 @@ TEST_CASE("store: a submit queued behind 200 background writes commits in the ne
   // Only the group the writer had already taken (1 op); a submit leads its own group. In arrival
   // order (before session 22) all 200 came first.
   CHECK(n_notes_before <= 1);
+}
+
+TEST_CASE("write_queue: a background-only group lingers only while submits arrive, bounded") {
+  linger_policy lp;
+  lp.linger_us = 2000;
+  lp.recent_us = 20'000;
+  lp.n_background_max = 4;
+  lp.n_background_alone = 3;
+  write_queue<int> q(16, lp);
+  q.push(100, op_class::background);
+  CHECK_FALSE(q.should_linger(0));  // no submit seen yet: background alone commits at once
+  q.push(1, op_class::latency);
+  std::vector<int> g;
+  q.take(g, 512, 1'000);
+  CHECK(g == std::vector<int>{1, 100});
+  q.push(101, op_class::background);
+  CHECK(q.should_linger(5'000));         // a submit 4 ms ago: wait for the next one
+  CHECK(q.linger_deadline(5'000) == 7'000);
+  CHECK_FALSE(q.should_linger(22'000));  // none for 21 ms: the background goes alone
+  q.push(2, op_class::latency);
+  CHECK_FALSE(q.should_linger(5'000));   // a submit is queued: take it now
+  g.clear();
+  q.take(g, 512, 5'000);
+  CHECK(g == std::vector<int>{2, 101});
+  for (int i = 0; i < 4; ++i) q.push(200 + i, op_class::background);
+  CHECK_FALSE(q.should_linger(6'000));   // a backlog of n_background_max: no waiting
+  g.clear();
+  q.take(g, 512, 6'000);                 // background alone while submits arrive: at most 3
+  CHECK(g == std::vector<int>{200, 201, 202});
+  g.clear();
+  q.take(g, 512, 40'000);                // submits stopped: the whole backlog again
+  CHECK(g == std::vector<int>{203});
+  write_queue<int> off(16);              // the default policy never lingers
+  off.push(1, op_class::latency);
+  g.clear();
+  off.take(g, 512, 0);
+  off.push(100, op_class::background);
+  CHECK_FALSE(off.should_linger(1));
+}
+
+namespace {
+new_job small_job() {
+  new_job nj;
+  nj.tenant = "t";
+  nj.request_json = R"({"messages":[{"role":"user","content":"hi"}]})";
+  return nj;
+}
+}  // namespace
+
+TEST_CASE("store: while submits arrive a background write waits for the next submit and shares its commit") {
+  agentq::test::temp_dir dir;
+  std::string err;
+  store_options o;
+  o.path = dir.file("jobs.db");
+  o.background_linger_us = 300'000;  // long (and "recent" is 10 x that), so the test does not race the clock
+  auto s = store::open(o, &err);
+  REQUIRE_MESSAGE(s, err);
+  auto first = s->create_job(small_job()).get();  // a submit: the writer has seen one just now
+  REQUIRE(first.outcome == create_outcome::created);
+  const int64_t n_tx0 = s->stats().n_transactions;
+
+  auto bg = s->append_queued_event(first.job.id, "note", "{}");
+  // NOTE: before session 24 the background op committed alone at once (its own transaction and flush).
+  CHECK(bg.wait_for(std::chrono::milliseconds(100)) == std::future_status::timeout);
+  auto second = s->create_job(small_job());
+  REQUIRE(second.get().outcome == create_outcome::created);
+  REQUIRE(bg.get() == write_status::ok);
+  CHECK(s->stats().n_transactions - n_tx0 == 1);  // one commit for both
+  CHECK(s->stats().n_background_lingers >= 1);
+
+  // No submit comes: the background op commits alone once the linger has passed.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto alone = s->append_queued_event(first.job.id, "note", "{}");
+  REQUIRE(alone.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+  CHECK(alone.get() == write_status::ok);
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(250));
+}
+
+TEST_CASE("store: background_linger_us 0 commits a background write at once") {
+  agentq::test::temp_dir dir;
+  std::string err;
+  store_options o;
+  o.path = dir.file("jobs.db");
+  o.background_linger_us = 0;
+  auto s = store::open(o, &err);
+  REQUIRE_MESSAGE(s, err);
+  auto first = s->create_job(small_job()).get();
+  REQUIRE(first.outcome == create_outcome::created);
+  auto bg = s->append_queued_event(first.job.id, "note", "{}");
+  CHECK(bg.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
 }
