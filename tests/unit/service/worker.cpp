@@ -74,6 +74,12 @@ struct rig {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
+  // The worker's n_completed once it reaches n (or after 5 s). NOTE: a job's thread counts it after
+  // its end's commit returns, a moment after the row turned terminal (flaky as a plain CHECK).
+  int64_t wait_completed(int64_t n) {
+    for (int i = 0; i < 500 && w->stats().n_completed < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return w->stats().n_completed;
+  }
   store::job_row wait_terminal(const std::string& id, int timeout_ms = 10000) {
     return wait_for(id, [](job_status s) { return store::is_terminal(s); }, timeout_ms);
   }
@@ -449,7 +455,7 @@ TEST_CASE("a batch-class job waiting for its end group lends its slot: the next 
   REQUIRE(R.eng->requests().size() == 3);
   CHECK_FALSE(store::is_terminal(R.db->get_job(a)->status));  // C started before A's group committed
   for (const auto& id : {a, b, c}) CHECK(R.wait_terminal(id).status == job_status::completed);
-  CHECK(R.w->stats().n_completed == 3);
+  CHECK(R.wait_completed(3) == 3);
 }
 
 TEST_CASE("batch-class jobs hold at most max_batch_jobs slots: a normal job is claimed while a batch fills the rest") {
@@ -493,5 +499,5 @@ TEST_CASE("batch-class jobs hold at most max_batch_jobs slots: a normal job is c
   gate = true;
   CHECK(R.wait_terminal(normal).status == job_status::completed);
   for (const auto& id : batch) CHECK(R.wait_terminal(id).status == job_status::completed);
-  CHECK(R.w->stats().n_completed == 5);
+  CHECK(R.wait_completed(5) == 5);
 }
