@@ -141,6 +141,10 @@ std::unique_ptr<engine> engine_impl::create(const engine_config& config, std::st
   sched_config sc;
   sc.max_step_tokens = config.max_step_tokens;
   sc.max_running = config.max_running;
+  // NOTE: on CUDA a step of 512 tokens costs about what one of 64 does (a far wider flat region,
+  // as for spec_step_tokens below), so limiting batch prefill there would cost batch throughput
+  // and buy an interactive job little.
+  sc.low_priority_step_tokens = spec.kind == device_spec::cuda ? 0 : config.low_priority_step_tokens;
   sc.prefix_reuse = config.prefix_reuse;
   sc.n_ctx = d.n_ctx;
   // NOTE: on the CPU a step of a few tokens costs about what one token does (the weights are read

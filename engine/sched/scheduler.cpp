@@ -219,26 +219,41 @@ step_plan scheduler::schedule() {
     }
     s->draft.clear();
   }
+  // Prompt tokens priority-0 sequences may still take this step. NOTE: a step's wall time grows
+  // with its tokens, and a normal/high job's prompt waits for the whole step it is in: during a
+  // batch that was a full 512-token step of batch prefill (session 24, docs/queue_perf.md).
+  int32_t low_budget = INT32_MAX;
+  if (config_.low_priority_step_tokens > 0)
+    for (auto& [id, s] : seqs_)
+      if (s.req.priority > 0) {
+        low_budget = config_.low_priority_step_tokens;
+        break;
+      }
   // 2. prefill chunks of running sequences
   for (sequence* s : running) {
     const int32_t pending = int32_t(s->tokens.size()) - s->n_computed;
     if (s->state != seq_state::running || pending <= 1) continue;
     if (budget < 1) break;
-    const int32_t n = std::min(pending, budget);
-    if (reserve(*s, s->n_computed + n)) add_item(*s, n);
+    const int32_t n = std::min({pending, budget, s->req.priority > 0 ? INT32_MAX : low_budget});
+    if (n < 1) continue;
+    if (!reserve(*s, s->n_computed + n)) continue;
+    add_item(*s, n);
+    if (s->req.priority <= 0 && low_budget != INT32_MAX) low_budget -= n;
   }
   // 3. admit waiting sequences in job order while there is room
   int32_t n_running = 0;
   for (auto& [id, s] : seqs_) n_running += s.state == seq_state::running ? 1 : 0;
   for (sequence* s : ordered(seq_state::waiting)) {
     if (n_running >= config_.max_running || budget < 1) break;
+    if (s->req.priority <= 0 && low_budget < 1) break;  // the rest are priority 0 too (ordered)
     if (std::find(preempted_now.begin(), preempted_now.end(), s->req.id) != preempted_now.end()) break;
     attach_prefix(*s);
     if (!s->admitted_once) {
       s->admitted_once = true;
       s->n_tokens_cached = s->n_computed;
     }
-    const int32_t n = std::min(int32_t(s->tokens.size()) - s->n_computed, budget);
+    const int32_t n = std::min({int32_t(s->tokens.size()) - s->n_computed, budget,
+                                s->req.priority > 0 ? INT32_MAX : low_budget});
     if (!pool_.reserve(s->seq_idx, s->n_computed + n)) {
       // NOTE: no preemption for admission: a waiting sequence never displaces a running one;
       // it holds no KV while it waits (its cached prefix stays in the prefix cache).
@@ -248,6 +263,7 @@ step_plan scheduler::schedule() {
     s->state = seq_state::running;
     ++n_running;
     add_item(*s, n);
+    if (s->req.priority <= 0 && low_budget != INT32_MAX) low_budget -= n;
   }
   // 4. pointers last: block tables may have moved while reserving
   for (auto& it : plan.items) {

@@ -23,6 +23,9 @@ namespace agentq {
 struct sched_config {
   int32_t max_step_tokens = 512;  // tokens per step (decodes + prefill chunks)
   int32_t max_running = 64;       // sequences per step
+  // With a sequence of priority > 0 running or waiting, prefill chunks of priority-0 sequences get
+  // at most this many tokens of a step in all (decode tokens unlimited); 0 = no limit.
+  int32_t low_priority_step_tokens = 0;
   bool prefix_reuse = true;       // prefix cache and job residency (false: re-prefill baseline)
   int32_t n_ctx = 0;              // tokens per sequence at most (0 = unbounded)
   int32_t spec_step_tokens = 1 << 30;  // proposals only while decode tokens + proposals stay within this

@@ -65,6 +65,9 @@ const char* usage() {
                                interactive jobs wait longer for a slot during a batch (docs/queue_perf.md s. 23)
   --max-jobs N                 jobs a model's worker holds at once (default 0 = 64 per engine replica: 64, or
                                128 with two replicas)
+  --max-batch-jobs N           of those --max-jobs slots, Batch-file (batch-class) jobs hold at most N; the rest
+                               stay free for high, normal and low jobs, which then find a slot at once during a
+                               batch (default 0 = 3/4 of --max-jobs; N >= --max-jobs = no reserve)
   --worker-nice N              nice increment (0..19, default 10) of the threads that run jobs (engine loop
                                and pool, the worker's dispatcher and job threads): on a busy host the HTTP
                                threads and the store's writer get the CPUs first, so a submit does not wait
@@ -183,6 +186,10 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "max-jobs") {
     c.max_jobs = std::stoi(v);
     if (c.max_jobs < 0) throw std::invalid_argument("--max-jobs must be >= 0 (0 = 64 per engine replica)");
+  }
+  else if (name == "max-batch-jobs") {
+    c.max_batch_jobs = std::stoi(v);
+    if (c.max_batch_jobs < 0) throw std::invalid_argument("--max-batch-jobs must be >= 0 (0 = 3/4 of --max-jobs)");
   }
   else if (name == "batch-end-linger-ms") c.batch_end_linger_ms = std::stod(v);
   else if (name == "worker-id") c.worker_id = v;  // checked by worker_identity::acquire

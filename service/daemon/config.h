@@ -26,6 +26,7 @@ struct config {
   std::vector<int64_t> webhook_schedule_ms;       // empty = the default (5s .. 10h)
   int64_t webhook_timeout_ms = 10000;
   int32_t max_jobs = 0;                           // worker: jobs held at once (0 = 64 per engine replica of the model)
+  int32_t max_batch_jobs = 0;                     // worker: of max_jobs, batch-class jobs at most (0 = 3/4 of max_jobs)
   double batch_end_linger_ms = 20;                // worker: batch-class job ends grouped (worker/end_batcher.h)
   std::string worker_id;                          // worker: stable id; empty = from host + data dir (DATA_DIR/worker-id)
   int64_t kv_budget_mb = 256;

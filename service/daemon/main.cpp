@@ -279,6 +279,9 @@ int run(const daemon::config& c) {
     // with 64 slots between them left each engine loop idle while its jobs' ends were committed
     // (docs/queue_perf.md, session 23 queue9b).
     wo.max_jobs = c.max_jobs > 0 ? c.max_jobs : 64 * std::max(1, catalog.find(model)->model().n_replicas);
+    // NOTE: the other classes keep a quarter of the slots by default, so an interactive job claimed
+    // during a Batch file does not wait for a batch job to end (docs/queue_perf.md, session 24).
+    wo.max_batch_jobs = c.max_batch_jobs > 0 ? c.max_batch_jobs : std::max(1, wo.max_jobs * 3 / 4);
     wo.batch_end_linger_us = static_cast<int64_t>(c.batch_end_linger_ms * 1000);
     wo.lease_ms = c.lease_ms;
     wo.heartbeat_ms = c.heartbeat_ms;

@@ -272,24 +272,43 @@ bool queue::ensure_groups(const std::string& worker_id, const std::string& model
   return ok;
 }
 
-std::vector<delivery> queue::read(const std::string& worker_id, int32_t max, int32_t block_ms, const std::string& model) {
+bool queue::is_batch_stream(const std::string& stream) const {
+  static const std::string suffix = ":batch";
+  return stream.size() > suffix.size() && stream.compare(stream.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+         stream.rfind(options_.prefix + ":jobs:", 0) == 0;
+}
+
+std::vector<delivery> queue::read(const std::string& worker_id, int32_t max, int32_t block_ms, const std::string& model,
+                                  int32_t max_batch) {
   std::vector<delivery> out;
   if (max <= 0) return out;
+  if (max_batch < 0) max_batch = max;
   std::vector<std::string> streams = consumer_streams(worker_id, model);
   bool need_groups = false;
   {
     std::lock_guard lock(impl_->consumer_mu);
     auto& c = impl_->consumer;
+    int32_t n_batch = 0;
     for (size_t i = 0; i < streams.size() && static_cast<int32_t>(out.size()) < max; ++i) {
-      auto r = c.command({"XREADGROUP", "GROUP", options_.group, worker_id, "COUNT",
-                          std::to_string(max - static_cast<int32_t>(out.size())), "STREAMS", streams[i], ">"});
+      const bool batch = is_batch_stream(streams[i]);
+      int32_t count = max - static_cast<int32_t>(out.size());
+      if (batch) count = std::min(count, max_batch - n_batch);
+      if (count <= 0) continue;
+      const size_t n_before = out.size();
+      auto r = c.command({"XREADGROUP", "GROUP", options_.group, worker_id, "COUNT", std::to_string(count), "STREAMS",
+                          streams[i], ">"});
       if (is_nogroup(r)) need_groups = true;
       if (r.type == redis_reply::kind::io_error) break;
       if (r.type != redis_reply::kind::array) continue;
       for (auto& s : r.elements)
         if (s.elements.size() == 2) parse_entries(s.elements[1], streams[i], i == 0, false, out);
+      if (batch) n_batch += static_cast<int32_t>(out.size() - n_before);
     }
     if (out.empty() && !need_groups && c.connected() && block_ms > 0) {
+      // NOTE: COUNT 1 per stream; the batch streams only while a batch entry may still be taken.
+      if (max_batch <= 0) streams.erase(std::remove_if(streams.begin(), streams.end(),
+                                                       [this](const std::string& s) { return is_batch_stream(s); }),
+                                        streams.end());
       std::vector<std::string> argv = {"XREADGROUP", "GROUP", options_.group, worker_id, "COUNT", "1",
                                        "BLOCK",      std::to_string(block_ms), "STREAMS"};
       for (auto& s : streams) argv.push_back(s);
@@ -308,18 +327,26 @@ std::vector<delivery> queue::read(const std::string& worker_id, int32_t max, int
   return out;
 }
 
-std::vector<delivery> queue::reclaim(const std::string& worker_id, int32_t max, const std::string& model) {
+std::vector<delivery> queue::reclaim(const std::string& worker_id, int32_t max, const std::string& model,
+                                     int32_t max_batch) {
   std::vector<delivery> out;
+  if (max_batch < 0) max_batch = max;
   std::vector<std::string> shared = consumer_streams(worker_id, model);
   shared.erase(shared.begin());  // not its own stream: continuations wait for it (reconciler)
   std::lock_guard lock(impl_->consumer_mu);
+  int32_t n_batch = 0;
   for (size_t p = 0; p < shared.size() && static_cast<int32_t>(out.size()) < max; ++p) {
     const std::string& s = shared[p];
+    const bool batch = is_batch_stream(s);
+    int32_t count = max - static_cast<int32_t>(out.size());
+    if (batch) count = std::min(count, max_batch - n_batch);
+    if (count <= 0) continue;
+    const size_t n_before = out.size();
     auto r = impl_->consumer.command({"XAUTOCLAIM", s, options_.group, worker_id,
-                                      std::to_string(options_.reclaim_idle_ms), "0-0", "COUNT",
-                                      std::to_string(max - static_cast<int32_t>(out.size()))});
+                                      std::to_string(options_.reclaim_idle_ms), "0-0", "COUNT", std::to_string(count)});
     if (r.type != redis_reply::kind::array || r.elements.size() < 2) continue;
     parse_entries(r.elements[1], s, false, true, out);
+    if (batch) n_batch += static_cast<int32_t>(out.size() - n_before);
   }
   impl_->n_reclaimed += static_cast<int64_t>(out.size());
   return out;

@@ -80,11 +80,15 @@ class queue {
   // older API: the worker re-routes one whose job is for another model). model "" = own + legacy.
   // Create the consumer groups (idempotent; also re-created after a Redis wipe).
   bool ensure_groups(const std::string& worker_id, const std::string& model = {});
-  // Read up to max entries in that order; blocks up to block_ms when nothing is ready. Empty on
-  // timeout or Redis error.
-  std::vector<delivery> read(const std::string& worker_id, int32_t max, int32_t block_ms, const std::string& model = {});
-  // XAUTOCLAIM entries idle > reclaim_idle_ms on the shared streams (the model's and the legacy ones).
-  std::vector<delivery> reclaim(const std::string& worker_id, int32_t max, const std::string& model = {});
+  // Read up to max entries in that order, of which at most max_batch from the batch-class streams
+  // (< 0 = max; 0 = none: the worker's batch jobs fill their share of its slots); blocks up to
+  // block_ms when nothing is ready. Empty on timeout or Redis error.
+  std::vector<delivery> read(const std::string& worker_id, int32_t max, int32_t block_ms, const std::string& model = {},
+                             int32_t max_batch = -1);
+  // XAUTOCLAIM entries idle > reclaim_idle_ms on the shared streams (the model's and the legacy
+  // ones); at most max_batch of them from the batch-class streams (< 0 = max).
+  std::vector<delivery> reclaim(const std::string& worker_id, int32_t max, const std::string& model = {},
+                                int32_t max_batch = -1);
   // Reset the idle time of entries we are still working on (so they are not reclaimed).
   bool touch(const std::string& worker_id, const std::vector<delivery>& held);
   // Done with an entry (job terminal, waiting on a client, or claimed elsewhere).
@@ -144,6 +148,8 @@ class queue {
  private:
   std::vector<std::string> ack_command(const delivery& d) const;  // the ack script's EVAL, for ack / ack_many
   std::vector<std::string> consumer_streams(const std::string& worker_id, const std::string& model) const;
+  // A batch-class stream (the model's or the legacy one): its entries count against read's max_batch.
+  bool is_batch_stream(const std::string& stream) const;
   // After a relay pass: a "waiting" event on each published job whose model no live worker serves.
   void note_unserved(const std::vector<publish_item>& items, const std::vector<bool>& published);
 

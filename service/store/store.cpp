@@ -229,14 +229,19 @@ write_status apply_init_transcript(conn& c, const std::string& job_id, int64_t e
   return write_status::ok;
 }
 
-write_status apply_commit_turn(conn& c, const std::string& job_id, int64_t epoch, const turn_commit& t) {
+// update_job: write the job's usage totals; false when the job's end follows in the same step
+// (apply_finish writes them, and the step is fenced already): one UPDATE of the job row less.
+write_status apply_commit_turn(conn& c, const std::string& job_id, int64_t epoch, const turn_commit& t,
+                               bool update_job = true) {
   int64_t now = c.now();
   auto& s = c.stmt("SELECT 1 FROM transcript WHERE job_id=? AND turn_idx=? AND role='assistant'");
   s.bind_all(job_id, t.turn_idx);
   bool exists = s.step();
-  auto& u = c.stmt("UPDATE jobs SET usage_json=?, updated_ms=? WHERE id=? AND lease_epoch=? AND status='running'");
-  u.bind_all(t.job_usage.to_json(), now, job_id, epoch).run();
-  if (c.db.changes() == 0) return write_status::fenced;
+  if (update_job) {
+    auto& u = c.stmt("UPDATE jobs SET usage_json=?, updated_ms=? WHERE id=? AND lease_epoch=? AND status='running'");
+    u.bind_all(t.job_usage.to_json(), now, job_id, epoch).run();
+    if (c.db.changes() == 0) return write_status::fenced;
+  }
   if (exists) return write_status::ok;
   transcript_row r;
   r.turn_idx = t.turn_idx;
@@ -271,7 +276,7 @@ write_status apply_step(conn& c, const std::string& job_id, int64_t epoch, const
   if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
   write_status ws = write_status::ok;
   if (!step.input.empty()) ws = apply_init_transcript(c, job_id, epoch, step.input);
-  if (ws == write_status::ok && step.turn) ws = apply_commit_turn(c, job_id, epoch, *step.turn);
+  if (ws == write_status::ok && step.turn) ws = apply_commit_turn(c, job_id, epoch, *step.turn, !step.end);
   if (ws == write_status::ok && step.end) {
     ws = apply_finish(c, job_id, epoch, *step.end);
     if (ws == write_status::ok) running_limit::refill_for_job(c, job_id, limit, c.now());
@@ -877,12 +882,26 @@ class sqlite_store final : public store {
               "attempts=attempts+1, started_ms=CASE WHEN started_ms=0 THEN ?3 ELSE started_ms END, updated_ms=?3, hold=0 "
               "WHERE id=?4 AND status IN ('queued','running')");
           u.bind_all(worker_id, now + lease_ms, now, job_id).run();
-          auto after = select_job(c, job_id);
+          // NOTE: the row after the UPDATE is made from the one read above (same transaction; no
+          // trigger changes a column) rather than read back: one SELECT of the whole row (request
+          // included) less per claim on the writer. unit.store checks both are equal.
+          std::optional<job_row> after = std::move(j);
+          if (c.db.changes() == 1) {
+            after->status = job_status::running;
+            after->lease_epoch += 1;
+            after->lease_owner = worker_id;
+            after->lease_expires_ms = now + lease_ms;
+            after->attempts += 1;
+            if (after->started_ms == 0) after->started_ms = now;
+            after->updated_ms = now;
+          } else {
+            after = select_job(c, job_id);
+          }
           insert_status_event(c, job_id, job_status::running,
                               json{{"worker", worker_id}, {"epoch", after->lease_epoch}, {"attempt", after->attempts}},
                               now);
           r.outcome = claim_outcome::claimed;
-          r.won = lease{job_id, after->lease_epoch, *after};
+          r.won = lease{job_id, after->lease_epoch, std::move(*after)};
           return r;
         },
         claim_result{});

@@ -69,6 +69,10 @@ std::string default_worker_id() {
   return std::string(host) + "-" + std::to_string(getpid()) + "-" + crypto::to_hex(crypto::random_bytes(2));
 }
 
+// A worker whose batch-class jobs hold their share of its slots (max_batch_jobs) reads the other
+// classes' streams this often while it waits for a batch slot (dispatch_loop).
+constexpr int64_t k_reserve_poll_ms = 5;
+
 int32_t engine_priority(store::job_priority p) {
   return p == store::job_priority::high ? 2 : p == store::job_priority::normal ? 1 : 0;
 }
@@ -245,27 +249,35 @@ struct worker::impl {
     handle_deliveries(q.read_pending(id, options.max_jobs, options.model));
     while (running) {
       reap();
-      int32_t cap = free_slots();
+      slots free = free_slots();
       // A failed device takes no new jobs (/readyz says why); nor does a worker the control plane refused.
-      if (!eng->healthy() || superseded || !db.refused().empty()) cap = 0;
-      if (cap <= 0) {
+      if (!eng->healthy() || superseded || !db.refused().empty()) free = {};
+      if (free.any <= 0) {
         // NOTE: woken by the job that frees a slot (a group of batch ends frees many at once), not a
         // 10 ms poll: on a saturated worker that poll was an idle gap in every claim cycle. The
         // timeout still re-checks the engine's health and the control plane's refusal.
         std::unique_lock lock(mu);
-        slot_freed.wait_for(lock, std::chrono::milliseconds(10), [this] {
-          if (!running) return true;
-          for (auto& [k, c] : active)
-            if (c->done || c->ending) return true;
-          return false;
-        });
+        slot_freed.wait_for(lock, std::chrono::milliseconds(10),
+                            [this] { return !running || free_slots_locked().any > 0; });
         continue;
       }
-      handle_deliveries(q.read(id, cap, options.read_block_ms, options.model));
+      // NOTE: with the batch class at its share (max_batch_jobs), the read leaves its streams and does
+      // not block in Redis: a batch slot freed meanwhile would idle for the whole block. It waits
+      // here instead, woken by that slot, and reads the other classes' streams again every
+      // k_reserve_poll_ms (an interactive job's claim waits that long at most for its reserved slot).
+      const bool batch_full = free.batch <= 0;
+      auto ds = q.read(id, free.any, batch_full ? 0 : options.read_block_ms, options.model, free.batch);
+      const bool got = !ds.empty();
+      handle_deliveries(ds);
       if (clock_type::now() >= next_reclaim) {
-        cap = free_slots();
-        if (cap > 0) handle_deliveries(q.reclaim(id, cap, options.model));
+        free = free_slots();
+        if (free.any > 0) handle_deliveries(q.reclaim(id, free.any, options.model, free.batch));
         next_reclaim = clock_type::now() + std::chrono::milliseconds(options.reclaim_interval_ms);
+      }
+      if (batch_full && !got) {
+        std::unique_lock lock(mu);
+        slot_freed.wait_for(lock, std::chrono::milliseconds(k_reserve_poll_ms),
+                            [this] { return !running || free_slots_locked().batch > 0; });
       }
     }
   }
@@ -280,11 +292,29 @@ struct worker::impl {
   // held job needs a pool thread, so all held jobs stay under 2 x max_jobs. NOTE: a batch job spent
   // ~27 of its ~70 ms in a slot waiting for its end group (session 23, queue9b's stage timings);
   // lending that slot keeps the engine fed meanwhile.
-  int32_t free_slots() {
+  // Of those, a batch-class job may take at most max_batch_jobs less the batch jobs holding one, so
+  // the rest stay free for the other classes (interactive jobs find a slot during a Batch file).
+  struct slots {
+    int32_t any = 0;    // a job of any class may be claimed into this many
+    int32_t batch = 0;  // of them, batch-class jobs (<= any)
+  };
+  slots free_slots() {
     std::lock_guard lock(mu);
-    int32_t used = 0;
-    for (auto& [k, c] : active) used += c->done || c->ending ? 0 : 1;
-    return std::min(options.max_jobs - used, 2 * options.max_jobs - static_cast<int32_t>(active.size()));
+    return free_slots_locked();
+  }
+  slots free_slots_locked() {
+    int32_t used = 0, used_batch = 0, held = 0;  // NOTE: done ones not yet reaped count as gone
+    for (auto& [k, c] : active) {
+      const int32_t holds = c->done || c->ending ? 0 : 1;
+      used += holds;
+      used_batch += c->batch_class ? holds : 0;
+      held += c->done ? 0 : 1;
+    }
+    slots s;
+    s.any = std::min(options.max_jobs - used, 2 * options.max_jobs - held);
+    const int32_t batch_max = options.max_batch_jobs > 0 ? std::min(options.max_batch_jobs, options.max_jobs) : options.max_jobs;
+    s.batch = std::min(s.any, batch_max - used_batch);
+    return s;
   }
 
   // Held jobs whose loop has not ended (snapshot()'s size, without the copies).
@@ -394,6 +424,9 @@ struct worker::impl {
     if (key_in_use(ctx->job_key)) ctx->job_key = job_key_of(d.job_id);
     retained.claim(ctx->job_key);  // a continuation: the chain's parked KV is this job's now
     ctx->fault_subject = c.won->job.request_json;
+    // NOTE: set here, before the ctx is active, not in run_job: the dispatcher's next free_slots()
+    // must count it against max_batch_jobs.
+    ctx->batch_class = c.won->job.priority == store::job_priority::batch;
     kv_moves.track(ctx->job_key, ctx->job_id, ctx->epoch);
     {
       std::lock_guard lock(mu);
@@ -705,7 +738,6 @@ struct worker::impl {
     c.created_ms = row.created_ms;
     c.tenant = row.tenant;
     c.keep_kv = spec->keep_kv;
-    c.batch_class = row.priority == store::job_priority::batch;
 
     // NOTE: a first claim (epoch 1) has no transcript to read: its rows are only ever written under
     // a lease (fenced on its epoch), and no lease came before this one. A read saved per job.

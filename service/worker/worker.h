@@ -62,6 +62,10 @@ struct worker_options {
   std::string model;
   std::string group;                   // the process's base worker id, advertised (several models: one worker each)
   int32_t max_jobs = 64;               // jobs held at once
+  // Of those max_jobs slots, batch-class jobs hold at most this many, so the rest stay free for
+  // the other classes (high, normal, low) while a Batch file fills the worker; <= 0 or >= max_jobs
+  // = no reserve (batch jobs may take every slot).
+  int32_t max_batch_jobs = 0;
   int64_t lease_ms = 30000;            // SQLite lease; renewed every lease_ms/3
   int64_t heartbeat_ms = 2000;         // Redis alive key + idle reset of held entries
   int64_t cancel_poll_ms = 100;        // how often held jobs are checked for cancellation

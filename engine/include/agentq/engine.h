@@ -43,6 +43,10 @@ struct engine_config {
   bool windowed_kv = true;
   int32_t max_step_tokens = 512;     // token budget per scheduler step (decode + prefill chunks)
   int32_t max_running = 64;          // sequences in one step at most
+  // While a job of priority > 0 (normal, high) is in the scheduler, priority-0 jobs' (low, batch)
+  // prompt chunks get at most this many tokens of a step (decode tokens unlimited), so a CPU step
+  // carrying an interactive job's prompt stays short during a batch; 0 = no limit; cuda: none.
+  int32_t low_priority_step_tokens = 64;
   std::string spill_dir;             // disk tier for parked KV; empty = no disk tier
   std::string chat_family;           // override template family ("chatml", "llama3", ...); empty = detect
   bool prefix_reuse = true;          // false = re-prefill baseline (benchmarks)

@@ -127,6 +127,40 @@ TEST_CASE("scheduler: per-job order — a job back from a tool keeps its place")
   CHECK(p.items[0].id == 10);
 }
 
+TEST_CASE("scheduler: with a priority > 0 sequence present, priority-0 prefill gets low_priority_step_tokens") {
+  // A batch-class prompt (priority 0) fills whole steps; a normal-priority one arriving then is
+  // admitted in the very next step beside only 4 of the batch prompt's tokens (without the limit
+  // the batch prompt took the whole budget and the normal one waited a step), and once it is gone
+  // the batch prompt gets whole steps again. Outputs are unchanged.
+  sched_config cfg;
+  cfg.max_step_tokens = 32;
+  cfg.low_priority_step_tokens = 4;
+  rig r(64, cfg);
+  REQUIRE_FALSE(r.sched.add(req(1, iota(100), 0, 1, 0)));
+  auto p = r.step();
+  REQUIRE(p.items.size() == 1);
+  CHECK(p.items[0].n_tokens == 32);
+  REQUIRE_FALSE(r.sched.add(req(2, iota(6, 200), 0, 2, 1)));
+  p = r.step();
+  REQUIRE(p.items.size() == 2);
+  CHECK(p.items[0].id == 1);
+  CHECK(p.items[0].n_tokens == 4);
+  CHECK(p.items[1].id == 2);
+  CHECK(p.items[1].n_tokens == 6);
+  CHECK(p.items[1].sample);
+  p = r.step();  // 2's decode token; 1 still limited while 2 is there
+  REQUIRE(p.items.size() == 2);
+  CHECK(p.items[0].id == 2);
+  CHECK(p.items[1].n_tokens == 4);
+  CHECK(r.sched.find(2)->tokens == expected(iota(6, 200), 2));
+  r.sched.finish(2, false, 0);
+  p = r.step();
+  REQUIRE(p.items.size() == 1);
+  CHECK(p.items[0].n_tokens == 32);
+  while (r.sched.find(1)->n_generated() < 2) r.step();
+  CHECK(r.sched.find(1)->tokens == expected(iota(100), 2));
+}
+
 TEST_CASE("scheduler: prefix reuse and residency — only appended tokens are computed") {
   sched_config cfg;
   cfg.max_step_tokens = 64;

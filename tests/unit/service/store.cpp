@@ -138,6 +138,25 @@ TEST_CASE("create_job answers the row as stored (built, not read back)") {
   }
 }
 
+TEST_CASE("claim_job answers the row as stored (built, not read back): a first claim and a reclaim") {
+  agentq::test::temp_dir dir;
+  auto s = open_store(dir.file("jobs.db"));
+  new_job nj;
+  nj.tenant = "t";
+  nj.request_json = R"({"messages":[{"role":"user","content":"x"}]})";
+  nj.deadline_ms = 1'900'000'000'000;
+  auto id = s->create_job(nj).get().job.id;
+  auto first = s->claim_job(id, "w1", 1, 5).get();  // a 1 ms lease: the second claim takes it over
+  REQUIRE(first.outcome == claim_outcome::claimed);
+  check_same_row(first.won->job, *s->get_job(id));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto second = s->claim_job(id, "w2", 30000, 5).get();
+  REQUIRE(second.outcome == claim_outcome::claimed);
+  CHECK(second.won->epoch == first.won->epoch + 1);
+  CHECK(second.won->job.started_ms == first.won->job.started_ms);  // kept from the first claim
+  check_same_row(second.won->job, *s->get_job(id));
+}
+
 TEST_CASE("idempotency: replay returns the job, a different request conflicts") {
   agentq::test::temp_dir dir;
   auto s = open_store(dir.file("jobs.db"));

@@ -3,6 +3,7 @@
 // resume on the KV-holding worker, cancellation, limits, deadlines, invalid requests.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -72,6 +73,12 @@ struct rig {
       if (pred(j->status) || std::chrono::steady_clock::now() > until) return *j;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+  }
+  // The worker's n_completed once it reaches n (or after 5 s). NOTE: a job's thread counts it after
+  // its end's commit returns, a moment after the row turned terminal (flaky as a plain CHECK).
+  int64_t wait_completed(int64_t n) {
+    for (int i = 0; i < 500 && w->stats().n_completed < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return w->stats().n_completed;
   }
   store::job_row wait_terminal(const std::string& id, int timeout_ms = 10000) {
     return wait_for(id, [](job_status s) { return store::is_terminal(s); }, timeout_ms);
@@ -448,5 +455,49 @@ TEST_CASE("a batch-class job waiting for its end group lends its slot: the next 
   REQUIRE(R.eng->requests().size() == 3);
   CHECK_FALSE(store::is_terminal(R.db->get_job(a)->status));  // C started before A's group committed
   for (const auto& id : {a, b, c}) CHECK(R.wait_terminal(id).status == job_status::completed);
-  CHECK(R.w->stats().n_completed == 3);
+  CHECK(R.wait_completed(3) == 3);
+}
+
+TEST_CASE("batch-class jobs hold at most max_batch_jobs slots: a normal job is claimed while a batch fills the rest") {
+  // Three slots, at most two for batch jobs; four batch jobs whose turns wait for a gate. Two are
+  // claimed, the other two stay queued, and a normal job submitted then is claimed at once into the
+  // reserved slot. Without the reserve the third batch job takes that slot and the normal job
+  // waits queued until a batch job ends (here: until the gate opens).
+  std::atomic<bool> gate{false};
+  worker::worker_options wo;
+  wo.max_jobs = 3;
+  wo.max_batch_jobs = 2;
+  wo.batch_end_linger_us = 0;
+  rig R([&gate](const turn_request& req, int32_t) {
+    for (int i = 0; i < 1000 && !gate && req.messages.back().content.rfind("batch", 0) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return test::answer("done");
+  }, wo);
+  auto submit = [&](const std::string& text, store::job_priority p) {
+    store::new_job nj;
+    nj.tenant = "t";
+    nj.priority = p;
+    nj.request_json = json{{"messages", {user(text)}}}.dump();
+    auto r = R.db->create_job(nj).get();
+    REQUIRE(r.outcome == store::create_outcome::created);
+    return r.job.id;
+  };
+  std::vector<std::string> batch;
+  for (int i = 0; i < 4; ++i) batch.push_back(submit("batch " + std::to_string(i), store::job_priority::batch));
+  auto n_running = [&] {
+    int n = 0;
+    for (const auto& id : batch) n += R.db->get_job(id)->status == job_status::running ? 1 : 0;
+    return n;
+  };
+  for (int i = 0; i < 500 && n_running() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // room for a wrong third claim
+  CHECK(n_running() == 2);
+  std::string normal = submit("normal", store::job_priority::normal);
+  auto j = R.wait_for(normal, [](job_status s) { return s != job_status::queued; }, 3000);
+  CHECK(j.status != job_status::queued);  // claimed while the batch jobs still hold their slots
+  CHECK(n_running() == 2);
+  gate = true;
+  CHECK(R.wait_terminal(normal).status == job_status::completed);
+  for (const auto& id : batch) CHECK(R.wait_terminal(id).status == job_status::completed);
+  CHECK(R.wait_completed(5) == 5);
 }
