@@ -41,13 +41,7 @@ print(label, d.get("total_ms_p50"), d.get("total_ms_p90"), d.get("queue_ms_p50")
 PY
 }
 
-: >"$tmp/results"
-for r in $(seq 1 "$rounds"); do
-  for side in A B; do
-    if [ $side = A ]; then line=$(run_one "$bin_a" A "${ARGS_A:-}"); else line=$(run_one "$bin_b" B "${ARGS_B:-}"); fi
-    echo "round $r: $line" | tee -a "$tmp/results" >&2
-  done
-done
+bench_ab_rounds "$rounds"
 python3 - "$tmp/results" <<'PY'
 import json, statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]

@@ -45,13 +45,7 @@ run_one() {  # bin_dir label extra_args -> prints "label cpu_per_1000 jobs_per_s
   echo "$label $(python3 -c "print(round(($c1 - $c0) / $tck / $n_jobs * 1000, 3))") $jps $load$extra"
 }
 
-: >"$tmp/results"
-for r in $(seq 1 "$rounds"); do
-  for side in A B; do
-    if [ $side = A ]; then line=$(run_one "$bin_a" A "${ARGS_A:-}"); else line=$(run_one "$bin_b" B "${ARGS_B:-}"); fi
-    echo "round $r: $line" | tee -a "$tmp/results" >&2
-  done
-done
+bench_ab_rounds "$rounds"
 python3 - "$tmp/results" <<'PY'
 import json, statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
