@@ -349,9 +349,11 @@ void batch_runner::ingest(const store::batch_row& b) {
 void batch_runner::watch(const store::batch_row& b, bool force_count) {
   auto now_tp = std::chrono::steady_clock::now();
   bool expired = deps_.batches->now() >= b.expires_ms;
-  if (!expired) render_ready(b);
+  // Every line written ahead: the batch's jobs have all ended, so its counts are read now rather
+  // than at its count clock (which may be up to count_interval late when its rate changed).
+  const bool all_written = !expired && render_ready(b);
   auto& clock = count_clock_[b.id];
-  if (!force_count && !expired && now_tp < clock.next) return;
+  if (!force_count && !all_written && !expired && now_tp < clock.next) return;
   auto c = deps_.batches->counts(b.id);
   {
     using ms = std::chrono::milliseconds;
@@ -379,17 +381,17 @@ void batch_runner::watch(const store::batch_row& b, bool force_count) {
 // NOTE: finalizing reads each line's job and transcript and builds its JSON (~50-75 us a line on a
 // 2-vCPU Zen 3): done at the end, a 4,000-line batch spent ~0.2-0.3 s on one core after its last
 // job, the other idle. Lines written here while the jobs run leave finalize the last few.
-void batch_runner::render_ready(const store::batch_row& b) {
+bool batch_runner::render_ready(const store::batch_row& b) {
   const auto now_tp = std::chrono::steady_clock::now();
   auto it = rendered_.find(b.id);
   if (it == rendered_.end()) {
-    if (rendered_.size() >= k_max_rendering) return;
+    if (rendered_.size() >= k_max_rendering) return false;
     auto p = std::make_unique<output_progress>(options_.files_dir, b.id);
-    if (!p->ok()) return;  // finalize reports it
+    if (!p->ok()) return false;  // finalize reports it
     it = rendered_.emplace(b.id, std::move(p)).first;
   }
   auto& p = *it->second;
-  if (now_tp < p.next_render || !p.ok()) return;
+  if (now_tp < p.next_render || !p.ok()) return false;
   const int64_t first = p.next_line;
   for (bool more = true; more;) {
     auto rows = deps_.batches->results(b.id, p.next_line, 256);
@@ -420,6 +422,7 @@ void batch_runner::render_ready(const store::batch_row& b) {
                                    : std::min(options_.count_interval, std::max({p.interval * 2, options_.render_interval, ms(1)}));
   if (options_.render_interval.count() == 0) p.interval = ms(0);
   p.next_render = now_tp + p.interval;
+  return p.next_line > first && p.next_line >= b.n_total;
 }
 
 // Cancel every job of the batch not yet terminal; a cancelling batch then finalizes as cancelled.

@@ -67,8 +67,9 @@ class batch_runner {
   void cancel_open(const store::batch_row& b);
   void finalize(const store::batch_row& b, store::batch_status from, store::batch_status to, const std::string& why);
   void fail(const store::batch_row& b, const std::string& code, const std::string& message);
-  // Write the batch's next lines whose output cannot change any more into its output files.
-  void render_ready(const store::batch_row& b);
+  // Write the batch's next lines whose output cannot change any more into its output files; true
+  // when this pass wrote its last line (every job of the batch has ended).
+  bool render_ready(const store::batch_row& b);
 
   batch_runner_options options_;
   batch_runner_deps deps_;

@@ -30,7 +30,7 @@ struct fixture {
   std::string files;
   std::unique_ptr<api::batch_runner> runner;
 
-  fixture() {
+  explicit fixture(std::chrono::milliseconds count_interval = std::chrono::milliseconds(25)) {
     std::string err;
     store::store_options so;
     so.path = dir.file("jobs.db");
@@ -43,7 +43,7 @@ struct fixture {
     api::batch_runner_options o;
     o.files_dir = files;
     o.render_interval = std::chrono::milliseconds(0);  // every pass
-    o.count_interval = std::chrono::milliseconds(25);
+    o.count_interval = count_interval;
     runner = std::make_unique<api::batch_runner>(o, api::batch_runner_deps{db.get(), batches.get()});
   }
   // An in_progress batch of n lines; lines in refused were refused at acceptance (no job).
@@ -181,4 +181,20 @@ TEST_CASE("batch runner: a line written ahead stays; the lines a cancel ends rea
   CHECK(errs[1]["custom_id"] == "r2");
   CHECK(errs[0]["error"]["code"] == "batch_cancelled");
   CHECK(errs[1] == f.expected(b, 2, "batch_cancelled"));
+}
+
+TEST_CASE("batch runner: a batch whose last line is written finalizes then, not at its next count") {
+  fixture f(std::chrono::seconds(60));  // the count clock alone would wait a minute
+  auto b = f.batch(3);
+  f.runner->run_once();  // in_progress seen: counts read, the next due in 60 s
+  f.complete(b, 0);
+  f.complete(b, 1);
+  f.runner->run_once();
+  CHECK(f.batches->get_batch(b.id, "")->status == store::batch_status::in_progress);
+  f.complete(b, 2);
+  f.runner->run_once();  // fails where only the count clock leads to finalize
+  auto done = *f.batches->get_batch(b.id, "");
+  CHECK(done.status == store::batch_status::completed);
+  CHECK(done.n_completed == 3);
+  CHECK(f.read_lines(f.files + "/" + done.output_file_id + ".jsonl").size() == 3);
 }
