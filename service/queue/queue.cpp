@@ -288,8 +288,33 @@ std::vector<delivery> queue::read(const std::string& worker_id, int32_t max, int
   {
     std::lock_guard lock(impl_->consumer_mu);
     auto& c = impl_->consumer;
+    // NOTE: with the batch share full (max_batch 0) the dispatcher reads the other classes' streams
+    // every few ms (worker.cpp, k_reserve_poll_ms) and nearly always finds them empty: one
+    // XREADGROUP over all of them (COUNT 1 each, so at most one entry a stream and never more than
+    // max) instead of a round trip a stream (7 with a model's and the legacy streams). Only when it
+    // finds entries does the pass a stream at a time below take the rest of max.
+    bool probed_empty = false;
+    if (max_batch <= 0) {
+      std::vector<std::string> others;
+      for (const auto& s : streams)
+        if (!is_batch_stream(s)) others.push_back(s);
+      if (static_cast<int32_t>(others.size()) <= max) {
+        std::vector<std::string> argv = {"XREADGROUP", "GROUP", options_.group, worker_id, "COUNT", "1", "STREAMS"};
+        for (auto& s : others) argv.push_back(s);
+        for (size_t i = 0; i < others.size(); ++i) argv.push_back(">");
+        auto r = c.command(argv);
+        if (r.type == redis_reply::kind::nil) {
+          probed_empty = true;
+        } else if (r.type == redis_reply::kind::array) {
+          for (auto& e : r.elements)
+            if (e.elements.size() == 2) parse_entries(e.elements[1], e.elements[0].str, e.elements[0].str == streams[0], false, out);
+          probed_empty = out.empty();
+        }
+        // else NOGROUP or an I/O error: the pass below meets it again and handles it as before
+      }
+    }
     int32_t n_batch = 0;
-    for (size_t i = 0; i < streams.size() && static_cast<int32_t>(out.size()) < max; ++i) {
+    for (size_t i = 0; !probed_empty && i < streams.size() && static_cast<int32_t>(out.size()) < max; ++i) {
       const bool batch = is_batch_stream(streams[i]);
       int32_t count = max - static_cast<int32_t>(out.size());
       if (batch) count = std::min(count, max_batch - n_batch);
