@@ -288,34 +288,28 @@ std::vector<delivery> queue::read(const std::string& worker_id, int32_t max, int
   {
     std::lock_guard lock(impl_->consumer_mu);
     auto& c = impl_->consumer;
-    // NOTE: with the batch share full (max_batch 0) the dispatcher reads the other classes' streams
-    // every few ms (worker.cpp, k_reserve_poll_ms) and nearly always finds them empty: one
-    // XREADGROUP over all of them (COUNT 1 each, so at most one entry a stream and never more than
-    // max) instead of a round trip a stream (7 with a model's and the legacy streams). Only when it
-    // finds entries does the pass a stream at a time below take the rest of max.
-    bool probed_empty = false;
-    if (max_batch <= 0) {
-      std::vector<std::string> others;
+    // NOTE: the other classes' streams (the worker's own, high, normal, low; 7 with a model's and
+    // the legacy ones) are nearly always empty while a batch runs, and a read asked them one round
+    // trip each before the batch streams — also every few ms while the batch share is full
+    // (worker.cpp, k_reserve_poll_ms). Their lengths first, pipelined (one round trip): a stream of
+    // length 0 has no entry to deliver (acked entries are deleted: k_ack_lua), so when all are 0
+    // the pass below asks only the batch streams. Any entry, delivered or not, and they are read
+    // one at a time by priority as before (an entry added meanwhile is read next time, as it would
+    // be had it arrived just after the read).
+    bool others_empty = false;
+    {
+      std::vector<std::vector<std::string>> lens;
       for (const auto& s : streams)
-        if (!is_batch_stream(s)) others.push_back(s);
-      if (static_cast<int32_t>(others.size()) <= max) {
-        std::vector<std::string> argv = {"XREADGROUP", "GROUP", options_.group, worker_id, "COUNT", "1", "STREAMS"};
-        for (auto& s : others) argv.push_back(s);
-        for (size_t i = 0; i < others.size(); ++i) argv.push_back(">");
-        auto r = c.command(argv);
-        if (r.type == redis_reply::kind::nil) {
-          probed_empty = true;
-        } else if (r.type == redis_reply::kind::array) {
-          for (auto& e : r.elements)
-            if (e.elements.size() == 2) parse_entries(e.elements[1], e.elements[0].str, e.elements[0].str == streams[0], false, out);
-          probed_empty = out.empty();
-        }
-        // else NOGROUP or an I/O error: the pass below meets it again and handles it as before
-      }
+        if (!is_batch_stream(s)) lens.push_back({"XLEN", s});
+      auto rs = c.pipeline(lens);
+      others_empty = std::all_of(rs.begin(), rs.end(), [](const redis_reply& r) {
+        return r.type == redis_reply::kind::integer && r.integer == 0;
+      });
     }
     int32_t n_batch = 0;
-    for (size_t i = 0; !probed_empty && i < streams.size() && static_cast<int32_t>(out.size()) < max; ++i) {
+    for (size_t i = 0; i < streams.size() && static_cast<int32_t>(out.size()) < max; ++i) {
       const bool batch = is_batch_stream(streams[i]);
+      if (others_empty && !batch) continue;
       int32_t count = max - static_cast<int32_t>(out.size());
       if (batch) count = std::min(count, max_batch - n_batch);
       if (count <= 0) continue;
