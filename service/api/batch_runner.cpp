@@ -109,6 +109,8 @@ std::string errors_list(const std::string& code, const std::string& message, int
 
 // Output files stay open for at most this many running batches at once (two descriptors each).
 constexpr size_t k_max_rendering = 8;
+// Lines written ahead per batch per pass (render_ready).
+constexpr int64_t k_lines_per_pass = 4096;
 
 std::string output_file_id(const std::string& batch_id, const char* kind) {
   // NOTE: file ids derive from the batch id, so finalizing again after a crash rewrites the same files.
@@ -391,9 +393,15 @@ bool batch_runner::render_ready(const store::batch_row& b) {
     it = rendered_.emplace(b.id, std::move(p)).first;
   }
   auto& p = *it->second;
-  if (now_tp < p.next_render || !p.ok()) return false;
+  if (now_tp < p.next_render) return false;
+  if (!p.ok()) {  // a failed write: finalize starts the files over; no pass before its count is due
+    p.next_render = now_tp + options_.count_interval;
+    return false;
+  }
   const int64_t first = p.next_line;
-  for (bool more = true; more;) {
+  // NOTE: at most k_lines_per_pass a pass (~0.25 s), so a backlog (a restart mid-batch) does not
+  // hold up the other batches' acceptance; the rest follows in the next passes.
+  for (bool more = true; more && p.next_line - first < k_lines_per_pass;) {
     auto rows = deps_.batches->results(b.id, p.next_line, 256);
     more = rows.size() == 256;
     for (const auto& r : rows) {
