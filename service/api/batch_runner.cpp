@@ -243,6 +243,10 @@ void batch_runner::ingest(const store::batch_row& b) {
   int64_t start = b.n_accepted, idx = 0;
   std::vector<store::batch_line> chunk;
   chunk.reserve(size_t(options_.chunk_lines));
+  // NOTE: the first chunk is small, so the first jobs are committed and published (and run) while
+  // the rest is mapped: a 4,000-line file in one 5,000-line chunk ran nothing for the ~0.2 s its
+  // acceptance took on a 2-vCPU Zen 3 (docs/queue_perf.md "Session 25").
+  int32_t chunk_limit = std::min(options_.first_chunk_lines, options_.chunk_lines);
   std::string text;
   // NOTE: parsing and mapping the next chunk overlaps the write transaction of the one before (a
   // second thread writes; at most one chunk waits, so memory stays bounded by two chunks).
@@ -334,7 +338,10 @@ void batch_runner::ingest(const store::batch_row& b) {
       l.error_json = json{{"code", "invalid_request"}, {"message", why}, {"param", param}}.dump();
     }
     chunk.push_back(std::move(l));
-    if (int32_t(chunk.size()) >= options_.chunk_lines && !flush()) break;
+    if (int32_t(chunk.size()) >= chunk_limit) {
+      if (!flush()) break;
+      chunk_limit = options_.chunk_lines;
+    }
   }
   flush();
   if (!finish_writes()) return;  // a chunk's write failed: retried from n_accepted next pass

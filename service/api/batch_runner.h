@@ -34,6 +34,7 @@ class batch_feeder;
 struct batch_runner_options {
   std::string files_dir;                          // where files' bytes live (DATA_DIR/files)
   int32_t chunk_lines = 5000;                     // lines accepted per write transaction
+  int32_t first_chunk_lines = 256;                // the first chunk's (its jobs start while the rest is mapped)
   size_t max_line_bytes = 4 << 20;
   std::chrono::milliseconds poll{200};            // idle pass interval
   std::chrono::milliseconds count_interval{1000}; // request_counts refresh per open batch

@@ -7,21 +7,29 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "api/batch_map.h"
+#include "api/model_catalog.h"
 #include "api/batch_runner.h"
 #include "store/batch_store.h"
 #include "store/store.h"
 #include "temp_dir.h"
+#include "net/ssrf_guard.h"
 #include "util/crypto.h"
 
 using namespace agentq;
 using json = nlohmann::json;
 
 namespace {
+
+struct fake_catalog : api::model_catalog {
+  std::vector<api::model_info> list() const override { return {{"tiny", "llama", 64, true}}; }
+  std::optional<std::string> validate(const std::string&, const turn_request&) const override { return std::nullopt; }
+};
 
 struct fixture {
   test::temp_dir dir;
@@ -197,4 +205,51 @@ TEST_CASE("batch runner: a batch whose last line is written finalizes then, not 
   CHECK(done.status == store::batch_status::completed);
   CHECK(done.n_completed == 3);
   CHECK(f.read_lines(f.files + "/" + done.output_file_id + ".jsonl").size() == 3);
+}
+
+TEST_CASE("batch runner: acceptance commits a small first chunk, so its jobs can run while the rest is mapped") {
+  fixture f;
+  std::string text;
+  for (int i = 0; i < 300; ++i)
+    text += json{{"custom_id", "r" + std::to_string(i)},
+                 {"method", "POST"},
+                 {"url", "/v1/chat/completions"},
+                 {"body", {{"model", "tiny"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}}}}
+                .dump() +
+            "\n";
+  {
+    std::ofstream(f.files + "/in.jsonl") << text;
+  }
+  store::file_row file{"file-in", "t", "batch", "in.jsonl", int64_t(text.size()), 300, "/v1/chat/completions",
+                       "in.jsonl", f.batches->now()};
+  REQUIRE(f.batches->add_file(file));
+  store::batch_row b;
+  b.tenant = "t";
+  b.key_id = "key_t";
+  b.endpoint = "/v1/chat/completions";
+  b.input_file_id = "file-in";
+  b.completion_window = "24h";
+  b.expires_ms = f.batches->now() + 86400000;
+  auto made = f.batches->create_batch(b);
+  REQUIRE(made);
+  fake_catalog cat;
+  net::ssrf_guard guard(std::vector<net::cidr>{});
+  api::batch_runner_options o;
+  o.files_dir = f.files;
+  o.chunk_lines = 5000;
+  o.first_chunk_lines = 256;
+  api::batch_runner runner(o, api::batch_runner_deps{f.db.get(), f.batches.get(), &cat, &guard});
+  runner.run_once();
+  auto now = f.batches->get_batch(made->id, "");
+  REQUIRE(now->status == store::batch_status::in_progress);
+  CHECK(now->n_total == 300);
+  // a chunk's job ids share a random prefix ("job_" + 16 hex digits): lines 0-255 were one write
+  // transaction, 256-299 the next (fails where the 300 lines were one chunk)
+  auto rows = f.batches->results(made->id, 0, 1000);
+  REQUIRE(rows.size() == 300);
+  std::set<std::string> prefixes;
+  for (auto& r : rows) prefixes.insert(r.job_id.substr(0, 20));
+  CHECK(prefixes.size() == 2);
+  CHECK(rows[0].job_id.substr(0, 20) == rows[255].job_id.substr(0, 20));
+  CHECK(rows[255].job_id.substr(0, 20) != rows[256].job_id.substr(0, 20));
 }
