@@ -2,23 +2,23 @@
 // whose jobs have ended are written ahead into its output files in line order (a line whose output
 // still depends on how the batch ends is left to finalize), and the finished files are the lines
 // finalize builds from the jobs, in order, whether the batch completes or is cancelled.
+#include "api/batch_runner.h"
+
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "api/batch_map.h"
 #include "api/model_catalog.h"
-#include "api/batch_runner.h"
+#include "net/ssrf_guard.h"
 #include "store/batch_store.h"
 #include "store/store.h"
 #include "temp_dir.h"
-#include "net/ssrf_guard.h"
 #include "util/crypto.h"
 
 using namespace agentq;
@@ -217,11 +217,10 @@ TEST_CASE("batch runner: acceptance commits a small first chunk, so its jobs can
                  {"body", {{"model", "tiny"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}}}}
                 .dump() +
             "\n";
-  {
-    std::ofstream(f.files + "/in.jsonl") << text;
-  }
-  store::file_row file{"file-in", "t", "batch", "in.jsonl", int64_t(text.size()), 300, "/v1/chat/completions",
-                       "in.jsonl", f.batches->now()};
+  { std::ofstream(f.files + "/in.jsonl") << text; }
+  store::file_row file{
+      "file-in",       "t", "batch", "in.jsonl", int64_t(text.size()), 300, "/v1/chat/completions", "in.jsonl",
+      f.batches->now()};
   REQUIRE(f.batches->add_file(file));
   store::batch_row b;
   b.tenant = "t";

@@ -28,8 +28,9 @@ TEST_CASE("webhook scan: Responses jobs reach OpenAI endpoints, webhook.url jobs
   REQUIRE_MESSAGE(d, err);
   {
     store::sqlite_db db(so.path, 5000);
-    db.exec("INSERT INTO openai_webhook_endpoints(id, tenant, url, events_json, created_ms) VALUES "
-            "('we_1', 't', 'http://127.0.0.1:9/openai', '[\"response.completed\"]', 0)");
+    db.exec(
+        "INSERT INTO openai_webhook_endpoints(id, tenant, url, events_json, created_ms) VALUES "
+        "('we_1', 't', 'http://127.0.0.1:9/openai', '[\"response.completed\"]', 0)");
   }
   auto job = [&](json openai, json webhook) {
     json req = {{"model", "m"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
