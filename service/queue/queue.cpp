@@ -288,9 +288,28 @@ std::vector<delivery> queue::read(const std::string& worker_id, int32_t max, int
   {
     std::lock_guard lock(impl_->consumer_mu);
     auto& c = impl_->consumer;
+    // NOTE: the other classes' streams (the worker's own, high, normal, low; 7 with a model's and
+    // the legacy ones) are nearly always empty while a batch runs, and a read asked them one round
+    // trip each before the batch streams — also every few ms while the batch share is full
+    // (worker.cpp, k_reserve_poll_ms). Their lengths first, pipelined (one round trip): a stream of
+    // length 0 has no entry to deliver (acked entries are deleted: k_ack_lua), so when all are 0
+    // the pass below asks only the batch streams. Any entry, delivered or not, and they are read
+    // one at a time by priority as before (an entry added meanwhile is read next time, as it would
+    // be had it arrived just after the read).
+    bool others_empty = false;
+    {
+      std::vector<std::vector<std::string>> lens;
+      for (const auto& s : streams)
+        if (!is_batch_stream(s)) lens.push_back({"XLEN", s});
+      auto rs = c.pipeline(lens);
+      others_empty = std::all_of(rs.begin(), rs.end(), [](const redis_reply& r) {
+        return r.type == redis_reply::kind::integer && r.integer == 0;
+      });
+    }
     int32_t n_batch = 0;
     for (size_t i = 0; i < streams.size() && static_cast<int32_t>(out.size()) < max; ++i) {
       const bool batch = is_batch_stream(streams[i]);
+      if (others_empty && !batch) continue;
       int32_t count = max - static_cast<int32_t>(out.size());
       if (batch) count = std::min(count, max_batch - n_batch);
       if (count <= 0) continue;

@@ -61,9 +61,8 @@ struct dispatcher::impl {
   // OpenAI-shaped webhook endpoints (POST /v1/webhook_endpoints, api/openai_registry.h): a Responses
   // job's terminal status event becomes a thin {"id","object":"event","created_at","type","data":{"id"}}
   // delivery to each of its tenant's endpoints subscribed to that type. Returns deliveries enqueued.
-  int32_t fan_out_openai(const store::job_event& e, const store::job_row& job, store::job_status st) {
+  int32_t fan_out_openai(const store::job_event& e, const store::job_row& job, const json& req, store::job_status st) {
     if (!store::is_terminal(st)) return 0;
-    json req = json::parse(job.request_json, nullptr, false);
     if (!req.is_object() || !req.contains("openai") || !req["openai"].is_object() ||
         req["openai"].value("surface", "") != "responses")
       return 0;
@@ -153,15 +152,17 @@ int32_t dispatcher::scan_once() {
       if (event_type.empty()) continue;
       auto job = m.store.get_job(e.job_id);
       if (!job) continue;
-      // NOTE: requests are stored as nlohmann dumps (unescaped keys), so one with neither a "webhook"
-      // nor an "openai" key has no delivery to make: skip parsing it (twice) for nothing. A "\u"
-      // escape anywhere (a key spelled with escapes) takes the full path.
+      // NOTE: requests are stored as nlohmann dumps (unescaped keys and plain strings), so one with
+      // neither a "webhook" key nor the string "responses" (openai.surface of a Responses job, the
+      // only surface fan_out_openai sends) has no delivery to make: skip parsing it for nothing. A
+      // Chat Completions or Batch line ("surface":"chat") is skipped so. A "\u" escape anywhere (a key
+      // spelled with escapes) takes the full path.
       const std::string& rj = job->request_json;
-      if (rj.find("\"webhook\"") == std::string::npos && rj.find("\"openai\"") == std::string::npos &&
+      if (rj.find("\"webhook\"") == std::string::npos && rj.find("\"responses\"") == std::string::npos &&
           rj.find("\\u") == std::string::npos)
         continue;
-      n_enqueued += m.fan_out_openai(e, *job, *st);
-      json req = json::parse(job->request_json, nullptr, false);
+      json req = json::parse(job->request_json, nullptr, false);  // once for both kinds of delivery
+      n_enqueued += m.fan_out_openai(e, *job, req, *st);
       if (!req.is_object() || !req.contains("webhook") || !req["webhook"].is_object()) continue;
       const json& wh = req["webhook"];
       std::string url = wh.value("url", "");

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "queue/queue.h"
+#include "queue/redis_client.h"
 #include "redis_server.h"
 #include "store/store.h"
 #include "temp_dir.h"
@@ -331,4 +332,40 @@ TEST_CASE("throughput: publish + read + ack") {
   double pub_batch = n / std::chrono::duration<double>(t4 - t3).count();
   MESSAGE("publish " << pub << " jobs/s one by one, " << pub_batch << " jobs/s pipelined (relay); read+ack " << cons
                      << " jobs/s (AOF fsync always)");
+}
+
+TEST_CASE("a read finds the other classes' streams empty in one round trip; by priority as before") {
+  fixture f;
+  REQUIRE(f.q->ensure_groups("w1", "m"));
+  queue::redis_options ro;
+  ro.port = f.redis.port();
+  queue::redis_client rc(ro);
+  auto calls = [&](const std::string& cmd) {
+    auto r = rc.command({"INFO", "commandstats"});
+    auto key = "cmdstat_" + cmd + ":calls=";
+    auto at = r.str.find(key);
+    return at == std::string::npos ? int64_t(0) : std::stoll(r.str.substr(at + key.size()));
+  };
+  // a batch entry waits in the model's batch stream
+  std::string batch = f.create(job_priority::batch);
+  REQUIRE(f.q->publish(batch, 3, {}, "m"));
+  REQUIRE(rc.command({"CONFIG", "RESETSTAT"}).ok());
+  CHECK(f.q->read("w1", 16, 0, "m", 0).empty());  // the batch share full: not taken
+  // one pipelined round trip of XLENs; the 7 other streams (own, then high..low of the model's and
+  // the legacy streams) were 7 XREADGROUPs before
+  CHECK(calls("xreadgroup") == 0);
+  auto d = f.q->read("w1", 16, 0, "m", 16);
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].job_id == batch);
+  CHECK(calls("xreadgroup") == 2);  // the model's and the legacy batch streams only
+  // entries of other classes: read stream by stream by priority, as before (max 3 of 3 high + 5 normal)
+  std::vector<std::string> high, normal;
+  for (int i = 0; i < 5; ++i) normal.push_back(f.create(job_priority::normal));
+  for (int i = 0; i < 3; ++i) high.push_back(f.create(job_priority::high));
+  for (auto& id : normal) REQUIRE(f.q->publish(id, 1, {}, "m"));
+  for (auto& id : high) REQUIRE(f.q->publish(id, 0, {}, "m"));
+  auto three = f.q->read("w1", 3, 0, "m", 0);
+  REQUIRE(three.size() == 3);
+  for (auto& x : three) CHECK(std::find(high.begin(), high.end(), x.job_id) != high.end());
+  CHECK(f.q->read("w1", 16, 0, "m", 0).size() == 5);
 }

@@ -1,0 +1,67 @@
+// The webhook scanner over a real SQLite store: a terminal job becomes a delivery to its own
+// webhook.url and, for a Responses job, to each of its tenant's OpenAI endpoints subscribed to the
+// event; a Chat Completions or Batch line ("surface":"chat") without a webhook makes none (the
+// scanner skips parsing such requests: webhooks/dispatcher.cpp's pre-filter, which must not drop
+// the others).
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "net/http_client.h"
+#include "net/ssrf_guard.h"
+#include "store/sqlite.h"
+#include "store/store.h"
+#include "temp_dir.h"
+#include "webhooks/dispatcher.h"
+
+using namespace agentq;
+using json = nlohmann::json;
+
+TEST_CASE("webhook scan: Responses jobs reach OpenAI endpoints, webhook.url jobs theirs, chat lines none") {
+  test::temp_dir dir;
+  std::string err;
+  store::store_options so;
+  so.path = dir.file("jobs.db");
+  auto st = store::store::open(so, &err);
+  REQUIRE_MESSAGE(st, err);
+  auto d = webhooks::dispatcher::open({}, *st, so.path, net::http_client(net::ssrf_guard{}), nullptr, &err);
+  REQUIRE_MESSAGE(d, err);
+  {
+    store::sqlite_db db(so.path, 5000);
+    db.exec(
+        "INSERT INTO openai_webhook_endpoints(id, tenant, url, events_json, created_ms) VALUES "
+        "('we_1', 't', 'http://127.0.0.1:9/openai', '[\"response.completed\"]', 0)");
+  }
+  auto job = [&](json openai, json webhook) {
+    json req = {{"model", "m"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
+    if (!openai.is_null()) req["openai"] = std::move(openai);
+    if (!webhook.is_null()) req["webhook"] = std::move(webhook);
+    store::new_job nj;
+    nj.tenant = "t";
+    nj.request_json = req.dump();
+    auto made = st->create_job(std::move(nj)).get();
+    REQUIRE(made.outcome == store::create_outcome::created);
+    auto c = st->claim_job(made.job.id, "w", 60000, 3).get();
+    REQUIRE(c.outcome == store::claim_outcome::claimed);
+    REQUIRE(st->finish_job(made.job.id, c.won->epoch, store::job_status::completed, "{}", "", {}).get() ==
+            store::write_status::ok);
+    return made.job.id;
+  };
+  auto responses = job(json{{"surface", "responses"}}, nullptr);
+  auto chat = job(json{{"surface", "chat"}}, nullptr);
+  auto chat_hook = job(json{{"surface", "chat"}}, json{{"url", "http://127.0.0.1:9/job"}});
+  auto plain = job(nullptr, nullptr);
+  int32_t n = 0;
+  for (int i = 0; i < 10; ++i) n += d->scan_once();
+  CHECK(n == 2);
+  auto r = d->list(responses);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].url == "http://127.0.0.1:9/openai");
+  CHECK(r[0].event_type == "response.completed");
+  CHECK(d->list(chat).empty());
+  auto h = d->list(chat_hook);
+  REQUIRE(h.size() == 1);
+  CHECK(h[0].url == "http://127.0.0.1:9/job");
+  CHECK(h[0].event_type == "job.completed");
+  CHECK(d->list(plain).empty());
+}
