@@ -249,7 +249,7 @@ print("queue.sh: one request per job, Python client: %s jobs/s (%s jobs), /healt
 if "jobs_per_s" in bull:
     print("queue.sh: BullMQ: %s no-op jobs/s, %s adds/s" % (bull["jobs_per_s"], bull["add_per_s"]), file=sys.stderr)
 for k, v in vs.items():
-    print("queue.sh: %-48s %s" % (k, v), file=sys.stderr)
+    print("queue.sh: %-60s %s" % (k, v), file=sys.stderr)
 db, args, sync = sys.argv[2], sys.argv[3].split(), sys.argv[4]
 try:
     with open(db, "rb") as f:
