@@ -112,13 +112,14 @@ submit='{"skipped":"node not found"}'
 one_node='{"skipped":"node not found"}'
 healthz_node='{"skipped":"node not found"}'
 # NOTE: the baseline's npm install (2-3 CPU-s with a warm npm cache, more when it downloads) must not
-# share the two cores with the submit latency phase: wait for it first (session 24). Its status is
-# kept for the BullMQ step below (a second wait on a reaped pid would not give it again).
+# share the two cores with the node phases (session 25) or the submit latency phase (session 24): wait
+# for it first. Its status is kept for the BullMQ step below (a second wait on a reaped pid would not
+# give it again).
 npm_rc=""
 if [ -n "$npm_pid" ]; then
   t_npm=$(date +%s.%N)
   if wait "$npm_pid"; then npm_rc=0; else npm_rc=$?; fi
-  echo "== (waited $(python3 -c "print(round($(date +%s.%N) - $t_npm, 1))") s for the BullMQ install before the submit phase)" >&2
+  echo "== (waited $(python3 -c "print(round($(date +%s.%N) - $t_npm, 1))") s for the BullMQ install before the node phases)" >&2
 fi
 # NOTE: the embedded redis-server is agentqd's child (its process title names its port); the
 # settings are asked of it below, so they are what the run used, and its CPU per job is read here.
