@@ -15,7 +15,9 @@
 //     the BullMQ figure is its first add -> its last completion. A job that does not end completed or
 //     incomplete (a 1-token job's success) or a submit that is not 2xx fails the run (exit 1).
 //     CPU-ms per job of agentqd (P), its redis-server (R) and this client, from the first submit to
-//     the moment the last job was seen terminal (the listing that reads the results is after it).
+//     the moment the last job was seen terminal (the listing that reads the results is after it);
+//     --threads 1: agentqd's per thread name over the same window (threads_per_job: CPU-ms, ms runnable
+//     but waiting, voluntary / involuntary switches; scripts/bench/queue_threads.sh prints it).
 //   node queue_node.mjs bullmq --bullmq-dir D --redis-port P --jobs N [--concurrency C] [--producers K]
 //     the baseline: BullMQ (installed by queue.sh into its temp dir D with npm) on its own
 //     redis-server. add_per_s: N no-op jobs added one Queue.add per job by K concurrent producers, no
@@ -106,6 +108,41 @@ function cpu_ms(pid) {
     return 0;
   }
 }
+// Per thread of pid: [comm, voluntary switches, involuntary switches, ns on a CPU, ns runnable waiting].
+// NOTE: schedstat's ns, not stat's ticks: those are whole 10 ms ticks per thread, and 64 job threads'
+// truncations hide their share.
+function thread_snap(pid) {
+  const out = [];
+  for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const dir = `/proc/${pid}/task/${tid}`;
+      const status = fs.readFileSync(`${dir}/status`, "utf8");
+      const sw = (k) => Number((status.match(new RegExp(`^${k}:\\s+(\\d+)`, "m")) || [0, 0])[1]);
+      const [run, wait] = fs.readFileSync(`${dir}/schedstat`, "utf8").split(" ").map(Number);
+      out.push([fs.readFileSync(`${dir}/comm`, "utf8").trim(), sw("voluntary_ctxt_switches"),
+                sw("nonvoluntary_ctxt_switches"), run, wait]);
+    } catch { /* the thread ended between the listing and the read */ }
+  }
+  return out;
+}
+// Per thread name over n jobs: {name: {threads, cpu_ms, wait_ms, vol, invol}} per job, between two snaps.
+function thread_table(a, b, n) {
+  const sum = (snap) => {
+    const m = new Map();
+    for (const [name, v, nv, run, wait] of snap) {
+      const x = m.get(name) || [0, 0, 0, 0, 0];
+      m.set(name, [x[0] + v, x[1] + nv, x[2] + run, x[3] + wait, x[4] + 1]);
+    }
+    return m;
+  };
+  const ma = sum(a), mb = sum(b), out = {};
+  for (const [name, x] of mb) {
+    const y = ma.get(name) || [0, 0, 0, 0, 0];
+    out[name] = { threads: x[4], cpu_ms: +((x[2] - y[2]) / 1e6 / n).toFixed(3), wait_ms: +((x[3] - y[3]) / 1e6 / n).toFixed(3),
+                  vol: +((x[0] - y[0]) / n).toFixed(2), invol: +((x[1] - y[1]) / n).toFixed(2) };
+  }
+  return out;
+}
 const self_cpu_ms = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1000; };
 
 // One request on a keep-alive agent; resolves {status, body} (never rejects: a network error is status 0).
@@ -163,6 +200,7 @@ async function jobs(a) {
   };
   const ids = new Array(n), submit_ms = new Array(n);
   let next = 0, first_error = "";
+  const threads0 = a.threads && pid ? thread_snap(pid) : null;  // --threads 1: the per-thread table
   const cpu0 = cpu_ms(pid), rcpu0 = cpu_ms(redis_pid), self0 = self_cpu_ms();
   const start_wall_ms = Date.now(), t0 = performance.now();
   const producer = async () => {
@@ -200,6 +238,7 @@ async function jobs(a) {
   };
   await wait_terminal(ids[n - 1]);
   let cpu1 = cpu_ms(pid), rcpu1 = cpu_ms(redis_pid), self1 = self_cpu_ms();
+  let threads1 = threads0 ? thread_snap(pid) : null;
   // Read all N back through the list endpoint (100 a page, newest first; after the timed window).
   const want = new Set(ids), got = new Map();
   let cursor = "";
@@ -220,7 +259,10 @@ async function jobs(a) {
       got.set(id, await wait_terminal(id));
     }
   }
-  if (stragglers > 0) [cpu1, rcpu1, self1] = [cpu_ms(pid), cpu_ms(redis_pid), self_cpu_ms()];
+  if (stragglers > 0) {
+    [cpu1, rcpu1, self1] = [cpu_ms(pid), cpu_ms(redis_pid), self_cpu_ms()];
+    if (threads0) threads1 = thread_snap(pid);
+  }
   agent.destroy();
   const all = ids.map((id) => got.get(id));
   const by_status = {};
@@ -240,6 +282,7 @@ async function jobs(a) {
     client_cpu_ms_per_job: +((self1 - self0) / n).toFixed(3) };
   if (pid) out.agentqd_cpu_ms_per_job = +((cpu1 - cpu0) / n).toFixed(3);
   if (redis_pid) out.redis_cpu_ms_per_job = +((rcpu1 - rcpu0) / n).toFixed(3);
+  if (threads0) out.threads_per_job = thread_table(threads0, threads1, n);
   console.log(JSON.stringify(out));
   if (failed > 0) process.exit(1);
 }
