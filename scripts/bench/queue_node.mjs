@@ -172,7 +172,7 @@ async function healthz(a) {
     while (performance.now() < stop) {
       const r = await request(agent, u, "", "GET", "/healthz");
       if (r.status === 200) ok++;
-      else errors++;
+      else if (++errors) return;  // a failed floor fails the run: no point spinning on it
     }
   };
   await Promise.all(Array.from({ length: clients }, loop));
@@ -183,7 +183,10 @@ async function healthz(a) {
                 client_cpu_ms_per_request: +(self / Math.max(1, ok)).toFixed(4) };
   if (a.pid) out.agentqd_cpu_ms_per_request = +(cpu / Math.max(1, ok)).toFixed(4);
   console.log(JSON.stringify(out));
-  if (errors > 0) process.exit(1);
+  if (errors > 0) {
+    console.error(`queue_node.mjs healthz: ${errors} requests failed`);
+    process.exit(1);
+  }
 }
 
 const TERMINAL = new Set(["completed", "failed", "cancelled", "incomplete", "requires_action"]);
@@ -194,8 +197,9 @@ async function jobs(a) {
   const n = Number(a.jobs || 5000), clients = Number(a.clients || 16), tag = a.tag || "e";
   const pid = Number(a.pid || 0), redis_pid = Number(a["redis-pid"] || 0);
   const agent = new http.Agent({ keepAlive: true, maxSockets: clients + 1 });  // + the poller's
-  const fail = (why, extra = {}) => {
-    console.log(JSON.stringify({ jobs: n, clients, error: why, ...extra }));
+  const fail = (why) => {
+    console.error(`queue_node.mjs jobs: ${why}`);  // stderr too: queue.sh keeps only stdout's last line
+    console.log(JSON.stringify({ jobs: n, clients, error: why }));
     process.exit(1);
   };
   const ids = new Array(n), submit_ms = new Array(n);
@@ -284,7 +288,11 @@ async function jobs(a) {
   if (redis_pid) out.redis_cpu_ms_per_job = +((rcpu1 - rcpu0) / n).toFixed(3);
   if (threads0) out.threads_per_job = thread_table(threads0, threads1, n);
   console.log(JSON.stringify(out));
-  if (failed > 0) process.exit(1);
+  if (failed > 0) {
+    const j = all.find((j) => j.status !== "completed" && j.status !== "incomplete");
+    console.error(`queue_node.mjs jobs: ${failed} of ${n} jobs failed (${j.id}: ${j.status}, ${JSON.stringify(j.error)})`);
+    process.exit(1);
+  }
 }
 
 async function produce(queue, n, producers, tag) {
