@@ -172,7 +172,10 @@ async function healthz(a) {
     while (performance.now() < stop) {
       const r = await request(agent, u, "", "GET", "/healthz");
       if (r.status === 200) ok++;
-      else if (++errors) return;  // a failed floor fails the run: no point spinning on it
+      else {
+        errors++;
+        return;  // a failed floor fails the run: no point spinning on it
+      }
     }
   };
   await Promise.all(Array.from({ length: clients }, loop));
