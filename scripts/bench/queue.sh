@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
 # Job queue end to end: trivial jobs (1 output token, stories260K) through HTTP -> SQLite ->
 # Redis -> worker on one all-in-one agentqd (embedded redis-server, temp data dir, loopback),
-# vs a no-op floor measured in the same run (GET /healthz rate), and submit latency
-# percentiles at a fixed request rate (scripts/bench/loadgen.py). Ends with one JSON line, which
+# vs a no-op floor measured in the same run (GET /healthz rate). Two clients measure that:
+#  - the headline ("one_request_node", session 25): scripts/bench/queue_node.mjs jobs, as many jobs as
+#    the BullMQ run (5,000 quick, 20,000 full) submitted by 16 keep-alive connections, first submit
+#    (client clock) to last finished_at (server clock, same host), and its floor queue_node.mjs
+#    healthz with the same 16 connections. NOTE: node because the BullMQ baseline's own producers
+#    are node (16 of them, first add to last completion): the client shares the 2 cores with the
+#    server, and loadgen.py's Python threads cost ~2x node's CPU per job (docs/queue_perf.md,
+#    session 25); 200 jobs (~0.2 s) also measured start-up more than the rate.
+#  - scripts/bench/loadgen.py's phases as before session 25 (4 Python client threads: GET /healthz
+#    for the phase's seconds, then 200 / 500 jobs end to end on the server's clock, then submit
+#    latency at a fixed low rate), kept so earlier sessions' figures stay comparable: the "_python_client"
+#    ratios. They run while npm installs the baseline (network-bound, a few CPU-s); the node phases
+#    after it. Ends with one JSON line, which
 # also states the durability settings the run had ("durability": SQLite journal mode read from
 # the database file, its synchronous level from the store's source, redis-server's persistence
 # settings asked of the running server with CONFIG GET).
@@ -20,10 +31,12 @@
 # (scripts/bench/job_model_floor.py): what the model's own prefill of these jobs' prompts costs
 # here, and the ratios to BullMQ that it alone would allow with both cores doing nothing else
 # (the "_in_service" one: the model's work per job as a worker does it, docs/queue_perf.md session 24).
-#   scripts/bench/queue.sh [--quick]   (quick: 200 jobs, 20 req/s for 5 s, 1,000/s for 3 s, a 2,000-line
-#                                       batch end to end, a 20,000-line batch accepted, 5,000 BullMQ jobs;
-#                                       full: 500 jobs, 50 req/s for 10 s, 1,000/s for 5 s, 10,000 lines
-#                                       end to end, 100,000 accepted, 20,000 BullMQ jobs)
+#   scripts/bench/queue.sh [--quick]   (quick: 200 Python-client jobs, 20 req/s for 5 s, a 3 s node
+#                                       /healthz floor, 5,000 node-client jobs, 1,000/s for 3 s, a
+#                                       2,000-line batch end to end, a 20,000-line batch accepted, 5,000
+#                                       BullMQ jobs; full: 500 Python-client jobs, 50 req/s for 10 s, a 5 s
+#                                       floor, 20,000 node-client jobs, 1,000/s for 5 s, 10,000 lines end
+#                                       to end, 100,000 accepted, 20,000 BullMQ jobs)
 # The submit phase's percentiles are of the seconds after a 1 s warm-up of the node client at the same
 # rate (AGENTQ_SUBMIT_WARMUP_S, default 1; 0 = a cold client as before session 23); the warm-up's own
 # p99 is reported beside them (submit_p99_ms_client_warmup_s).
@@ -31,16 +44,15 @@
 #      AGENTQ_BENCH_NO_BULLMQ=1 (skip the baseline).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-src=$(pwd)
-jobs=500; rate=50; seconds=10; batch_lines=100000; e2e_lines=10000; bull_jobs=20000; submit_s=5
+jobs=500; rate=50; seconds=10; batch_lines=100000; e2e_lines=10000; bull_jobs=20000; submit_s=5; floor_s=5
 submit_warm_s=${AGENTQ_SUBMIT_WARMUP_S:-1}
-[ "${1:-}" = "--quick" ] && { jobs=200; rate=20; seconds=5; batch_lines=20000; e2e_lines=2000; bull_jobs=5000; submit_s=3; }
+[ "${1:-}" = "--quick" ] && { jobs=200; rate=20; seconds=5; batch_lines=20000; e2e_lines=2000; bull_jobs=5000; submit_s=3; floor_s=3; }
+# the node client's connections, each with one request in flight: queue_node.mjs bullmq's producers
+node_clients=16
 load_start=$(cut -d' ' -f1 /proc/loadavg)
 bin="${AGENTQ_BIN_DIR:-${AGENTQ_BUILD_DIR:-build}/bin}"
 model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
-for b in agentqd; do
-  [ -x "$bin/$b" ] || { echo "queue.sh: missing $bin/$b (cmake --build build --target $b)" >&2; exit 1; }
-done
+[ -x "$bin/agentqd" ] || { echo "queue.sh: missing $bin/agentqd (cmake --build build --target agentqd)" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "queue.sh: redis-server not found" >&2; exit 1; }
 
 tmp=$(mktemp -d -t agentq-qbench-XXXXXX)
@@ -97,16 +109,29 @@ echo "== agentqd on $url; $jobs jobs, then $rate req/s for $seconds s" >&2
 result=$(python3 scripts/bench/loadgen.py --url "$url" --key "$key" --model stories260K --jobs "$jobs" \
   --rate "$rate" --seconds "$seconds" --clients 4 | tail -n 1)
 submit='{"skipped":"node not found"}'
+one_node='{"skipped":"node not found"}'
+healthz_node='{"skipped":"node not found"}'
 # NOTE: the baseline's npm install (2-3 CPU-s with a warm npm cache, more when it downloads) must not
-# share the two cores with the submit latency phase: wait for it first (session 24). Its status is
-# kept for the BullMQ step below (a second wait on a reaped pid would not give it again).
+# share the two cores with the node phases (session 25) or the submit latency phase (session 24): wait
+# for it first. Its status is kept for the BullMQ step below (a second wait on a reaped pid would not
+# give it again).
 npm_rc=""
 if [ -n "$npm_pid" ]; then
   t_npm=$(date +%s.%N)
   if wait "$npm_pid"; then npm_rc=0; else npm_rc=$?; fi
-  echo "== (waited $(python3 -c "print(round($(date +%s.%N) - $t_npm, 1))") s for the BullMQ install before the submit phase)" >&2
+  echo "== (waited $(python3 -c "print(round($(date +%s.%N) - $t_npm, 1))") s for the BullMQ install before the node phases)" >&2
 fi
+# NOTE: the embedded redis-server is agentqd's child (its process title names its port); the
+# settings are asked of it below, so they are what the run used, and its CPU per job is read here.
+redis_pid=$(pgrep -P "$pid" -x redis-server | head -n 1 || true)
 if command -v node >/dev/null; then
+  echo "== node client, $node_clients keep-alive connections: GET /healthz for $floor_s s, then $bull_jobs jobs end to end" >&2
+  healthz_node=$(node scripts/bench/queue_node.mjs healthz --url "$url" --clients "$node_clients" --seconds "$floor_s" \
+    --pid "$pid" | tail -n 1)
+  # NOTE: as many jobs as the BullMQ run below (bull_jobs) from as many connections as its producers;
+  # a job that fails fails the run.
+  one_node=$(node scripts/bench/queue_node.mjs jobs --url "$url" --key "$key" --model stories260K --jobs "$bull_jobs" \
+    --clients "$node_clients" --pid "$pid" ${redis_pid:+--redis-pid "$redis_pid"} | tail -n 1)
   echo "== POST /v1/jobs at 1,000/s: ${submit_warm_s} s client warm-up, then $submit_s s measured (open loop)" >&2
   # NOTE: the warm-up is the same open loop at the same rate (agentqd stores and runs those jobs
   # too, and the worker is still running them during the measured seconds): only the client's own
@@ -119,11 +144,11 @@ fi
 echo "== a $e2e_lines-line batch end to end" >&2
 batch_e2e=$(python3 scripts/bench/batch_accept.py --url "$url" --key "$key" --model stories260K --lines "$e2e_lines" \
   --pid "$pid" --wait | tail -n 1)
-# NOTE: the embedded redis-server is agentqd's child (its process title names its port); the
-# settings are asked of it, so they are what the run used.
 redis_cfg=""
-redis_pid=$(pgrep -P "$pid" -x redis-server | head -n 1 || true)
-redis_port=$([ -n "$redis_pid" ] && tr '\0' ' ' <"/proc/$redis_pid/cmdline" | grep -o ':[0-9]\+' | head -n 1 | tr -d : || true)
+redis_port=""
+if [ -n "$redis_pid" ]; then
+  redis_port=$(tr '\0' ' ' <"/proc/$redis_pid/cmdline" | grep -o ':[0-9]\+' | head -n 1 | tr -d : || true)
+fi
 if [ -n "$redis_port" ] && command -v redis-cli >/dev/null; then
   for k in appendonly appendfsync save; do
     redis_cfg+="--$k $(redis-cli -p "$redis_port" config get "$k" 2>/dev/null | sed -n 2p | tr ' ' _) "
@@ -165,9 +190,11 @@ fi
 sync_level=$(grep -ho 'PRAGMA synchronous=[A-Z]*' service/store/conn.h service/store/store.cpp | head -n 1 | cut -d= -f2)
 load_end=$(cut -d' ' -f1 /proc/loadavg)
 python3 - "$result" "$tmp/data/agentq.db" "$redis_cfg" "${sync_level:-unknown}" "$batch" "$batch_e2e" "$submit" "$bull" \
-  "$load_start" "$load_end" "$floor" <<'PY'
+  "$load_start" "$load_end" "$floor" "$one_node" "$healthz_node" <<'PY'
 import json, sys
 out = json.loads(sys.argv[1])
+out["one_request_node"] = json.loads(sys.argv[12])
+out["healthz_node"] = json.loads(sys.argv[13])
 out["batch"] = json.loads(sys.argv[5])
 out["batch_e2e"] = json.loads(sys.argv[6])
 out["submit_1000"] = json.loads(sys.argv[7])
@@ -175,11 +202,16 @@ out["bullmq"] = json.loads(sys.argv[8])
 out["load_avg"] = {"start": float(sys.argv[9]), "end": float(sys.argv[10])}
 out["model_floor"] = json.loads(sys.argv[11])
 bull, thr, b, be, sub = out["bullmq"], out["throughput"], out["batch"], out["batch_e2e"], out["submit_1000"]
+one, hz = out["one_request_node"], out["healthz_node"]
 vs = {}
 if "jobs_per_s" in bull:
     # the issue's targets (#29): >= 0.5, >= 1.0 (accept vs 2x add), >= 1.0; submit p99 <= 10 ms
-    vs["e2e_one_request_per_job_vs_bullmq_jobs"] = round(thr["jobs_per_s"] / bull["jobs_per_s"], 3)
-    vs["healthz_floor_vs_bullmq_jobs"] = round(out["healthz_per_s"] / bull["jobs_per_s"], 3)
+    # The node client's figures (session 25): as many jobs and connections as BullMQ's run.
+    vs["e2e_one_request_per_job_vs_bullmq_jobs"] = round(one["jobs_per_s"] / bull["jobs_per_s"], 3)
+    vs["healthz_floor_vs_bullmq_jobs"] = round(hz["healthz_per_s"] / bull["jobs_per_s"], 3)
+    # loadgen.py's (4 Python threads, 200 / 500 jobs): the keys these figures had before session 25
+    vs["e2e_one_request_per_job_vs_bullmq_jobs_python_client"] = round(thr["jobs_per_s"] / bull["jobs_per_s"], 3)
+    vs["healthz_floor_vs_bullmq_jobs_python_client"] = round(out["healthz_per_s"] / bull["jobs_per_s"], 3)
     vs["batch_accept_vs_2x_bullmq_add"] = round(b["accepted_lines_per_s"] / (2 * bull["add_per_s"]), 3)
     vs["batch_e2e_vs_bullmq_jobs"] = round(be.get("end_to_end_jobs_per_s", 0) / bull["jobs_per_s"], 3)
     # The model's prefill alone, both cores busy with nothing else: no queue on this host running
@@ -189,15 +221,15 @@ if "jobs_per_s" in bull:
         vs["model_floor_one_request_vs_bullmq_jobs"] = round(mf["one_request"]["jobs_per_s_2_cores"] / bull["jobs_per_s"], 3)
         vs["model_floor_batch_suffix_vs_bullmq_jobs"] = round(
             mf["batch_line_suffix_only"]["jobs_per_s_2_cores"] / bull["jobs_per_s"], 3)
-        # + the same run's no-op HTTP round trip (GET /healthz, client and server on these 2 cores)
-        # for the one-request jobs: seconds of the host per job add up.
-        per_job_s = 1.0 / out["healthz_per_s"] + mf["one_request"]["ms_per_job"] / 2000.0
+        # + the same run's no-op HTTP round trip (GET /healthz, the node client and the server on
+        # these 2 cores) for the one-request jobs: seconds of the host per job add up.
+        per_job_s = 1.0 / hz["healthz_per_s"] + mf["one_request"]["ms_per_job"] / 2000.0
         vs["model_and_http_floor_one_request_vs_bullmq_jobs"] = round(1.0 / per_job_s / bull["jobs_per_s"], 3)
         # The same with the model's work as the service runs it (job_model_floor.py's
         # one_request_in_service: the unshared tokens, 8 jobs a forward, after 10 ms away: the
         # cold forward, docs/queue_perf.md session 24); the line above overstates it ~3x.
         if "one_request_in_service" in mf:
-            per_job_s = 1.0 / out["healthz_per_s"] + mf["one_request_in_service"]["after_10ms_away"]["ms_per_job"] / 2000.0
+            per_job_s = 1.0 / hz["healthz_per_s"] + mf["one_request_in_service"]["after_10ms_away"]["ms_per_job"] / 2000.0
             vs["model_and_http_floor_one_request_in_service_vs_bullmq_jobs"] = round(
                 1.0 / per_job_s / bull["jobs_per_s"], 3)
 else:
@@ -207,8 +239,18 @@ if "warmup_p99_ms" in sub:  # the client's first second (cold node client), the 
     vs["submit_p99_ms_client_warmup_s"] = sub.get("warmup_p99_ms")
 out["vs_bullmq"] = vs
 print("queue.sh: load average %s -> %s" % (sys.argv[9], sys.argv[10]), file=sys.stderr)
+if "jobs_per_s" in one:
+    print("queue.sh: one request per job, node client: %s jobs/s (%s jobs, submits %s/s), /healthz %s/s; "
+          "CPU-ms per job: agentqd %s, its redis %s, the client %s" % (
+              one["jobs_per_s"], one["jobs"], one["submit_per_s"], hz.get("healthz_per_s"),
+              one.get("agentqd_cpu_ms_per_job"), one.get("redis_cpu_ms_per_job"), one.get("client_cpu_ms_per_job")),
+          file=sys.stderr)
+print("queue.sh: one request per job, Python client: %s jobs/s (%s jobs), /healthz %s/s" % (
+    thr["jobs_per_s"], thr["jobs"], out["healthz_per_s"]), file=sys.stderr)
+if "jobs_per_s" in bull:
+    print("queue.sh: BullMQ: %s no-op jobs/s, %s adds/s" % (bull["jobs_per_s"], bull["add_per_s"]), file=sys.stderr)
 for k, v in vs.items():
-    print("queue.sh: %-48s %s" % (k, v), file=sys.stderr)
+    print("queue.sh: %-60s %s" % (k, v), file=sys.stderr)
 db, args, sync = sys.argv[2], sys.argv[3].split(), sys.argv[4]
 try:
     with open(db, "rb") as f:

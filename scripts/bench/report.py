@@ -39,7 +39,10 @@ ABOUT = {
               "submitted by 4 keep-alive clients through HTTP -> SQLite -> Redis -> worker; jobs/s = jobs / (last "
               "finished_at - first created_at), vs the no-op floor GET /healthz/s from the same clients; then "
               "open-loop submits at a fixed rate and their latency percentiles (quick: 200 jobs, then 20 req/s for "
-              "5 s = 100 requests, so p99 is about the max; full: 500 jobs, then 50 req/s for 10 s). "
+              "5 s = 100 requests, so p99 is about the max; full: 500 jobs, then 50 req/s for 10 s). The \"node "
+              "client\" figures (since session 25; `scripts/bench/queue_node.mjs jobs` and `healthz`): as many jobs "
+              "as the same run's BullMQ baseline (5,000 quick, 20,000 full) from 16 keep-alive connections, "
+              "first submit (client clock) to last finished_at, and the /healthz floor from the same 16. "
               "Durability as run (`durability` in the JSON line, read from the live instance): "
               "DURABILITY."),
 }
