@@ -132,6 +132,10 @@ namespace {
   "lease_epoch, lease_owner, lease_expires_ms, COALESCE(idempotency_key,''), request_hash, created_ms, "   \
   "started_ms, finished_ms, updated_ms, deadline_ms, deleted_ms, store_content"
 #define AQ_TERMINAL_SQL "('completed','failed','cancelled','incomplete')"
+// list_jobs' page after the cursor (?3 created_ms, ?4 id; newest first, ?5 rows). `created_ms <= ?3`
+// is written apart so that it bounds an index range; the OR alone would not.
+#define AQ_LIST_PAGE_SQL \
+  "deleted_ms=0 AND created_ms <= ?3 AND (created_ms < ?3 OR id < ?4) ORDER BY created_ms DESC, id DESC LIMIT ?5"
 
 job_row read_job(const sqlite_stmt& s) {
   job_row j;
@@ -599,9 +603,16 @@ class sqlite_store final : public store {
         s.bind(1, before_id);
         if (s.step()) before_created = s.col_int(0);
       }
-      auto& s = c.stmt("SELECT " AQ_JOB_COLS
-                       " FROM jobs WHERE (?1='' OR tenant=?1) AND (?2='' OR status=?2) AND deleted_ms=0 AND "
-                       "(created_ms < ?3 OR (created_ms = ?3 AND id < ?4)) ORDER BY created_ms DESC, id DESC LIMIT ?5");
+      // NOTE: one statement per filter shape, not `(?1='' OR tenant=?1)`: an OR on a bound parameter
+      // kept SQLite off every index (EXPLAIN QUERY PLAN: SCAN jobs + a temp B-tree), so each page
+      // cost O(all jobs ever stored). Now a tenant's list walks jobs_tenant_created from the cursor
+      // down (the page's `created_ms <= ?3` is the range) and a status-only list (the worker's KV
+      // sweep) uses jobs_status. Unused parameters stay bound: SQLite counts up to the highest ?N.
+      auto& s = !tenant.empty()
+                    ? (status ? c.stmt("SELECT " AQ_JOB_COLS " FROM jobs WHERE tenant=?1 AND status=?2 AND " AQ_LIST_PAGE_SQL)
+                              : c.stmt("SELECT " AQ_JOB_COLS " FROM jobs WHERE tenant=?1 AND " AQ_LIST_PAGE_SQL))
+                    : (status ? c.stmt("SELECT " AQ_JOB_COLS " FROM jobs WHERE status=?2 AND " AQ_LIST_PAGE_SQL)
+                              : c.stmt("SELECT " AQ_JOB_COLS " FROM jobs WHERE " AQ_LIST_PAGE_SQL));
       s.bind_all(tenant, status ? std::string(to_string(*status)) : std::string(), before_created, before,
                  static_cast<int64_t>(limit));
       while (s.step()) out.push_back(read_job(s));

@@ -89,6 +89,49 @@ TEST_CASE("create, get, list, events and outbox") {
   CHECK(s->fetch_outbox("publish", 10).size() == 1);
 }
 
+// list_jobs has one statement per filter shape (tenant or not, status or not) so that SQLite uses
+// an index; each shape pages through exactly the rows it should, newest first, ties on created_ms
+// broken by id, including across a page boundary inside a tie.
+TEST_CASE("list_jobs: every filter shape pages newest first through ties") {
+  agentq::test::temp_dir dir;
+  auto path = dir.file("jobs.db");
+  auto s = open_store(path);
+  struct want { std::string id, tenant; int64_t created; bool running; };
+  std::vector<want> all;
+  for (int i = 0; i < 14; ++i) {
+    auto j = make_job(*s, i % 2 ? "t2" : "t1");
+    bool running = i % 3 == 0;
+    if (running) claim(*s, j.id);
+    all.push_back({j.id, j.tenant, 1000 + i / 4, running});  // groups of 4 share a created_ms
+  }
+  for (const auto& w : all)
+    REQUIRE(sql_exec(path, "UPDATE jobs SET created_ms=" + std::to_string(w.created) + " WHERE id='" + w.id + "'") ==
+            SQLITE_OK);
+  std::sort(all.begin(), all.end(), [](const want& a, const want& b) {
+    return a.created != b.created ? a.created > b.created : a.id > b.id;
+  });
+  for (std::string tenant : {"", "t1"}) {
+    for (std::optional<job_status> st : {std::optional<job_status>(), std::optional(job_status::queued),
+                                         std::optional(job_status::running)}) {
+      std::vector<std::string> expected, got;
+      for (const auto& w : all)
+        if ((tenant.empty() || w.tenant == tenant) &&
+            (!st || (*st == job_status::running) == w.running))
+          expected.push_back(w.id);
+      std::string before;
+      for (int pages = 0; pages < 20; ++pages) {
+        auto rows = s->list_jobs(tenant, st, 3, before);
+        for (const auto& r : rows) got.push_back(r.id);
+        if (rows.size() < 3) break;
+        before = rows.back().id;
+      }
+      CAPTURE(tenant);
+      CAPTURE(st.has_value());
+      CHECK(got == expected);
+    }
+  }
+}
+
 // Every column of two rows (job_row has no ==).
 static void check_same_row(const job_row& a, const job_row& b) {
   CHECK(a.id == b.id);
