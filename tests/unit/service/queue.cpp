@@ -320,7 +320,7 @@ TEST_CASE("throughput: publish + read + ack") {
   }
   auto t2 = std::chrono::steady_clock::now();
   std::vector<queue::queue::publish_item> batch;
-  for (int i = 0; i < n; ++i) batch.push_back({"job_b" + std::to_string(i), i % 3, {}});
+  for (int i = 0; i < n; ++i) batch.push_back({"job_b" + std::to_string(i), i % 3, {}, {}});
   auto t3 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < batch.size(); i += 256) {
     std::vector<queue::queue::publish_item> part(batch.begin() + i, batch.begin() + std::min(batch.size(), i + 256));
