@@ -894,19 +894,19 @@ struct worker::impl {
       tc.turn_idx = turn_idx;
       tc.content = msg.content;
       if (!msg.tool_calls.empty()) tc.tool_calls_json = tool_calls_to_json(msg.tool_calls);
-      tc.turn_usage_json = json{{"prompt_tokens", res.usage.n_tokens_prompt},
-                                {"cached_tokens", res.usage.n_tokens_cached},
-                                {"computed_tokens", res.usage.n_tokens_computed},
-                                {"completion_tokens", res.usage.n_tokens_generated},
-                                // speculative decoding (#32), under OpenAI's names
-                                {"completion_tokens_details",
-                                 {{"accepted_prediction_tokens", res.usage.n_tokens_draft_accepted},
-                                  {"rejected_prediction_tokens", res.usage.n_tokens_draft_rejected}}},
-                                {"finish", to_string(res.finish)},
-                                {"queue_ms", res.usage.queue_ms},
-                                {"prefill_ms", res.usage.prefill_ms},
-                                {"decode_ms", res.usage.decode_ms}}
-                               .dump();
+      // NOTE: the turn event's data is made here too (store::set_turn_usage), not on the store's writer.
+      store::set_turn_usage(tc, json{{"prompt_tokens", res.usage.n_tokens_prompt},
+                                     {"cached_tokens", res.usage.n_tokens_cached},
+                                     {"computed_tokens", res.usage.n_tokens_computed},
+                                     {"completion_tokens", res.usage.n_tokens_generated},
+                                     // speculative decoding (#32), under OpenAI's names
+                                     {"completion_tokens_details",
+                                      {{"accepted_prediction_tokens", res.usage.n_tokens_draft_accepted},
+                                       {"rejected_prediction_tokens", res.usage.n_tokens_draft_rejected}}},
+                                     {"finish", to_string(res.finish)},
+                                     {"queue_ms", res.usage.queue_ms},
+                                     {"prefill_ms", res.usage.prefill_ms},
+                                     {"decode_ms", res.usage.decode_ms}});
       tc.job_usage = usage;
       obs::observe_turn(res.usage);
       spdlog::debug("worker {}: job {} turn {}: {} prompt tokens ({} cached), {} generated, prefill {:.0f} ms, decode {:.0f} ms",

@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <climits>
 #include <filesystem>
 #include <future>
 #include <set>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "store/job_id.h"
 #include "store/store.h"
@@ -530,6 +533,82 @@ TEST_CASE("commit_step: input, turn and end as one write; fenced writes nothing;
   CHECK(s->commit_step(k.id, e2, end_only).get() == write_status::ok);
   CHECK(s->read_transcript(k.id).size() == 2);  // input once, the turn
   CHECK(s->get_job(k.id)->status == job_status::failed);
+}
+
+TEST_CASE("JSON made off the json object (writer thread): the same bytes as nlohmann's dump") {
+  // usage_totals::to_json is written directly; it must equal the json object's dump it replaced.
+  for (int64_t v : {int64_t{0}, int64_t{1}, int64_t{-3}, int64_t{123456789012345}, INT64_MAX, INT64_MIN}) {
+    usage_totals u;
+    u.prompt_tokens = v;
+    u.cached_tokens = v / 2;
+    u.computed_tokens = v / 3;
+    u.completion_tokens = 7;
+    u.accepted_prediction_tokens = v / 5;
+    u.rejected_prediction_tokens = 11;
+    u.turns = static_cast<int32_t>(v % 1000);
+    nlohmann::json want = {{"prompt_tokens", u.prompt_tokens},
+                           {"cached_tokens", u.cached_tokens},
+                           {"computed_tokens", u.computed_tokens},
+                           {"completion_tokens", u.completion_tokens},
+                           {"completion_tokens_details",
+                            {{"accepted_prediction_tokens", u.accepted_prediction_tokens},
+                             {"rejected_prediction_tokens", u.rejected_prediction_tokens}}},
+                           {"turns", u.turns}};
+    CHECK(u.to_json() == want.dump());
+    auto back = usage_totals::from_json(u.to_json());
+    CHECK(back.prompt_tokens == u.prompt_tokens);
+    CHECK(back.rejected_prediction_tokens == u.rejected_prediction_tokens);
+  }
+  // set_turn_usage (the worker, off the writer) makes the event the writer would (turn_event_json).
+  for (const char* calls : {"", R"([{"id":"c0","name":"f","arguments":"{\"a\":1}"}])"}) {
+    turn_commit t;
+    t.turn_idx = 3;
+    t.tool_calls_json = calls;
+    set_turn_usage(t, {{"prompt_tokens", 24},
+                       {"finish", "length"},
+                       {"queue_ms", 0.1},
+                       {"prefill_ms", 1.0 / 3.0},
+                       {"decode_ms", 12345.678901234567},
+                       {"completion_tokens_details", {{"accepted_prediction_tokens", 0}}}});
+    CHECK(!t.event_json.empty());
+    turn_commit parsed = t;
+    parsed.event_json.clear();
+    CHECK(t.event_json == turn_event_json(parsed));
+  }
+}
+
+TEST_CASE("commit_step: a turn's event is the caller's event_json, or made by the writer; status events as before") {
+  agentq::test::temp_dir dir;
+  auto s = open_store(dir.file("jobs.db"));
+  std::vector<std::string> turn_events;
+  for (bool made_by_caller : {false, true}) {
+    auto j = make_job(*s);
+    int64_t epoch = claim(*s, j.id);
+    step_commit step;
+    turn_commit t;
+    t.turn_idx = 0;
+    t.content = "x";
+    t.job_usage.turns = 1;
+    if (made_by_caller)
+      set_turn_usage(t, {{"prompt_tokens", 5}, {"prefill_ms", 0.25}});
+    else
+      t.turn_usage_json = nlohmann::json{{"prompt_tokens", 5}, {"prefill_ms", 0.25}}.dump();
+    step.turn = t;
+    step.end = job_end{job_status::incomplete, "{}", "", t.job_usage};
+    REQUIRE(s->commit_step(j.id, epoch, step).get() == write_status::ok);
+    std::vector<std::string> statuses;
+    for (auto& e : s->read_events(j.id, 0, 100)) {
+      if (e.type == "turn") turn_events.push_back(e.data_json);
+      if (e.type == "status") statuses.push_back(e.data_json);
+    }
+    REQUIRE(statuses.size() == 3);  // queued, running (with its worker, epoch, attempt), incomplete
+    CHECK(statuses[0] == R"({"status":"queued"})");
+    CHECK(statuses[1].find(R"("status":"running")") != std::string::npos);
+    CHECK(statuses[2] == R"({"status":"incomplete"})");
+  }
+  REQUIRE(turn_events.size() == 2);
+  CHECK(turn_events[0] == turn_events[1]);
+  CHECK(turn_events[0] == R"({"turn":0,"usage":{"prefill_ms":0.25,"prompt_tokens":5}})");
 }
 
 TEST_CASE("job ids: job_ + 24 hex digits, ordered by their ms, distinct within one") {
