@@ -2,6 +2,8 @@
 // applied in order, each in its own IMMEDIATE transaction, version kept in PRAGMA user_version.
 #include "store/migrations.h"
 
+#include <string_view>
+
 #include "store/sqlite.h"
 #include "store/store.h"
 
@@ -40,6 +42,14 @@ bool migrate(sqlite_db& db, int32_t target_version, std::string* error) {
           continue;
         }
         db.exec(m.sql);
+        if (std::string_view(m.sql).find("writable_schema") != std::string_view::npos) {
+          // NOTE: an edit of sqlite_schema's text (0012): schema_version + 1 makes every connection,
+          // this one included, parse the schema again (SQLite's documented procedure).
+          auto s = db.prepare("PRAGMA schema_version");
+          s.step();
+          const int64_t v = s.col_int(0);
+          db.exec("PRAGMA schema_version = " + std::to_string(v + 1));
+        }
         db.exec("PRAGMA user_version = " + std::to_string(m.version));
         db.exec("COMMIT");
       } catch (const sqlite_error& e) {

@@ -299,21 +299,39 @@ TEST_CASE("terminal states never change") {
   CHECK(s->cancel_job("job_missing").get() == write_status::not_found);
   // The trigger runs on every claim, turn and end: its WHEN builds no ephemeral table (an IN list
   // did, each time: migrations/0011).
+  // So does the status CHECK on a submit's INSERT and a claim's or end's UPDATE (migrations/0012).
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  sqlite3_stmt* st = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db, "EXPLAIN UPDATE jobs SET usage_json='{}' WHERE id='x' AND status='running'", -1, &st,
-                             nullptr) == SQLITE_OK);
-  int n_ephemeral = 0, n_program = 0;
-  while (sqlite3_step(st) == SQLITE_ROW) {
-    const std::string op = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
-    n_ephemeral += op == "OpenEphemeral";
-    n_program += op == "Program";
-  }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
+  auto explain = [&](const char* sql, int* n_program) {
+    sqlite3_stmt* st = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, sql, -1, &st, nullptr) == SQLITE_OK);
+    int n_ephemeral = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      const std::string op = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
+      n_ephemeral += op == "OpenEphemeral";
+      if (n_program) *n_program += op == "Program";
+    }
+    sqlite3_finalize(st);
+    return n_ephemeral;
+  };
+  int n_program = 0;
+  CHECK(explain("EXPLAIN UPDATE jobs SET usage_json='{}' WHERE id='x' AND status='running'", &n_program) == 0);
   CHECK(n_program >= 1);  // the triggers are there
-  CHECK(n_ephemeral == 0);
+  CHECK(explain("EXPLAIN INSERT INTO jobs(id, tenant, status, request_json, created_ms, updated_ms) "
+                "VALUES ('x', 't', 'queued', '{}', 1, 1)", nullptr) == 0);
+  CHECK(explain("EXPLAIN UPDATE jobs SET status='running', lease_epoch=lease_epoch+1 WHERE id='x'", nullptr) == 0);
+  CHECK(explain("EXPLAIN UPDATE jobs SET status='completed' WHERE id='x' AND status='running'", nullptr) == 0);
+  // The CHECK still holds: an unknown status is refused.
+  char* msg = nullptr;
+  CHECK(sqlite3_exec(db, "INSERT INTO jobs(id, tenant, status, request_json, created_ms, updated_ms) "
+                         "VALUES ('bad', 't', 'bogus', '{}', 1, 1)", nullptr, nullptr, &msg) == SQLITE_CONSTRAINT);
+  sqlite3_free(msg);
+  CHECK(sqlite3_exec(db, "UPDATE jobs SET status='bogus'", nullptr, nullptr, &msg) == SQLITE_CONSTRAINT);
+  sqlite3_free(msg);
+  sqlite3_close(db);
+  // The writer (whose connection ran the migration and its schema_version bump) goes on writing.
+  auto j2 = make_job(*s);
+  CHECK(s->get_job(j2.id)->status == job_status::queued);
 }
 
 TEST_CASE("fencing: a stale epoch's writes are rejected after a reclaim") {
