@@ -6,9 +6,9 @@
 -- for the terminal trigger. A CHECK's text changes nothing on disk, so it is edited in place
 -- (https://www.sqlite.org/lang_altertable.html, "making other kinds of table schema changes"); the
 -- runner bumps schema_version after a migration that sets writable_schema, so every connection
--- reloads the schema. A database whose CHECK text differs is left as it is (the replace matches nothing).
+-- reloads the schema, and lifts SQLite's defensive mode (which refuses such edits) for it. A database whose CHECK text differs is left as it is (the replace matches nothing).
 PRAGMA writable_schema = ON;
-UPDATE sqlite_schema
+UPDATE sqlite_master
 SET sql = replace(sql,
   'CHECK (status IN (''queued'',''running'',''requires_action'',''completed'',''failed'',''cancelled'',''incomplete''))',
   'CHECK (status = ''queued'' OR status = ''running'' OR status = ''requires_action'' OR status = ''completed'' OR status = ''failed'' OR status = ''cancelled'' OR status = ''incomplete'')')

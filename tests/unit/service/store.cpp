@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "store/job_id.h"
+#include "store/migrations.h"
+#include "store/sqlite.h"
 #include "store/store.h"
 #include "temp_dir.h"
 
@@ -390,6 +392,36 @@ TEST_CASE("cancel reaches cancelled_among; release requeues") {
   CHECK(s->release_job(b.id, eb).get() == write_status::ok);
   CHECK(s->get_job(b.id)->status == job_status::queued);
   CHECK(s->list_dispatchable(-1000, 10).size() == 1);
+}
+
+TEST_CASE("migrations: 0012 edits the status CHECK in place, also on a connection in defensive mode") {
+  agentq::test::temp_dir dir;
+  const std::string path = dir.file("defensive.db");
+  std::string err;
+  REQUIRE_MESSAGE(migrate_file(path, 11, &err), err);
+  REQUIRE(sql_exec(path, "INSERT INTO jobs(id, tenant, status, request_json, created_ms, updated_ms) "
+                         "VALUES ('job_old','t','queued','{}',1,1)") == SQLITE_OK);
+  {
+    sqlite_db db(path, 5000);
+    int on = -1;
+    REQUIRE(sqlite3_db_config(db.handle(), SQLITE_DBCONFIG_DEFENSIVE, 1, &on) == SQLITE_OK);
+    REQUIRE(on == 1);
+    REQUIRE_MESSAGE(migrate(db, store::latest_schema_version(), &err), err);
+    CHECK(db.user_version() == store::latest_schema_version());
+    sqlite3_db_config(db.handle(), SQLITE_DBCONFIG_DEFENSIVE, -1, &on);
+    CHECK(on == 1);  // as it was
+    auto s = db.prepare("SELECT sql FROM sqlite_master WHERE type='table' AND name='jobs'");
+    REQUIRE(s.step());
+    const std::string sql = s.col_text(0);
+    CHECK(sql.find("status IN (") == std::string::npos);
+    CHECK(sql.find("status = 'queued' OR status = 'running'") != std::string::npos);
+    auto ic = db.prepare("PRAGMA integrity_check");
+    REQUIRE(ic.step());
+    CHECK(ic.col_text(0) == "ok");
+  }
+  CHECK(sql_exec(path, "UPDATE jobs SET status='bogus' WHERE id='job_old'") == SQLITE_CONSTRAINT);
+  auto s = open_store(path);
+  CHECK(s->get_job("job_old")->status == job_status::queued);
 }
 
 TEST_CASE("migrations: upgrade from every earlier version; refuse a newer database") {
