@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <functional>
@@ -94,16 +95,34 @@ int64_t now_ms() {
       .count();
 }
 
+// NOTE: written directly, not through a json object (it is made on the writer thread for every job
+// end): the bytes nlohmann's dump() gives, keys in its std::map order (unit.store checks they match).
 std::string usage_totals::to_json() const {
-  return json{{"prompt_tokens", prompt_tokens},
-              {"cached_tokens", cached_tokens},
-              {"computed_tokens", computed_tokens},
-              {"completion_tokens", completion_tokens},
-              {"completion_tokens_details",
-               {{"accepted_prediction_tokens", accepted_prediction_tokens},
-                {"rejected_prediction_tokens", rejected_prediction_tokens}}},
-              {"turns", turns}}
-      .dump();
+  char buf[320];
+  int n = std::snprintf(buf, sizeof buf,
+                        "{\"cached_tokens\":%lld,\"completion_tokens\":%lld,\"completion_tokens_details\":"
+                        "{\"accepted_prediction_tokens\":%lld,\"rejected_prediction_tokens\":%lld},"
+                        "\"computed_tokens\":%lld,\"prompt_tokens\":%lld,\"turns\":%d}",
+                        static_cast<long long>(cached_tokens), static_cast<long long>(completion_tokens),
+                        static_cast<long long>(accepted_prediction_tokens),
+                        static_cast<long long>(rejected_prediction_tokens), static_cast<long long>(computed_tokens),
+                        static_cast<long long>(prompt_tokens), static_cast<int>(turns));
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+std::string turn_event_json(const turn_commit& t) {
+  json d = {{"turn", t.turn_idx}, {"usage", json::parse(t.turn_usage_json.empty() ? "{}" : t.turn_usage_json, nullptr, false)}};
+  if (!t.tool_calls_json.empty()) d["tool_calls"] = json::parse(t.tool_calls_json, nullptr, false);
+  return d.dump();
+}
+
+void set_turn_usage(turn_commit& t, const json& usage) {
+  t.turn_usage_json = usage.dump();
+  // NOTE: dump() then parse() gives back the same value (numbers round-trip), so this equals
+  // turn_event_json(t) without its parse of the usage.
+  json d = {{"turn", t.turn_idx}, {"usage", usage}};
+  if (!t.tool_calls_json.empty()) d["tool_calls"] = json::parse(t.tool_calls_json, nullptr, false);
+  t.event_json = d.dump();
 }
 
 usage_totals usage_totals::from_json(std::string_view text) {
@@ -180,9 +199,19 @@ void insert_event(conn& c, const std::string& job_id, const std::string& type, c
 }
 
 void insert_status_event(conn& c, const std::string& job_id, job_status st, const json& extra, int64_t now) {
-  json d = extra.is_object() ? extra : json::object();
-  d["status"] = to_string(st);
-  insert_event(c, job_id, "status", d.dump(), now);
+  std::string data;
+  if (!extra.is_object() || extra.empty()) {
+    // NOTE: every submit and most job ends: {"status":"..."} made without a json object (the
+    // same bytes; statuses are plain ASCII words).
+    data = "{\"status\":\"";
+    data += to_string(st);
+    data += "\"}";
+  } else {
+    json d = extra;
+    d["status"] = to_string(st);
+    data = d.dump();
+  }
+  insert_event(c, job_id, "status", data, now);
   if (is_terminal(st) || st == job_status::requires_action) c.wrote |= conn::k_wrote_webhook_status;
 }
 
@@ -254,9 +283,7 @@ write_status apply_commit_turn(conn& c, const std::string& job_id, int64_t epoch
   r.tool_calls_json = t.tool_calls_json;
   r.usage_json = t.turn_usage_json;
   insert_transcript(c, job_id, r, now);
-  json d = {{"turn", t.turn_idx}, {"usage", json::parse(t.turn_usage_json.empty() ? "{}" : t.turn_usage_json, nullptr, false)}};
-  if (!t.tool_calls_json.empty()) d["tool_calls"] = json::parse(t.tool_calls_json, nullptr, false);
-  insert_event(c, job_id, "turn", d.dump(), now);
+  insert_event(c, job_id, "turn", t.event_json.empty() ? turn_event_json(t) : t.event_json, now);
   return write_status::ok;
 }
 

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace agentq::store {
 
 // ---------------------------------------------------------------------------
@@ -151,7 +153,17 @@ struct turn_commit {
   std::string tool_calls_json;     // JSON array [{id,name,arguments}] or empty
   std::string turn_usage_json;
   usage_totals job_usage;          // job totals after this turn
+  // The turn's "turn" event data (turn_event_json()), made by the caller off the writer thread
+  // (set_turn_usage()); empty = the writer makes it. NOTE: must equal turn_event_json(*this).
+  std::string event_json;
 };
+
+// The "turn" event's data_json for t: {"tool_calls": [...], "turn": N, "usage": {...}} (nlohmann's
+// key order), from t's JSON texts (parsed here).
+std::string turn_event_json(const turn_commit& t);
+// Sets t.turn_usage_json and t.event_json from the usage object (t.turn_idx and t.tool_calls_json
+// set before): the same bytes the writer would make, without parsing the usage back.
+void set_turn_usage(turn_commit& t, const nlohmann::json& usage);
 
 // A job's end (finish_job's arguments), written with its last turn in one step_commit.
 struct job_end {

@@ -5,6 +5,7 @@
 // max_jobs bounds them (64 by default). They are pooled (job_pool.h): started once, not per job.
 // Concurrency on the GPU comes from the engine batching their turns.
 #include "worker/worker.h"
+#include "worker/ack_sender.h"
 #include "worker/call_ids.h"
 #include "worker/control_plane.h"
 #include "worker/end_batcher.h"
@@ -228,6 +229,7 @@ struct worker::impl {
   std::atomic<int64_t> n_fenced_at_start{0};
   int64_t started_ms = 0;
   std::unique_ptr<end_batcher> ends;  // batch-class job ends in groups; nullptr = off (or not started)
+  std::unique_ptr<ack_sender> acks;   // the job threads' acks, pipelined; nullptr before start / after stop
   job_pool pool;  // NOTE: last: destroyed (joined) first, before anything its tasks use
 
   impl(worker_options o, std::shared_ptr<engine> e, std::unique_ptr<control_plane> owned, control_plane& cp,
@@ -594,9 +596,15 @@ struct worker::impl {
 
   // --- the agent loop ------------------------------------------------------------
 
+  // NOTE: the fault point stays on the job thread, after the durable write and before the ack is
+  // handed over: a crash there leaves the entry pending, as before. The ack itself is sent by the
+  // ack sender (ack_sender.h); the job thread does not wait for Redis.
   void ack(job_ctx& c) {
     fault_point("before_xack", c.fault_subject);
-    q.ack(c.delivery);
+    if (acks)
+      acks->post(c.delivery);
+    else
+      q.ack(c.delivery);
   }
 
   // The job is no longer ours (fenced / cancelled): drop the KV; ack only if the job is over.
@@ -886,19 +894,19 @@ struct worker::impl {
       tc.turn_idx = turn_idx;
       tc.content = msg.content;
       if (!msg.tool_calls.empty()) tc.tool_calls_json = tool_calls_to_json(msg.tool_calls);
-      tc.turn_usage_json = json{{"prompt_tokens", res.usage.n_tokens_prompt},
-                                {"cached_tokens", res.usage.n_tokens_cached},
-                                {"computed_tokens", res.usage.n_tokens_computed},
-                                {"completion_tokens", res.usage.n_tokens_generated},
-                                // speculative decoding (#32), under OpenAI's names
-                                {"completion_tokens_details",
-                                 {{"accepted_prediction_tokens", res.usage.n_tokens_draft_accepted},
-                                  {"rejected_prediction_tokens", res.usage.n_tokens_draft_rejected}}},
-                                {"finish", to_string(res.finish)},
-                                {"queue_ms", res.usage.queue_ms},
-                                {"prefill_ms", res.usage.prefill_ms},
-                                {"decode_ms", res.usage.decode_ms}}
-                               .dump();
+      // NOTE: the turn event's data is made here too (store::set_turn_usage), not on the store's writer.
+      store::set_turn_usage(tc, json{{"prompt_tokens", res.usage.n_tokens_prompt},
+                                     {"cached_tokens", res.usage.n_tokens_cached},
+                                     {"computed_tokens", res.usage.n_tokens_computed},
+                                     {"completion_tokens", res.usage.n_tokens_generated},
+                                     // speculative decoding (#32), under OpenAI's names
+                                     {"completion_tokens_details",
+                                      {{"accepted_prediction_tokens", res.usage.n_tokens_draft_accepted},
+                                       {"rejected_prediction_tokens", res.usage.n_tokens_draft_rejected}}},
+                                     {"finish", to_string(res.finish)},
+                                     {"queue_ms", res.usage.queue_ms},
+                                     {"prefill_ms", res.usage.prefill_ms},
+                                     {"decode_ms", res.usage.decode_ms}});
       tc.job_usage = usage;
       obs::observe_turn(res.usage);
       spdlog::debug("worker {}: job {} turn {}: {} prompt tokens ({} cached), {} generated, prefill {:.0f} ms, decode {:.0f} ms",
@@ -1141,6 +1149,7 @@ void worker::start() {
     deps.before_ack = [](const std::string& subject) { fault_point("before_xack", subject); };
     impl_->ends = std::make_unique<end_batcher>(eo, std::move(deps));
   }
+  impl_->acks = std::make_unique<ack_sender>([w = impl_.get()](const std::vector<queue::delivery>& ds) { w->q.ack_many(ds); });
   impl_->announce(true, {});
   impl_->dispatcher = std::thread([this] {
     util::name_thread("aq-dispatch", util::thread_class::throughput);  // per-thread profiles name it; --worker-nice lowers it
@@ -1167,6 +1176,11 @@ void worker::stop() {
     spdlog::info("worker {}: {} batch-class job ends in {} groups", impl_->id, es.n_ends, es.n_groups);
     impl_->ends.reset();  // no job thread is left to hand it an end
   }
+  if (impl_->acks) {
+    auto as = impl_->acks->stats();
+    spdlog::info("worker {}: {} job acks in {} pipelines", impl_->id, as.n_acks, as.n_batches);
+    impl_->acks.reset();  // sends what is queued (no job thread is left to post one)
+  }
   if (impl_->housekeeper.joinable()) impl_->housekeeper.join();
   if (impl_->start_engine) impl_->eng->stop();
   impl_->shutdown_spill();
@@ -1191,6 +1205,7 @@ worker_stats worker::stats() const {
   s.n_fenced = impl_->n_fenced;
   s.n_resumed = impl_->n_resumed;
   s.n_active = impl_->n_active();
+  s.n_running = impl_->n_running();
   s.n_leases_fenced_at_start = impl_->n_fenced_at_start;
   s.superseded = impl_->superseded;
   return s;

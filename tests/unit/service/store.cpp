@@ -7,12 +7,17 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <climits>
 #include <filesystem>
 #include <future>
 #include <set>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "store/job_id.h"
+#include "store/migrations.h"
+#include "store/sqlite.h"
 #include "store/store.h"
 #include "temp_dir.h"
 
@@ -296,21 +301,39 @@ TEST_CASE("terminal states never change") {
   CHECK(s->cancel_job("job_missing").get() == write_status::not_found);
   // The trigger runs on every claim, turn and end: its WHEN builds no ephemeral table (an IN list
   // did, each time: migrations/0011).
+  // So does the status CHECK on a submit's INSERT and a claim's or end's UPDATE (migrations/0012).
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  sqlite3_stmt* st = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db, "EXPLAIN UPDATE jobs SET usage_json='{}' WHERE id='x' AND status='running'", -1, &st,
-                             nullptr) == SQLITE_OK);
-  int n_ephemeral = 0, n_program = 0;
-  while (sqlite3_step(st) == SQLITE_ROW) {
-    const std::string op = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
-    n_ephemeral += op == "OpenEphemeral";
-    n_program += op == "Program";
-  }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
+  auto explain = [&](const char* sql, int* n_program) {
+    sqlite3_stmt* st = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, sql, -1, &st, nullptr) == SQLITE_OK);
+    int n_ephemeral = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      const std::string op = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
+      n_ephemeral += op == "OpenEphemeral";
+      if (n_program) *n_program += op == "Program";
+    }
+    sqlite3_finalize(st);
+    return n_ephemeral;
+  };
+  int n_program = 0;
+  CHECK(explain("EXPLAIN UPDATE jobs SET usage_json='{}' WHERE id='x' AND status='running'", &n_program) == 0);
   CHECK(n_program >= 1);  // the triggers are there
-  CHECK(n_ephemeral == 0);
+  CHECK(explain("EXPLAIN INSERT INTO jobs(id, tenant, status, request_json, created_ms, updated_ms) "
+                "VALUES ('x', 't', 'queued', '{}', 1, 1)", nullptr) == 0);
+  CHECK(explain("EXPLAIN UPDATE jobs SET status='running', lease_epoch=lease_epoch+1 WHERE id='x'", nullptr) == 0);
+  CHECK(explain("EXPLAIN UPDATE jobs SET status='completed' WHERE id='x' AND status='running'", nullptr) == 0);
+  // The CHECK still holds: an unknown status is refused.
+  char* msg = nullptr;
+  CHECK(sqlite3_exec(db, "INSERT INTO jobs(id, tenant, status, request_json, created_ms, updated_ms) "
+                         "VALUES ('bad', 't', 'bogus', '{}', 1, 1)", nullptr, nullptr, &msg) == SQLITE_CONSTRAINT);
+  sqlite3_free(msg);
+  CHECK(sqlite3_exec(db, "UPDATE jobs SET status='bogus'", nullptr, nullptr, &msg) == SQLITE_CONSTRAINT);
+  sqlite3_free(msg);
+  sqlite3_close(db);
+  // The writer (whose connection ran the migration and its schema_version bump) goes on writing.
+  auto j2 = make_job(*s);
+  CHECK(s->get_job(j2.id)->status == job_status::queued);
 }
 
 TEST_CASE("fencing: a stale epoch's writes are rejected after a reclaim") {
@@ -369,6 +392,36 @@ TEST_CASE("cancel reaches cancelled_among; release requeues") {
   CHECK(s->release_job(b.id, eb).get() == write_status::ok);
   CHECK(s->get_job(b.id)->status == job_status::queued);
   CHECK(s->list_dispatchable(-1000, 10).size() == 1);
+}
+
+TEST_CASE("migrations: 0012 edits the status CHECK in place, also on a connection in defensive mode") {
+  agentq::test::temp_dir dir;
+  const std::string path = dir.file("defensive.db");
+  std::string err;
+  REQUIRE_MESSAGE(migrate_file(path, 11, &err), err);
+  REQUIRE(sql_exec(path, "INSERT INTO jobs(id, tenant, status, request_json, created_ms, updated_ms) "
+                         "VALUES ('job_old','t','queued','{}',1,1)") == SQLITE_OK);
+  {
+    sqlite_db db(path, 5000);
+    int on = -1;
+    REQUIRE(sqlite3_db_config(db.handle(), SQLITE_DBCONFIG_DEFENSIVE, 1, &on) == SQLITE_OK);
+    REQUIRE(on == 1);
+    REQUIRE_MESSAGE(migrate(db, store::latest_schema_version(), &err), err);
+    CHECK(db.user_version() == store::latest_schema_version());
+    sqlite3_db_config(db.handle(), SQLITE_DBCONFIG_DEFENSIVE, -1, &on);
+    CHECK(on == 1);  // as it was
+    auto s = db.prepare("SELECT sql FROM sqlite_master WHERE type='table' AND name='jobs'");
+    REQUIRE(s.step());
+    const std::string sql = s.col_text(0);
+    CHECK(sql.find("status IN (") == std::string::npos);
+    CHECK(sql.find("status = 'queued' OR status = 'running'") != std::string::npos);
+    auto ic = db.prepare("PRAGMA integrity_check");
+    REQUIRE(ic.step());
+    CHECK(ic.col_text(0) == "ok");
+  }
+  CHECK(sql_exec(path, "UPDATE jobs SET status='bogus' WHERE id='job_old'") == SQLITE_CONSTRAINT);
+  auto s = open_store(path);
+  CHECK(s->get_job("job_old")->status == job_status::queued);
 }
 
 TEST_CASE("migrations: upgrade from every earlier version; refuse a newer database") {
@@ -530,6 +583,82 @@ TEST_CASE("commit_step: input, turn and end as one write; fenced writes nothing;
   CHECK(s->commit_step(k.id, e2, end_only).get() == write_status::ok);
   CHECK(s->read_transcript(k.id).size() == 2);  // input once, the turn
   CHECK(s->get_job(k.id)->status == job_status::failed);
+}
+
+TEST_CASE("JSON made off the json object (writer thread): the same bytes as nlohmann's dump") {
+  // usage_totals::to_json is written directly; it must equal the json object's dump it replaced.
+  for (int64_t v : {int64_t{0}, int64_t{1}, int64_t{-3}, int64_t{123456789012345}, INT64_MAX, INT64_MIN}) {
+    usage_totals u;
+    u.prompt_tokens = v;
+    u.cached_tokens = v / 2;
+    u.computed_tokens = v / 3;
+    u.completion_tokens = 7;
+    u.accepted_prediction_tokens = v / 5;
+    u.rejected_prediction_tokens = 11;
+    u.turns = static_cast<int32_t>(v % 1000);
+    nlohmann::json want = {{"prompt_tokens", u.prompt_tokens},
+                           {"cached_tokens", u.cached_tokens},
+                           {"computed_tokens", u.computed_tokens},
+                           {"completion_tokens", u.completion_tokens},
+                           {"completion_tokens_details",
+                            {{"accepted_prediction_tokens", u.accepted_prediction_tokens},
+                             {"rejected_prediction_tokens", u.rejected_prediction_tokens}}},
+                           {"turns", u.turns}};
+    CHECK(u.to_json() == want.dump());
+    auto back = usage_totals::from_json(u.to_json());
+    CHECK(back.prompt_tokens == u.prompt_tokens);
+    CHECK(back.rejected_prediction_tokens == u.rejected_prediction_tokens);
+  }
+  // set_turn_usage (the worker, off the writer) makes the event the writer would (turn_event_json).
+  for (const char* calls : {"", R"([{"id":"c0","name":"f","arguments":"{\"a\":1}"}])"}) {
+    turn_commit t;
+    t.turn_idx = 3;
+    t.tool_calls_json = calls;
+    set_turn_usage(t, {{"prompt_tokens", 24},
+                       {"finish", "length"},
+                       {"queue_ms", 0.1},
+                       {"prefill_ms", 1.0 / 3.0},
+                       {"decode_ms", 12345.678901234567},
+                       {"completion_tokens_details", {{"accepted_prediction_tokens", 0}}}});
+    CHECK(!t.event_json.empty());
+    turn_commit parsed = t;
+    parsed.event_json.clear();
+    CHECK(t.event_json == turn_event_json(parsed));
+  }
+}
+
+TEST_CASE("commit_step: a turn's event is the caller's event_json, or made by the writer; status events as before") {
+  agentq::test::temp_dir dir;
+  auto s = open_store(dir.file("jobs.db"));
+  std::vector<std::string> turn_events;
+  for (bool made_by_caller : {false, true}) {
+    auto j = make_job(*s);
+    int64_t epoch = claim(*s, j.id);
+    step_commit step;
+    turn_commit t;
+    t.turn_idx = 0;
+    t.content = "x";
+    t.job_usage.turns = 1;
+    if (made_by_caller)
+      set_turn_usage(t, {{"prompt_tokens", 5}, {"prefill_ms", 0.25}});
+    else
+      t.turn_usage_json = nlohmann::json{{"prompt_tokens", 5}, {"prefill_ms", 0.25}}.dump();
+    step.turn = t;
+    step.end = job_end{job_status::incomplete, "{}", "", t.job_usage};
+    REQUIRE(s->commit_step(j.id, epoch, step).get() == write_status::ok);
+    std::vector<std::string> statuses;
+    for (auto& e : s->read_events(j.id, 0, 100)) {
+      if (e.type == "turn") turn_events.push_back(e.data_json);
+      if (e.type == "status") statuses.push_back(e.data_json);
+    }
+    REQUIRE(statuses.size() == 3);  // queued, running (with its worker, epoch, attempt), incomplete
+    CHECK(statuses[0] == R"({"status":"queued"})");
+    CHECK(statuses[1].find(R"("status":"running")") != std::string::npos);
+    CHECK(statuses[2] == R"({"status":"incomplete"})");
+  }
+  REQUIRE(turn_events.size() == 2);
+  CHECK(turn_events[0] == turn_events[1]);
+  CHECK(turn_events[0] == R"({"turn":0,"usage":{"prefill_ms":0.25,"prompt_tokens":5}})");
 }
 
 TEST_CASE("job ids: job_ + 24 hex digits, ordered by their ms, distinct within one") {

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -366,6 +367,35 @@ TEST_CASE("cancellation reaches a running turn and releases its KV") {
   CHECK(R.w->stats().n_active == 0);
   CHECK(R.eng->n_releases() >= 1);
   CHECK(R.db->get_job(id)->status == job_status::cancelled);
+}
+
+TEST_CASE("a job's thread does not wait for its ack: its end is done while Redis is stopped; the ack is sent after") {
+  // NOTE: the ack goes through the worker's ack sender (worker/ack_sender.h). Before it, the job
+  // thread sent the ack itself and, with Redis stopped, stayed in its loop (n_running 1) until the
+  // connection's 5 s I/O timeout.
+  std::promise<void> go;
+  std::shared_future<void> go_f = go.get_future().share();
+  std::atomic<bool> entered{false};
+  rig R([&](const turn_request&, int32_t) {
+    entered = true;
+    go_f.wait();
+    return test::answer("done");
+  });
+  R.eng->turn_delay_ms = 0;
+  std::string id = R.submit({{"messages", {user("hi")}}});
+  for (int i = 0; i < 1000 && !entered; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(entered);
+  CHECK(R.redis.command({"HEXISTS", "agentq:inflight", id}) == ":1");
+  R.redis.pause();
+  go.set_value();
+  CHECK(R.wait_terminal(id, 3000).status == job_status::completed);
+  // NOTE: n_running, not n_active: the dispatcher reaps ended loops after a read, and Redis is stopped.
+  for (int i = 0; i < 200 && R.w->stats().n_running > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(R.w->stats().n_running == 0);  // within 1 s, Redis still stopped
+  R.redis.resume();
+  for (int i = 0; i < 400 && R.redis.command({"HEXISTS", "agentq:inflight", id}) != ":0"; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(R.redis.command({"HEXISTS", "agentq:inflight", id}) == ":0");  // acked once Redis answers
 }
 
 TEST_CASE("limits: max_turns and deadline end the job as incomplete; bad requests fail") {
