@@ -460,15 +460,17 @@ TEST_CASE("a device failure hands the job back instead of failing it; no claims 
 }
 
 TEST_CASE("a batch-class job waiting for its end group lends its slot: the next job runs meanwhile") {
-  // Two slots, three batch jobs, a serial engine taking 300 ms a turn, ends lingering up to 3 s for
+  // Two slots, three batch jobs, a serial engine taking 1 s a turn, ends lingering up to 3 s for
   // their group. A ends first and waits for the group (B still runs); its slot goes to C at once, so
-  // C's turn starts when B's ends (~600 ms), while A's end is still uncommitted. Holding the slot
-  // would instead flush A and B together at ~600 ms and only then claim C.
+  // C's turn starts when B's ends (~2 s), while A's end is still uncommitted. Holding the slot
+  // would instead flush A and B together at ~2 s and only then claim C.
+  // NOTE: 1 s, not 300 ms (session 25): C's publish and claim must land before B's turn ends, and on
+  // a loaded 2-core host 300 ms was sometimes not enough (a flake, not a lending failure).
   worker::worker_options wo;
   wo.max_jobs = 2;
   wo.batch_end_linger_us = 3'000'000;
   rig R([](const turn_request&, int32_t) { return test::answer("done"); }, wo);
-  R.eng->turn_delay_ms = 300;
+  R.eng->turn_delay_ms = 1000;
   auto submit_batch = [&](const std::string& text) {
     store::new_job nj;
     nj.tenant = "t";
@@ -481,7 +483,7 @@ TEST_CASE("a batch-class job waiting for its end group lends its slot: the next 
   std::string a = submit_batch("a"), b = submit_batch("b");
   R.wait_for(b, [](job_status s) { return s == job_status::running; });
   std::string c = submit_batch("c");
-  for (int i = 0; i < 500 && R.eng->requests().size() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (int i = 0; i < 1500 && R.eng->requests().size() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   REQUIRE(R.eng->requests().size() == 3);
   CHECK_FALSE(store::is_terminal(R.db->get_job(a)->status));  // C started before A's group committed
   for (const auto& id : {a, b, c}) CHECK(R.wait_terminal(id).status == job_status::completed);
