@@ -11,6 +11,7 @@
 #include "redis_server.h"
 #include "store/batch_store.h"
 #include "store/store.h"
+#include "accepted_batch.h"
 #include "temp_dir.h"
 
 using namespace agentq;
@@ -48,28 +49,7 @@ struct fixture {
   }
   // A batch of n accepted lines for tenant; lines whose index is in refused get no job.
   store::batch_row batch(const std::string& tenant, int64_t n, std::vector<int64_t> refused = {}) {
-    store::batch_row b;
-    b.tenant = tenant;
-    b.key_id = "key_" + tenant;
-    b.endpoint = "/v1/chat/completions";
-    b.input_file_id = "file-x";
-    b.completion_window = "24h";
-    b.expires_ms = batches->now() + 86400000;
-    auto made = batches->create_batch(b);
-    REQUIRE(made);
-    std::vector<store::batch_line> lines;
-    for (int64_t i = 0; i < n; ++i) {
-      store::batch_line l;
-      l.line_idx = i;
-      l.custom_id = "r" + std::to_string(i);
-      if (std::find(refused.begin(), refused.end(), i) != refused.end())
-        l.error_json = R"({"code":"invalid_request"})";
-      else
-        l.request_json = R"({"model":"tiny"})";
-      lines.push_back(std::move(l));
-    }
-    REQUIRE(batches->accept_chunk(*made, lines, n, store::job_priority::batch));
-    return *made;
+    return test::accepted_batch(*batches, tenant, n, refused);
   }
   // Read up to max entries of the batch stream as a worker would, acking each: their job ids.
   std::vector<std::string> take(int max) {

@@ -18,6 +18,7 @@
 #include "net/ssrf_guard.h"
 #include "store/batch_store.h"
 #include "store/store.h"
+#include "accepted_batch.h"
 #include "temp_dir.h"
 #include "util/crypto.h"
 
@@ -56,30 +57,10 @@ struct fixture {
   }
   // An in_progress batch of n lines; lines in refused were refused at acceptance (no job).
   store::batch_row batch(int64_t n, std::vector<int64_t> refused = {}) {
-    store::batch_row b;
-    b.tenant = "t";
-    b.key_id = "key_t";
-    b.endpoint = "/v1/chat/completions";
-    b.input_file_id = "file-x";
-    b.completion_window = "24h";
-    b.expires_ms = batches->now() + 86400000;
-    auto made = batches->create_batch(b);
-    REQUIRE(made);
-    std::vector<store::batch_line> lines;
-    for (int64_t i = 0; i < n; ++i) {
-      store::batch_line l;
-      l.line_idx = i;
-      l.custom_id = "r" + std::to_string(i);
-      if (std::find(refused.begin(), refused.end(), i) != refused.end())
-        l.error_json = R"({"code":"invalid_request","message":"bad line"})";
-      else
-        l.request_json = R"({"model":"tiny","messages":[{"role":"user","content":"hi"}]})";
-      lines.push_back(std::move(l));
-    }
-    REQUIRE(batches->accept_chunk(*made, lines, n, store::job_priority::batch));
-    REQUIRE(batches->transition(made->id, store::batch_status::validating, store::batch_status::in_progress, {},
+    auto made = test::accepted_batch(*batches, "t", n, refused);
+    REQUIRE(batches->transition(made.id, store::batch_status::validating, store::batch_status::in_progress, {},
                                 {{"n_total", n}}));
-    return *batches->get_batch(made->id, "");
+    return *batches->get_batch(made.id, "");
   }
   std::string job_of(const store::batch_row& b, int64_t line) {
     auto rows = batches->results(b.id, line, 1);
