@@ -74,9 +74,9 @@ std::optional<int64_t> parse_i64(const std::string& s) {
 response submit_answer(const store::create_result& res, const json* request = nullptr) {
   switch (res.outcome) {
     case store::create_outcome::created:
-      return json_response(202, job_object(res.job, nullptr, request));
+      return json_text_response(202, job_json(res.job, nullptr, request));
     case store::create_outcome::existing:
-      return json_response(200, job_object(res.job, nullptr));
+      return json_text_response(200, job_json(res.job, nullptr));
     case store::create_outcome::conflict:
       return error_response(error_kind::conflict, "Idempotency-Key was already used with a different request body",
                             "Idempotency-Key");
@@ -227,7 +227,7 @@ void api::install(http::router& r) {
           // back to its connections; the 202 is made on the connection's io thread once the writer's
           // commit is durable, never before.
           response deferred;
-          // The parsed body goes along for the 202 (job_object need not parse request_json again).
+          // The parsed body goes along for the 202 (job_json need not parse request_json again).
           auto parsed = std::make_shared<json>(std::move(*body));
           deferred.deferred = [store = deps_.store, nj = std::move(nj), parsed](http::reply_fn reply) mutable {
             store->create_job_async(std::move(nj), [reply = std::move(reply), parsed](store::create_result r) {
@@ -303,7 +303,7 @@ void api::install(http::router& r) {
           auto job = deps_.store->get_job(id, key.tenant);
           if (!job) return job_not_found(id);
           auto transcript = deps_.store->read_transcript(id);
-          return json_response(200, job_object(*job, &transcript));
+          return json_text_response(200, job_json(*job, &transcript));
         }));
 
   r.add("POST", "/v1/jobs/{id}/cancel", authed([this](request& req, const auth::key_info& key) {
