@@ -149,7 +149,15 @@ TEST_CASE("job_json: usage and output of every shape") {
         R"({"prompt_tokens":"x","cached_tokens":-4,"completion_tokens":9223372036854775807,"turns":true})",
         R"({"completion_tokens_details":[1],"turns":0})",
         R"({"completion_tokens_details":{"accepted_prediction_tokens":3,"rejected_prediction_tokens":1.5}})",
-        R"({"prompt_tokens":18446744073709551615,"turns":-1})"}) {
+        R"({"prompt_tokens":18446744073709551615,"turns":-1})",
+        // the last of a repeated key; a nested object's keys are not the top level's; escapes in keys
+        R"({"prompt_tokens":1,"prompt_tokens":"x","n_tokens_prompt":4,"turns":1,"turns":3})",
+        R"({"x":{"prompt_tokens":9,"completion_tokens_details":{"accepted_prediction_tokens":5}},"y":[{"turns":"z"}]})",
+        R"({"completion_tokens_details":{"accepted_prediction_tokens":2},"completion_tokens_details":7})",
+        R"({"completion_tokens_details":{"accepted_prediction_tokens":2},"completion_tokens_details":{"rejected_prediction_tokens":1}})",
+        R"({"completion_tokens_details":{"accepted_prediction_tokens":{"a":1},"rejected_prediction_tokens":[2]}})",
+        R"({"prompt_tokens":6,"cached_tokens":[1],"completion_tokens":{"n":2},"turns":false})",
+        R"([{"prompt_tokens":3}])", "17", R"({"prompt_tokens":3})" " trailing", R"({"prompt_tokens":1e400})"}) {
     j.usage_json = usage;
     check_same(j);
   }
@@ -192,11 +200,24 @@ TEST_CASE("job_json: transcripts with tools, turns and odd usage") {
   auto* c = row("assistant", 2, "again");
   c->tool_calls_json = "[]";
   c->usage_json = "not json";
+  auto* e = row("assistant", 4, "y");
+  e->usage_json = R"({"finish":"length","finish":null,"queue_ms":18446744073709551615,"prefill_ms":-3,)"
+                  R"("decode_ms":"1 ms","decode_ms":true,"prompt_tokens":2})";
+  auto* f = row("assistant", 5, "z");
+  f->usage_json = R"({"queue_ms":1e-7,"prefill_ms":1234567.0,"decode_ms":"café "q"","finish":"stöp"})";
   auto* d = row("assistant", 3, "x");
   d->tool_calls_json = "not json either";
   d->usage_json = R"({"finish":7,"prefill_ms":{"a":[1]}})";
   d->created_ms = 0;
   row("assistant", -1, "an input assistant message: no turn");
+  check_same(j, &t);
+  // a turn's usage that job_object copies whole or throws on: the old way, same outcome
+  t.back().turn_idx = 6;
+  t.back().usage_json = R"({"queue_ms":{"a":[1]},"decode_ms":[1,2]})";
+  check_same(j, &t);
+  t.back().usage_json = R"({"turns":1,"prefill_ms":[]})";
+  check_same(j, &t);
+  t.back().usage_json = R"({"completion_tokens_details":[],"finish":{"x":1}})";
   check_same(j, &t);
 }
 
