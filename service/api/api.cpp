@@ -43,8 +43,8 @@ response job_not_found(const std::string& id) {
 }
 
 std::string bearer_of(const request& req) {
-  std::string h = req.header("authorization");
-  if (h.size() > 7 && (h.compare(0, 7, "Bearer ") == 0 || h.compare(0, 7, "bearer ") == 0)) return h.substr(7);
+  std::string_view h = req.header_view("authorization");
+  if (h.size() > 7 && (h.starts_with("Bearer ") || h.starts_with("bearer "))) return std::string(h.substr(7));
   return "";
 }
 
@@ -203,7 +203,7 @@ void api::install(http::router& r) {
 
   r.add("POST", "/v1/jobs", authed([this](request& req, const auth::key_info& key) {
           validation_error err;
-          auto body = parse_body(req.body, req.header("content-type"), &err);
+          auto body = parse_body(req.body, req.header_view("content-type"), &err);
           if (!body) return from_validation(err);
           auto v = validate_job(*body, *deps_.catalog, *deps_.guard, options_.limits, &err);
           if (!v) return from_validation(err);
@@ -215,7 +215,7 @@ void api::install(http::router& r) {
           nj.key_id = key.id;
           if (auto m = body->find("model"); m != body->end() && m->is_string()) nj.model = m->get<std::string>();
           if (v->deadline_seconds > 0) nj.deadline_ms = store::now_ms() + int64_t(v->deadline_seconds * 1000);
-          std::string idem = req.header("idempotency-key");
+          std::string_view idem = req.header_view("idempotency-key");
           if (!idem.empty()) {
             if (idem.size() > 255)
               return error_response(error_kind::invalid_request, "Idempotency-Key is longer than 255 characters",

@@ -455,11 +455,20 @@ struct duplicate_key {
 std::optional<json> parse_body(const std::string& body, std::string_view content_type, validation_error* err) {
   // NOTE: a missing Content-Type is accepted (old clients); a declared non-JSON one is refused
   // with 400, as issue #24 asks of every refused body, rather than 415 (same JSON error body).
-  std::string media(content_type.substr(0, content_type.find(';')));
-  while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.pop_back();
-  while (!media.empty() && (media.front() == ' ' || media.front() == '\t')) media.erase(0, 1);
-  for (char& ch : media) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  if (!media.empty() && media != "application/json" && !media.ends_with("+json")) {
+  std::string_view media_raw = content_type.substr(0, content_type.find(';'));
+  while (!media_raw.empty() && (media_raw.back() == ' ' || media_raw.back() == '\t')) media_raw.remove_suffix(1);
+  while (!media_raw.empty() && (media_raw.front() == ' ' || media_raw.front() == '\t')) media_raw.remove_prefix(1);
+  // case-insensitive: the lowercased copy is made only for a refusal's message
+  auto ends_with_nocase = [&](std::string_view suffix) {
+    return media_raw.size() >= suffix.size() &&
+           std::equal(suffix.begin(), suffix.end(), media_raw.end() - suffix.size(),
+                      [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
+  };
+  const bool json_media =
+      media_raw.empty() || (media_raw.size() == 16 && ends_with_nocase("application/json")) || ends_with_nocase("+json");
+  if (!json_media) {
+    std::string media(media_raw);
+    for (char& ch : media) ch = char(std::tolower(static_cast<unsigned char>(ch)));
     *err = {http::error_kind::invalid_request,
             "the request body must be JSON (Content-Type: application/json), not '" + media + "'", "Content-Type"};
     return std::nullopt;

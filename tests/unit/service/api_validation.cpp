@@ -207,6 +207,29 @@ TEST_CASE("body parsing: duplicate keys, non-JSON Content-Type, messages without
   CHECK(e.param == "Content-Type");
   CHECK(api::parse_body(R"({"model":"a"})", "application/json; charset=utf-8", &e));
   CHECK(api::parse_body(R"({"model":"a"})", "", &e));  // none declared: accepted
+  CHECK(api::parse_body(R"({"model":"a"})", " Application/JSON ;charset=utf-8", &e));
+  CHECK(api::parse_body(R"({"model":"a"})", "application/vnd.api+JSON", &e));
+  CHECK(api::parse_body(R"({"model":"a"})", " ; x", &e));  // an empty media type: as none
+  for (const char* refused : {"application/jsonx", "xapplication/json", "json", "+jsonx"}) {
+    CHECK_FALSE(api::parse_body(R"({"model":"a"})", refused, &e));
+    CHECK(e.param == "Content-Type");
+  }
+  CHECK_FALSE(api::parse_body(R"({"model":"a"})", " TEXT/Plain; charset=x", &e));
+  CHECK(e.message == "the request body must be JSON (Content-Type: application/json), not 'text/plain'");
+
+  // the key list is kept between bodies (per thread): each body starts from none, a closed
+  // object's keys leave with it, and a refused body leaves nothing behind
+  CHECK_FALSE(api::parse_body(R"({"a":{"b":{"c":1,"c":2}}})", &e));
+  CHECK(e.message.find("'c' appears twice") != std::string::npos);
+  CHECK(api::parse_body(R"({"c":{"c":{"c":1}},"b":[{"c":1},{"c":2,"d":{"c":3}}],"d":{}})", &e));
+  CHECK_FALSE(api::parse_body(R"({"c":{"c":{"c":1}},"b":[{"c":1}],"c":3})", &e));
+  CHECK(e.message.find("'c' appears twice") != std::string::npos);
+  std::string wide = "{";
+  for (int i = 0; i < 5000; ++i) wide += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":{\"k" + std::to_string(i) + "\":1}";
+  CHECK(api::parse_body(wide + "}", &e));
+  CHECK_FALSE(api::parse_body(wide + ",\"k4999\":2}", &e));
+  CHECK(e.message.find("'k4999' appears twice") != std::string::npos);
+  CHECK(api::parse_body(R"({"k4999":1})", &e));
 
   CHECK_FALSE(api::parse_body(R"({"model": tru})", &e));
   INFO(e.message);
