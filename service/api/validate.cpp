@@ -450,6 +450,72 @@ std::string json_error_detail(const json::exception& e) {
 struct duplicate_key {
   std::string key;
 };
+
+// The document json::parse builds, built from the parser's SAX events (as nlohmann's own
+// json_sax_dom_parser does), refusing a key seen twice in one object: the insertion finds it.
+// NOTE: in place of json::parse with a callback: the callback parser made a JSON string per key and
+// kept two more stacks, ~20 allocations a submit (issue 29); the document is the same.
+class dom_builder : public json::json_sax_t {
+ public:
+  json root;
+
+  bool null() override { return put(json(nullptr)); }
+  bool boolean(bool v) override { return put(json(v)); }
+  bool number_integer(number_integer_t v) override { return put(json(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return put(json(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return put(json(v)); }
+  bool string(string_t& v) override { return put(json(v)); }  // a copy: v is the lexer's buffer
+  bool binary(binary_t& v) override { return put(json::binary(v)); }  // not in JSON text; for the interface
+  bool start_object(std::size_t) override {
+    put(json(json::value_t::object));
+    open_.push_back(last_);
+    return true;
+  }
+  bool key(string_t& k) override {
+    auto [it, inserted] = open_.back()->get_ref<json::object_t&>().try_emplace(k);
+    if (!inserted) throw duplicate_key{k};
+    member_ = &it->second;
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override {
+    put(json(json::value_t::array));
+    open_.push_back(last_);
+    return true;
+  }
+  bool end_array() override { return close(); }
+  // NOTE: rethrown as its own type: parse_body reads parse_error's byte offset.
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
+    if (const auto* pe = dynamic_cast<const json::parse_error*>(&ex)) throw *pe;
+    if (const auto* oor = dynamic_cast<const json::out_of_range*>(&ex)) throw *oor;
+    throw ex;
+  }
+
+ private:
+  // The value goes into the open array, the open object under the last key, or the root.
+  bool put(json&& v) {
+    if (open_.empty()) {
+      root = std::move(v);
+      last_ = &root;
+    } else if (open_.back()->is_array()) {
+      auto& a = open_.back()->get_ref<json::array_t&>();
+      a.push_back(std::move(v));
+      last_ = &a.back();  // NOTE: stable while it is open: only the innermost container grows
+    } else {
+      *member_ = std::move(v);
+      last_ = member_;
+    }
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+
+  std::vector<json*> open_;  // the open objects and arrays, innermost last
+  json* member_ = nullptr;   // the open object's member the next value fills
+  json* last_ = nullptr;     // the value put last
+};
 }  // namespace
 
 std::optional<json> parse_body(const std::string& body, std::string_view content_type, validation_error* err) {
@@ -483,32 +549,12 @@ std::optional<json> parse_body(const std::string& body, std::string_view content
             ""};
     return std::nullopt;
   }
-  // the open objects' keys, innermost last: a key seen twice in one object is refused (RFC 8259
-  // leaves its meaning open; nlohmann would keep the last silently)
-  // NOTE: one flat list of keys (the open objects' starts in `opens`), kept per thread between
-  // requests: a vector per object and a string per key were ~10 allocations a submit (issue 29).
-  thread_local std::vector<std::string> keys;  // [0, n_keys) in use; the rest keep their capacity
-  thread_local std::vector<size_t> opens;       // n_keys when each open object began
-  if (keys.size() > 4096) keys = {};            // a huge body's keys are not kept
-  opens.clear();
-  size_t n_keys = 0;
-  auto on_event = [&n_keys](int, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::object_start) {
-      opens.push_back(n_keys);
-    } else if (ev == json::parse_event_t::object_end && !opens.empty()) {
-      n_keys = opens.back();
-      opens.pop_back();
-    } else if (ev == json::parse_event_t::key && !opens.empty()) {
-      const auto& k = parsed.get_ref<const std::string&>();
-      for (size_t i = opens.back(); i < n_keys; ++i)
-        if (keys[i] == k) throw duplicate_key{k};
-      if (n_keys == keys.size()) keys.emplace_back();
-      keys[n_keys++].assign(k);
-    }
-    return true;
-  };
+  // a key seen twice in one object is refused (RFC 8259 leaves its meaning open; nlohmann would
+  // keep the last silently)
   try {
-    return json::parse(body, on_event);
+    dom_builder dom;
+    json::sax_parse(body, &dom);
+    return std::move(dom.root);
   } catch (const duplicate_key& d) {
     *err = {http::error_kind::invalid_request, "invalid JSON: the key '" + d.key + "' appears twice in one object", ""};
     return std::nullopt;
