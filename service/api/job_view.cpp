@@ -159,7 +159,7 @@ class json_writer {
   void f64(double v) {
     if (!std::isfinite(v)) return raw("null");
     // NOTE: nlohmann's serializer formats a double with this function (detail namespace, but in its
-    // public header); using it keeps the digits identical, the test above checks that they are.
+    // public header); using it keeps the digits identical (unit.job_view checks that they are).
     char b[64];
     char* end = nlohmann::detail::to_chars(b, b + sizeof b, v);
     out_.append(b, end);
