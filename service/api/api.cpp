@@ -43,8 +43,8 @@ response job_not_found(const std::string& id) {
 }
 
 std::string bearer_of(const request& req) {
-  std::string h = req.header("authorization");
-  if (h.size() > 7 && (h.compare(0, 7, "Bearer ") == 0 || h.compare(0, 7, "bearer ") == 0)) return h.substr(7);
+  std::string_view h = req.header_view("authorization");
+  if (h.size() > 7 && (h.starts_with("Bearer ") || h.starts_with("bearer "))) return std::string(h.substr(7));
   return "";
 }
 
@@ -74,9 +74,9 @@ std::optional<int64_t> parse_i64(const std::string& s) {
 response submit_answer(const store::create_result& res, const json* request = nullptr) {
   switch (res.outcome) {
     case store::create_outcome::created:
-      return json_response(202, job_object(res.job, nullptr, request));
+      return json_text_response(202, job_json(res.job, nullptr, request));
     case store::create_outcome::existing:
-      return json_response(200, job_object(res.job, nullptr));
+      return json_text_response(200, job_json(res.job, nullptr));
     case store::create_outcome::conflict:
       return error_response(error_kind::conflict, "Idempotency-Key was already used with a different request body",
                             "Idempotency-Key");
@@ -203,7 +203,7 @@ void api::install(http::router& r) {
 
   r.add("POST", "/v1/jobs", authed([this](request& req, const auth::key_info& key) {
           validation_error err;
-          auto body = parse_body(req.body, req.header("content-type"), &err);
+          auto body = parse_body(req.body, req.header_view("content-type"), &err);
           if (!body) return from_validation(err);
           auto v = validate_job(*body, *deps_.catalog, *deps_.guard, options_.limits, &err);
           if (!v) return from_validation(err);
@@ -215,7 +215,7 @@ void api::install(http::router& r) {
           nj.key_id = key.id;
           if (auto m = body->find("model"); m != body->end() && m->is_string()) nj.model = m->get<std::string>();
           if (v->deadline_seconds > 0) nj.deadline_ms = store::now_ms() + int64_t(v->deadline_seconds * 1000);
-          std::string idem = req.header("idempotency-key");
+          std::string_view idem = req.header_view("idempotency-key");
           if (!idem.empty()) {
             if (idem.size() > 255)
               return error_response(error_kind::invalid_request, "Idempotency-Key is longer than 255 characters",
@@ -227,7 +227,7 @@ void api::install(http::router& r) {
           // back to its connections; the 202 is made on the connection's io thread once the writer's
           // commit is durable, never before.
           response deferred;
-          // The parsed body goes along for the 202 (job_object need not parse request_json again).
+          // The parsed body goes along for the 202 (job_json need not parse request_json again).
           auto parsed = std::make_shared<json>(std::move(*body));
           deferred.deferred = [store = deps_.store, nj = std::move(nj), parsed](http::reply_fn reply) mutable {
             store->create_job_async(std::move(nj), [reply = std::move(reply), parsed](store::create_result r) {
@@ -303,7 +303,7 @@ void api::install(http::router& r) {
           auto job = deps_.store->get_job(id, key.tenant);
           if (!job) return job_not_found(id);
           auto transcript = deps_.store->read_transcript(id);
-          return json_response(200, job_object(*job, &transcript));
+          return json_text_response(200, job_json(*job, &transcript));
         }));
 
   r.add("POST", "/v1/jobs/{id}/cancel", authed([this](request& req, const auth::key_info& key) {

@@ -52,7 +52,8 @@ std::function<http::response(http::request&)> instrumented(const http::router& r
     http::response res = r.dispatch(req);
     std::string method = method_label(req.method);
     std::string route = route_of(r, req.path);
-    std::string path = req.path.substr(0, 200);
+    // NOTE: the path is only for the debug log line: not copied when that level is off.
+    std::string path = spdlog::should_log(spdlog::level::debug) ? req.path.substr(0, 200) : std::string();
     if (!res.deferred) {
       record(method, route, path, res.status, t0);
       return res;

@@ -2,6 +2,7 @@
 // from the store's rows. Secrets in the stored request (webhook.secret) never appear.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,13 @@ namespace agentq::api {
 // parsed the body it stored); nullptr = parse job.request_json. The object is the same either way.
 nlohmann::json job_object(const store::job_row& job, const std::vector<store::transcript_row>* transcript,
                           const nlohmann::json* request = nullptr);
+
+// job_object(job, transcript, request).dump() as the API sends it (ensure_ascii off, invalid UTF-8
+// replaced), written straight into the text: the same bytes without building the object (issue 29:
+// the submit's 202 and GET /v1/jobs/{id}, once per job each). Throws where job_object throws (a
+// stored request whose "model" is not a string).
+std::string job_json(const store::job_row& job, const std::vector<store::transcript_row>* transcript,
+                     const nlohmann::json* request = nullptr);
 
 // usage_totals / per-turn usage JSON -> the API usage object.
 nlohmann::json usage_object(const std::string& usage_json);

@@ -19,6 +19,14 @@ inline http::response json_response(int status, const nlohmann::json& body) {
   return r;
 }
 
+// A JSON document already written as text (job_json).
+inline http::response json_text_response(int status, std::string body) {
+  http::response r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
 inline http::response from_validation(const validation_error& e) {
   return http::error_response(e.kind, e.message, e.param);
 }

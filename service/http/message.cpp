@@ -29,9 +29,13 @@ std::string percent_decode(std::string_view s) {
 }
 
 std::string request::header(std::string_view name) const {
+  return std::string(header_view(name));
+}
+
+std::string_view request::header_view(std::string_view name) const {
   for (const auto& [k, v] : headers)
     if (k == name) return v;
-  return "";
+  return {};
 }
 
 std::vector<std::pair<std::string, std::string>> request::query_params() const {

@@ -26,6 +26,8 @@ struct request {
 
   // First header with this (lowercase) name, or "".
   std::string header(std::string_view name) const;
+  // The same without a copy: valid while the request lives and its headers are not changed.
+  std::string_view header_view(std::string_view name) const;
   // Percent-decoded query parameter; nullopt when absent.
   std::optional<std::string> query_param(std::string_view name) const;
   // Every query parameter, decoded, in order.

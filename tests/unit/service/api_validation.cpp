@@ -207,6 +207,29 @@ TEST_CASE("body parsing: duplicate keys, non-JSON Content-Type, messages without
   CHECK(e.param == "Content-Type");
   CHECK(api::parse_body(R"({"model":"a"})", "application/json; charset=utf-8", &e));
   CHECK(api::parse_body(R"({"model":"a"})", "", &e));  // none declared: accepted
+  CHECK(api::parse_body(R"({"model":"a"})", " Application/JSON ;charset=utf-8", &e));
+  CHECK(api::parse_body(R"({"model":"a"})", "application/vnd.api+JSON", &e));
+  CHECK(api::parse_body(R"({"model":"a"})", " ; x", &e));  // an empty media type: as none
+  for (const char* refused : {"application/jsonx", "xapplication/json", "json", "+jsonx"}) {
+    CHECK_FALSE(api::parse_body(R"({"model":"a"})", refused, &e));
+    CHECK(e.param == "Content-Type");
+  }
+  CHECK_FALSE(api::parse_body(R"({"model":"a"})", " TEXT/Plain; charset=x", &e));
+  CHECK(e.message == "the request body must be JSON (Content-Type: application/json), not 'text/plain'");
+
+  // duplicates are per object: a closed object's keys leave with it, siblings and nested objects
+  // may repeat a key, and a refused body leaves nothing behind
+  CHECK_FALSE(api::parse_body(R"({"a":{"b":{"c":1,"c":2}}})", &e));
+  CHECK(e.message.find("'c' appears twice") != std::string::npos);
+  CHECK(api::parse_body(R"({"c":{"c":{"c":1}},"b":[{"c":1},{"c":2,"d":{"c":3}}],"d":{}})", &e));
+  CHECK_FALSE(api::parse_body(R"({"c":{"c":{"c":1}},"b":[{"c":1}],"c":3})", &e));
+  CHECK(e.message.find("'c' appears twice") != std::string::npos);
+  std::string wide = "{";
+  for (int i = 0; i < 5000; ++i) wide += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":{\"k" + std::to_string(i) + "\":1}";
+  CHECK(api::parse_body(wide + "}", &e));
+  CHECK_FALSE(api::parse_body(wide + ",\"k4999\":2}", &e));
+  CHECK(e.message.find("'k4999' appears twice") != std::string::npos);
+  CHECK(api::parse_body(R"({"k4999":1})", &e));
 
   CHECK_FALSE(api::parse_body(R"({"model": tru})", &e));
   INFO(e.message);
@@ -215,6 +238,35 @@ TEST_CASE("body parsing: duplicate keys, non-JSON Content-Type, messages without
   CHECK(e.message.find("parse_error") == std::string::npos);
   CHECK_FALSE(api::parse_body(R"({"n":1e400})", &e));
   CHECK(e.message.find("json.exception") == std::string::npos);
+}
+
+TEST_CASE("body parsing builds json::parse's document; its errors at json::parse's byte") {
+  api::validation_error e;
+  for (const char* body :
+       {R"({"model":"a","messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude00 \"q\" \n"}],"n":[]})",
+        R"({"i":-9223372036854775808,"u":18446744073709551615,"f":1.5e-300,"z":-0.0,"e":1E2,"b":[true,false,null]})",
+        R"([[[],[{}],{"a":[{"b":[1,{"c":{}}]}]}]])", "5", "\"s\"", "null", " { \"a\" : { } , \"b\" : [ 1 , 2 ] } ",
+        R"({"a":{"x":1},"b":{"x":{"x":{"x":[{"x":1},{"x":2}]}}}})"}) {
+    INFO(body);
+    auto got = api::parse_body(body, &e);
+    REQUIRE(got);
+    const json want = json::parse(body);
+    CHECK(*got == want);
+    CHECK(got->dump() == want.dump());  // number kinds too (integer, unsigned, float)
+  }
+  for (const char* bad : {R"({"a":1,})", R"({"a":[1,2)", R"({"a" 1})", "[1] x", "", R"({"a":"\u12"})", "tru",
+                          R"({"n":1e400})", R"({"a":01})", "{\"a\":\"\t\"}"}) {
+    INFO(bad);
+    CHECK_FALSE(api::parse_body(bad, &e));
+    try {
+      const json parsed = json::parse(bad);
+      FAIL("json::parse accepted it: " << parsed.dump());
+    } catch (const json::parse_error& pe) {
+      CHECK(e.message.starts_with("invalid JSON at byte " + std::to_string(pe.byte) + ": "));
+    } catch (const json::exception&) {
+      CHECK(e.message.starts_with("invalid JSON: "));
+    }
+  }
 }
 
 TEST_CASE("a tool message must answer an earlier, unanswered assistant tool call (#24 item 10)") {

@@ -1,11 +1,35 @@
 // Router matching, 404/405, and the OpenAPI document listing exactly the served routes.
+// Also: finding a request's route allocates nothing (counts every operator new in this binary).
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "api/api.h"
 #include "http/router.h"
+
+namespace {
+std::atomic<long> g_n_new{0};
+}  // namespace
+
+// NOTE: replaces the global allocation functions for this test binary only. GCC 12 takes the
+// inlined free() below for a mismatch with operator new (-Wmismatched-new-delete): it is not one.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+void* operator new(size_t n) {
+  g_n_new.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
 
 using namespace agentq;
 
@@ -22,6 +46,47 @@ TEST_CASE("pattern matching") {
   CHECK(http::router::match("/healthz", "/healthz", nullptr));
   CHECK(http::router::match("/v1/jobs/{id}", "/v1/jobs/a%20b", &p));
   CHECK(p[0].second == "a b");
+  CHECK(http::router::match("/", "/", &p));
+  CHECK(p.empty());
+  CHECK_FALSE(http::router::match("/", "/v1", nullptr));
+  CHECK_FALSE(http::router::match("/v1/{id}", "/", nullptr));
+  CHECK_FALSE(http::router::match("/v1/jobs", "v1/jobs", nullptr));
+  CHECK_FALSE(http::router::match("/v1/jobs/{id}", "/v1/jobs", nullptr));
+  CHECK_FALSE(http::router::match("/v1/jobs/{id}/cancel", "/v1/jobs/a/cancelx", nullptr));
+  CHECK(http::router::match("/v1/files/{id}/parts/{n}", "/v1/files/f%2F1/parts/7", &p));
+  REQUIRE(p.size() == 2);
+  CHECK(p[0] == std::pair<std::string, std::string>{"id", "f/1"});
+  CHECK(p[1] == std::pair<std::string, std::string>{"n", "7"});
+  CHECK_FALSE(http::router::match("/v1/files/{id}/parts/{n}", "/v1/files/f1/parts", &p));
+  CHECK(p.size() == 2);  // a failed match leaves params as they were
+}
+
+TEST_CASE("finding the route allocates nothing; the captures only for the route that runs") {
+  http::router r;
+  api::api a({}, {});
+  a.install(r);
+  long n_matched = 0;
+  const std::string paths[] = {"/v1/jobs", "/v1/jobs/job_0190a1b2c3d4e5f60718293a",
+                               "/v1/jobs/job_0190a1b2c3d4e5f60718293a/events", "/nope/x/y", "/"};
+  const long before = g_n_new.load();
+  for (const auto& path : paths)
+    for (const auto& rt : r.routes()) n_matched += http::router::match(rt.pattern, path, nullptr);
+  CHECK(g_n_new.load() - before == 0);
+  CHECK(n_matched >= 4);
+  // dispatch: a route whose method differs (DELETE /v1/jobs/{id} beside GET) decodes nothing
+  http::router small;
+  std::string seen;
+  small.add("DELETE", "/v1/things/{id}", [](http::request&) { return http::response{}; });
+  small.add("GET", "/v1/things/{id}", [&seen](http::request& req) {
+    seen = req.path_param("id");
+    return http::response{};
+  });
+  http::request req;
+  req.method = "GET";
+  req.path = "/v1/things/a%2Fb";
+  small.dispatch(req);
+  CHECK(seen == "a/b");
+  CHECK(req.path_params.size() == 1);
 }
 
 TEST_CASE("dispatch, 404 and 405") {
