@@ -460,17 +460,25 @@ TEST_CASE("a device failure hands the job back instead of failing it; no claims 
 }
 
 TEST_CASE("a batch-class job waiting for its end group lends its slot: the next job runs meanwhile") {
-  // Two slots, three batch jobs, a serial engine taking 1 s a turn, ends lingering up to 3 s for
-  // their group. A ends first and waits for the group (B still runs); its slot goes to C at once, so
-  // C's turn starts when B's ends (~2 s), while A's end is still uncommitted. Holding the slot
-  // would instead flush A and B together at ~2 s and only then claim C.
-  // NOTE: 1 s, not 300 ms (session 25): C's publish and claim must land before B's turn ends, and on
-  // a loaded 2-core host 300 ms was sometimes not enough (a flake, not a lending failure).
+  // Two slots, three batch jobs, ends lingering up to 5 s for their group. A's turn ends once B runs
+  // and A waits for its group; B's turn is held in the engine until the test has seen C claimed. A's
+  // group cannot commit before its linger (B is still running), so C can be claimed before A's end
+  // commits only if A's slot is lent; holding it, C is claimed only after A's group commits at ~5 s.
+  // NOTE: B held by a flag, not by a turn delay: with timed turns (300 ms, then 1 s) C's claim had to
+  // land before B's turn ended, and on a loaded 2-core host it sometimes did not (a flake, not a
+  // lending failure; seen in sessions 25 and 26).
+  std::atomic<bool> release_a{false}, release_b{false};
   worker::worker_options wo;
   wo.max_jobs = 2;
-  wo.batch_end_linger_us = 3'000'000;
-  rig R([](const turn_request&, int32_t) { return test::answer("done"); }, wo);
-  R.eng->turn_delay_ms = 1000;
+  wo.batch_end_linger_us = 5'000'000;
+  rig R([&release_a, &release_b](const turn_request& req, int32_t) {
+    const std::string& text = req.messages.back().content;
+    auto& gate = text == "a" ? release_a : release_b;
+    for (int i = 0; i < 2000 && !gate && (text == "a" || text == "b"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return test::answer("done");
+  }, wo);
+  R.eng->turn_delay_ms = 0;
   auto submit_batch = [&](const std::string& text) {
     store::new_job nj;
     nj.tenant = "t";
@@ -482,10 +490,12 @@ TEST_CASE("a batch-class job waiting for its end group lends its slot: the next 
   };
   std::string a = submit_batch("a"), b = submit_batch("b");
   R.wait_for(b, [](job_status s) { return s == job_status::running; });
+  release_a = true;  // A ends now, with B running: its group waits (for B, or its linger)
   std::string c = submit_batch("c");
-  for (int i = 0; i < 1500 && R.eng->requests().size() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  REQUIRE(R.eng->requests().size() == 3);
-  CHECK_FALSE(store::is_terminal(R.db->get_job(a)->status));  // C started before A's group committed
+  auto jc = R.wait_for(c, [](job_status s) { return s != job_status::queued; }, 10000);
+  CHECK(jc.status != job_status::queued);
+  CHECK_FALSE(store::is_terminal(R.db->get_job(a)->status));  // C claimed before A's group committed
+  release_b = true;
   for (const auto& id : {a, b, c}) CHECK(R.wait_terminal(id).status == job_status::completed);
   CHECK(R.wait_completed(3) == 3);
 }
