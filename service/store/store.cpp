@@ -198,7 +198,7 @@ void insert_event(conn& c, const std::string& job_id, const std::string* tenant,
                   const std::string& data, int64_t now) {
   if (tenant) {
     c.stmt("INSERT INTO job_events(job_id, tenant, type, data_json, created_ms) VALUES (?,?,?,?,?)")
-        .bind_all(job_id, *tenant, type, data, now)
+        .bind_all_static(job_id, *tenant, type, data, now)  // NOTE: no copies; one expression with run()
         .run();
   } else {
     c.stmt("INSERT INTO job_events(job_id, tenant, type, data_json, created_ms) SELECT id, tenant, ?, ?, ? FROM jobs "
@@ -256,7 +256,7 @@ void insert_outbox(conn& c, const std::string& kind, const std::string& job_id, 
                    const std::string& target, int64_t now) {
   auto& s = c.stmt(
       "INSERT INTO outbox(kind, job_id, payload_json, target, next_attempt_ms, created_ms) VALUES (?,?,?,?,0,?)");
-  s.bind_all(kind, job_id, payload, target, now).run();
+  s.bind_all_static(kind, job_id, payload, target, now).run();  // NOTE: no copies; one expression with run()
   c.wrote |= conn::k_wrote_outbox;
 }
 
@@ -264,7 +264,8 @@ void insert_transcript(conn& c, const std::string& job_id, const transcript_row&
   auto& s = c.stmt(
       "INSERT INTO transcript(job_id, seq, turn_idx, role, content, tool_calls_json, tool_call_id, name, usage_json, "
       "created_ms) VALUES (?1, (SELECT COALESCE(MAX(seq),-1)+1 FROM transcript WHERE job_id=?1), ?2,?3,?4,?5,?6,?7,?8,?9)");
-  s.bind_all(job_id, r.turn_idx, r.role, r.content, r.tool_calls_json, r.tool_call_id, r.name, r.usage_json, now)
+  // NOTE: no copies of the texts (the content may be long): bound and run in one expression.
+  s.bind_all_static(job_id, r.turn_idx, r.role, r.content, r.tool_calls_json, r.tool_call_id, r.name, r.usage_json, now)
       .run();
 }
 
@@ -326,7 +327,7 @@ write_status apply_commit_turn(conn& c, const std::string& job_id, int64_t epoch
   bool exists = s.step();
   if (update_job) {
     auto& u = c.stmt("UPDATE jobs SET usage_json=?, updated_ms=? WHERE id=? AND lease_epoch=? AND status='running'");
-    u.bind_all(t.job_usage.to_json(), now, job_id, epoch).run();
+    u.bind_all_static(t.job_usage.to_json(), now, job_id, epoch).run();  // NOTE: one expression: the temporary lives
     if (c.db.changes() == 0) return write_status::fenced;
   }
   if (exists) return write_status::ok;
@@ -346,8 +347,8 @@ write_status apply_finish(conn& c, const std::string& job_id, int64_t epoch, con
   int64_t now = c.now();
   c.stmt("UPDATE jobs SET status=?1, result_json=?2, error=?3, usage_json=?4, finished_ms=?5, updated_ms=?5, "
          "lease_expires_ms=0 WHERE id=?6 AND lease_epoch=?7 AND status='running'")
-      .bind_all(to_string(e.status), e.result_json, e.error, e.usage.to_json(), now, job_id, epoch)
-      .run();
+      .bind_all_static(to_string(e.status), e.result_json, e.error, e.usage.to_json(), now, job_id, epoch)
+      .run();  // NOTE: no copies (the result may be long); one expression: the usage's temporary lives to run()
   if (c.db.changes() == 0) return write_status::fenced;
   insert_status_event(c, job_id, tenant, e.status,
                       e.error.empty() ? status_json(e.status) : status_json_error(e.status, e.error), now);
@@ -654,17 +655,18 @@ class sqlite_store final : public store {
           auto& ins = c.stmt(
               "INSERT INTO jobs(id, tenant, status, priority, request_json, idempotency_key, request_hash, created_ms, "
               "updated_ms, deadline_ms, store_content) VALUES (?,?,'queued',?,?,?,?,?,?,?,?)");
-          ins.bind_all(id, nj.tenant, static_cast<int64_t>(nj.priority), nj.request_json);
+          // NOTE: the texts bound without copies (the request may be long): id and nj outlive the run.
+          ins.bind_all_static(id, nj.tenant, static_cast<int64_t>(nj.priority), nj.request_json);
           if (nj.idempotency_key.empty())
             ins.bind_null(5);
           else
-            ins.bind(5, nj.idempotency_key);
-          ins.bind(6, nj.request_hash).bind(7, now).bind(8, now).bind(9, nj.deadline_ms).bind(10, int64_t(nj.store_content)).run();
+            ins.bind_static(5, nj.idempotency_key);
+          ins.bind_static(6, nj.request_hash).bind(7, now).bind(8, now).bind(9, nj.deadline_ms).bind(10, int64_t(nj.store_content)).run();
           insert_status_event(c, id, &nj.tenant, job_status::queued, status_json(job_status::queued), now);
           insert_outbox(c, "publish", id, priority_payload(nj.priority, nj.model), "", now);
           // NOTE: in the job's transaction: linked apart, it was a second fsynced commit per submit.
           if (!nj.key_id.empty())
-            c.stmt("INSERT OR IGNORE INTO job_keys(job_id, key_id) VALUES (?,?)").bind_all(id, nj.key_id).run();
+            c.stmt("INSERT OR IGNORE INTO job_keys(job_id, key_id) VALUES (?,?)").bind_all_static(id, nj.key_id).run();
           r.outcome = create_outcome::created;
           // NOTE: the row as inserted, not read back (a SELECT of every column per submit, ~8 % of the
           // submit's instructions on the writer, session 23): the columns not bound above take their
@@ -997,7 +999,7 @@ class sqlite_store final : public store {
               "UPDATE jobs SET status='running', lease_epoch=lease_epoch+1, lease_owner=?1, lease_expires_ms=?2, "
               "attempts=attempts+1, started_ms=CASE WHEN started_ms=0 THEN ?3 ELSE started_ms END, updated_ms=?3, hold=0 "
               "WHERE id=?4 AND status IN ('queued','running')");
-          u.bind_all(worker_id, now + lease_ms, now, job_id).run();
+          u.bind_all_static(worker_id, now + lease_ms, now, job_id).run();  // NOTE: no copies; one expression
           // NOTE: the row after the UPDATE is made from the one read above (same transaction; no
           // trigger changes a column) rather than read back: one SELECT of the whole row (request
           // included) less per claim on the writer. unit.store checks both are equal.
