@@ -550,6 +550,7 @@ class sqlite_store final : public store {
     c.op_threw = false;
     c.isolate_ops = isolate;
     bool committed = false;
+    // NOTE: the transaction statements are prepared once (conn's cache), not parsed per group as exec() would.
     try {
       c.stmt("BEGIN IMMEDIATE").run();
       for (size_t i = 0; i < batch.size(); ++i) {
