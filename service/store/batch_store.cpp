@@ -319,15 +319,17 @@ bool batch_store::accept_chunk(const batch_row& b, std::vector<batch_line>& line
           l.job_id = id_prefix + hex;
         }
         ins_job.reset();
-        ins_job.bind_all(l.job_id, b.tenant, static_cast<int64_t>(priority), l.request_json, now, now,
-                         int64_t(l.store_content)).run();
+        // NOTE: texts bound without copies (SQLITE_STATIC: the line's request may be long); each
+        // statement is bound and run in one expression, and its arguments outlive it.
+        ins_job.bind_all_static(l.job_id, b.tenant, static_cast<int64_t>(priority), l.request_json, now, now,
+                                int64_t(l.store_content)).run();
         ins_event.reset();
-        ins_event.bind_all(l.job_id, b.tenant, status_data, now).run();
+        ins_event.bind_all_static(l.job_id, b.tenant, status_data, now).run();
         ins_key.reset();
-        ins_key.bind_all(l.job_id, b.key_id).run();
+        ins_key.bind_all_static(l.job_id, b.key_id).run();
       }
       ins_line.reset();
-      ins_line.bind_all(b.id, l.line_idx, l.custom_id, l.job_id, l.error_json).run();
+      ins_line.bind_all_static(b.id, l.line_idx, l.custom_id, l.job_id, l.error_json).run();
     }
   });
   if (!ok && !moved_on)

@@ -63,6 +63,10 @@ class conn {
   // (store::wait_events); set by the insert helpers, cleared per transaction.
   static constexpr uint32_t k_wrote_event = 1, k_wrote_webhook_status = 2, k_wrote_outbox = 4;
   uint32_t wrote = 0;
+  // The writer's try of a group (store.cpp run_batch): isolate_ops = each op in its own savepoint
+  // (set for the second try only; an op that nests its own savepoints, commit_steps, does so then
+  // only); op_threw = an op threw in a try without it.
+  bool isolate_ops = false, op_threw = false;
   sqlite_db db;
 
  private:

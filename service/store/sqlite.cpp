@@ -92,6 +92,11 @@ sqlite_stmt& sqlite_stmt::bind(int idx, std::string_view v) {
   if (rc != SQLITE_OK) fail(db_, rc, "bind");
   return *this;
 }
+sqlite_stmt& sqlite_stmt::bind_static(int idx, std::string_view v) {
+  int rc = sqlite3_bind_text(stmt_, idx, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+  if (rc != SQLITE_OK) fail(db_, rc, "bind");
+  return *this;
+}
 sqlite_stmt& sqlite_stmt::bind_null(int idx) {
   int rc = sqlite3_bind_null(stmt_, idx);
   if (rc != SQLITE_OK) fail(db_, rc, "bind");

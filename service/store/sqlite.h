@@ -56,6 +56,19 @@ class sqlite_stmt {
   sqlite_stmt& bind(int idx, std::string_view v);
   sqlite_stmt& bind(int idx, const std::string& v) { return bind(idx, std::string_view(v)); }
   sqlite_stmt& bind(int idx, const char* v) { return bind(idx, std::string_view(v)); }
+  // Bind text without copying it (SQLITE_STATIC); integers as bind.
+  // NOTE: v must stay valid and unchanged until the statement's step is done. Use it in one
+  // expression with run() (`stmt.bind_all_static(...).run()`: temporaries live to its end) or with
+  // arguments that outlive the steps. Nothing reads a binding after that: the store resets and
+  // unbinds each statement before each use (conn::stmt) and after each op (conn::reset_all).
+  sqlite_stmt& bind_static(int idx, std::string_view v);
+  sqlite_stmt& bind_static(int idx, int64_t v) { return bind(idx, v); }
+  template <class... A>
+  sqlite_stmt& bind_all_static(const A&... a) {
+    int i = 0;
+    (bind_static(++i, a), ...);
+    return *this;
+  }
   sqlite_stmt& bind_null(int idx);
   template <class... A>
   sqlite_stmt& bind_all(const A&... a) {

@@ -190,28 +190,65 @@ std::optional<job_row> select_job(conn& c, const std::string& id) {
   return read_job(s);
 }
 
-void insert_event(conn& c, const std::string& job_id, const std::string& type, const std::string& data, int64_t now) {
-  auto& s = c.stmt(
-      "INSERT INTO job_events(job_id, tenant, type, data_json, created_ms) "
-      "SELECT id, tenant, ?, ?, ? FROM jobs WHERE id=?");
-  s.bind_all(type, data, now, job_id).run();
+// An event of the job; tenant: the job's (the caller read or wrote its row), or nullptr (read here).
+// NOTE: with the tenant given, a one-row INSERT ... VALUES: `INSERT ... SELECT ... FROM jobs` reads
+// the job's row (two b-tree seeks), and SQLite runs a statement that may write several rows in a
+// statement journal (a copy of every page it writes) inside the writer's transaction.
+void insert_event(conn& c, const std::string& job_id, const std::string* tenant, std::string_view type,
+                  const std::string& data, int64_t now) {
+  if (tenant) {
+    c.stmt("INSERT INTO job_events(job_id, tenant, type, data_json, created_ms) VALUES (?,?,?,?,?)")
+        .bind_all_static(job_id, *tenant, type, data, now)  // NOTE: no copies; one expression with run()
+        .run();
+  } else {
+    c.stmt("INSERT INTO job_events(job_id, tenant, type, data_json, created_ms) SELECT id, tenant, ?, ?, ? FROM jobs "
+           "WHERE id=?")
+        .bind_all(type, data, now, job_id)
+        .run();
+  }
   c.wrote |= conn::k_wrote_event;
 }
 
-void insert_status_event(conn& c, const std::string& job_id, job_status st, const json& extra, int64_t now) {
-  std::string data;
-  if (!extra.is_object() || extra.empty()) {
-    // NOTE: every submit and most job ends: {"status":"..."} made without a json object (the
-    // same bytes; statuses are plain ASCII words).
-    data = "{\"status\":\"";
-    data += to_string(st);
-    data += "\"}";
-  } else {
+// s as a JSON string, quoted: the bytes nlohmann's dump() gives (printable ASCII without '"' or '\\'
+// as it is; anything else through nlohmann, which escapes it, or throws on invalid UTF-8 as before).
+void append_json_string(std::string& out, std::string_view s) {
+  for (unsigned char ch : s)
+    if (ch < 0x20 || ch >= 0x7f || ch == '"' || ch == '\\') {
+      out += json(std::string(s)).dump();
+      return;
+    }
+  out += '"';
+  out += s;
+  out += '"';
+}
+
+// A status event's data: {"status":"..."} with extra's members, keys in nlohmann's (sorted) order.
+// NOTE: the common shapes (every submit, claim and job end) are made without a json object, the same
+// bytes (unit.store checks them against nlohmann's dump); statuses are plain ASCII words.
+std::string status_json(job_status st, const json& extra = json()) {
+  if (extra.is_object() && !extra.empty()) {
     json d = extra;
     d["status"] = to_string(st);
-    data = d.dump();
+    return d.dump();
   }
-  insert_event(c, job_id, "status", data, now);
+  std::string data = "{\"status\":\"";
+  data += to_string(st);
+  data += "\"}";
+  return data;
+}
+// {"error":"...","status":"..."}: a failed or incomplete end.
+std::string status_json_error(job_status st, std::string_view error) {
+  std::string data = "{\"error\":";
+  append_json_string(data, error);
+  data += ",\"status\":\"";
+  data += to_string(st);
+  data += "\"}";
+  return data;
+}
+
+void insert_status_event(conn& c, const std::string& job_id, const std::string* tenant, job_status st,
+                         const std::string& data, int64_t now) {
+  insert_event(c, job_id, tenant, "status", data, now);
   if (is_terminal(st) || st == job_status::requires_action) c.wrote |= conn::k_wrote_webhook_status;
 }
 
@@ -219,7 +256,7 @@ void insert_outbox(conn& c, const std::string& kind, const std::string& job_id, 
                    const std::string& target, int64_t now) {
   auto& s = c.stmt(
       "INSERT INTO outbox(kind, job_id, payload_json, target, next_attempt_ms, created_ms) VALUES (?,?,?,?,0,?)");
-  s.bind_all(kind, job_id, payload, target, now).run();
+  s.bind_all_static(kind, job_id, payload, target, now).run();  // NOTE: no copies; one expression with run()
   c.wrote |= conn::k_wrote_outbox;
 }
 
@@ -227,7 +264,8 @@ void insert_transcript(conn& c, const std::string& job_id, const transcript_row&
   auto& s = c.stmt(
       "INSERT INTO transcript(job_id, seq, turn_idx, role, content, tool_calls_json, tool_call_id, name, usage_json, "
       "created_ms) VALUES (?1, (SELECT COALESCE(MAX(seq),-1)+1 FROM transcript WHERE job_id=?1), ?2,?3,?4,?5,?6,?7,?8,?9)");
-  s.bind_all(job_id, r.turn_idx, r.role, r.content, r.tool_calls_json, r.tool_call_id, r.name, r.usage_json, now)
+  // NOTE: no copies of the texts (the content may be long): bound and run in one expression.
+  s.bind_all_static(job_id, r.turn_idx, r.role, r.content, r.tool_calls_json, r.tool_call_id, r.name, r.usage_json, now)
       .run();
 }
 
@@ -237,19 +275,35 @@ bool fence_ok(conn& c, const std::string& job_id, int64_t epoch) {
   s.bind_all(job_id, epoch);
   return s.step();
 }
+// The same, with the job's tenant (for its events); nullopt when fenced.
+std::optional<std::string> fenced_tenant(conn& c, const std::string& job_id, int64_t epoch) {
+  auto& s = c.stmt("SELECT tenant FROM jobs WHERE id=? AND lease_epoch=? AND status='running'");
+  s.bind_all(job_id, epoch);
+  if (!s.step()) return std::nullopt;
+  return s.col_text(0);
+}
 
-// A publish row's payload: {"priority": N[, "model": M]} (the model routes it: queue.cpp relay_once).
+// A publish row's payload: {"priority": N[, "model": M]} (the model routes it: queue.cpp relay_once),
+// nlohmann's bytes ("model" sorts first) made directly (every submit).
 std::string priority_payload(job_priority p, const std::string& model = {}) {
-  json j = {{"priority", static_cast<int>(p)}};
-  if (!model.empty()) j["model"] = model;
-  return j.dump();
+  std::string out = "{";
+  if (!model.empty()) {
+    out += "\"model\":";
+    append_json_string(out, model);
+    out += ',';
+  }
+  out += "\"priority\":";
+  out += std::to_string(static_cast<int>(p));
+  out += '}';
+  return out;
 }
 
 // The bodies of init_transcript, commit_turn and finish_job, shared with commit_step.
 
+// fenced: the caller checked the fence already (apply_step).
 write_status apply_init_transcript(conn& c, const std::string& job_id, int64_t epoch,
-                                   const std::vector<transcript_row>& input) {
-  if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
+                                   const std::vector<transcript_row>& input, bool fenced = false) {
+  if (!fenced && !fence_ok(c, job_id, epoch)) return write_status::fenced;
   auto& s = c.stmt("SELECT EXISTS(SELECT 1 FROM transcript WHERE job_id=?)");
   s.bind(1, job_id);
   s.step();
@@ -264,15 +318,16 @@ write_status apply_init_transcript(conn& c, const std::string& job_id, int64_t e
 
 // update_job: write the job's usage totals; false when the job's end follows in the same step
 // (apply_finish writes them, and the step is fenced already): one UPDATE of the job row less.
+// tenant: the job's when the caller has it (insert_event), else nullptr.
 write_status apply_commit_turn(conn& c, const std::string& job_id, int64_t epoch, const turn_commit& t,
-                               bool update_job = true) {
+                               bool update_job = true, const std::string* tenant = nullptr) {
   int64_t now = c.now();
   auto& s = c.stmt("SELECT 1 FROM transcript WHERE job_id=? AND turn_idx=? AND role='assistant'");
   s.bind_all(job_id, t.turn_idx);
   bool exists = s.step();
   if (update_job) {
     auto& u = c.stmt("UPDATE jobs SET usage_json=?, updated_ms=? WHERE id=? AND lease_epoch=? AND status='running'");
-    u.bind_all(t.job_usage.to_json(), now, job_id, epoch).run();
+    u.bind_all_static(t.job_usage.to_json(), now, job_id, epoch).run();  // NOTE: one expression: the temporary lives
     if (c.db.changes() == 0) return write_status::fenced;
   }
   if (exists) return write_status::ok;
@@ -283,20 +338,20 @@ write_status apply_commit_turn(conn& c, const std::string& job_id, int64_t epoch
   r.tool_calls_json = t.tool_calls_json;
   r.usage_json = t.turn_usage_json;
   insert_transcript(c, job_id, r, now);
-  insert_event(c, job_id, "turn", t.event_json.empty() ? turn_event_json(t) : t.event_json, now);
+  insert_event(c, job_id, tenant, "turn", t.event_json.empty() ? turn_event_json(t) : t.event_json, now);
   return write_status::ok;
 }
 
-write_status apply_finish(conn& c, const std::string& job_id, int64_t epoch, const job_end& e) {
+write_status apply_finish(conn& c, const std::string& job_id, int64_t epoch, const job_end& e,
+                          const std::string* tenant = nullptr) {
   int64_t now = c.now();
   c.stmt("UPDATE jobs SET status=?1, result_json=?2, error=?3, usage_json=?4, finished_ms=?5, updated_ms=?5, "
          "lease_expires_ms=0 WHERE id=?6 AND lease_epoch=?7 AND status='running'")
-      .bind_all(to_string(e.status), e.result_json, e.error, e.usage.to_json(), now, job_id, epoch)
-      .run();
+      .bind_all_static(to_string(e.status), e.result_json, e.error, e.usage.to_json(), now, job_id, epoch)
+      .run();  // NOTE: no copies (the result may be long); one expression: the usage's temporary lives to run()
   if (c.db.changes() == 0) return write_status::fenced;
-  json d = json::object();
-  if (!e.error.empty()) d["error"] = e.error;
-  insert_status_event(c, job_id, e.status, d, now);
+  insert_status_event(c, job_id, tenant, e.status,
+                      e.error.empty() ? status_json(e.status) : status_json_error(e.status, e.error), now);
   return write_status::ok;
 }
 
@@ -304,12 +359,14 @@ write_status apply_finish(conn& c, const std::string& job_id, int64_t epoch, con
 write_status apply_step(conn& c, const std::string& job_id, int64_t epoch, const step_commit& step, int64_t limit) {
   // NOTE: fenced here or not at all: the parts' own checks (epoch, status running) cannot
   // change inside the transaction, so a step is written whole or not.
-  if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
+  const auto tenant = fenced_tenant(c, job_id, epoch);
+  if (!tenant) return write_status::fenced;
   write_status ws = write_status::ok;
-  if (!step.input.empty()) ws = apply_init_transcript(c, job_id, epoch, step.input);
-  if (ws == write_status::ok && step.turn) ws = apply_commit_turn(c, job_id, epoch, *step.turn, !step.end);
+  if (!step.input.empty()) ws = apply_init_transcript(c, job_id, epoch, step.input, true);
+  if (ws == write_status::ok && step.turn)
+    ws = apply_commit_turn(c, job_id, epoch, *step.turn, !step.end, &*tenant);
   if (ws == write_status::ok && step.end) {
-    ws = apply_finish(c, job_id, epoch, *step.end);
+    ws = apply_finish(c, job_id, epoch, *step.end, &*tenant);
     if (ws == write_status::ok) running_limit::refill_for_job(c, job_id, limit, c.now());
   }
   return ws;
@@ -376,7 +433,7 @@ class sqlite_store final : public store {
   // --- write path ------------------------------------------------------------
 
   struct write_op {
-    std::function<void(conn&)> apply;          // runs inside a savepoint; may throw
+    std::function<void(conn&)> apply;          // runs inside the group's transaction (run_batch); may throw
     std::function<void(bool committed)> done;  // after COMMIT (or failure)
   };
 
@@ -454,48 +511,20 @@ class sqlite_store final : public store {
     }
   }
 
+  // One transaction for the group: first with no savepoints at all; only when an op throws is the
+  // transaction rolled back and the group applied again with a savepoint per op (conn::isolate_ops),
+  // so the op that fails is undone alone and the others commit, as before.
+  // NOTE: a savepoint makes SQLite copy every page an op writes that existed when it was opened into
+  // the statement sub-journal (4 KiB each, in ~1 KiB malloc'd chunks): with a savepoint per op that was
+  // ~55 page copies per one-request job on the writer (callgrind, session 26), for ops that almost
+  // never fail. An op's apply only writes through c (and sets its result), so running it twice is safe.
   void run_batch(conn& c, std::vector<write_op>& batch) {
     std::vector<bool> applied(batch.size(), false);
-    bool committed = false;
-    // NOTE: the transaction statements are prepared once (conn's cache), not parsed per batch as
-    // exec() would; a batch of one op needs no savepoint: its failure rolls the transaction back.
-    const bool savepoints = batch.size() > 1;
-    bool op_threw = false;  // the lone op failed (logged): the transaction is rolled back for it
-    c.wrote = 0;
-    try {
-      c.stmt("BEGIN IMMEDIATE").run();
-      for (size_t i = 0; i < batch.size(); ++i) {
-        if (savepoints) c.stmt("SAVEPOINT op").run();
-        try {
-          batch[i].apply(c);
-          c.reset_all();
-          if (savepoints) c.stmt("RELEASE op").run();
-          applied[i] = true;
-        } catch (const std::exception& e) {
-          spdlog::warn("store: write op failed: {}", e.what());
-          n_write_errors_++;
-          c.reset_all();
-          if (!savepoints) {
-            op_threw = true;
-            throw;
-          }
-          c.stmt("ROLLBACK TO op").run();
-          c.stmt("RELEASE op").run();
-        }
-      }
-      c.stmt("COMMIT").run();
-      c.reset_all();
-      committed = true;
-    } catch (const std::exception& e) {
-      if (!op_threw) {
-        spdlog::error("store: transaction failed: {}", e.what());
-        n_write_errors_++;
-      }
-      c.reset_all();
-      try {
-        c.db.exec("ROLLBACK");
-      } catch (...) {
-      }
+    bool committed = run_group(c, batch, applied, false);
+    if (!committed && c.op_threw) {
+      n_replays_++;
+      std::fill(applied.begin(), applied.end(), false);
+      committed = run_group(c, batch, applied, true);
     }
     n_transactions_++;
     n_write_ops_ += static_cast<int64_t>(batch.size());
@@ -511,6 +540,55 @@ class sqlite_store final : public store {
         if (c.wrote & (1u << k)) wake_cv_[k].notify_all();
     }
     for (size_t i = 0; i < batch.size(); ++i) batch[i].done(committed && applied[i]);
+  }
+
+  // One try of the group's transaction; true when it committed. isolate: a savepoint per op (an op
+  // that throws is rolled back alone, logged); else an op that throws rolls the whole transaction
+  // back and sets c.op_threw (run_batch then tries again with isolate).
+  bool run_group(conn& c, std::vector<write_op>& batch, std::vector<bool>& applied, bool isolate) {
+    c.wrote = 0;
+    c.op_threw = false;
+    c.isolate_ops = isolate;
+    bool committed = false;
+    // NOTE: the transaction statements are prepared once (conn's cache), not parsed per group as exec() would.
+    try {
+      c.stmt("BEGIN IMMEDIATE").run();
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (isolate) c.stmt("SAVEPOINT op").run();
+        try {
+          batch[i].apply(c);
+          c.reset_all();
+          if (isolate) c.stmt("RELEASE op").run();
+          applied[i] = true;
+        } catch (const std::exception& e) {
+          c.reset_all();
+          if (!isolate) {
+            spdlog::debug("store: write op failed ({}): its group is applied again, a savepoint per op", e.what());
+            c.op_threw = true;
+            throw;
+          }
+          spdlog::warn("store: write op failed: {}", e.what());
+          n_write_errors_++;
+          c.stmt("ROLLBACK TO op").run();
+          c.stmt("RELEASE op").run();
+        }
+      }
+      c.stmt("COMMIT").run();
+      c.reset_all();
+      committed = true;
+    } catch (const std::exception& e) {
+      if (!c.op_threw) {
+        spdlog::error("store: transaction failed: {}", e.what());
+        n_write_errors_++;
+      }
+      c.reset_all();
+      try {
+        c.db.exec("ROLLBACK");
+      } catch (...) {
+      }
+    }
+    c.isolate_ops = false;
+    return committed;
   }
 
   // --- readers -----------------------------------------------------------------
@@ -578,17 +656,18 @@ class sqlite_store final : public store {
           auto& ins = c.stmt(
               "INSERT INTO jobs(id, tenant, status, priority, request_json, idempotency_key, request_hash, created_ms, "
               "updated_ms, deadline_ms, store_content) VALUES (?,?,'queued',?,?,?,?,?,?,?,?)");
-          ins.bind_all(id, nj.tenant, static_cast<int64_t>(nj.priority), nj.request_json);
+          // NOTE: the texts bound without copies (the request may be long): id and nj outlive the run.
+          ins.bind_all_static(id, nj.tenant, static_cast<int64_t>(nj.priority), nj.request_json);
           if (nj.idempotency_key.empty())
             ins.bind_null(5);
           else
-            ins.bind(5, nj.idempotency_key);
-          ins.bind(6, nj.request_hash).bind(7, now).bind(8, now).bind(9, nj.deadline_ms).bind(10, int64_t(nj.store_content)).run();
-          insert_status_event(c, id, job_status::queued, json::object(), now);
+            ins.bind_static(5, nj.idempotency_key);
+          ins.bind_static(6, nj.request_hash).bind(7, now).bind(8, now).bind(9, nj.deadline_ms).bind(10, int64_t(nj.store_content)).run();
+          insert_status_event(c, id, &nj.tenant, job_status::queued, status_json(job_status::queued), now);
           insert_outbox(c, "publish", id, priority_payload(nj.priority, nj.model), "", now);
           // NOTE: in the job's transaction: linked apart, it was a second fsynced commit per submit.
           if (!nj.key_id.empty())
-            c.stmt("INSERT OR IGNORE INTO job_keys(job_id, key_id) VALUES (?,?)").bind_all(id, nj.key_id).run();
+            c.stmt("INSERT OR IGNORE INTO job_keys(job_id, key_id) VALUES (?,?)").bind_all_static(id, nj.key_id).run();
           r.outcome = create_outcome::created;
           // NOTE: the row as inserted, not read back (a SELECT of every column per submit, ~8 % of the
           // submit's instructions on the writer, session 23): the columns not bound above take their
@@ -659,7 +738,7 @@ class sqlite_store final : public store {
             auto j = select_job(c, job_id);
             return (!j || (!tenant.empty() && j->tenant != tenant)) ? write_status::not_found : write_status::fenced;
           }
-          insert_status_event(c, job_id, job_status::cancelled, json::object(), now);
+          insert_status_event(c, job_id, nullptr, job_status::cancelled, status_json(job_status::cancelled), now);
           running_limit::refill_for_job(c, job_id, limit, now);
           return write_status::ok;
         },
@@ -707,7 +786,8 @@ class sqlite_store final : public store {
           auto& u = c.stmt(
               "UPDATE jobs SET status='queued', pending_json='', updated_ms=? WHERE id=? AND status='requires_action'");
           u.bind_all(now, job_id).run();
-          insert_status_event(c, job_id, job_status::queued, json{{"reason", "tool_outputs"}}, now);
+          insert_status_event(c, job_id, &j->tenant, job_status::queued,
+                              status_json(job_status::queued, json{{"reason", "tool_outputs"}}), now);
           insert_outbox(c, "continue", job_id, priority_payload(j->priority), j->lease_owner, now);
           return write_status::ok;
         },
@@ -866,7 +946,7 @@ class sqlite_store final : public store {
                                        "lease_expires_ms=0 WHERE id=?4 AND status NOT IN " AQ_TERMINAL_SQL);
           u.bind_all(to_string(status), reason, now, job_id).run();
           if (c.db.changes() == 0) return select_job(c, job_id) ? write_status::fenced : write_status::not_found;
-          insert_status_event(c, job_id, status, json{{"error", reason}}, now);
+          insert_status_event(c, job_id, nullptr, status, status_json_error(status, reason), now);
           running_limit::refill_for_job(c, job_id, limit, now);
           return write_status::ok;
         },
@@ -910,7 +990,8 @@ class sqlite_store final : public store {
             auto& u = c.stmt("UPDATE jobs SET status='failed', error=?1, finished_ms=?2, updated_ms=?2, "
                                          "lease_expires_ms=0 WHERE id=?3 AND status NOT IN " AQ_TERMINAL_SQL);
             u.bind_all(reason, now, job_id).run();
-            insert_status_event(c, job_id, job_status::failed, json{{"error", reason}}, now);
+            insert_status_event(c, job_id, &j->tenant, job_status::failed, status_json_error(job_status::failed, reason),
+                                now);
             running_limit::refill_for_job(c, job_id, limit, now);
             r.outcome = claim_outcome::poisoned;
             return r;
@@ -919,7 +1000,7 @@ class sqlite_store final : public store {
               "UPDATE jobs SET status='running', lease_epoch=lease_epoch+1, lease_owner=?1, lease_expires_ms=?2, "
               "attempts=attempts+1, started_ms=CASE WHEN started_ms=0 THEN ?3 ELSE started_ms END, updated_ms=?3, hold=0 "
               "WHERE id=?4 AND status IN ('queued','running')");
-          u.bind_all(worker_id, now + lease_ms, now, job_id).run();
+          u.bind_all_static(worker_id, now + lease_ms, now, job_id).run();  // NOTE: no copies; one expression
           // NOTE: the row after the UPDATE is made from the one read above (same transaction; no
           // trigger changes a column) rather than read back: one SELECT of the whole row (request
           // included) less per claim on the writer. unit.store checks both are equal.
@@ -935,9 +1016,12 @@ class sqlite_store final : public store {
           } else {
             after = select_job(c, job_id);
           }
-          insert_status_event(c, job_id, job_status::running,
-                              json{{"worker", worker_id}, {"epoch", after->lease_epoch}, {"attempt", after->attempts}},
-                              now);
+          // NOTE: nlohmann's bytes for {"worker", "epoch", "attempt"} merged with the status, keys sorted.
+          std::string data = "{\"attempt\":" + std::to_string(after->attempts) +
+                             ",\"epoch\":" + std::to_string(after->lease_epoch) + ",\"status\":\"running\",\"worker\":";
+          append_json_string(data, worker_id);
+          data += '}';
+          insert_status_event(c, job_id, &after->tenant, job_status::running, data, now);
           r.outcome = claim_outcome::claimed;
           r.won = lease{job_id, after->lease_epoch, std::move(*after)};
           return r;
@@ -968,7 +1052,7 @@ class sqlite_store final : public store {
           auto j = select_job(c, job_id);
           if (!j) return write_status::not_found;
           if (j->status != job_status::queued) return write_status::fenced;
-          insert_event(c, job_id, type, data, c.now());
+          insert_event(c, job_id, &j->tenant, type, data, c.now());
           return write_status::ok;
         },
         write_status::error);
@@ -1037,8 +1121,15 @@ class sqlite_store final : public store {
           std::vector<write_status> out;
           out.reserve(items.size());
           for (const auto& it : items) {
-            // NOTE: a savepoint of our own per job (inside the writer's, when it grouped this op with
-            // others): a job whose writes throw is undone alone and answered `error`.
+            // NOTE: without the writer's isolate_ops (its first try of a group: run_batch) no savepoint:
+            // a job whose writes throw throws the whole op, and the writer applies the group again
+            // with isolate_ops; then a savepoint of our own per job: a job whose writes throw is
+            // undone alone and answered `error`.
+            if (!c.isolate_ops) {
+              out.push_back(apply_step(c, it.job_id, it.epoch, it.step, limit));
+              c.reset_all();
+              continue;
+            }
             c.stmt("SAVEPOINT step").run();
             try {
               out.push_back(apply_step(c, it.job_id, it.epoch, it.step, limit));
@@ -1074,7 +1165,7 @@ class sqlite_store final : public store {
           r.tool_call_id = o.call_id;
           r.name = name;
           insert_transcript(c, job_id, r, now);
-          insert_event(c, job_id, "tool_result",
+          insert_event(c, job_id, nullptr, "tool_result",
                        json{{"call_id", o.call_id}, {"name", name}, {"is_error", o.is_error}}.dump(), now);
           return write_status::ok;
         },
@@ -1091,8 +1182,9 @@ class sqlite_store final : public store {
               .bind_all(pending, now, job_id, epoch)
               .run();
           if (c.db.changes() == 0) return write_status::fenced;
-          insert_status_event(c, job_id, job_status::requires_action,
-                              json{{"tool_calls", json::parse(pending, nullptr, false)}}, now);
+          insert_status_event(c, job_id, nullptr, job_status::requires_action,
+                              status_json(job_status::requires_action, json{{"tool_calls", json::parse(pending, nullptr, false)}}),
+                              now);
           running_limit::refill_for_job(c, job_id, limit, now);  // waiting on its client, it holds no slot
           return write_status::ok;
         },
@@ -1121,7 +1213,8 @@ class sqlite_store final : public store {
               .run();
           if (c.db.changes() == 0) return write_status::fenced;
           auto j = select_job(c, job_id);
-          insert_status_event(c, job_id, job_status::queued, json{{"reason", "released"}}, now);
+          insert_status_event(c, job_id, &j->tenant, job_status::queued,
+                              status_json(job_status::queued, json{{"reason", "released"}}), now);
           insert_outbox(c, "publish", job_id, priority_payload(j->priority), "", now);
           running_limit::refill_for_job(c, job_id, limit, now);
           return write_status::ok;
@@ -1134,7 +1227,7 @@ class sqlite_store final : public store {
     return submit<write_status>(
         [job_id, epoch, type = std::move(type), data = std::move(data_json)](conn& c) {
           if (!fence_ok(c, job_id, epoch)) return write_status::fenced;
-          insert_event(c, job_id, type, data, c.now());
+          insert_event(c, job_id, nullptr, type, data, c.now());
           return write_status::ok;
         },
         write_status::error);
@@ -1239,6 +1332,7 @@ class sqlite_store final : public store {
   store_stats stats() const override {
     store_stats st{n_write_ops_.load(), n_transactions_.load(), n_write_errors_.load()};
     st.n_background_lingers = n_lingers_.load();
+    st.n_isolated_replays = n_replays_.load();
     if (checkpointer_) {
       st.n_checkpoint_passes = checkpointer_->n_passes();
       st.n_checkpoint_tails = checkpointer_->n_tails();
@@ -1267,7 +1361,7 @@ class sqlite_store final : public store {
   std::condition_variable wake_cv_[3];  // by wait_events kind: event, webhook_status, outbox
   uint64_t wake_seq_[3] = {0, 0, 0};
 
-  std::atomic<int64_t> n_write_ops_{0}, n_transactions_{0}, n_write_errors_{0}, n_lingers_{0};
+  std::atomic<int64_t> n_write_ops_{0}, n_transactions_{0}, n_write_errors_{0}, n_lingers_{0}, n_replays_{0};
 };
 
 std::unique_ptr<store> store::open(const store_options& options, std::string* error) {

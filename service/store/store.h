@@ -219,6 +219,7 @@ struct store_stats {
   // copied (a few frames, so the WAL restarts), whole checkpoints the writer ran as the backstop.
   int64_t n_checkpoint_passes = 0, n_checkpoint_tails = 0, n_checkpoint_backstops = 0;
   int64_t n_background_lingers = 0;  // background-only groups that waited for a submit (store_options)
+  int64_t n_isolated_replays = 0;    // groups applied again, a savepoint per op, after an op threw
 };
 
 class store {

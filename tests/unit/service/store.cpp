@@ -585,6 +585,155 @@ TEST_CASE("commit_step: input, turn and end as one write; fenced writes nothing;
   CHECK(s->get_job(k.id)->status == job_status::failed);
 }
 
+// The writes of one-request jobs as the service makes them (a submit, a claim, a final step with the
+// input row, the turn and the end), from 8 threads so commits group. Also the writer's profile for
+// callgrind: `test_store -tc="writer: one-request jobs*"`, `run_batch`'s instructions per job.
+TEST_CASE("writer: one-request jobs (submit, claim, final step) from 8 threads, every write in place") {
+  agentq::test::temp_dir dir;
+  auto s = open_store(dir.file("jobs.db"));
+  const int n_threads = 8, n_per_thread = 100;
+  std::vector<std::vector<std::string>> ids(n_threads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n_threads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < n_per_thread; ++i) {
+        new_job nj;
+        nj.tenant = "tenant-" + std::to_string(t % 2);
+        nj.request_json = R"({"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],)"
+                          R"("max_tokens":1})";
+        nj.model = "stories260K";
+        nj.key_id = "key_" + std::to_string(t % 2);
+        auto created = s->create_job(nj).get();
+        // NOTE: CHECK and return, not REQUIRE: a REQUIRE throwing on a thread would terminate the run.
+        CHECK(created.outcome == create_outcome::created);
+        if (created.outcome != create_outcome::created) return;
+        const std::string& id = created.job.id;
+        auto claimed = s->claim_job(id, "worker-1", 30000, 5).get();
+        CHECK(claimed.outcome == claim_outcome::claimed);
+        if (claimed.outcome != claim_outcome::claimed) return;
+        step_commit step;
+        step.input = {user_row("Once upon a time")};
+        turn_commit tc;
+        tc.turn_idx = 0;
+        tc.content = "Once";
+        tc.job_usage.prompt_tokens = 11;
+        tc.job_usage.completion_tokens = 1;
+        tc.job_usage.turns = 1;
+        set_turn_usage(tc, {{"prompt_tokens", 11}, {"completion_tokens", 1}, {"finish", "length"}, {"prefill_ms", 0.25}});
+        step.turn = tc;
+        step.end = job_end{job_status::incomplete, R"({"content":"Once"})", "output truncated", tc.job_usage};
+        const auto ws = s->commit_step(id, claimed.won->epoch, std::move(step)).get();
+        CHECK(ws == write_status::ok);
+        ids[t].push_back(id);
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int t = 0; t < n_threads; ++t)
+    for (const auto& id : ids[t]) {
+      auto j = s->get_job(id);
+      REQUIRE(j);
+      CHECK(j->status == job_status::incomplete);
+      CHECK(j->tenant == "tenant-" + std::to_string(t % 2));
+      CHECK(j->usage_json == R"({"cached_tokens":0,"completion_tokens":1,"completion_tokens_details":)"
+                             R"({"accepted_prediction_tokens":0,"rejected_prediction_tokens":0},"computed_tokens":0,)"
+                             R"("prompt_tokens":11,"turns":1})");
+      CHECK(j->result_json == R"({"content":"Once"})");
+      auto rows = s->read_transcript(id);
+      REQUIRE(rows.size() == 2);
+      CHECK(rows[0].seq == 0);
+      CHECK(rows[0].content == "Once upon a time");
+      CHECK(rows[1].seq == 1);
+      CHECK(rows[1].usage_json == R"({"completion_tokens":1,"finish":"length","prefill_ms":0.25,"prompt_tokens":11})");
+      auto ev = s->read_events(id, 0, 100);
+      REQUIRE(ev.size() == 4);  // queued, running, turn, incomplete
+      CHECK(ev[0].data_json == R"({"status":"queued"})");
+      CHECK(ev[1].data_json == R"({"attempt":1,"epoch":1,"status":"running","worker":"worker-1"})");
+      CHECK(ev[2].type == "turn");
+      CHECK(ev[2].data_json ==
+            R"({"turn":0,"usage":{"completion_tokens":1,"finish":"length","prefill_ms":0.25,"prompt_tokens":11}})");
+      CHECK(ev[3].data_json == R"({"error":"output truncated","status":"incomplete"})");
+    }
+  // every event carries its job's tenant (the tenant's event stream)
+  CHECK(s->read_tenant_events("tenant-0", 0, 100000).size() == size_t(4 * n_per_thread * n_threads / 2));
+  auto out = s->fetch_outbox("publish", 100000);
+  CHECK(out.size() == size_t(n_threads * n_per_thread));
+  CHECK(out[0].payload_json == R"({"model":"stories260K","priority":1})");
+}
+
+// The writer applies a group with no savepoints first; when an op throws, the group is applied again
+// with a savepoint per op (and per job inside commit_steps): the op that threw is undone alone (its
+// writes before the throw too), it answers its fail value, and the rest of the group commits.
+TEST_CASE("writer: an op that throws is undone alone; its group applied again, a savepoint per op") {
+  agentq::test::temp_dir dir;
+  const auto path = dir.file("jobs.db");
+  auto s = open_store(path);
+  auto victim = make_job(*s);  // its cancel's UPDATE runs, then its status event throws
+  std::vector<job_row> steps;  // claimed jobs for a commit_steps op: the middle one's transcript throws
+  std::vector<int64_t> epochs;
+  for (int i = 0; i < 3; ++i) {
+    steps.push_back(make_job(*s));
+    epochs.push_back(claim(*s, steps.back().id));
+  }
+  const auto stats0 = s->stats();
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &raw) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(raw,
+                       "CREATE TRIGGER boom_event BEFORE INSERT ON job_events WHEN NEW.data_json LIKE '%cancelled%' "
+                       "BEGIN SELECT RAISE(ABORT, 'boom'); END;"
+                       "CREATE TRIGGER boom_row BEFORE INSERT ON transcript WHEN NEW.content = 'boom' "
+                       "BEGIN SELECT RAISE(ABORT, 'boom'); END;",
+                       nullptr, nullptr, nullptr) == SQLITE_OK);
+  // Hold the write lock so the ops below queue up and the writer takes them as one group.
+  REQUIRE(sqlite3_exec(raw, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK);
+  new_job nj;
+  nj.tenant = "t1";
+  nj.request_json = "{}";
+  auto first = s->create_job(nj);  // the writer takes it alone and waits for the lock
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto before = s->create_job(nj);
+  auto cancel = s->cancel_job(victim.id, "");
+  std::vector<step_item> items;
+  for (int i = 0; i < 3; ++i) {
+    step_item it;
+    it.job_id = steps[i].id;
+    it.epoch = epochs[i];
+    it.step.input = {user_row(i == 1 ? "boom" : "fine")};
+    it.step.end = job_end{job_status::completed, "{}", "", {}};
+    items.push_back(std::move(it));
+  }
+  auto ends = s->commit_steps(std::move(items));
+  auto after = s->create_job(nj);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(sqlite3_exec(raw, "COMMIT", nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(raw);
+
+  CHECK(first.get().outcome == create_outcome::created);
+  auto b = before.get(), a = after.get();
+  CHECK(b.outcome == create_outcome::created);
+  CHECK(a.outcome == create_outcome::created);
+  CHECK(s->get_job(b.job.id));
+  CHECK(s->get_job(a.job.id));
+  CHECK(cancel.get() == write_status::error);
+  CHECK(s->get_job(victim.id)->status == job_status::queued);  // the cancel's UPDATE undone with its op
+  auto ws = ends.get();
+  REQUIRE(ws.size() == 3);
+  CHECK(ws[0] == write_status::ok);
+  CHECK(ws[1] == write_status::error);
+  CHECK(ws[2] == write_status::ok);
+  CHECK(s->get_job(steps[0].id)->status == job_status::completed);
+  CHECK(s->get_job(steps[1].id)->status == job_status::running);  // nothing of its step written
+  CHECK(s->read_transcript(steps[1].id).empty());
+  CHECK(s->get_job(steps[2].id)->status == job_status::completed);
+  CHECK(s->read_transcript(steps[2].id).size() == 1);
+  const auto stats = s->stats();
+  CHECK(stats.n_isolated_replays - stats0.n_isolated_replays >= 1);
+  CHECK(stats.n_write_errors - stats0.n_write_errors == 1);  // the cancel, logged once (commit_steps logs its job)
+  // a group whose ops all succeed is applied once
+  const auto n_replays = stats.n_isolated_replays;
+  for (int i = 0; i < 8; ++i) make_job(*s);
+  CHECK(s->stats().n_isolated_replays == n_replays);
+}
+
 TEST_CASE("JSON made off the json object (writer thread): the same bytes as nlohmann's dump") {
   // usage_totals::to_json is written directly; it must equal the json object's dump it replaced.
   for (int64_t v : {int64_t{0}, int64_t{1}, int64_t{-3}, int64_t{123456789012345}, INT64_MAX, INT64_MIN}) {
