@@ -5,10 +5,7 @@
 #include <doctest/doctest.h>
 #include <sys/resource.h>
 
-#include <atomic>
-#include <cstdlib>
 #include <memory>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -16,21 +13,7 @@
 #include "gguf/reader.h"
 #include "test_env.h"
 
-namespace {
-std::atomic<long> g_n_new{0};
-}  // namespace
-
-// NOTE: replaces the global allocation functions for this test binary only.
-void* operator new(size_t n) {
-  g_n_new.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
+#include "count_new.h"
 
 using namespace agentq;
 
@@ -78,10 +61,10 @@ void check_steady(int32_t n_threads) {
     batches.push_back(std::move(b));
   }
   for (const auto& b : batches) REQUIRE(be->forward(b, logits.data()) == int32_t(b.size()));  // scratch grows
-  const long n_new0 = g_n_new.load(), faults0 = minor_faults();
+  const long n_new0 = test::n_new(), faults0 = minor_faults();
   for (int rep = 0; rep < 5; ++rep)
     for (const auto& b : batches) REQUIRE(be->forward(b, logits.data()) == int32_t(b.size()));
-  CHECK_MESSAGE(g_n_new.load() - n_new0 == 0, "heap allocations in steady-state forwards");
+  CHECK_MESSAGE(test::n_new() - n_new0 == 0, "heap allocations in steady-state forwards");
   // NOTE: the calling thread's faults only (a pool worker's would not show); with one thread
   // that is all of the forward. Not under ASan: its shadow memory and quarantine fault pages in
   // on their own (4 faults here while the code under test faults none).

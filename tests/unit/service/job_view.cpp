@@ -3,33 +3,12 @@
 // Also: the 202's text is made with one allocation (counts every operator new in this binary).
 #include <doctest/doctest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "api/job_view.h"
 
-namespace {
-std::atomic<long> g_n_new{0};
-}  // namespace
-
-// NOTE: replaces the global allocation functions for this test binary only. GCC 12 takes the
-// inlined free() below for a mismatch with operator new (-Wmismatched-new-delete): it is not one.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(size_t n) {
-  g_n_new.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
+#include "count_new.h"
 
 using namespace agentq;
 using json = nlohmann::json;
@@ -259,12 +238,12 @@ TEST_CASE("job_json: random strings in every string field") {
 TEST_CASE("job_json: the 202 is one allocation (the text), the object form many") {
   store::job_row j = base_job();
   const json req = json::parse(j.request_json);
-  long before = g_n_new.load();
+  long before = test::n_new();
   std::string text = api::job_json(j, nullptr, &req);
-  const long n_direct = g_n_new.load() - before;
-  before = g_n_new.load();
+  const long n_direct = test::n_new() - before;
+  before = test::n_new();
   std::string ref = reference(j, nullptr, &req);
-  const long n_object = g_n_new.load() - before;
+  const long n_object = test::n_new() - before;
   CHECK(text == ref);
   CHECK(n_direct == 1);
   CHECK(n_object > 10);  // what the 202 cost before (the object's nodes and strings)

@@ -2,34 +2,13 @@
 // Also: finding a request's route allocates nothing (counts every operator new in this binary).
 #include <doctest/doctest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "api/api.h"
 #include "http/router.h"
 
-namespace {
-std::atomic<long> g_n_new{0};
-}  // namespace
-
-// NOTE: replaces the global allocation functions for this test binary only. GCC 12 takes the
-// inlined free() below for a mismatch with operator new (-Wmismatched-new-delete): it is not one.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(size_t n) {
-  g_n_new.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
+#include "count_new.h"
 
 using namespace agentq;
 
@@ -68,10 +47,10 @@ TEST_CASE("finding the route allocates nothing; the captures only for the route 
   long n_matched = 0;
   const std::string paths[] = {"/v1/jobs", "/v1/jobs/job_0190a1b2c3d4e5f60718293a",
                                "/v1/jobs/job_0190a1b2c3d4e5f60718293a/events", "/nope/x/y", "/"};
-  const long before = g_n_new.load();
+  const long before = test::n_new();
   for (const auto& path : paths)
     for (const auto& rt : r.routes()) n_matched += http::router::match(rt.pattern, path, nullptr);
-  CHECK(g_n_new.load() - before == 0);
+  CHECK(test::n_new() - before == 0);
   CHECK(n_matched >= 4);
   // dispatch: a route whose method differs (DELETE /v1/jobs/{id} beside GET) decodes nothing
   http::router small;
