@@ -10,7 +10,9 @@
 
 namespace agentq::test {
 inline std::atomic<long> g_n_new{0};
-inline long n_new() { return g_n_new.load(std::memory_order_relaxed); }
+inline long n_new() {
+  return g_n_new.load(std::memory_order_relaxed);
+}
 }  // namespace agentq::test
 
 // GCC 12 takes the inlined free() below for a mismatch with operator new (-Wmismatched-new-delete):
@@ -23,8 +25,18 @@ void* operator new(size_t n) {
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
-void* operator new[](size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void* operator new[](size_t n) {
+  return operator new(n);
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, size_t) noexcept {
+  std::free(p);
+}
