@@ -850,6 +850,29 @@ class sqlite_store final : public store {
     });
   }
 
+  // NOTE: the filter is the scan's old pre-filter (dispatcher.cpp) moved into SQL: the events of a
+  // job that cannot want a delivery (most: a plain job, a Chat Completions or Batch line) are
+  // neither copied out nor parsed, and the scan no longer reads each terminal job whole to find that
+  // out. CROSS JOIN keeps the events' id range the outer loop (the job looked up by its key).
+  webhook_scan_page read_webhook_candidates(int64_t after_id, int32_t limit) override {
+    return with_reader([&](conn& c) {
+      webhook_scan_page page;
+      page.scanned_to = after_id;
+      auto& hi = c.stmt("SELECT MAX(id) FROM (SELECT id FROM job_events WHERE id>? ORDER BY id LIMIT ?)");
+      hi.bind_all(after_id, static_cast<int64_t>(limit));
+      if (!hi.step() || hi.col_null(0)) return page;
+      page.scanned_to = hi.col_int(0);
+      auto& s = c.stmt(
+          "SELECT e.id, e.job_id, e.type, e.data_json, e.created_ms FROM job_events e CROSS JOIN jobs j "
+          "WHERE e.id>?1 AND e.id<=?2 AND e.type='status' AND j.id=e.job_id AND "
+          "(instr(j.request_json, '\"webhook\"')>0 OR instr(j.request_json, '\"responses\"')>0 OR "
+          "instr(j.request_json, '\\u')>0) ORDER BY e.id");
+      s.bind_all(after_id, page.scanned_to);
+      page.events = read_events_stmt(s);
+      return page;
+    });
+  }
+
   std::vector<job_event> read_tenant_events(const std::string& tenant, int64_t after_id, int32_t limit) override {
     return with_reader([&](conn& c) {
       auto& s = c.stmt(

@@ -259,6 +259,16 @@ class store {
   virtual std::vector<job_event> read_events(const std::string& job_id, int64_t after_id, int32_t limit) = 0;
   // Events of all jobs with id > after_id (webhook fan-out, tailing).
   virtual std::vector<job_event> read_all_events(int64_t after_id, int32_t limit) = 0;
+  // What the webhook scan reads: of the next `limit` events after after_id (any type), only the
+  // status events whose job's stored request holds a "webhook" key, the string "responses" (a
+  // Responses job: the OpenAI fan-out) or a "\u" escape (a key it cannot rule out), oldest first;
+  // scanned_to is the last event id looked at (after_id when there was none), where the scan's
+  // cursor moves even when no event of the page was wanted.
+  struct webhook_scan_page {
+    std::vector<job_event> events;
+    int64_t scanned_to = 0;
+  };
+  virtual webhook_scan_page read_webhook_candidates(int64_t after_id, int32_t limit) = 0;
   // Events of one tenant's jobs with id > after_id (GET /v1/events), oldest first.
   virtual std::vector<job_event> read_tenant_events(const std::string& tenant, int64_t after_id,
                                                     int32_t limit) = 0;

@@ -138,13 +138,14 @@ int32_t dispatcher::scan_once() {
   std::lock_guard lock(m.db_mu);
   if (m.scanned_to < 0) m.scanned_to = m.cursor();
   int64_t after = m.scanned_to;
-  auto events = m.store.read_all_events(after, 500);
+  // Only the status events of jobs that may want a delivery (store.h read_webhook_candidates: the
+  // request pre-filter runs in SQL); the cursor moves over the page's others all the same.
+  auto page = m.store.read_webhook_candidates(after, 500);
+  after = std::max(after, page.scanned_to);
   int32_t n_enqueued = 0;
   m.in_write = false;
   try {
-    for (const auto& e : events) {
-      after = std::max(after, e.id);
-      if (e.type != "status") continue;
+    for (const auto& e : page.events) {
       json data = json::parse(e.data_json, nullptr, false);
       auto st = data.is_object() ? store::parse_job_status(data.value("status", "")) : std::nullopt;
       if (!st) continue;
@@ -154,13 +155,9 @@ int32_t dispatcher::scan_once() {
       if (!job) continue;
       // NOTE: requests are stored as nlohmann dumps (unescaped keys and plain strings), so one with
       // neither a "webhook" key nor the string "responses" (openai.surface of a Responses job, the
-      // only surface fan_out_openai sends) has no delivery to make: skip parsing it for nothing. A
-      // Chat Completions or Batch line ("surface":"chat") is skipped so. A "\u" escape anywhere (a key
-      // spelled with escapes) takes the full path.
-      const std::string& rj = job->request_json;
-      if (rj.find("\"webhook\"") == std::string::npos && rj.find("\"responses\"") == std::string::npos &&
-          rj.find("\\u") == std::string::npos)
-        continue;
+      // only surface fan_out_openai sends) has no delivery to make: read_webhook_candidates leaves
+      // its events out. A Chat Completions or Batch line ("surface":"chat") is left out so. A "\u"
+      // escape anywhere (a key spelled with escapes) takes the full path.
       json req = json::parse(job->request_json, nullptr, false);  // once for both kinds of delivery
       n_enqueued += m.fan_out_openai(e, *job, req, *st);
       if (!req.is_object() || !req.contains("webhook") || !req["webhook"].is_object()) continue;

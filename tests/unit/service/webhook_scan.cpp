@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "net/http_client.h"
 #include "net/ssrf_guard.h"
@@ -64,4 +65,61 @@ TEST_CASE("webhook scan: Responses jobs reach OpenAI endpoints, webhook.url jobs
   CHECK(h[0].url == "http://127.0.0.1:9/job");
   CHECK(h[0].event_type == "job.completed");
   CHECK(d->list(plain).empty());
+}
+
+// The store's side of the scan's pre-filter (read_webhook_candidates): of a page of events only the
+// status events of jobs whose request may want a delivery come back, and the cursor moves to the
+// page's last event even when none of them did; a scan walks pages of none to the one it wants.
+TEST_CASE("webhook scan: the cursor moves over pages with no candidate; only candidates are read") {
+  test::temp_dir dir;
+  std::string err;
+  store::store_options so;
+  so.path = dir.file("jobs.db");
+  auto st = store::store::open(so, &err);
+  REQUIRE_MESSAGE(st, err);
+  auto job = [&](json extra) {
+    json req = {{"model", "m"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
+    for (auto& [k, v] : extra.items()) req[k] = v;
+    store::new_job nj;
+    nj.tenant = "t";
+    nj.request_json = req.dump();
+    auto made = st->create_job(std::move(nj)).get();
+    REQUIRE(made.outcome == store::create_outcome::created);
+    auto c = st->claim_job(made.job.id, "w", 60000, 3).get();
+    REQUIRE(c.outcome == store::claim_outcome::claimed);
+    REQUIRE(st->finish_job(made.job.id, c.won->epoch, store::job_status::completed, "{}", "", {}).get() ==
+            store::write_status::ok);
+    return made.job.id;
+  };
+  const int64_t start = st->last_event_id();
+  for (int i = 0; i < 300; ++i) job(json::object());  // >= 2 status events each: pages of none
+  const int64_t plain_end = st->last_event_id();
+  REQUIRE(plain_end - start >= 600);
+  auto none = st->read_webhook_candidates(start, 500);
+  CHECK(none.events.empty());
+  CHECK(none.scanned_to > start);
+  CHECK(none.scanned_to <= plain_end);
+  auto hook = job(json{{"webhook", {{"url", "http://127.0.0.1:9/job"}}}});
+  auto resp = job(json{{"openai", {{"surface", "responses"}}}});
+  auto escaped = job(json{{"metadata", {{"note", "\x01"}}}});  // dumped as \u0001: kept (cannot rule out)
+  job(json{{"openai", {{"surface", "chat"}}}});
+  auto all = st->read_webhook_candidates(plain_end, 500);
+  std::set<std::string> ids;
+  for (auto& e : all.events) {
+    CHECK(e.type == "status");
+    ids.insert(e.job_id);
+  }
+  CHECK(ids == std::set<std::string>{hook, resp, escaped});
+  CHECK(all.scanned_to == st->last_event_id());
+  auto after = st->read_webhook_candidates(all.scanned_to, 500);
+  CHECK(after.events.empty());
+  CHECK(after.scanned_to == all.scanned_to);  // no event: the cursor stays
+
+  // The scan itself from the start: two pages of plain jobs' events, then the webhook job's delivery.
+  auto d = webhooks::dispatcher::open({}, *st, so.path, net::http_client(net::ssrf_guard{}), nullptr, &err);
+  REQUIRE_MESSAGE(d, err);
+  for (int i = 0; i < 10 && d->list(hook).empty(); ++i) d->scan_once();
+  auto h = d->list(hook);
+  REQUIRE(h.size() == 1);
+  CHECK(h[0].event_type == "job.completed");
 }
