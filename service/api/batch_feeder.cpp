@@ -10,6 +10,7 @@
 #include "queue/queue.h"
 #include "store/batch_store.h"
 #include "store/store.h"
+#include <agentq/thread_class.h>
 
 namespace agentq::api {
 
@@ -21,6 +22,7 @@ batch_feeder::~batch_feeder() { stop(); }
 void batch_feeder::start() {
   if (running_.exchange(true)) return;
   thread_ = std::thread([this] {
+    util::name_thread("aq-batch-feed");  // per-thread profiles name it
     auto next_reconcile = std::chrono::steady_clock::now() + options_.reconcile_interval;
     while (running_) {
       int32_t n = 0;

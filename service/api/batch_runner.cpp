@@ -22,6 +22,7 @@
 #include "store/store.h"
 #include "util/crypto.h"
 #include "util/fault.h"
+#include <agentq/thread_class.h>
 
 namespace agentq::api {
 
@@ -150,6 +151,7 @@ batch_runner::~batch_runner() { stop(); }
 void batch_runner::start() {
   if (running_.exchange(true)) return;
   thread_ = std::thread([this] {
+    util::name_thread("aq-batch");  // per-thread profiles name it (acceptance, counts, output files)
     while (running_) {
       try {
         run_once();
@@ -257,6 +259,7 @@ void batch_runner::ingest(const store::batch_row& b) {
   double write_s = 0;  // in accept_chunk
   double writer_cpu_s = 0;
   std::thread writer([&] {
+    util::name_thread("aq-batch-write");  // per-thread profiles name it
     struct cpu_note {
       double& out;
       ~cpu_note() { out = thread_cpu_s(); }

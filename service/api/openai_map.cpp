@@ -647,8 +647,63 @@ std::string chat_finish_reason(const store::job_row& job, const std::vector<stor
   return "stop";
 }
 
+namespace {
+// request_model's SAX pass: the first string value of the key "model" at depth 1 of a top-level
+// object. NOTE: it stops there (false = abort); the API stores requests as nlohmann dumps, so no key
+// appears twice and the first is the one a parsed object would hold.
+class model_reader : public json::json_sax_t {
+ public:
+  std::string model;
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool string(string_t& v) override {
+    if (at_model_) {
+      model = std::move(v);
+      return false;
+    }
+    return true;
+  }
+  bool start_object(std::size_t) override { return open(true); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    at_model_ = depth_ == 1 && k == "model";
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  bool value() {
+    if (at_model_) return false;  // a "model" that is not a string: "" (there is no other)
+    return true;
+  }
+  bool open(bool is_object) {
+    if (at_model_ || (depth_ == 0 && !is_object)) return false;
+    ++depth_;
+    return true;
+  }
+  bool close() {
+    --depth_;
+    return true;
+  }
+  int depth_ = 0;
+  bool at_model_ = false;
+};
+}  // namespace
+
+std::string request_model(const std::string& request_json) {
+  model_reader r;
+  if (!request_json.empty()) json::sax_parse(request_json, &r);
+  return std::move(r.model);
+}
+
 json chat_completion_object(const store::job_row& job, const std::vector<store::transcript_row>& transcript) {
-  json req = parse_or(job.request_json, json::object());
   const auto* last = last_turn(transcript);
   json message = {{"role", "assistant"}, {"content", last ? json(last->content) : json(nullptr)}, {"refusal", nullptr}};
   if (last && !last->tool_calls_json.empty() && last->tool_calls_json != "[]") {
@@ -659,7 +714,7 @@ json chat_completion_object(const store::job_row& job, const std::vector<store::
   return {{"id", chat_id_of(job.id)},
           {"object", "chat.completion"},
           {"created", job.created_ms / 1000},
-          {"model", req.value("model", "")},
+          {"model", request_model(job.request_json)},
           {"system_fingerprint", "agentq"},
           {"choices", json::array({{{"index", 0},
                                     {"message", message},

@@ -61,6 +61,12 @@ nlohmann::json response_output(const std::string& response_id, const std::vector
 // The input items of a stored response (GET /v1/responses/{id}/input_items), oldest first.
 nlohmann::json response_input_items(const store::job_row& job);
 
+// The top-level "model" string of a stored request ("" when it has none, is not a string or does not
+// parse): what parse_or(request).value("model", "") gave for the requests the API stores, read by a
+// SAX pass that builds no document and stops at the key (a batch's output line needs only this of
+// its request: the whole parse was ~12 % of the batch runner's thread, issue 29).
+std::string request_model(const std::string& request_json);
+
 // A job row (+ transcript) as a chat.completion object.
 nlohmann::json chat_completion_object(const store::job_row& job, const std::vector<store::transcript_row>& transcript);
 // The chat finish_reason of a terminal job: stop, length or tool_calls.

@@ -510,3 +510,37 @@ TEST_CASE("job_object: a request handed in parsed gives the object parsing reque
   const json bare = json::parse(row.request_json);
   CHECK(api::job_object(row, nullptr, &bare).dump() == api::job_object(row, nullptr).dump());
 }
+
+// request_model (a batch output line's "model") reads what the whole parse read: the top-level
+// "model" string of a stored request, and "" where the parse found none; keys named "model" deeper
+// (a tool's parameters, metadata) are not it.
+TEST_CASE("request_model: the top-level model of a stored request, as the parsed object holds it") {
+  auto parsed = [](const std::string& text) -> std::string {
+    auto j = json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return "";
+    auto m = j.find("model");
+    return m != j.end() && m->is_string() ? m->get<std::string>() : "";
+  };
+  std::vector<std::string> texts = {
+      json{{"model", "tiny"}, {"messages", json::array({{{"role", "user"}, {"content", "hi \u00e9 \"q\""}}})}}.dump(),
+      json{{"messages", json::array({{{"model", "not-me"}}})}, {"model", "stories260K"}, {"tools", json::array()}}.dump(),
+      json{{"metadata", {{"model", "deep"}}}, {"model", "m\u0001x"}, {"openai", {{"surface", "chat"}}}}.dump(),
+      json{{"a", json::array({json::array({1, 2}), json::object({{"model", "x"}})})}, {"model", ""}}.dump(),
+      json{{"messages", json::array()}}.dump(),          // no model
+      json{{"model", 5}}.dump(),                         // not a string
+      json{{"model", json::object({{"model", "x"}})}}.dump(),
+      json{{"model", nullptr}, {"z", "y"}}.dump(),
+      "[\"model\", \"x\"]",                              // not an object
+      "",
+      "{\"model\":\"esc\\u0041ped\",\"x\":1}",
+      "{\"x\":[{\"model\":\"deep\"}],\"model\":\"top\"}",
+  };
+  for (const auto& t : texts) {
+    CAPTURE(t);
+    CHECK(api::request_model(t) == parsed(t));
+  }
+  CHECK(api::request_model("{\"model\":\"esc\\u0041ped\"}") == "escAped");
+  // NOTE: stored requests always parse; on broken text it keeps what it read before the break.
+  CHECK(api::request_model("{\"model\":\"m\",") == "m");
+  CHECK(api::request_model("{\"x\":") == "");
+}
