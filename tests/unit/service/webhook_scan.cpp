@@ -18,6 +18,24 @@
 using namespace agentq;
 using json = nlohmann::json;
 
+namespace {
+// A completed job of tenant "t" whose request is a one-message chat with `extra`'s keys added.
+std::string finished_job(store::store& st, const json& extra) {
+  json req = {{"model", "m"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
+  for (auto& [k, v] : extra.items()) req[k] = v;
+  store::new_job nj;
+  nj.tenant = "t";
+  nj.request_json = req.dump();
+  auto made = st.create_job(std::move(nj)).get();
+  REQUIRE(made.outcome == store::create_outcome::created);
+  auto c = st.claim_job(made.job.id, "w", 60000, 3).get();
+  REQUIRE(c.outcome == store::claim_outcome::claimed);
+  REQUIRE(st.finish_job(made.job.id, c.won->epoch, store::job_status::completed, "{}", "", {}).get() ==
+          store::write_status::ok);
+  return made.job.id;
+}
+}  // namespace
+
 TEST_CASE("webhook scan: Responses jobs reach OpenAI endpoints, webhook.url jobs theirs, chat lines none") {
   test::temp_dir dir;
   std::string err;
@@ -34,19 +52,10 @@ TEST_CASE("webhook scan: Responses jobs reach OpenAI endpoints, webhook.url jobs
         "('we_1', 't', 'http://127.0.0.1:9/openai', '[\"response.completed\"]', 0)");
   }
   auto job = [&](json openai, json webhook) {
-    json req = {{"model", "m"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
-    if (!openai.is_null()) req["openai"] = std::move(openai);
-    if (!webhook.is_null()) req["webhook"] = std::move(webhook);
-    store::new_job nj;
-    nj.tenant = "t";
-    nj.request_json = req.dump();
-    auto made = st->create_job(std::move(nj)).get();
-    REQUIRE(made.outcome == store::create_outcome::created);
-    auto c = st->claim_job(made.job.id, "w", 60000, 3).get();
-    REQUIRE(c.outcome == store::claim_outcome::claimed);
-    REQUIRE(st->finish_job(made.job.id, c.won->epoch, store::job_status::completed, "{}", "", {}).get() ==
-            store::write_status::ok);
-    return made.job.id;
+    json extra = json::object();
+    if (!openai.is_null()) extra["openai"] = std::move(openai);
+    if (!webhook.is_null()) extra["webhook"] = std::move(webhook);
+    return finished_job(*st, extra);
   };
   auto responses = job(json{{"surface", "responses"}}, nullptr);
   auto chat = job(json{{"surface", "chat"}}, nullptr);
@@ -77,20 +86,7 @@ TEST_CASE("webhook scan: the cursor moves over pages with no candidate; only can
   so.path = dir.file("jobs.db");
   auto st = store::store::open(so, &err);
   REQUIRE_MESSAGE(st, err);
-  auto job = [&](json extra) {
-    json req = {{"model", "m"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
-    for (auto& [k, v] : extra.items()) req[k] = v;
-    store::new_job nj;
-    nj.tenant = "t";
-    nj.request_json = req.dump();
-    auto made = st->create_job(std::move(nj)).get();
-    REQUIRE(made.outcome == store::create_outcome::created);
-    auto c = st->claim_job(made.job.id, "w", 60000, 3).get();
-    REQUIRE(c.outcome == store::claim_outcome::claimed);
-    REQUIRE(st->finish_job(made.job.id, c.won->epoch, store::job_status::completed, "{}", "", {}).get() ==
-            store::write_status::ok);
-    return made.job.id;
-  };
+  auto job = [&](const json& extra) { return finished_job(*st, extra); };
   const int64_t start = st->last_event_id();
   for (int i = 0; i < 300; ++i) job(json::object());  // >= 2 status events each: pages of none
   const int64_t plain_end = st->last_event_id();
