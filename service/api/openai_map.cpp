@@ -679,10 +679,7 @@ class model_reader : public json::json_sax_t {
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
 
  private:
-  bool value() {
-    if (at_model_) return false;  // a "model" that is not a string: "" (there is no other)
-    return true;
-  }
+  bool value() const { return !at_model_; }  // a "model" that is not a string: "" (there is no other)
   bool open(bool is_object) {
     if (at_model_ || (depth_ == 0 && !is_object)) return false;
     ++depth_;

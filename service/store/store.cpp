@@ -841,15 +841,6 @@ class sqlite_store final : public store {
     });
   }
 
-  std::vector<job_event> read_all_events(int64_t after_id, int32_t limit) override {
-    return with_reader([&](conn& c) {
-      auto& s =
-          c.stmt("SELECT id, job_id, type, data_json, created_ms FROM job_events WHERE id>? ORDER BY id LIMIT ?");
-      s.bind_all(after_id, static_cast<int64_t>(limit));
-      return read_events_stmt(s);
-    });
-  }
-
   // NOTE: the filter is the scan's old pre-filter (dispatcher.cpp) moved into SQL: the events of a
   // job that cannot want a delivery (most: a plain job, a Chat Completions or Batch line) are
   // neither copied out nor parsed, and the scan no longer reads each terminal job whole to find that

@@ -257,11 +257,10 @@ class store {
   virtual std::vector<transcript_row> read_transcript(const std::string& job_id) = 0;
   // Events of one job with id > after_id (SSE replay), oldest first.
   virtual std::vector<job_event> read_events(const std::string& job_id, int64_t after_id, int32_t limit) = 0;
-  // Events of all jobs with id > after_id (webhook fan-out, tailing).
-  virtual std::vector<job_event> read_all_events(int64_t after_id, int32_t limit) = 0;
   // What the webhook scan reads: of the next `limit` events after after_id (any type), only the
   // status events whose job's stored request holds a "webhook" key, the string "responses" (a
-  // Responses job: the OpenAI fan-out) or a "\u" escape (a key it cannot rule out), oldest first;
+  // Responses job: the OpenAI fan-out) or a "\u" escape (a key spelled with escapes: the API stores
+  // requests as nlohmann dumps, keys unescaped, so only then can the substring test miss), oldest first;
   // scanned_to is the last event id looked at (after_id when there was none), where the scan's
   // cursor moves even when no event of the page was wanted.
   struct webhook_scan_page {

@@ -153,11 +153,8 @@ int32_t dispatcher::scan_once() {
       if (event_type.empty()) continue;
       auto job = m.store.get_job(e.job_id);
       if (!job) continue;
-      // NOTE: requests are stored as nlohmann dumps (unescaped keys and plain strings), so one with
-      // neither a "webhook" key nor the string "responses" (openai.surface of a Responses job, the
-      // only surface fan_out_openai sends) has no delivery to make: read_webhook_candidates leaves
-      // its events out. A Chat Completions or Batch line ("surface":"chat") is left out so. A "\u"
-      // escape anywhere (a key spelled with escapes) takes the full path.
+      // NOTE: why a job without "webhook" or "responses" in its stored request is not here: store.h
+      // read_webhook_candidates.
       json req = json::parse(job->request_json, nullptr, false);  // once for both kinds of delivery
       n_enqueued += m.fan_out_openai(e, *job, req, *st);
       if (!req.is_object() || !req.contains("webhook") || !req["webhook"].is_object()) continue;

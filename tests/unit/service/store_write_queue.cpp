@@ -97,8 +97,7 @@ TEST_CASE("store: a submit queued behind 200 background writes commits in the ne
   // The order the writer applied them in is the order of their event ids.
   int64_t submit_event = 0;
   int n_notes_before = 0, n_notes = 0;
-  for (auto& e : s->read_all_events(0, 10000))
-    if (e.job_id == created.job.id) submit_event = e.id;
+  for (auto& e : s->read_events(created.job.id, 0, 10000)) submit_event = e.id;
   REQUIRE(submit_event > 0);
   for (auto& e : s->read_events(target.job.id, 0, 10000))
     if (e.type == "note") {
