@@ -24,6 +24,7 @@
 
 #include "agentq/kernels_cuda.h"
 #include "backend/cuda_forward.h"
+#include "cuda_ref_forward.h"
 #include "gguf/reader.h"
 #include "gguf/synthetic.h"
 #include "golden_json.h"
@@ -70,6 +71,13 @@ std::shared_ptr<const gguf::file> parity_model(const std::string& arch, const fs
 float logit_tol(const std::string& arch) {
   return arch == "gpt-oss" ? 5e-2f : 1e-2f;
 }
+// A row further from the CPU engine's than logit_tol is checked against the CUDA ops' references
+// (test::cuda_ref::ref_forward, the same ops on the CPU without the CPU engine's Q8_0 rounding of
+// gpt-oss's MXFP4 activations): the device must give their logits within this.
+// NOTE: why: on the first H200 run, gpt-oss's batched decode differed from the CPU engine by 0.69983 at
+// one step (sequence b, step 14; a MoE router's choice moved by that rounding), and the references on
+// the CPU differ from the CPU engine there by the same 0.69983: the device computes its ops correctly.
+constexpr float k_ref_tol = 2e-3f;
 
 token_id argmax(const float* v, int32_t n) {
   token_id best = 0;
@@ -167,34 +175,70 @@ TEST_CASE("cuda gives the CPU engine's greedy tokens and logits, batched, past t
     for (int32_t i = 0; i < 33; ++i) a.push_back(token_id(100 + 37 * i));
     for (int32_t i = 0; i < 20; ++i) b.push_back(token_id(5000 + 101 * i));
     std::vector<float> lc(size_t(64) * n_vocab), lg(lc.size());
-    float worst = 0;
-    auto compare = [&](const std::vector<batch_seq>& seqs, const char* what) {
+    // The CUDA ops' references, one per sequence, fed the same tokens (their rows in the batch's order).
+    const weight_store views;  // as cuda_forward: the file's bytes and types
+    layer_stack desc;
+    REQUIRE_MESSAGE(describe_model(*f, views, &desc, &err), err);
+    test::cuda_ref::ref_forward ref_a(desc, n_blocks_seq, k_block_size), ref_b(desc, n_blocks_seq, k_block_size);
+    float worst = 0, worst_ref = 0;
+    int32_t n_via_ref = 0;
+    auto compare = [&](const std::vector<batch_seq>& seqs, const std::vector<test::cuda_ref::ref_forward*>& refs,
+                       const std::string& what) {
       const int32_t rc = cpu->forward(seqs, kv, lc.data());
       const int32_t rg = gpu->forward(seqs, lg.data());
       REQUIRE(rc == rg);
+      std::vector<float> lr;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        const batch_seq& q = seqs[i];
+        const auto rows = refs[i]->forward({q.tokens, q.tokens + q.n_tokens}, q.n_past, nullptr, nullptr, q.all_logits);
+        lr.insert(lr.end(), rows.begin(), rows.end());
+      }
+      REQUIRE(lr.size() == size_t(rc) * n_vocab);
       for (int32_t r = 0; r < rc; ++r) {
+        CAPTURE(what);
+        CAPTURE(r);
         const float* c = lc.data() + size_t(r) * n_vocab;
         const float* g = lg.data() + size_t(r) * n_vocab;
-        float d = 0;
-        for (int32_t i = 0; i < n_vocab; ++i) d = std::max(d, std::fabs(c[i] - g[i]));
+        const float* e = lr.data() + size_t(r) * n_vocab;
+        float d = 0, d_ref = 0, d_ref_cpu = 0;
+        for (int32_t i = 0; i < n_vocab; ++i) {
+          d = std::max(d, std::fabs(c[i] - g[i]));
+          d_ref = std::max(d_ref, std::fabs(e[i] - g[i]));
+          d_ref_cpu = std::max(d_ref_cpu, std::fabs(e[i] - c[i]));
+        }
         worst = std::max(worst, d);
-        CHECK_MESSAGE(d <= logit_tol(arch), what, " row ", r, ": largest logit difference ", d);
-        const auto [t1, t2] = top2(c, n_vocab);
-        if (t1 - t2 >= k_near_tie) CHECK_MESSAGE(argmax(g, n_vocab) == argmax(c, n_vocab), what, " row ", r);
+        worst_ref = std::max(worst_ref, d_ref);
+        // Logits within tol of each other can swap a top-2 gap below 2 tol.
+        if (d <= logit_tol(arch)) {
+          const auto [t1, t2] = top2(c, n_vocab);
+          if (t1 - t2 >= std::max(k_near_tie, 2 * logit_tol(arch))) CHECK(argmax(g, n_vocab) == argmax(c, n_vocab));
+          continue;
+        }
+        // Further from the CPU engine: where the references differ from it as much, the device must give theirs.
+        ++n_via_ref;
+        MESSAGE(arch, " ", what, " row ", r, ": cuda vs cpu ", d, "; references vs cpu ", d_ref_cpu,
+                ", cuda vs references ", d_ref);
+        CHECK(d_ref <= k_ref_tol);
+        const auto [t1, t2] = top2(e, n_vocab);
+        if (t1 - t2 >= std::max(k_near_tie, 2 * k_ref_tol)) CHECK(argmax(g, n_vocab) == argmax(e, n_vocab));
       }
     };
-    compare({batch_seq{ta.data(), 0, a.data(), 11, true}, batch_seq{tb.data(), 0, b.data(), 20, false}}, "prefill");
-    compare({batch_seq{ta.data(), 11, a.data() + 11, 11, true}}, "prefill chunk 2");
-    compare({batch_seq{ta.data(), 22, a.data() + 22, 11, false}}, "prefill chunk 3");
+    compare({batch_seq{ta.data(), 0, a.data(), 11, true}, batch_seq{tb.data(), 0, b.data(), 20, false}},
+            {&ref_a, &ref_b}, "prefill");
+    compare({batch_seq{ta.data(), 11, a.data() + 11, 11, true}}, {&ref_a}, "prefill chunk 2");
+    compare({batch_seq{ta.data(), 22, a.data() + 22, 11, false}}, {&ref_a}, "prefill chunk 3");
     // Greedy decode of both sequences from the CPU's tokens (the same inputs either way).
     token_id na = argmax(lc.data(), n_vocab), nb = 7;
     for (int32_t step = 0; step < 40; ++step) {
       compare({batch_seq{ta.data(), 33 + step, &na, 1, false}, batch_seq{tb.data(), 20 + step, &nb, 1, false}},
-              "decode");
+              {&ref_a, &ref_b}, "decode step " + std::to_string(step));
       na = argmax(lc.data(), n_vocab);
       nb = argmax(lc.data() + n_vocab, n_vocab);
     }
-    MESSAGE(arch, ": cuda vs cpu largest logit difference ", worst);
+    MESSAGE(arch, ": cuda vs cpu largest logit difference ", worst, " (", n_via_ref,
+            " rows past the tolerance checked against the references); cuda vs the references ", worst_ref);
+    // Only gpt-oss's rounding is known to leave the tolerance, and rarely.
+    CHECK(n_via_ref <= (arch == "gpt-oss" ? 8 : 0));
   }
   CHECK_FALSE(kernels::cuda::cuda_failed());
 }
