@@ -21,7 +21,7 @@
 
 namespace agentq::attn {
 
-#if AGENTQ_ATTENTION_AVX2 && !defined(__AVX512F__)
+#if AGENTQ_ATTENTION_AVX2
 namespace {
 
 // r[i] = row i of an 8x8 block -> r[d] = column d (lane i = row i's element d).
@@ -137,7 +137,8 @@ void attend_hd8(const attention_args& a, const float* q, int64_t q_stride, int32
       const int32_t nj = pos0 + j + 1;
       float* s = sc + j * s_stride;
       const __m256 mx = _mm256_set1_ps(inv[j]);
-      for (int32_t t = 0; t < nj; t += 8) _mm256_store_ps(s + t, kernels::exp_avx2(_mm256_sub_ps(_mm256_load_ps(s + t), mx)));
+      for (int32_t t = 0; t < nj; t += 8)
+        _mm256_store_ps(s + t, kernels::exp_avx2(_mm256_sub_ps(_mm256_load_ps(s + t), mx)));
     }
     alignas(32) double sums[4] = {1.0, 1.0, 1.0, 1.0};  // a last batch of fewer than 4 divides ones
     for (int32_t j = 0; j < n_q; ++j) {
@@ -146,8 +147,8 @@ void attend_hd8(const attention_args& a, const float* q, int64_t q_stride, int32
       __m256d sum4 = _mm256_setzero_pd();
       for (int32_t t = 0; t < n8; t += 8) {
         const __m256 p = _mm256_load_ps(s + t);
-        sum4 = _mm256_add_pd(
-            sum4, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(p)), _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1))));
+        sum4 = _mm256_add_pd(sum4, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(p)),
+                                                 _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1))));
       }
       double lanes[4];
       _mm256_storeu_pd(lanes, sum4);
@@ -172,10 +173,18 @@ void attend_hd8(const attention_args& a, const float* q, int64_t q_stride, int32
     float* o = out + j0 * out_stride;
     const int32_t n_common = pos0 + j0 + 1;
     switch (qn) {
-      case 8: v_common<8>(vr, n_common, p, s_stride, inv + j0, o, out_stride); break;
-      case 4: v_common<4>(vr, n_common, p, s_stride, inv + j0, o, out_stride); break;
-      case 2: v_common<2>(vr, n_common, p, s_stride, inv + j0, o, out_stride); break;
-      default: v_common<1>(vr, n_common, p, s_stride, inv + j0, o, out_stride); break;
+      case 8:
+        v_common<8>(vr, n_common, p, s_stride, inv + j0, o, out_stride);
+        break;
+      case 4:
+        v_common<4>(vr, n_common, p, s_stride, inv + j0, o, out_stride);
+        break;
+      case 2:
+        v_common<2>(vr, n_common, p, s_stride, inv + j0, o, out_stride);
+        break;
+      default:
+        v_common<1>(vr, n_common, p, s_stride, inv + j0, o, out_stride);
+        break;
     }
     for (int j = 1; j < qn; ++j) {
       float* oj = o + j * out_stride;
@@ -195,7 +204,7 @@ void attend_hd8(const attention_args& a, const float* q, int64_t q_stride, int32
 
 bool attend_small(const attention_args& a, const float* q, int64_t q_stride, int32_t pos0, int32_t n_q, float* out,
                   int64_t out_stride) {
-#if AGENTQ_ATTENTION_AVX2 && !defined(__AVX512F__)
+#if AGENTQ_ATTENTION_AVX2
   if (a.head_dim != 8 || a.window > 0) return false;
   if (a.kv->layout().dtype == kv_dtype::f16)
     attend_hd8<uint16_t>(a, q, q_stride, pos0, n_q, out, out_stride);

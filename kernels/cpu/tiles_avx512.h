@@ -107,7 +107,9 @@ template <class L, int R, int B>
 void mk_float_packed(const float* pk, int64_t n8, const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n,
                      float* out) {
   mk_pairs<L, R, B>(
-      [&](int p, int64_t j) { return _mm512_loadu_ps(pk + static_cast<size_t>(p) * 2 * static_cast<size_t>(n8) + 2 * j); },
+      [&](int p, int64_t j) {
+        return _mm512_loadu_ps(pk + static_cast<size_t>(p) * 2 * static_cast<size_t>(n8) + 2 * j);
+      },
       w, stride, xb, n, out);
 }
 
@@ -118,6 +120,72 @@ void mk_float_avx512(const uint8_t* w, size_t stride, const uint8_t* const* xb, 
     avx2::mk_float_avx2<L, 1, B>(w, stride, xb, n, out);
   else
     mk_float_pairs<L, R, B>(w, stride, xb, n, out);
+}
+
+// Elements j..j+7 of one row in both halves (the loader L's values: conversions are exact).
+template <class L>
+inline __m512 row_both(const uint8_t* w, int64_t j) {
+  return broadcast8(reinterpret_cast<const float*>(w) + j);
+}
+template <>
+inline __m512 row_both<avx2::load_f16>(const uint8_t* w, int64_t j) {
+  return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(w) + j))));
+}
+template <>
+inline __m512 row_both<avx2::load_bf16>(const uint8_t* w, int64_t j) {
+  const __m256i h = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(w) + j)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// rows8_float_avx2 (tiles_avx2.h) two inputs at a time: lanes 0-7 of each zmm accumulator are
+// input b's 8-lane chain for one row, lanes 8-15 input b + 1's, against the row's 8 weights in
+// both halves; the halves then reduced by the same hsum8x8 and the same tail (mul, then add,
+// per lane), so per (row, input) exactly that kernel's operations and bits. An odd last input
+// runs the AVX2 kernel itself.
+// NOTE: why: at 64 columns (stories260K) a 256-bit FMA uses half a Zen 4/5 core's FMA width,
+// and the packed 8 x 6 tiles spend as much on packing, hsums and scattered stores as on FMAs.
+// For L::size == 4 only whole rows of floats; the F16/BF16 forms convert each weight vector
+// once per input pair.
+template <class L>
+void rows8_float_avx512(const uint8_t* w, size_t stride, const uint8_t* xb, size_t x_stride, int64_t n_x, int64_t n,
+                        float* y, int64_t y_stride, int n_valid = 8) {
+  const __m256i store_mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const uint8_t* wr[8];
+  for (int r = 0; r < 8; ++r) wr[r] = w + static_cast<size_t>(r) * stride;
+  const int64_t n8 = n / 8 * 8;
+  alignas(32) float tail_w[7][8];  // [column - n8][row]
+  for (int64_t k = 0; k < n - n8; ++k)
+    for (int r = 0; r < 8; ++r) tail_w[k][r] = L::s(wr[r], n8 + k);
+  auto store = [&](float* dst, __m256 out) {
+    if (n_valid == 8)
+      _mm256_storeu_ps(dst, out);
+    else
+      _mm256_maskstore_ps(dst, store_mask, out);
+  };
+  int64_t b = 0;
+  for (; b + 2 <= n_x; b += 2) {
+    const float* x0 = reinterpret_cast<const float*>(xb + static_cast<size_t>(b) * x_stride);
+    const float* x1 = reinterpret_cast<const float*>(xb + static_cast<size_t>(b + 1) * x_stride);
+    __m512 acc[8];
+    for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n8; j += 8) {
+      const __m512 xv = join_halves(_mm256_loadu_ps(x0 + j), _mm256_loadu_ps(x1 + j));
+      for (int r = 0; r < 8; ++r) acc[r] = _mm512_fmadd_ps(row_both<L>(wr[r], j), xv, acc[r]);
+    }
+    __m512 tail = _mm512_setzero_ps();
+    for (int64_t k = 0; k < n - n8; ++k)
+      tail = _mm512_add_ps(tail, _mm512_mul_ps(broadcast8(tail_w[k]),
+                                               join_halves(_mm256_set1_ps(x0[n8 + k]), _mm256_set1_ps(x1[n8 + k]))));
+    __m256 lo[8], hi[8];
+    for (int r = 0; r < 8; ++r) lo[r] = low_half(acc[r]), hi[r] = high_half(acc[r]);
+    store(y + b * y_stride, _mm256_add_ps(hsum8x8(lo), low_half(tail)));
+    store(y + (b + 1) * y_stride, _mm256_add_ps(hsum8x8(hi), high_half(tail)));
+  }
+  if (b < n_x)
+    avx2::rows8_float_avx2<L>(w, stride, xb + static_cast<size_t>(b) * x_stride, x_stride, 1, n, y + b * y_stride,
+                              y_stride, n_valid);
 }
 
 }  // namespace agentq::kernels::avx512
