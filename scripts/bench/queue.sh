@@ -160,6 +160,10 @@ batch=$(python3 scripts/bench/batch_accept.py --url "$url" --key "$key" --model 
 kill "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
 pid=""
+# NOTE: agentq's dirty pages (the WAL, redis's AOF of the batch just stopped) written back before
+# the baseline runs: left to the kernel, their writeback overlapped BullMQ's run and its AOF fsyncs
+# (session 28, Zen 5 VM: BullMQ 4.9-5.3k jobs/s after the faster binary, 6.2-6.6k after the slower).
+sync
 # The model's own prefill per job (its prompts are not no-ops): a ceiling to read the ratios against.
 echo "== the model's prefill per job (one thread; llama.cpp too with AGENTQ_LLAMA_BIN)" >&2
 floor=$(python3 scripts/bench/job_model_floor.py --bin "$bin" --model "$model" | tail -n 1) ||
