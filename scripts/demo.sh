@@ -4,12 +4,15 @@
 # call a server-side tool, follow it with `agentq wait`, print the result, stop everything.
 #   AGENTQ_BUILD_DIR  build directory (default: build)
 #   AGENTQ_SKIP_SETUP=1  use the binaries already built there
+#   AGENTQ_BIN_DIR    the binaries' folder (default: the build directory's bin)
+#   AGENTQ_MODEL      the model file (default: ../shared/models/stories260K.gguf)
+#   AGENTQ_DEMO_ARGS  more agentqd flags (e.g. "--device cuda" on a GPU host)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
 [ "${AGENTQ_SKIP_SETUP:-0}" = 1 ] || ./scripts/setup.sh
-bin="$root/${AGENTQ_BUILD_DIR:-build}/bin"
+bin="${AGENTQ_BIN_DIR:-$root/${AGENTQ_BUILD_DIR:-build}/bin}"
 model="${AGENTQ_MODEL:-$root/../shared/models/stories260K.gguf}"
 [ -f "$model" ] || { echo "demo: model $model not found (set AGENTQ_MODEL)"; exit 1; }
 
@@ -33,7 +36,7 @@ tool_url="http://127.0.0.1:$(cat "$tmp/tool_port")/weather"
 echo "== starting agentqd (data dir $tmp/data)"
 admin_key="aq_demo_$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 "$bin/agentqd" --data-dir "$tmp/data" --listen 127.0.0.1:0 --port-file "$tmp/port" --model "$model" \
-  --allow-addresses 127.0.0.0/8 --admin-key "$admin_key" >"$tmp/agentqd.log" 2>&1 &
+  --allow-addresses 127.0.0.0/8 --admin-key "$admin_key" ${AGENTQ_DEMO_ARGS:-} >"$tmp/agentqd.log" 2>&1 &
 pids+=($!)
 wait_file "$tmp/port"
 export AGENTQ_URL="http://127.0.0.1:$(cat "$tmp/port")"

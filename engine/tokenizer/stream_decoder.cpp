@@ -1,44 +1,65 @@
 // Streaming detokenizer (see stream_decoder.h).
 #include "tokenizer/stream_decoder.h"
 
+#include "tokenizer/unicode.h"
+
 namespace agentq {
 
 namespace {
 
-// Bytes the sequence led by c needs; 0 when c cannot lead one.
-size_t utf8_need(uint8_t c) {
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) return c >= 0xC2 ? 2 : 0;
-  if ((c & 0xF0) == 0xE0) return 3;
-  if ((c & 0xF8) == 0xF0) return c <= 0xF4 ? 4 : 0;
-  return 0;
+// True when s[pos..] (at least one byte) is the start of a valid UTF-8 sequence cut short by the end
+// of s: a lead byte and the continuation bytes Unicode allows after it (no overlong form, surrogate
+// or code point past U+10FFFF), fewer than it needs.
+bool valid_incomplete(const std::string& s, size_t pos) {
+  const auto c0 = static_cast<uint8_t>(s[pos]);
+  size_t need;
+  uint8_t lo = 0x80, hi = 0xBF;  // the second byte's range (Unicode Table 3-7)
+  if (c0 >= 0xC2 && c0 <= 0xDF) need = 2;
+  else if (c0 >= 0xE0 && c0 <= 0xEF) need = 3, lo = c0 == 0xE0 ? 0xA0 : 0x80, hi = c0 == 0xED ? 0x9F : 0xBF;
+  else if (c0 >= 0xF0 && c0 <= 0xF4) need = 4, lo = c0 == 0xF0 ? 0x90 : 0x80, hi = c0 == 0xF4 ? 0x8F : 0xBF;
+  else return false;
+  const size_t have = s.size() - pos;
+  if (have >= need) return false;
+  for (size_t k = 1; k < have; ++k) {
+    const auto c = static_cast<uint8_t>(s[pos + k]);
+    if (k == 1 ? (c < lo || c > hi) : (c & 0xC0) != 0x80) return false;
+  }
+  return true;
 }
 
-// Offset where an incomplete trailing UTF-8 sequence starts, or s.size() when none.
-size_t complete_prefix(const std::string& s) {
-  const size_t n = s.size();
-  for (size_t back = 1; back <= 4 && back <= n; ++back) {
-    const auto c = static_cast<uint8_t>(s[n - back]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
-    const size_t need = utf8_need(c);
-    return (need > back) ? n - back : n;
-  }
-  return n;
-}
+constexpr const char* k_replacement = "\xEF\xBF\xBD";  // U+FFFD
 
 }  // namespace
 
 std::string stream_decoder::push(token_id id) {
   pending_ += tok_.token_to_piece(id, special_);
-  const size_t cut = complete_prefix(pending_);
-  std::string out = pending_.substr(0, cut);
-  pending_.erase(0, cut);
+  std::string out;
+  out.reserve(pending_.size());
+  size_t i = 0;
+  while (i < pending_.size()) {
+    if (static_cast<uint8_t>(pending_[i]) < 0x80) {
+      out += pending_[i++];
+      continue;
+    }
+    const size_t n = unicode::valid_utf8_len(pending_, i);
+    if (n > 0) {
+      out.append(pending_, i, n);
+      i += n;
+    } else if (valid_incomplete(pending_, i)) {
+      break;  // the rest may still become a character: held back
+    } else {
+      out += k_replacement;  // a byte no continuation can make valid
+      ++i;
+    }
+  }
+  pending_.erase(0, i);
   return out;
 }
 
 std::string stream_decoder::flush() {
   std::string out;
-  out.swap(pending_);
+  for (size_t i = 0; i < pending_.size(); ++i) out += k_replacement;  // a character cut short
+  pending_.clear();
   return out;
 }
 

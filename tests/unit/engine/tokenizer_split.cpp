@@ -2,6 +2,8 @@
 // and the streaming detokenizer's UTF-8 completeness.
 #include <doctest/doctest.h>
 
+#include <random>
+
 #include "gguf/reader.h"
 #include "test_env.h"
 #include "tokenizer/pretokenize.h"
@@ -164,13 +166,37 @@ TEST_CASE("stream decoder emits only complete UTF-8") {
   }
 }
 
-TEST_CASE("stream decoder passes bytes that cannot become UTF-8") {
+TEST_CASE("stream decoder replaces bytes that cannot become UTF-8 with U+FFFD") {
   auto tok = load_vocab("ggml-vocab-gpt-2.gguf");
-  stream_decoder dec(*tok);
-  const auto ids = tok->encode("\xFF" "a\xC3", false, false);
-  std::string got;
-  for (token_id id : ids) got += dec.push(id);
-  CHECK(got == "\xFF" "a");  // 0xFF is emitted at once, 0xC3 waits for a continuation
-  CHECK(dec.flush() == "\xC3");
-  CHECK(dec.flush().empty());
+  const std::string fffd = "\xEF\xBF\xBD";
+  // Token by token (gpt-2's byte-level vocabulary: one token per byte here), then flush.
+  auto decode = [&](const std::string& bytes) {
+    stream_decoder dec(*tok);
+    std::string got;
+    for (token_id id : tok->encode(bytes, false, false)) got += dec.push(id);
+    return got + "|" + dec.flush();
+  };
+  CHECK(decode("\xFF" "a\xC3") == fffd + "a|" + fffd);  // 0xFF at once; 0xC3 waits, then is cut short
+  CHECK(decode("\xB5") == fffd + "|");                   // a lone continuation byte (a <0xB5> token)
+  CHECK(decode("\xE6\x97" "a") == fffd + fffd + "a|");  // a character broken off by another
+  CHECK(decode("\xC0\x80" "b") == fffd + fffd + "b|");  // overlong
+  CHECK(decode("\xED\xA0\x80") == fffd + fffd + fffd + "|");  // a surrogate
+  CHECK(decode("\xF4\x90\x80\x80") == fffd + fffd + fffd + fffd + "|");  // past U+10FFFF
+  CHECK(decode("\xF0\x9F\x99") == "|" + fffd + fffd + fffd);  // held to the end, cut short
+  CHECK(decode("h\xC3\xA9 \xF0\x9F\x99\x82") == "h\xC3\xA9 \xF0\x9F\x99\x82|");  // valid: unchanged
+  // Random bytes: every piece and the whole are valid UTF-8 (what a JSON string needs).
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    std::string bytes(size_t(rng() % 24), '\0');
+    for (auto& b : bytes) b = char(rng() % 4 == 0 ? 0x20 + rng() % 90 : 0x80 + rng() % 128);
+    stream_decoder dec(*tok);
+    std::string all;
+    for (token_id id : tok->encode(bytes, false, false)) {
+      const std::string part = dec.push(id);
+      CHECK(valid_utf8(part));
+      all += part;
+    }
+    all += dec.flush();
+    CHECK(valid_utf8(all));
+  }
 }
