@@ -65,16 +65,37 @@ void mk_float_avx2(const uint8_t* w, size_t stride, const uint8_t* const* xb, in
 // plus run_tiles were 65% of the forward). Each weight row is read from L1 once per input
 // (8 loads per 8 FMAs), which longer rows would pay for in L2 bandwidth: they keep the tiles.
 // n_valid < 8: only rows [0, n_valid) are stored (the rest of w's 8 rows is padding).
+// What the rows8 kernels (this one and tiles_avx512.h's) set up for a group of 8 rows: their
+// pointers, the whole 8-column steps, the tail columns' weights as a vector over the rows, and
+// the store of the group's 8 results (only rows [0, n_valid) where the group is padding).
+template <class L>
+struct rows8_group {
+  const uint8_t* wr[8];
+  int64_t n8;
+  alignas(32) float tail_w[7][8];  // [column - n8][row]
+  __m256i store_mask;
+  int n_valid;
+  rows8_group(const uint8_t* w, size_t stride, int64_t n, int valid) : n8(n / 8 * 8), n_valid(valid) {
+    store_mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int r = 0; r < 8; ++r) wr[r] = w + static_cast<size_t>(r) * stride;
+    for (int64_t k = 0; k < n - n8; ++k)
+      for (int r = 0; r < 8; ++r) tail_w[k][r] = L::s(wr[r], n8 + k);
+  }
+  void store(float* dst, __m256 out) const {
+    if (n_valid == 8)
+      _mm256_storeu_ps(dst, out);
+    else
+      _mm256_maskstore_ps(dst, store_mask, out);
+  }
+};
+
 template <class L>
 void rows8_float_avx2(const uint8_t* w, size_t stride, const uint8_t* xb, size_t x_stride, int64_t n_x, int64_t n,
                       float* y, int64_t y_stride, int n_valid = 8) {
-  const __m256i store_mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  const uint8_t* wr[8];
-  for (int r = 0; r < 8; ++r) wr[r] = w + static_cast<size_t>(r) * stride;
-  const int64_t n8 = n / 8 * 8;
-  alignas(32) float tail_w[7][8];  // [column - n8][row]
-  for (int64_t k = 0; k < n - n8; ++k)
-    for (int r = 0; r < 8; ++r) tail_w[k][r] = L::s(wr[r], n8 + k);
+  const rows8_group<L> g(w, stride, n, n_valid);
+  const auto& wr = g.wr;
+  const auto& tail_w = g.tail_w;
+  const int64_t n8 = g.n8;
   for (int64_t b = 0; b < n_x; ++b) {
     const float* x = reinterpret_cast<const float*>(xb + static_cast<size_t>(b) * x_stride);
     __m256 acc[8];
@@ -86,11 +107,7 @@ void rows8_float_avx2(const uint8_t* w, size_t stride, const uint8_t* xb, size_t
     __m256 tail = _mm256_setzero_ps();
     for (int64_t k = 0; k < n - n8; ++k)
       tail = _mm256_add_ps(tail, _mm256_mul_ps(_mm256_load_ps(tail_w[k]), _mm256_set1_ps(x[n8 + k])));
-    const __m256 out = _mm256_add_ps(hsum8x8(acc), tail);
-    if (n_valid == 8)
-      _mm256_storeu_ps(y + b * y_stride, out);
-    else
-      _mm256_maskstore_ps(y + b * y_stride, store_mask, out);
+    g.store(y + b * y_stride, _mm256_add_ps(hsum8x8(acc), tail));
   }
 }
 

@@ -151,19 +151,10 @@ inline __m512 row_both<avx2::load_bf16>(const uint8_t* w, int64_t j) {
 template <class L>
 void rows8_float_avx512(const uint8_t* w, size_t stride, const uint8_t* xb, size_t x_stride, int64_t n_x, int64_t n,
                         float* y, int64_t y_stride, int n_valid = 8) {
-  const __m256i store_mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  const uint8_t* wr[8];
-  for (int r = 0; r < 8; ++r) wr[r] = w + static_cast<size_t>(r) * stride;
-  const int64_t n8 = n / 8 * 8;
-  alignas(32) float tail_w[7][8];  // [column - n8][row]
-  for (int64_t k = 0; k < n - n8; ++k)
-    for (int r = 0; r < 8; ++r) tail_w[k][r] = L::s(wr[r], n8 + k);
-  auto store = [&](float* dst, __m256 out) {
-    if (n_valid == 8)
-      _mm256_storeu_ps(dst, out);
-    else
-      _mm256_maskstore_ps(dst, store_mask, out);
-  };
+  const avx2::rows8_group<L> g(w, stride, n, n_valid);
+  const auto& wr = g.wr;
+  const auto& tail_w = g.tail_w;
+  const int64_t n8 = g.n8;
   int64_t b = 0;
   for (; b + 2 <= n_x; b += 2) {
     const float* x0 = reinterpret_cast<const float*>(xb + static_cast<size_t>(b) * x_stride);
@@ -180,8 +171,8 @@ void rows8_float_avx512(const uint8_t* w, size_t stride, const uint8_t* xb, size
                                                join_halves(_mm256_set1_ps(x0[n8 + k]), _mm256_set1_ps(x1[n8 + k]))));
     __m256 lo[8], hi[8];
     for (int r = 0; r < 8; ++r) lo[r] = low_half(acc[r]), hi[r] = high_half(acc[r]);
-    store(y + b * y_stride, _mm256_add_ps(hsum8x8(lo), low_half(tail)));
-    store(y + (b + 1) * y_stride, _mm256_add_ps(hsum8x8(hi), high_half(tail)));
+    g.store(y + b * y_stride, _mm256_add_ps(hsum8x8(lo), low_half(tail)));
+    g.store(y + (b + 1) * y_stride, _mm256_add_ps(hsum8x8(hi), high_half(tail)));
   }
   if (b < n_x)
     avx2::rows8_float_avx2<L>(w, stride, xb + static_cast<size_t>(b) * x_stride, x_stride, 1, n, y + b * y_stride,
