@@ -85,9 +85,12 @@ inline __m256i iq4_xs_x8_scaled_xsums(const block_iq4_xsx8& blk, const block_q8_
 // As mk_q4_k_x8 with IQ4_NL's values: a vpshufb of each nibble through the value table + 128
 // (unsigned, 1..241) feeds vpdpbusd; per sub-block one multiply by the rows' signed scales
 // (|sum| <= 32 * 241 * 128 * 32 * 8 < 2^31); 128 * the scaled sums of x come off per super-block.
+// NOTE: GCC 12's _mm512_shuffle_i32x4 (as _mm512_broadcast_i32x4) passes an _mm512_undefined_epi32()
+// merge source that -Wuninitialized reports once inlined; the value is never read (zmm_halves.h).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 template <int B>
 void mk_iq4_xs_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, float* out, const uint8_t* next) {
-  // NOTE: not _mm512_broadcast_i32x4, whose undefined source GCC 12 reports as uninitialized.
   const __m512i t128 = _mm512_zextsi128_si512(
       _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(detail::kvalues_iq4nl)), _mm_set1_epi8(char(0x80))));
   const __m512i table = _mm512_shuffle_i32x4(t128, t128, 0);
@@ -106,6 +109,7 @@ void mk_iq4_xs_x8(const uint8_t* group, const uint8_t* const* xb, int64_t n, flo
     }
   });
 }
+#pragma GCC diagnostic pop
 
 // 32 bytes at p in both 256-bit halves.
 // NOTE: not _mm512_broadcast_i64x4, whose undefined source GCC 12 reports as uninitialized.
