@@ -6,8 +6,8 @@
 #include "model/attention.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -60,6 +60,7 @@ void attend_one_scalar(const attention_args& a, const float* q, int32_t pos, flo
     for (int32_t d = 0; d < hd; ++d) out[d] += p * to_f32(vt[d]);
   }
 }
+
 
 #if AGENTQ_ATTENTION_AVX2
 // NV = head_dim / 8 vectors (0: any multiple of 8, read from memory).
@@ -148,9 +149,7 @@ void attend_one_avx2(const attention_args& a, const Rows& rows, const float* q, 
 
 #if AGENTQ_ATTENTION_AVX2 && defined(__AVX512F__)
 // 8 K/V elements in both halves of a zmm (an F16 row converted once for the two).
-inline __m512 load8x2(const float* p) {
-  return kernels::broadcast8(p);
-}
+inline __m512 load8x2(const float* p) { return kernels::broadcast8(p); }
 inline __m512 load8x2(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
@@ -163,8 +162,9 @@ inline __m512 load8x2(const uint16_t* p) {
 // 256-bit width, its F16 conversions repeated per head; at 4k tokens it was about half of a
 // 1B-class model's decode step on Zen 5.
 template <int NV, class T>
-void attend_heads_avx512(const attention_args& a, const attention_args& b, const paged_rows<T>& rows, const float* qa,
-                         const float* qb, int32_t pos, float* out_a, float* out_b, float* sa, float* sb) {
+void attend_heads_avx512(const attention_args& a, const attention_args& b, const paged_rows<T>& rows,
+                         const float* qa, const float* qb, int32_t pos, float* out_a, float* out_b, float* sa,
+                         float* sb) {
   static_assert(NV % 8 == 0);
   __m512 qv[NV];
   for (int c = 0; c < NV; ++c) qv[c] = kernels::join_halves(_mm256_loadu_ps(qa + 8 * c), _mm256_loadu_ps(qb + 8 * c));
@@ -217,8 +217,8 @@ void attend_heads_avx512(const attention_args& a, const attention_args& b, const
       for (int c = 0; c < 8; ++c) r[c] = acc[c];
       for (int i = 0; i < k; ++i) {
         const T* vt = vp[i] + 8 * c0;
-        const __m512 p = _mm512_mul_ps(
-            kernels::join_halves(_mm256_broadcast_ss(sa + u0 + i), _mm256_broadcast_ss(sb + u0 + i)), inv);
+        const __m512 p =
+            _mm512_mul_ps(kernels::join_halves(_mm256_broadcast_ss(sa + u0 + i), _mm256_broadcast_ss(sb + u0 + i)), inv);
         for (int c = 0; c < 8; ++c) r[c] = _mm512_fmadd_ps(p, load8x2(vt + 8 * c), r[c]);
       }
       for (int c = 0; c < 8; ++c) acc[c] = r[c];
@@ -301,7 +301,8 @@ void attend_typed(const attention_args& a, const float* q, int64_t q_stride, int
     return;
   }
 #endif
-  for (int32_t j = 0; j < n_q; ++j) attend_one_scalar<T>(a, q + j * q_stride, pos0 + j, out + j * out_stride, scores);
+  for (int32_t j = 0; j < n_q; ++j)
+    attend_one_scalar<T>(a, q + j * q_stride, pos0 + j, out + j * out_stride, scores);
 }
 
 }  // namespace
@@ -316,8 +317,8 @@ void attend(const attention_args& a, const float* q, int64_t q_stride, int32_t p
 
 namespace {
 template <class T>
-bool attend_heads_typed(const attention_args& a, const attention_args& b, const float* qa, const float* qb, int32_t pos,
-                        float* out_a, float* out_b, float* scores) {
+bool attend_heads_typed(const attention_args& a, const attention_args& b, const float* qa, const float* qb,
+                        int32_t pos, float* out_a, float* out_b, float* scores) {
 #if AGENTQ_ATTENTION_AVX2 && defined(__AVX512F__)
   if (a.head_dim != 64 && a.head_dim != 128) return false;
   thread_local std::vector<float> scores_b;

@@ -14,6 +14,7 @@
 #include "agentq/hsum_avx2.h"
 #include "agentq/kernels.h"
 #include "agentq/zmm_halves.h"
+
 #include "kv/kv_store.h"
 #include "model/attention.h"
 
@@ -25,12 +26,8 @@
 namespace agentq::attn {
 
 // K/V elements: float (f32 cache) or uint16_t (IEEE half bits, f16 cache).
-inline float to_f32(float x) {
-  return x;
-}
-inline float to_f32(uint16_t h) {
-  return kernels::fp16_to_fp32(h);
-}
+inline float to_f32(float x) { return x; }
+inline float to_f32(uint16_t h) { return kernels::fp16_to_fp32(h); }
 
 // Sliding window and soft-capping on a query's scores [0, n) (pos = n - 1): masked positions
 // become -inf (weight exactly 0), the rest cap * tanh(s / cap). Returns the max of the rest
@@ -55,31 +52,23 @@ inline float adjust_scores(const attention_args& a, float* scores, int32_t n) {
 inline int32_t window_lo(const attention_args& a, int32_t pos) {
   return a.window > 0 ? std::max(0, pos + 1 - a.window) & ~7 : 0;
 }
-inline bool adjusts(const attention_args& a) {
-  return a.window > 0 || a.softcap != 0.0f || a.has_sink;
-}
+inline bool adjusts(const attention_args& a) { return a.window > 0 || a.softcap != 0.0f || a.has_sink; }
 // The sink's share of the softmax's denominator (exp(sink - max)); 0 without one.
-inline double sink_term(const attention_args& a, float mx) {
-  return a.has_sink ? double(std::exp(a.sink - mx)) : 0.0;
-}
+inline double sink_term(const attention_args& a, float mx) { return a.has_sink ? double(std::exp(a.sink - mx)) : 0.0; }
 
 template <class T>
 const T* k_row(const attention_args& a, int32_t t) {
-  return a.kv->k<T>(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.token_stride +
-         a.head_offset;
+  return a.kv->k<T>(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.token_stride + a.head_offset;
 }
 template <class T>
 const T* v_row(const attention_args& a, int32_t t) {
-  return a.kv->v<T>(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.token_stride +
-         a.head_offset;
+  return a.kv->v<T>(a.layer, a.block_table[t / a.block_size]) + size_t(t % a.block_size) * a.token_stride + a.head_offset;
 }
 
 // Rows under 64 bytes (head_dim 8-16) share cache lines, so the prefetchers take one row in
 // each line: this mask of the position (rows per line - 1; row_bytes is a multiple of 16, so
 // rows per line are 1, 2 or 4).
-inline int32_t line_mask_of(int32_t row_bytes) {
-  return std::max<int32_t>(1, 64 / row_bytes) - 1;
-}
+inline int32_t line_mask_of(int32_t row_bytes) { return std::max<int32_t>(1, 64 / row_bytes) - 1; }
 
 inline void prefetch_row(const void* row, int32_t row_bytes) {
 #if defined(__SSE__)
@@ -155,8 +144,8 @@ struct paged_rows {
 template <class T>
 paged_rows<T> paged_rows_of(const attention_args& a, int32_t pos, int32_t n) {
   const int32_t b0 = a.block_table[window_lo(a, pos) / a.block_size];
-  const std::ptrdiff_t v_minus_k =
-      reinterpret_cast<const char*>(a.kv->v<T>(a.layer, b0)) - reinterpret_cast<const char*>(a.kv->k<T>(a.layer, b0));
+  const std::ptrdiff_t v_minus_k = reinterpret_cast<const char*>(a.kv->v<T>(a.layer, b0)) -
+                                   reinterpret_cast<const char*>(a.kv->k<T>(a.layer, b0));
   const bool v_early = int64_t(n) * a.head_dim * int64_t(sizeof(T)) <= (64 << 10);
   return paged_rows<T>{a, v_minus_k, v_early, line_mask_of(a.head_dim * int32_t(sizeof(T)))};
 }
@@ -183,9 +172,7 @@ inline int32_t tiles_min_queries = 2;
 inline int32_t small_min_queries = 4;
 
 #if AGENTQ_ATTENTION_AVX2
-inline __m256 load8(const float* p) {
-  return _mm256_loadu_ps(p);
-}
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }

@@ -137,8 +137,7 @@ void attend_hd8(const attention_args& a, const float* q, int64_t q_stride, int32
       const int32_t nj = pos0 + j + 1;
       float* s = sc + j * s_stride;
       const __m256 mx = _mm256_set1_ps(inv[j]);
-      for (int32_t t = 0; t < nj; t += 8)
-        _mm256_store_ps(s + t, kernels::exp_avx2(_mm256_sub_ps(_mm256_load_ps(s + t), mx)));
+      for (int32_t t = 0; t < nj; t += 8) _mm256_store_ps(s + t, kernels::exp_avx2(_mm256_sub_ps(_mm256_load_ps(s + t), mx)));
     }
     alignas(32) double sums[4] = {1.0, 1.0, 1.0, 1.0};  // a last batch of fewer than 4 divides ones
     for (int32_t j = 0; j < n_q; ++j) {
@@ -147,8 +146,8 @@ void attend_hd8(const attention_args& a, const float* q, int64_t q_stride, int32
       __m256d sum4 = _mm256_setzero_pd();
       for (int32_t t = 0; t < n8; t += 8) {
         const __m256 p = _mm256_load_ps(s + t);
-        sum4 = _mm256_add_pd(sum4, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(p)),
-                                                 _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1))));
+        sum4 = _mm256_add_pd(
+            sum4, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(p)), _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1))));
       }
       double lanes[4];
       _mm256_storeu_pd(lanes, sum4);
@@ -173,18 +172,10 @@ void attend_hd8(const attention_args& a, const float* q, int64_t q_stride, int32
     float* o = out + j0 * out_stride;
     const int32_t n_common = pos0 + j0 + 1;
     switch (qn) {
-      case 8:
-        v_common<8>(vr, n_common, p, s_stride, inv + j0, o, out_stride);
-        break;
-      case 4:
-        v_common<4>(vr, n_common, p, s_stride, inv + j0, o, out_stride);
-        break;
-      case 2:
-        v_common<2>(vr, n_common, p, s_stride, inv + j0, o, out_stride);
-        break;
-      default:
-        v_common<1>(vr, n_common, p, s_stride, inv + j0, o, out_stride);
-        break;
+      case 8: v_common<8>(vr, n_common, p, s_stride, inv + j0, o, out_stride); break;
+      case 4: v_common<4>(vr, n_common, p, s_stride, inv + j0, o, out_stride); break;
+      case 2: v_common<2>(vr, n_common, p, s_stride, inv + j0, o, out_stride); break;
+      default: v_common<1>(vr, n_common, p, s_stride, inv + j0, o, out_stride); break;
     }
     for (int j = 1; j < qn; ++j) {
       float* oj = o + j * out_stride;

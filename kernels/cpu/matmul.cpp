@@ -149,22 +149,13 @@ using detail::dot_fn;
 
 dot_fn scalar_dot(weight_type t) {
   switch (t) {
-    case weight_type::f32:
-      return dot_f32_scalar;
-    case weight_type::f16:
-      return dot_f16_scalar;
-    case weight_type::bf16:
-      return dot_bf16_scalar;
-    case weight_type::q8_0:
-      return dot_q8_0_scalar;
-    case weight_type::q4_k:
-      return dot_q4_k_scalar;
-    case weight_type::q6_k:
-      return dot_q6_k_scalar;
-    case weight_type::q8_0_x8:
-    case weight_type::q4_k_x8:
-    case weight_type::q6_k_x8:
-      break;  // run_x8
+    case weight_type::f32: return dot_f32_scalar;
+    case weight_type::f16: return dot_f16_scalar;
+    case weight_type::bf16: return dot_bf16_scalar;
+    case weight_type::q8_0: return dot_q8_0_scalar;
+    case weight_type::q4_k: return dot_q4_k_scalar;
+    case weight_type::q6_k: return dot_q6_k_scalar;
+    case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8: break;  // run_x8
     default:
       if (dot_fn d = detail::dot_more_scalar(t)) return d;
       break;
@@ -196,9 +187,9 @@ constexpr int max_mk_rows = 8, max_mk_inputs = 8;
 
 struct tile_set {
   // Scalar sets: tiles only. AVX2 sets: rows kernels for one input, micro-kernels otherwise.
-  int max_b = 0;                    // widest tile
-  tile_fn fn[max_tile + 1] = {};    // fn[b] handles b inputs, 1 <= b <= max_b
-  rows_fn rows[max_rows + 1] = {};  // rows[k] handles k rows of one input; all null: use fn[1]
+  int max_b = 0;                   // widest tile
+  tile_fn fn[max_tile + 1] = {};   // fn[b] handles b inputs, 1 <= b <= max_b
+  rows_fn rows[max_rows + 1] = {}; // rows[k] handles k rows of one input; all null: use fn[1]
   // mk[r][b]: r rows x b inputs (1 <= r <= mk_r, 1 <= b <= mk_b); mk_r == 0: tiles only
   int mk_r = 0, mk_b = 0;
   mk_fn mk[max_mk_rows + 1][max_mk_inputs + 1] = {};
@@ -217,9 +208,7 @@ constexpr tile_set rows_set() {
 template <dot_fn D>
 struct scalar_tiles {
   template <int B>
-  struct t {
-    static constexpr tile_fn f = tile_scalar<D, B>;
-  };
+  struct t { static constexpr tile_fn f = tile_scalar<D, B>; };
 };
 
 #if AGENTQ_DOTS_MORE_AVX2
@@ -240,53 +229,31 @@ struct more_avx2_tiles {
 tile_set more_set(weight_type t) {
 #if AGENTQ_DOTS_MORE_AVX2
   switch (t) {
-    case weight_type::q4_0:
-      return make_set<more_avx2_tiles<weight_type::q4_0>::t>(4);
-    case weight_type::q4_1:
-      return make_set<more_avx2_tiles<weight_type::q4_1>::t>(4);
-    case weight_type::q5_0:
-      return make_set<more_avx2_tiles<weight_type::q5_0>::t>(4);
-    case weight_type::q5_1:
-      return make_set<more_avx2_tiles<weight_type::q5_1>::t>(4);
-    case weight_type::iq4_nl:
-      return make_set<more_avx2_tiles<weight_type::iq4_nl>::t>(4);
-    case weight_type::mxfp4:
-      return make_set<more_avx2_tiles<weight_type::mxfp4>::t>(4);
-    case weight_type::q5_k:
-      return make_set<more_avx2_tiles<weight_type::q5_k>::t>(4);
-    case weight_type::iq4_xs:
-      return make_set<more_avx2_tiles<weight_type::iq4_xs>::t>(4);
-    case weight_type::q2_k:
-      return make_set<more_avx2_tiles<weight_type::q2_k>::t>(4);
-    case weight_type::q3_k:
-      return make_set<more_avx2_tiles<weight_type::q3_k>::t>(4);
-    default:
-      break;
+    case weight_type::q4_0: return make_set<more_avx2_tiles<weight_type::q4_0>::t>(4);
+    case weight_type::q4_1: return make_set<more_avx2_tiles<weight_type::q4_1>::t>(4);
+    case weight_type::q5_0: return make_set<more_avx2_tiles<weight_type::q5_0>::t>(4);
+    case weight_type::q5_1: return make_set<more_avx2_tiles<weight_type::q5_1>::t>(4);
+    case weight_type::iq4_nl: return make_set<more_avx2_tiles<weight_type::iq4_nl>::t>(4);
+    case weight_type::mxfp4: return make_set<more_avx2_tiles<weight_type::mxfp4>::t>(4);
+    case weight_type::q5_k: return make_set<more_avx2_tiles<weight_type::q5_k>::t>(4);
+    case weight_type::iq4_xs: return make_set<more_avx2_tiles<weight_type::iq4_xs>::t>(4);
+    case weight_type::q2_k: return make_set<more_avx2_tiles<weight_type::q2_k>::t>(4);
+    case weight_type::q3_k: return make_set<more_avx2_tiles<weight_type::q3_k>::t>(4);
+    default: break;
   }
 #endif
   switch (t) {
-    case weight_type::q4_0:
-      return make_set<scalar_tiles<detail::dot_q4_0>::t>(4);
-    case weight_type::q4_1:
-      return make_set<scalar_tiles<detail::dot_q4_1>::t>(4);
-    case weight_type::q5_0:
-      return make_set<scalar_tiles<detail::dot_q5_0>::t>(4);
-    case weight_type::q5_1:
-      return make_set<scalar_tiles<detail::dot_q5_1>::t>(4);
-    case weight_type::iq4_nl:
-      return make_set<scalar_tiles<detail::dot_iq4_nl>::t>(4);
-    case weight_type::mxfp4:
-      return make_set<scalar_tiles<detail::dot_mxfp4>::t>(4);
-    case weight_type::q2_k:
-      return make_set<scalar_tiles<detail::dot_q2_k>::t>(4);
-    case weight_type::q3_k:
-      return make_set<scalar_tiles<detail::dot_q3_k>::t>(4);
-    case weight_type::q5_k:
-      return make_set<scalar_tiles<detail::dot_q5_k>::t>(4);
-    case weight_type::iq4_xs:
-      return make_set<scalar_tiles<detail::dot_iq4_xs>::t>(4);
-    default:
-      break;
+    case weight_type::q4_0: return make_set<scalar_tiles<detail::dot_q4_0>::t>(4);
+    case weight_type::q4_1: return make_set<scalar_tiles<detail::dot_q4_1>::t>(4);
+    case weight_type::q5_0: return make_set<scalar_tiles<detail::dot_q5_0>::t>(4);
+    case weight_type::q5_1: return make_set<scalar_tiles<detail::dot_q5_1>::t>(4);
+    case weight_type::iq4_nl: return make_set<scalar_tiles<detail::dot_iq4_nl>::t>(4);
+    case weight_type::mxfp4: return make_set<scalar_tiles<detail::dot_mxfp4>::t>(4);
+    case weight_type::q2_k: return make_set<scalar_tiles<detail::dot_q2_k>::t>(4);
+    case weight_type::q3_k: return make_set<scalar_tiles<detail::dot_q3_k>::t>(4);
+    case weight_type::q5_k: return make_set<scalar_tiles<detail::dot_q5_k>::t>(4);
+    case weight_type::iq4_xs: return make_set<scalar_tiles<detail::dot_iq4_xs>::t>(4);
+    default: break;
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return {};
@@ -294,66 +261,36 @@ tile_set more_set(weight_type t) {
 
 [[maybe_unused]] tile_set scalar_set(weight_type t) {
   switch (t) {
-    case weight_type::f32:
-      return make_set<scalar_tiles<dot_f32_scalar>::t>(4);
-    case weight_type::f16:
-      return make_set<scalar_tiles<dot_f16_scalar>::t>(4);
-    case weight_type::bf16:
-      return make_set<scalar_tiles<dot_bf16_scalar>::t>(4);
-    case weight_type::q8_0:
-      return make_set<scalar_tiles<dot_q8_0_scalar>::t>(4);
-    case weight_type::q4_k:
-      return make_set<scalar_tiles<dot_q4_k_scalar>::t>(4);
-    case weight_type::q6_k:
-      return make_set<scalar_tiles<dot_q6_k_scalar>::t>(4);
-    case weight_type::q8_0_x8:
-    case weight_type::q4_k_x8:
-    case weight_type::q6_k_x8:
-      break;
-    default:
-      return more_set(t);
+    case weight_type::f32: return make_set<scalar_tiles<dot_f32_scalar>::t>(4);
+    case weight_type::f16: return make_set<scalar_tiles<dot_f16_scalar>::t>(4);
+    case weight_type::bf16: return make_set<scalar_tiles<dot_bf16_scalar>::t>(4);
+    case weight_type::q8_0: return make_set<scalar_tiles<dot_q8_0_scalar>::t>(4);
+    case weight_type::q4_k: return make_set<scalar_tiles<dot_q4_k_scalar>::t>(4);
+    case weight_type::q6_k: return make_set<scalar_tiles<dot_q6_k_scalar>::t>(4);
+    case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8: break;
+    default: return more_set(t);
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return {};
 }
 
 #if AGENTQ_KERNELS_AVX2
-template <int R>
-struct q8_0_rows {
-  static constexpr rows_fn f = rows_q8_0_avx2<R>;
-};
-template <int R, int B>
-struct q8_0_mk {
-  static constexpr mk_fn f = mk_q8_0_avx2<R, B>;
-};
-template <int R, int B>
-struct q4_k_mk {
-  static constexpr mk_fn f = mk_q4_k_avx2<R, B>;
-};
-template <int R, int B>
-struct q6_k_mk {
-  static constexpr mk_fn f = mk_q6_k_avx2<R, B>;
-};
+template <int R> struct q8_0_rows { static constexpr rows_fn f = rows_q8_0_avx2<R>; };
+template <int R, int B> struct q8_0_mk { static constexpr mk_fn f = mk_q8_0_avx2<R, B>; };
+template <int R, int B> struct q4_k_mk { static constexpr mk_fn f = mk_q4_k_avx2<R, B>; };
+template <int R, int B> struct q6_k_mk { static constexpr mk_fn f = mk_q6_k_avx2<R, B>; };
 
 #if AGENTQ_KERNELS_AVX512F
 // Float micro-kernels: 2 rows per zmm register (tiles_avx512.h), 8 rows x 6 inputs (24
 // accumulators). Zen 5, 110M F16 pp256, paired: 8x6 over 6x6 x1.04 (1B pp128 x1.07), over
 // 6x8 x1.03; 6x6 over 6x4 x1.07; 4x6 0.94 and 2x8 0.81 of 6x4.
-template <class L>
-struct float_mks {
-  template <int R, int B>
-  struct t {
-    static constexpr mk_fn f = avx512::mk_float_avx512<L, R, B>;
-  };
+template <class L> struct float_mks {
+  template <int R, int B> struct t { static constexpr mk_fn f = avx512::mk_float_avx512<L, R, B>; };
 };
 constexpr int float_mk_r = 8, float_mk_b = 6;
 #else
-template <class L>
-struct float_mks {
-  template <int R, int B>
-  struct t {
-    static constexpr mk_fn f = mk_float_avx2<L, R, B>;
-  };
+template <class L> struct float_mks {
+  template <int R, int B> struct t { static constexpr mk_fn f = mk_float_avx2<L, R, B>; };
 };
 constexpr int float_mk_r = 3, float_mk_b = 4;
 #endif
@@ -361,10 +298,8 @@ constexpr int float_mk_r = 3, float_mk_b = 4;
 // Adds micro-kernels MK<r, b> for r <= MR, b <= MB to a tile set.
 template <template <int, int> class MK, int MR, int MB, int R = 1>
 void fill_mk(tile_set& ts) {
-  [&]<int... B>(std::integer_sequence<int, B...>) {
-    ((ts.mk[R][B + 1] = MK<R, B + 1>::f), ...);
-  }
-  (std::make_integer_sequence<int, MB>{});
+  [&]<int... B>(std::integer_sequence<int, B...>) { ((ts.mk[R][B + 1] = MK<R, B + 1>::f), ...); }(
+      std::make_integer_sequence<int, MB>{});
   if constexpr (R < MR) fill_mk<MK, MR, MB, R + 1>(ts);
 }
 template <template <int, int> class MK, int MR, int MB = 4>
@@ -375,51 +310,31 @@ tile_set with_mk(tile_set ts) {
   ts.mk_b = MB;
   return ts;
 }
-template <int R>
-struct q4_k_rows {
-  static constexpr rows_fn f = rows_q4_k_avx2<R>;
-};
-template <int R>
-struct q6_k_rows {
-  static constexpr rows_fn f = rows_q6_k_avx2<R>;
-};
-template <class L>
-struct float_rows {
-  template <int R>
-  struct t {
-    static constexpr rows_fn f = rows_float_avx2<L, R>;
-  };
+template <int R> struct q4_k_rows { static constexpr rows_fn f = rows_q4_k_avx2<R>; };
+template <int R> struct q6_k_rows { static constexpr rows_fn f = rows_q6_k_avx2<R>; };
+template <class L> struct float_rows {
+  template <int R> struct t { static constexpr rows_fn f = rows_float_avx2<L, R>; };
 };
 #endif
 
 tile_set fast_set(weight_type t) {
 #if AGENTQ_KERNELS_AVX2
   switch (t) {
-    case weight_type::f32:
-      return with_mk<float_mks<load_f32>::t, float_mk_r, float_mk_b>(rows_set<float_rows<load_f32>::t>());
-    case weight_type::f16:
-      return with_mk<float_mks<load_f16>::t, float_mk_r, float_mk_b>(rows_set<float_rows<load_f16>::t>());
-    case weight_type::bf16:
-      return with_mk<float_mks<load_bf16>::t, float_mk_r, float_mk_b>(rows_set<float_rows<load_bf16>::t>());
-    case weight_type::q8_0:
-      return with_mk<q8_0_mk, 2>(rows_set<q8_0_rows>());
+    case weight_type::f32: return with_mk<float_mks<load_f32>::t, float_mk_r, float_mk_b>(rows_set<float_rows<load_f32>::t>());
+    case weight_type::f16: return with_mk<float_mks<load_f16>::t, float_mk_r, float_mk_b>(rows_set<float_rows<load_f16>::t>());
+    case weight_type::bf16: return with_mk<float_mks<load_bf16>::t, float_mk_r, float_mk_b>(rows_set<float_rows<load_bf16>::t>());
+    case weight_type::q8_0: return with_mk<q8_0_mk, 2>(rows_set<q8_0_rows>());
     // NOTE: Q4_K as 1 row x 8 inputs: nearly every instruction is a vector op (unpacking the
     // row's quants and scales, the per-pair float work), so the kernel is bound by the 4 vector
     // pipes and the best shape is the one with the fewest ops per MAC; 1x8 beat 2x4 (which
     // shares the input loads, but loads are not the limit), 1x4, 2x6 and 3x4 in a
     // kernel-only timing on this Zen 3 host, 1.1-1.2x over 2x4.
-    case weight_type::q4_k:
-      return with_mk<q4_k_mk, 1, 8>(rows_set<q4_k_rows>());
+    case weight_type::q4_k: return with_mk<q4_k_mk, 1, 8>(rows_set<q4_k_rows>());
     // Q6_K (the rest of a Q4_K_M file) likewise as 1 row x 6 inputs: 1.15-1.2x over the 1x4
     // tile in prefill (2048x2048, 1 thread); 8 inputs spill.
-    case weight_type::q6_k:
-      return with_mk<q6_k_mk, 1, 6>(rows_set<q6_k_rows>());
-    case weight_type::q8_0_x8:
-    case weight_type::q4_k_x8:
-    case weight_type::q6_k_x8:
-      break;
-    default:
-      return more_set(t);
+    case weight_type::q6_k: return with_mk<q6_k_mk, 1, 6>(rows_set<q6_k_rows>());
+    case weight_type::q8_0_x8: case weight_type::q4_k_x8: case weight_type::q6_k_x8: break;
+    default: return more_set(t);
   }
   AGENTQ_KCHECK(!"unknown weight type");
   return {};
@@ -433,12 +348,9 @@ size_t activation_row_bytes(weight_type t, int64_t n_cols) {
   // q4_0_x16: the Q8_0 blocks and then 8 * each block's sum of quants (int32; add_q8_0_sums).
   if (t == weight_type::q4_0_x16) return static_cast<size_t>(n_cols / qk8_0) * (sizeof(block_q8_0x) + sizeof(int32_t));
   switch (detail::act_format_of(file_type(t))) {  // a repacked layout takes its file type's activations
-    case detail::act_format::q8_0:
-      return static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x);
-    case detail::act_format::q8_k:
-      return static_cast<size_t>(n_cols / qk_k) * sizeof(block_q8_k);
-    default:
-      return static_cast<size_t>(n_cols) * sizeof(float);
+    case detail::act_format::q8_0: return static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x);
+    case detail::act_format::q8_k: return static_cast<size_t>(n_cols / qk_k) * sizeof(block_q8_k);
+    default: return static_cast<size_t>(n_cols) * sizeof(float);
   }
 }
 
@@ -466,11 +378,8 @@ void run_tiles(const tile_set& ts, const uint8_t* w, size_t row_stride, int64_t 
   // NOTE: a whole number of micro-kernel row groups per chunk (63 rows, not 64, for 3-row
   // kernels), so only a range's last group runs in a narrower kernel.
   const int64_t n_chunk =
-      n_x <= mb
-          ? row_end - row_begin
-          : std::max<int64_t>(
-                mr, std::clamp<int64_t>(static_cast<int64_t>((128u << 10) / std::max<size_t>(row_stride, 1)), 1, 64) /
-                        mr * mr);
+      n_x <= mb ? row_end - row_begin
+                : std::max<int64_t>(mr, std::clamp<int64_t>(static_cast<int64_t>((128u << 10) / std::max<size_t>(row_stride, 1)), 1, 64) / mr * mr);
   if (n_x == 1 && ts.rows[1]) {
     // Decode: the whole row range against the one input, max_rows rows per call.
     for (int64_t r = row_begin; r < row_end;) {
@@ -496,10 +405,8 @@ void run_tiles(const tile_set& ts, const uint8_t* w, size_t row_stride, int64_t 
           for (int64_t b = b1; b < b1_end;) {
             const int kb = static_cast<int>(std::min<int64_t>(mb, b1_end - b));
             for (int i = 0; i < kb; ++i) xs[i] = qx + static_cast<size_t>(b + i) * x_stride;
-            if (ts.mk_r > 0)
-              ts.mk[kr][kb](wr, row_stride, xs, n_cols, o);
-            else
-              ts.fn[kb](wr, xs, n_cols, o);
+            if (ts.mk_r > 0) ts.mk[kr][kb](wr, row_stride, xs, n_cols, o);
+            else ts.fn[kb](wr, xs, n_cols, o);
             store_tile(o, kr, kb, y, n_rows, r, b);
             b += kb;
           }
@@ -520,10 +427,8 @@ using packed_table = std::array<std::array<packed_fn, MB + 1>, MR + 1>;
 // m[r][b] = mk_float_packed<L, r, b> for 1 <= r <= MR, 1 <= b <= MB.
 template <class L, int MR, int MB, int R = 1>
 void fill_packed(packed_table<MR, MB>& m) {
-  [&]<int... B>(std::integer_sequence<int, B...>) {
-    ((m[R][B + 1] = avx512::mk_float_packed<L, R, B + 1>), ...);
-  }
-  (std::make_integer_sequence<int, MB>{});
+  [&]<int... B>(std::integer_sequence<int, B...>) { ((m[R][B + 1] = avx512::mk_float_packed<L, R, B + 1>), ...); }(
+      std::make_integer_sequence<int, MB>{});
   if constexpr (R < MR) fill_packed<L, MR, MB, R + 1>(m);
 }
 
@@ -541,9 +446,7 @@ void run_float_packed(const uint8_t* w, size_t row_stride, int64_t n_cols, const
   // NOTE: 384-640 KiB read faster in a 1-thread kernel timing at 5632 columns (x1.19-1.23)
   // but not in the engine (1B F16 pp256 at 2 threads x0.99, 110M x1.00), so the smaller.
   const int64_t chunk =
-      std::clamp<int64_t>(static_cast<int64_t>((192u << 10) / (static_cast<size_t>(std::max<int64_t>(n8, 8)) * 4)), R,
-                          64) /
-      R * R;
+      std::clamp<int64_t>(static_cast<int64_t>((192u << 10) / (static_cast<size_t>(std::max<int64_t>(n8, 8)) * 4)), R, 64) / R * R;
   thread_local std::vector<float> pk;
   if (pk.size() < static_cast<size_t>(chunk * n8)) pk.resize(static_cast<size_t>(chunk * n8));
   const int64_t n_l1 = std::max<int64_t>(B, static_cast<int64_t>((20u << 10) / std::max<size_t>(x_stride, 1)) / B * B);
@@ -607,13 +510,9 @@ void run_float_rows8(const uint8_t* w, size_t row_stride, int64_t n_cols, const 
 }
 #endif
 
-bool is_x8(weight_type t) {
-  return file_type(t) != t;
-}
+bool is_x8(weight_type t) { return file_type(t) != t; }
 // Rows per group of a repacked layout (16 for q4_0_x16, 8 for the _x8 ones).
-int64_t group_rows(weight_type t) {
-  return t == weight_type::q4_0_x16 ? 16 : 8;
-}
+int64_t group_rows(weight_type t) { return t == weight_type::q4_0_x16 ? 16 : 8; }
 
 // Q8_0 activation blocks (bytes of them) with every quant biased by +128 (x ^ 0x80: an
 // unsigned byte), for mk_q8_0_x8_pair; the scales as they were.
@@ -641,12 +540,12 @@ int64_t group_rows(weight_type t) {
 }
 
 // _x8 layouts: groups of 8 rows (16 for q4_0_x16; row_stride bytes per row, so a group is
-// 8 * row_stride bytes) x up to 4 inputs (q4_0_x16: 8) per kernel call; a group the row range cuts is computed whole
-// into a buffer and only its rows in range are stored. Blocked like run_tiles: a chunk of groups stays in L2 while
-// blocks of inputs pass over it.
+// 8 * row_stride bytes) x up to 4 inputs (q4_0_x16: 8) per kernel call; a group the row range cuts is computed whole into a
+// buffer and only its rows in range are stored. Blocked like run_tiles: a chunk of groups
+// stays in L2 while blocks of inputs pass over it.
 using x8_fn = void (*)(const uint8_t* group, const uint8_t* const* x, int64_t n_cols, float* out, const uint8_t* next);
-void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, const uint8_t* qx, size_t x_stride,
-            int64_t n_x, float* y, int64_t row_begin, int64_t row_end, int64_t n_rows) {
+void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, const uint8_t* qx, size_t x_stride, int64_t n_x,
+            float* y, int64_t row_begin, int64_t row_end, int64_t n_rows) {
 #if AGENTQ_KERNELS_AVX2
   constexpr int mb = 4, mb_max = 8;  // inputs per kernel call (mb_max: q4_0_x16)
 #if AGENTQ_KERNELS_AVX512VNNI
@@ -657,9 +556,8 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
   using avx512::mk_q4_0_x16, avx512::mk_q5_k_x8, avx512::mk_iq4_xs_x8;
   // NOTE: Q4_0 takes up to 8 inputs a call: its per-block unpacking is a larger share of the work
   // than in the 256-element formats, and 8 accumulators still fit the 32 registers.
-  static constexpr x8_fn q4_0[mb_max + 1] = {nullptr,        mk_q4_0_x16<1>, mk_q4_0_x16<2>,
-                                             mk_q4_0_x16<3>, mk_q4_0_x16<4>, mk_q4_0_x16<5>,
-                                             mk_q4_0_x16<6>, mk_q4_0_x16<7>, mk_q4_0_x16<8>};
+  static constexpr x8_fn q4_0[mb_max + 1] = {nullptr,          mk_q4_0_x16<1>, mk_q4_0_x16<2>, mk_q4_0_x16<3>, mk_q4_0_x16<4>,
+                                             mk_q4_0_x16<5>, mk_q4_0_x16<6>, mk_q4_0_x16<7>, mk_q4_0_x16<8>};
   static constexpr x8_fn q5_k[mb + 1] = {nullptr, mk_q5_k_x8<1>, mk_q5_k_x8<2>, mk_q5_k_x8<3>, mk_q5_k_x8<4>};
   static constexpr x8_fn iq4_xs[mb + 1] = {nullptr, mk_iq4_xs_x8<1>, mk_iq4_xs_x8<2>, mk_iq4_xs_x8<3>, mk_iq4_xs_x8<4>};
   using avx512::mk_q3_k_x8;
@@ -687,29 +585,14 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
   const x8_fn* fns = nullptr;
   int mb_t = mb;
   switch (t) {
-    case weight_type::q8_0_x8:
-      fns = q8_0;
-      break;
-    case weight_type::q4_k_x8:
-      fns = q4_k;
-      break;
-    case weight_type::q6_k_x8:
-      fns = q6_k;
-      break;
-    case weight_type::q4_0_x16:
-      fns = q4_0, mb_t = mb_q4_0;
-      break;
-    case weight_type::q5_k_x8:
-      fns = q5_k;
-      break;
-    case weight_type::iq4_xs_x8:
-      fns = iq4_xs;
-      break;
-    case weight_type::q3_k_x8:
-      fns = q3_k;
-      break;
-    default:
-      break;
+    case weight_type::q8_0_x8: fns = q8_0; break;
+    case weight_type::q4_k_x8: fns = q4_k; break;
+    case weight_type::q6_k_x8: fns = q6_k; break;
+    case weight_type::q4_0_x16: fns = q4_0, mb_t = mb_q4_0; break;
+    case weight_type::q5_k_x8: fns = q5_k; break;
+    case weight_type::iq4_xs_x8: fns = iq4_xs; break;
+    case weight_type::q3_k_x8: fns = q3_k; break;
+    default: break;
   }
   AGENTQ_KCHECK(fns != nullptr);
   const int64_t gr = group_rows(t);
@@ -763,8 +646,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
   const bool few_pair = n_x <= k_few_pair;
   const int kb_pair = static_cast<int>((n_x + (n_x + 7) / 8 - 1) / ((n_x + 7) / 8));  // ceil(n_x / ceil(n_x / 8))
   const int64_t n_l1 =
-      few ? n_x
-          : std::max<int64_t>(mb_t, static_cast<int64_t>((20u << 10) / std::max<size_t>(x_stride, 1)) / mb_t * mb_t);
+      few ? n_x : std::max<int64_t>(mb_t, static_cast<int64_t>((20u << 10) / std::max<size_t>(x_stride, 1)) / mb_t * mb_t);
   const uint8_t* xs[12];  // up to 12 inputs a call (mk_q4_k_x8_pair<12>)
 #if AGENTQ_KERNELS_AVX512VNNI
   if (t == weight_type::q8_0_x8 && few_pair && n_x >= 4) {
@@ -775,15 +657,9 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
     using pair_fn = void (*)(const uint8_t*, const uint8_t*, const uint8_t* const*, int64_t, float*, const uint8_t*,
                              const uint8_t*);
     using avx512::mk_q8_0_x8_pair;
-    static constexpr pair_fn pair[9] = {nullptr,
-                                        mk_q8_0_x8_pair<1>,
-                                        mk_q8_0_x8_pair<2>,
-                                        mk_q8_0_x8_pair<3>,
-                                        mk_q8_0_x8_pair<4>,
-                                        mk_q8_0_x8_pair<5>,
-                                        mk_q8_0_x8_pair<6>,
-                                        mk_q8_0_x8_pair<7>,
-                                        mk_q8_0_x8_pair<8>};
+    static constexpr pair_fn pair[9] = {nullptr,            mk_q8_0_x8_pair<1>, mk_q8_0_x8_pair<2>,
+                                        mk_q8_0_x8_pair<3>, mk_q8_0_x8_pair<4>, mk_q8_0_x8_pair<5>,
+                                        mk_q8_0_x8_pair<6>, mk_q8_0_x8_pair<7>, mk_q8_0_x8_pair<8>};
     thread_local std::vector<uint8_t> biased;
     biased.resize(static_cast<size_t>(n_x) * x_stride);
     bias_q8_0_activations(qx, static_cast<size_t>(n_x) * x_stride, biased.data());
@@ -828,18 +704,10 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
     // spills (Zen 5, one group pair in L1, thread CPU clock, per input, in <8>'s time: <12>
     // 0.75-0.78, <13>..<16> 0.78-0.95, <17>..<24> 1.7-2.2, <5>..<11> 0.86-1.22 with no trend).
     // 2048 x 768, one thread: 17 inputs (a 16-token verify) 140 -> 127-132 us, 12: 100-116 -> 88-90.
-    static constexpr pair_fn pair[13] = {nullptr,
-                                         mk_q4_k_x8_pair<1>,
-                                         mk_q4_k_x8_pair<2>,
-                                         mk_q4_k_x8_pair<3>,
-                                         mk_q4_k_x8_pair<4>,
-                                         mk_q4_k_x8_pair<5>,
-                                         mk_q4_k_x8_pair<6>,
-                                         mk_q4_k_x8_pair<7>,
-                                         mk_q4_k_x8_pair<8>,
-                                         nullptr,
-                                         nullptr,
-                                         nullptr,
+    static constexpr pair_fn pair[13] = {nullptr,             mk_q4_k_x8_pair<1>,  mk_q4_k_x8_pair<2>,
+                                         mk_q4_k_x8_pair<3>,  mk_q4_k_x8_pair<4>,  mk_q4_k_x8_pair<5>,
+                                         mk_q4_k_x8_pair<6>,  mk_q4_k_x8_pair<7>,  mk_q4_k_x8_pair<8>,
+                                         nullptr,             nullptr,             nullptr,
                                          mk_q4_k_x8_pair<12>};
     // Inputs for the next call of a block with `left` inputs to go: 12 while 12 are left, then
     // what remains in one call (up to 8) or two of about equal size (9..11).
@@ -857,7 +725,7 @@ void run_x8(weight_type t, const uint8_t* w, size_t row_stride, int64_t n_cols, 
     const int64_t n_blk = few_pair ? n_x : std::max<int64_t>(12, n_l1 / 12 * 12);
     const int64_t n_chunk2 =
         few_pair ? g_end - g_begin
-                 : std::max<int64_t>(2, static_cast<int64_t>((128u << 10) / std::max<size_t>(group_bytes, 1)) / 2 * 2);
+            : std::max<int64_t>(2, static_cast<int64_t>((128u << 10) / std::max<size_t>(group_bytes, 1)) / 2 * 2);
     for (int64_t c0 = g_begin; c0 < g_end; c0 += n_chunk2) {
       const int64_t c_end = std::min(g_end, c0 + n_chunk2);
       for (int64_t b1 = 0; b1 < n_x; b1 += n_blk) {
@@ -948,16 +816,11 @@ void quantize_activations(weight_type t, const float* x, int64_t n_cols, int64_t
       case detail::act_format::q8_0:
         detail::quantize_act_q8_0(xb, reinterpret_cast<block_q8_0x*>(d), n_cols);
         if (t == weight_type::q4_0_x16)
-          detail::add_q8_0_sums(
-              reinterpret_cast<const block_q8_0x*>(d), n_cols / qk8_0,
-              reinterpret_cast<int32_t*>(d + static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x)));
+          detail::add_q8_0_sums(reinterpret_cast<const block_q8_0x*>(d), n_cols / qk8_0,
+                                reinterpret_cast<int32_t*>(d + static_cast<size_t>(n_cols / qk8_0) * sizeof(block_q8_0x)));
         break;
-      case detail::act_format::q8_k:
-        detail::quantize_act_q8_k(xb, reinterpret_cast<block_q8_k*>(d), n_cols);
-        break;
-      default:
-        std::memcpy(d, xb, stride);
-        break;
+      case detail::act_format::q8_k: detail::quantize_act_q8_k(xb, reinterpret_cast<block_q8_k*>(d), n_cols); break;
+      default: std::memcpy(d, xb, stride); break;
     }
   }
 }
@@ -976,7 +839,7 @@ void matmul_prequantized(weight_type t, const void* w, size_t row_stride_bytes, 
   // thread: F32 259-379k -> 423-433k tok/s, F16 398-435k -> 394-404k, BF16 402-429k -> 341-398k).
   if (n_x >= 2 && n_cols <= k_short_float_cols &&
       (t == weight_type::f32 || ((t == weight_type::f16 || t == weight_type::bf16) && !k_avx512_core))) {
-    const auto run = t == weight_type::f32   ? run_float_rows8<load_f32>
+    const auto run = t == weight_type::f32 ? run_float_rows8<load_f32>
                      : t == weight_type::f16 ? run_float_rows8<load_f16>
                                              : run_float_rows8<load_bf16>;
     run(static_cast<const uint8_t*>(w), row_stride_bytes, n_cols, static_cast<const uint8_t*>(qx),
@@ -988,7 +851,7 @@ void matmul_prequantized(weight_type t, const void* w, size_t row_stride_bytes, 
   // NOTE: from 8 inputs on, where a packed chunk serves enough inputs to repay its conversion;
   // fewer (batched decode) stream the rows through run_tiles' kernels. Either way, same bits.
   if (n_x >= 8 && (t == weight_type::f32 || t == weight_type::f16 || t == weight_type::bf16)) {
-    const auto run = t == weight_type::f32   ? run_float_packed<load_f32>
+    const auto run = t == weight_type::f32 ? run_float_packed<load_f32>
                      : t == weight_type::f16 ? run_float_packed<load_f16>
                                              : run_float_packed<load_bf16>;
     run(static_cast<const uint8_t*>(w), row_stride_bytes, n_cols, static_cast<const uint8_t*>(qx),
@@ -1021,17 +884,18 @@ void matmul_reference(weight_type t, const void* w, size_t row_stride_bytes, int
   const size_t x_stride = activation_row_bytes(t, n_cols);
   if (is_x8(t)) {
     const int64_t gr = group_rows(t);
-    const auto dot8 = t == weight_type::q8_0_x8    ? detail::dot_q8_0_x8_scalar
-                      : t == weight_type::q4_k_x8  ? detail::dot_q4_k_x8_scalar
-                      : t == weight_type::q6_k_x8  ? detail::dot_q6_k_x8_scalar
-                      : t == weight_type::q4_0_x16 ? detail::dot_q4_0_x16_scalar
-                      : t == weight_type::q5_k_x8  ? detail::dot_q5_k_x8_scalar
-                      : t == weight_type::q3_k_x8  ? detail::dot_q3_k_x8_scalar
-                                                   : detail::dot_iq4_xs_x8_scalar;
+    const auto dot8 = t == weight_type::q8_0_x8     ? detail::dot_q8_0_x8_scalar
+                      : t == weight_type::q4_k_x8   ? detail::dot_q4_k_x8_scalar
+                      : t == weight_type::q6_k_x8   ? detail::dot_q6_k_x8_scalar
+                      : t == weight_type::q4_0_x16   ? detail::dot_q4_0_x16_scalar
+                      : t == weight_type::q5_k_x8   ? detail::dot_q5_k_x8_scalar
+                      : t == weight_type::q3_k_x8   ? detail::dot_q3_k_x8_scalar
+                                                    : detail::dot_iq4_xs_x8_scalar;
     for (int64_t b = 0; b < n_x; ++b)
       for (int64_t r = row_begin; r < row_end; ++r)
-        y[b * n_rows + r] = dot8(static_cast<const uint8_t*>(w) + static_cast<size_t>(r / gr) * gr * row_stride_bytes,
-                                 static_cast<int>(r % gr), qx.data() + static_cast<size_t>(b) * x_stride, n_cols);
+        y[b * n_rows + r] = dot8(
+            static_cast<const uint8_t*>(w) + static_cast<size_t>(r / gr) * gr * row_stride_bytes, static_cast<int>(r % gr),
+            qx.data() + static_cast<size_t>(b) * x_stride, n_cols);
     return;
   }
   const dot_fn dot = scalar_dot(t);

@@ -107,9 +107,7 @@ template <class L, int R, int B>
 void mk_float_packed(const float* pk, int64_t n8, const uint8_t* w, size_t stride, const uint8_t* const* xb, int64_t n,
                      float* out) {
   mk_pairs<L, R, B>(
-      [&](int p, int64_t j) {
-        return _mm512_loadu_ps(pk + static_cast<size_t>(p) * 2 * static_cast<size_t>(n8) + 2 * j);
-      },
+      [&](int p, int64_t j) { return _mm512_loadu_ps(pk + static_cast<size_t>(p) * 2 * static_cast<size_t>(n8) + 2 * j); },
       w, stride, xb, n, out);
 }
 

@@ -71,8 +71,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
       const int32_t p = min(pg + g * kWarps, p1 - 1);  // past the end: a valid row, not used
-      const int64_t base =
-          (int64_t(kv_page(pages, table[p / block_size])) * block_size + p % block_size) * row + kv_off;
+      const int64_t base = (int64_t(kv_page(pages, table[p / block_size])) * block_size + p % block_size) * row + kv_off;
 #pragma unroll
       for (int j = 0; j < kMaxDimPerLane; ++j) {
         const bool in = lane + 32 * j < head_dim;
@@ -168,12 +167,11 @@ __global__ void attention_decode_reduce(const float* __restrict__ ws, const int3
   // The records of the partitions from the first visible one on (relative indices, as written);
   // those before it were empty records the full grid skipped, so the order and bits are unchanged.
   const int32_t len = seq_lens[s];
-  const int32_t n_parts =
-      (len + attention_partition - 1) / attention_partition - attention_first_part(len, window, attention_partition);
+  const int32_t n_parts = (len + attention_partition - 1) / attention_partition -
+                          attention_first_part(len, window, attention_partition);
   float* o = out + (int64_t(s) * n_head + h) * head_dim;
   float big_m = -INFINITY;
-  for (int32_t p = 0; p < n_parts; ++p)
-    big_m = fmaxf(big_m, ws[part_offset(s, h, p, n_head, max_parts, head_dim) + head_dim]);
+  for (int32_t p = 0; p < n_parts; ++p) big_m = fmaxf(big_m, ws[part_offset(s, h, p, n_head, max_parts, head_dim) + head_dim]);
   if (sinks) big_m = fmaxf(big_m, sinks[h]);
   float big_l = 0.0f;
   for (int32_t p = 0; p < n_parts; ++p) {
@@ -200,9 +198,9 @@ size_t attention_decode_workspace_floats(int32_t n_seqs, int32_t n_head, int32_t
 }
 
 void attention_decode(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_tables,
-                      int32_t max_blocks, const int32_t* seq_lens, int32_t n_seqs, int32_t max_seq_len, int32_t n_head,
-                      int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale, float* workspace,
-                      float* out, stream_t s, const attention_options& opt) {
+                      int32_t max_blocks, const int32_t* seq_lens, int32_t n_seqs, int32_t max_seq_len,
+                      int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t block_size, float scale,
+                      float* workspace, float* out, stream_t s, const attention_options& opt) {
   if (n_seqs <= 0 || max_seq_len <= 0) return;
   AGENTQ_CUDA_REQUIRE(head_dim > 0 && head_dim <= attention_max_head_dim && n_head % n_head_kv == 0);
   AGENTQ_CUDA_REQUIRE(opt.window >= 0);
@@ -216,7 +214,7 @@ void attention_decode(const float* q, const float* k_cache, const float* v_cache
   AGENTQ_CUDA_CHECK_LAUNCH();
   if (max_parts == 1) return;  // the partial kernel wrote the output
   attention_decode_reduce<<<dim3(n_head, n_seqs), 128, 0, st>>>(workspace, seq_lens, n_head, head_dim, max_parts,
-                                                                opt.window, opt.sinks, out);
+                                                                 opt.window, opt.sinks, out);
   AGENTQ_CUDA_CHECK_LAUNCH();
 }
 

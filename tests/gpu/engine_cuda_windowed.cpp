@@ -70,15 +70,12 @@ fs::path temp_dir(const std::string& name) {
 std::string write_model(const std::string& arch, const fs::path& vocab, const fs::path& dir) {
   const fs::path path = dir / (arch + ".gguf");
   std::string err;
-  REQUIRE_MESSAGE(gguf::write_synthetic(gguf::parity_spec(arch, 25, vocab.string()), path.string(), nullptr, &err),
-                  err);
+  REQUIRE_MESSAGE(gguf::write_synthetic(gguf::parity_spec(arch, 25, vocab.string()), path.string(), nullptr, &err), err);
   return path.string();
 }
 
 // CUDA vs CPU top-5 tolerance of tests/gpu/cuda_families (gpt-oss: the MXFP4 activations' rounding).
-float logit_tol(const std::string& arch) {
-  return arch == "gpt-oss" ? 5e-2f : 1e-2f;
-}
+float logit_tol(const std::string& arch) { return arch == "gpt-oss" ? 5e-2f : 1e-2f; }
 // A row further from the CPU's than logit_tol must equal the CUDA ops' references on the CPU within
 // this (test::cuda_ref::ref_forward: cuda_families' check; gpt-oss on the first H200 run: 0.06-0.16
 // from the CPU after a MoE routing step its Q8_0 activation rounding moved).
@@ -94,10 +91,8 @@ token_id argmax(const float* v, int32_t n) {
 float top_gap(const float* v, int32_t n) {
   float a = -INFINITY, b = -INFINITY;
   for (int32_t i = 0; i < n; ++i) {
-    if (v[i] > a)
-      b = a, a = v[i];
-    else if (v[i] > b)
-      b = v[i];
+    if (v[i] > a) b = a, a = v[i];
+    else if (v[i] > b) b = v[i];
   }
   return a - b;
 }
@@ -149,10 +144,8 @@ TEST_CASE("cuda windowed KV kernels: attention and the K/V write through a page 
           continue;
         }
         const int32_t p = map[size_t(b) * n_layer + layer];
-        std::copy(f.k.begin() + ptrdiff_t(b * bf), f.k.begin() + ptrdiff_t((b + 1) * bf),
-                  k.begin() + ptrdiff_t(p * bf));
-        std::copy(f.v.begin() + ptrdiff_t(b * bf), f.v.begin() + ptrdiff_t((b + 1) * bf),
-                  v.begin() + ptrdiff_t(p * bf));
+        std::copy(f.k.begin() + ptrdiff_t(b * bf), f.k.begin() + ptrdiff_t((b + 1) * bf), k.begin() + ptrdiff_t(p * bf));
+        std::copy(f.v.begin() + ptrdiff_t(b * bf), f.v.begin() + ptrdiff_t((b + 1) * bf), v.begin() + ptrdiff_t(p * bf));
       }
     return std::tuple{test::to_device(k), test::to_device(v), test::to_device(map)};
   };
@@ -169,8 +162,7 @@ TEST_CASE("cuda windowed KV kernels: attention and the K/V write through a page 
     auto dq = test::to_device(q);
     cu::device_buffer ws(cu::attention_decode_workspace_floats(n_seqs, n_head, hd, 1600) * 4), o1(q.size() * 4),
         o2(q.size() * 4);
-    cu::attention_options whole{window, 0.0f, nullptr, {}},
-        pages{window, 0.0f, nullptr, {pmap.as<int32_t>(), n_layer, layer}};
+    cu::attention_options whole{window, 0.0f, nullptr, {}}, pages{window, 0.0f, nullptr, {pmap.as<int32_t>(), n_layer, layer}};
     cu::attention_decode(dq.as<float>(), dk.as<float>(), dv.as<float>(), dtab.as<int32_t>(), f.max_blocks,
                          dlens.as<int32_t>(), n_seqs, 1600, n_head, n_kv, hd, bs, scale, ws.as<float>(), o1.as<float>(),
                          nullptr, whole);
@@ -187,14 +179,13 @@ TEST_CASE("cuda windowed KV kernels: attention and the K/V write through a page 
     const auto q = test::random_floats(size_t(q_start.back()) * per, rng);
     auto dq = test::to_device(q), dqs = test::to_device(q_start), dnp = test::to_device(n_past);
     cu::device_buffer o1(q.size() * 4), o2(q.size() * 4);
-    cu::attention_options whole{window, 0.0f, nullptr, {}},
-        pages{window, 0.0f, nullptr, {pmap.as<int32_t>(), n_layer, layer}};
+    cu::attention_options whole{window, 0.0f, nullptr, {}}, pages{window, 0.0f, nullptr, {pmap.as<int32_t>(), n_layer, layer}};
     cu::attention_prefill(dq.as<float>(), dk.as<float>(), dv.as<float>(), dtab.as<int32_t>(), f.max_blocks,
-                          dqs.as<int32_t>(), dnp.as<int32_t>(), n_seqs, 700, n_head, n_kv, hd, bs, scale,
-                          o1.as<float>(), nullptr, whole);
+                          dqs.as<int32_t>(), dnp.as<int32_t>(), n_seqs, 700, n_head, n_kv, hd, bs, scale, o1.as<float>(),
+                          nullptr, whole);
     cu::attention_prefill(dq.as<float>(), pk.as<float>(), pv.as<float>(), dtab.as<int32_t>(), f.max_blocks,
-                          dqs.as<int32_t>(), dnp.as<int32_t>(), n_seqs, 700, n_head, n_kv, hd, bs, scale,
-                          o2.as<float>(), nullptr, pages);
+                          dqs.as<int32_t>(), dnp.as<int32_t>(), n_seqs, 700, n_head, n_kv, hd, bs, scale, o2.as<float>(),
+                          nullptr, pages);
     const auto a = test::from_device<float>(o1, q.size()), b = test::from_device<float>(o2, q.size());
     CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
   }
@@ -282,8 +273,7 @@ TEST_CASE("cuda windowed KV: the window's pages only, the full-KV backend's bits
           if (toks[size_t(q)].empty()) continue;
           const int32_t n_past = pool.seq(seqs[s][q]).n_tokens;
           REQUIRE_MESSAGE(pool.reserve(seqs[s][q], n_past + int32_t(toks[size_t(q)].size())), what, " side ", s);
-          batch.push_back(
-              batch_seq{nullptr, n_past, toks[size_t(q)].data(), int32_t(toks[size_t(q)].size()), all_logits});
+          batch.push_back(batch_seq{nullptr, n_past, toks[size_t(q)].data(), int32_t(toks[size_t(q)].size()), all_logits});
         }
         for (size_t i = 0, q = 0; q < 2; ++q)
           if (!toks[q].empty()) batch[i++].block_table = pool.seq(seqs[s][q]).blocks.data();
@@ -328,10 +318,8 @@ TEST_CASE("cuda windowed KV: the window's pages only, the full-KV backend's bits
     // both from the CPU's tokens (the same inputs on every side).
     const auto a = prompt(90, 1), b = prompt(61, 2);
     for (int32_t i = 0; i < 4; ++i) {
-      std::vector<token_id> ca(a.begin() + std::min<ptrdiff_t>(90, 23 * i),
-                               a.begin() + std::min<ptrdiff_t>(90, 23 * (i + 1)));
-      std::vector<token_id> cb(b.begin() + std::min<ptrdiff_t>(61, 31 * i),
-                               b.begin() + std::min<ptrdiff_t>(61, 31 * (i + 1)));
+      std::vector<token_id> ca(a.begin() + std::min<ptrdiff_t>(90, 23 * i), a.begin() + std::min<ptrdiff_t>(90, 23 * (i + 1)));
+      std::vector<token_id> cb(b.begin() + std::min<ptrdiff_t>(61, 31 * i), b.begin() + std::min<ptrdiff_t>(61, 31 * (i + 1)));
       step({ca, cb}, false, "prefill");
     }
     // the last step's rows: a's, then b's (b ended after 2 chunks: its last logits came earlier)
@@ -347,8 +335,7 @@ TEST_CASE("cuda windowed KV: the window's pages only, the full-KV backend's bits
     CHECK(lb == 121);
     CHECK(gw.pool->n_pages_used() * 2 * wl.block_elem_bytes() == wl.seq_bytes(la) + wl.seq_bytes(lb));
     CHECK(gw.pool->n_pages_used() == cw.pool->n_pages_used());
-    CHECK(gw.pool->blocks_for_tokens(la) + gw.pool->blocks_for_tokens(lb) >
-          n_win_blocks);  // more than whole layers fit
+    CHECK(gw.pool->blocks_for_tokens(la) + gw.pool->blocks_for_tokens(lb) > n_win_blocks);  // more than whole layers fit
     MESSAGE(arch, ": ", n_rows_checked, " rows; windowed = full-KV CUDA logits bitwise; vs CPU largest difference ",
             worst, " (", n_via_ref, " rows past the tolerance checked against the references); vs the references ",
             worst_ref, "; device pages held ", gw.pool->n_pages_used(), " of ", n_win_blocks * wl.n_layer);
@@ -386,9 +373,8 @@ TEST_CASE("cuda windowed KV engine: outputs equal full KV, batched; spill and re
     for (int i = 0; i < 4; ++i) reqs.push_back(test::greedy(prompt(90 + 13 * i, i), 24));
     const auto res = test::run_all(*e, reqs);
     for (int i = 0; i < 4; ++i)
-      CHECK_MESSAGE(
-          res[size_t(i)].output_ids == test::run_one(*full, test::greedy(reqs[size_t(i)].prompt, 24)).output_ids,
-          "request ", i);
+      CHECK_MESSAGE(res[size_t(i)].output_ids == test::run_one(*full, test::greedy(reqs[size_t(i)].prompt, 24)).output_ids,
+                    "request ", i);
     e->sanity();
 
     std::vector<kv_move_event> moves;
@@ -416,8 +402,6 @@ TEST_CASE("cuda windowed KV engine: outputs equal full KV, batched; spill and re
 
 #else
 
-TEST_CASE("cuda windowed KV: skipped") {
-  test::skip("built without CUDA");
-}
+TEST_CASE("cuda windowed KV: skipped") { test::skip("built without CUDA"); }
 
 #endif

@@ -1,8 +1,6 @@
 // The agent loop on a scripted engine with a real SQLite store, a real redis-server and a loopback
 // tool server: multi-turn with a server-side tool, client-side tool -> requires_action -> outputs ->
 // resume on the KV-holding worker, cancellation, limits, deadlines, invalid requests.
-#include "worker/worker.h"
-
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -22,6 +20,7 @@
 #include "tool_server.h"
 #include "worker/agent_spec.h"
 #include "worker/call_ids.h"
+#include "worker/worker.h"
 
 using namespace agentq;
 using json = nlohmann::json;
@@ -79,19 +78,15 @@ struct rig {
   // The worker's n_completed once it reaches n (or after 5 s). NOTE: a job's thread counts it after
   // its end's commit returns, a moment after the row turned terminal (flaky as a plain CHECK).
   int64_t wait_completed(int64_t n) {
-    for (int i = 0; i < 500 && w->stats().n_completed < n; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 500 && w->stats().n_completed < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return w->stats().n_completed;
   }
   store::job_row wait_terminal(const std::string& id, int timeout_ms = 10000) {
-    return wait_for(
-        id, [](job_status s) { return store::is_terminal(s); }, timeout_ms);
+    return wait_for(id, [](job_status s) { return store::is_terminal(s); }, timeout_ms);
   }
 };
 
-json user(const std::string& text) {
-  return {{"role", "user"}, {"content", text}};
-}
+json user(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
 
 json http_tool(const std::string& name, const std::string& url) {
   return {{"type", "function"},
@@ -124,9 +119,7 @@ TEST_CASE("agent spec: parse and reject") {
   CHECK_FALSE(worker::parse_agent_spec(json{{"messages", {user("x")}}, {"max_turns", 0}}.dump(), &err));
   CHECK(err.find("max_turns") != std::string::npos);
   CHECK_FALSE(worker::parse_agent_spec(
-      json{{"messages", {user("x")}},
-           {"tools", {{{"function", {{"name", "f"}}}, {"execution", {{"type", "http"}, {"url", "ftp://x"}}}}}}}
-          .dump(),
+      json{{"messages", {user("x")}}, {"tools", {{{"function", {{"name", "f"}}}, {"execution", {{"type", "http"}, {"url", "ftp://x"}}}}}}}.dump(),
       &err));
   CHECK(err.find("execution.url") != std::string::npos);
 }
@@ -136,16 +129,14 @@ TEST_CASE("multi-turn loop with a server-side tool: transcript, usage, events pe
     auto body = json::parse(r.body);
     return std::pair{200, json{{"output", "sum=" + body["arguments"]["a"].dump()}}.dump()};
   });
-  rig R(
-      [](const turn_request& req, int32_t idx) {
-        if (idx == 0) return test::call_tool("add", R"({"a":41})");
-        return test::answer("the answer is " + req.messages.back().content);
-      },
-      [] {
-        worker::worker_options o;
-        o.tool_secret = [](const std::string&, const std::string&) { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"; };
-        return o;
-      }());
+  rig R([](const turn_request& req, int32_t idx) {
+    if (idx == 0) return test::call_tool("add", R"({"a":41})");
+    return test::answer("the answer is " + req.messages.back().content);
+  }, [] {
+    worker::worker_options o;
+    o.tool_secret = [](const std::string&, const std::string&) { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"; };
+    return o;
+  }());
   std::string id = R.submit({{"messages", {user("add 41")}}, {"tools", {http_tool("add", tools.url())}}});
   auto j = R.wait_terminal(id);
   CHECK(j.status == job_status::completed);
@@ -196,16 +187,14 @@ TEST_CASE("call ids: unique across jobs, so a de-duplicating tool server sees ev
     auto [it, fresh] = applied.try_emplace(call_id, "got " + body["arguments"]["v"].dump());
     return std::pair{200, json{{"output", it->second}}.dump()};
   });
-  rig R(
-      [](const turn_request& req, int32_t idx) {
-        if (idx == 0) return test::call_tool("echo", req.messages[0].content);
-        return test::answer(req.messages.back().content);
-      },
-      [] {
-        worker::worker_options o;
-        o.tool_secret = [](const std::string&, const std::string&) { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"; };
-        return o;
-      }());
+  rig R([](const turn_request& req, int32_t idx) {
+    if (idx == 0) return test::call_tool("echo", req.messages[0].content);
+    return test::answer(req.messages.back().content);
+  }, [] {
+    worker::worker_options o;
+    o.tool_secret = [](const std::string&, const std::string&) { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"; };
+    return o;
+  }());
   std::string a = R.submit({{"messages", {user(R"({"v":1})")}}, {"tools", {http_tool("echo", tools.url())}}});
   std::string b = R.submit({{"messages", {user(R"({"v":2})")}}, {"tools", {http_tool("echo", tools.url())}}});
   auto ja = R.wait_terminal(a), jb = R.wait_terminal(b);
@@ -284,8 +273,8 @@ TEST_CASE("client_tool_calls: finish completes the job at a client tool call (th
     if (idx == 0) return test::call_tool("ask_user", R"({"q":"name?"})");
     return test::answer("a second turn the client did not ask for");
   });
-  std::string id = R.submit(
-      {{"messages", {user("greet me")}}, {"tools", {client_tool("ask_user")}}, {"client_tool_calls", "finish"}});
+  std::string id = R.submit({{"messages", {user("greet me")}}, {"tools", {client_tool("ask_user")}},
+                             {"client_tool_calls", "finish"}});
   auto j = R.wait_terminal(id);
   CHECK(j.status == job_status::completed);
   auto tr = R.db->read_transcript(id);
@@ -412,8 +401,7 @@ TEST_CASE("a job's thread does not wait for its ack: its end is done while Redis
 TEST_CASE("limits: max_turns and deadline end the job as incomplete; bad requests fail") {
   rig R([](const turn_request&, int32_t idx) { return test::call_tool("ask", "{}"); });
   test::tool_server tools([](const test::tool_server::request&) { return std::pair{200, std::string("\"ok\"")}; });
-  std::string a =
-      R.submit({{"messages", {user("loop")}}, {"tools", {http_tool("ask", tools.url())}}, {"max_turns", 3}});
+  std::string a = R.submit({{"messages", {user("loop")}}, {"tools", {http_tool("ask", tools.url())}}, {"max_turns", 3}});
   auto ja = R.wait_terminal(a);
   CHECK(ja.status == job_status::incomplete);
   CHECK(ja.error.find("max_turns") != std::string::npos);
@@ -486,16 +474,14 @@ TEST_CASE("a batch-class job waiting for its end group lends its slot: the next 
   worker::worker_options wo;
   wo.max_jobs = 2;
   wo.batch_end_linger_us = 5'000'000;
-  rig R(
-      [&release_a, &release_b, &a_started](const turn_request& req, int32_t) {
-        const std::string& text = req.messages.back().content;
-        if (text == "a") a_started = true;
-        auto& gate = text == "a" ? release_a : release_b;
-        for (int i = 0; i < 2000 && !gate && (text == "a" || text == "b"); ++i)
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        return test::answer("done");
-      },
-      wo);
+  rig R([&release_a, &release_b, &a_started](const turn_request& req, int32_t) {
+    const std::string& text = req.messages.back().content;
+    if (text == "a") a_started = true;
+    auto& gate = text == "a" ? release_a : release_b;
+    for (int i = 0; i < 2000 && !gate && (text == "a" || text == "b"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return test::answer("done");
+  }, wo);
   R.eng->turn_delay_ms = 0;
   auto submit_batch = [&](const std::string& text) {
     store::new_job nj;
@@ -513,8 +499,7 @@ TEST_CASE("a batch-class job waiting for its end group lends its slot: the next 
   R.wait_for(b, [](job_status s) { return s == job_status::running; });
   release_a = true;  // A ends now, with B running: its group waits (for B, or its linger)
   std::string c = submit_batch("c");
-  auto jc = R.wait_for(
-      c, [](job_status s) { return s != job_status::queued; }, 10000);
+  auto jc = R.wait_for(c, [](job_status s) { return s != job_status::queued; }, 10000);
   CHECK(jc.status != job_status::queued);
   CHECK_FALSE(store::is_terminal(R.db->get_job(a)->status));  // C claimed before A's group committed
   release_b = true;
@@ -532,13 +517,11 @@ TEST_CASE("batch-class jobs hold at most max_batch_jobs slots: a normal job is c
   wo.max_jobs = 3;
   wo.max_batch_jobs = 2;
   wo.batch_end_linger_us = 0;
-  rig R(
-      [&gate](const turn_request& req, int32_t) {
-        for (int i = 0; i < 1000 && !gate && req.messages.back().content.rfind("batch", 0) == 0; ++i)
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        return test::answer("done");
-      },
-      wo);
+  rig R([&gate](const turn_request& req, int32_t) {
+    for (int i = 0; i < 1000 && !gate && req.messages.back().content.rfind("batch", 0) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return test::answer("done");
+  }, wo);
   auto submit = [&](const std::string& text, store::job_priority p) {
     store::new_job nj;
     nj.tenant = "t";
@@ -559,8 +542,7 @@ TEST_CASE("batch-class jobs hold at most max_batch_jobs slots: a normal job is c
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // room for a wrong third claim
   CHECK(n_running() == 2);
   std::string normal = submit("normal", store::job_priority::normal);
-  auto j = R.wait_for(
-      normal, [](job_status s) { return s != job_status::queued; }, 3000);
+  auto j = R.wait_for(normal, [](job_status s) { return s != job_status::queued; }, 3000);
   CHECK(j.status != job_status::queued);  // claimed while the batch jobs still hold their slots
   CHECK(n_running() == 2);
   gate = true;
