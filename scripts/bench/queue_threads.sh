@@ -4,7 +4,8 @@
 # (the node client of queue.sh's headline figure: 16 keep-alive connections) runs JOBS 1-token jobs
 # end to end, after a warm-up of 1,000; beside them the process's own total, its embedded
 # redis-server's and the client's. Not JSON: a table for the docs.
-#   scripts/bench/queue_threads.sh [JOBS] [CLIENTS]   (default 5000 16; AGENTQ_BIN_DIR as queue.sh)
+#   scripts/bench/queue_threads.sh [JOBS] [CLIENTS]   (default 5000 16; AGENTQ_BIN_DIR as queue.sh;
+#   AGENTQD_ARGS: extra agentqd flags, e.g. "--http-threads 16")
 # NOTE: the window is the client's (first submit to the last job seen terminal), read by the client
 # itself (--threads 1), so it holds neither the warm-up nor the listing that reads the results back.
 set -euo pipefail
@@ -15,7 +16,8 @@ model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
 # shellcheck source=scripts/bench/agentqd_bench.sh
 source scripts/bench/agentqd_bench.sh
 bench_init qthreads
-bench_start "$bin" "$tmp/data"
+# shellcheck disable=SC2086  # AGENTQD_ARGS is a list of flags
+bench_start "$bin" "$tmp/data" ${AGENTQD_ARGS:-}
 key=$(bench_key threads)
 redis_pid=$(pgrep -P "$pid" -x redis-server | head -n 1 || true)
 node scripts/bench/queue_node.mjs jobs --url "$url" --key "$key" --model stories260K --jobs 1000 --clients "$clients" \

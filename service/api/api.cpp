@@ -148,7 +148,9 @@ void api::install(http::router& r) {
 
   install_observability_routes(r, options_, deps_, authed);  // /metrics, engine stats, job timelines
 
-  r.add("GET", "/healthz", [](request&) { return json_response(200, {{"status", "ok"}}); });
+  // NOTE: routes marked runs_on::io never block (memory, reads, a deferred write): they run on the
+  // io thread that read the request; the rest run on the blocking pool (http/blocking_pool.h).
+  r.add("GET", "/healthz", [](request&) { return json_response(200, {{"status", "ok"}}); }, http::runs_on::io);
 
   r.add("GET", "/readyz", [this](request&) {
     json checks = json::object();
@@ -166,7 +168,7 @@ void api::install(http::router& r) {
     response res;
     res.body = openapi_json();
     return res;
-  });
+  }, http::runs_on::io);
 
   r.add("GET", "/v1/models", authed([this](request&, const auth::key_info&) {
           // The fleet (#28): which live workers serve each model (their adverts); a known model no
@@ -236,7 +238,7 @@ void api::install(http::router& r) {
             });
           };
           return deferred;
-        }));
+        }), http::runs_on::io);
 
   r.add("GET", "/v1/jobs", authed([this](request& req, const auth::key_info& key) {
           std::optional<store::job_status> status;
@@ -304,7 +306,7 @@ void api::install(http::router& r) {
           if (!job) return job_not_found(id);
           auto transcript = deps_.store->read_transcript(id);
           return json_text_response(200, job_json(*job, &transcript));
-        }));
+        }), http::runs_on::io);
 
   r.add("POST", "/v1/jobs/{id}/cancel", authed([this](request& req, const auth::key_info& key) {
           std::string id = req.path_param("id");

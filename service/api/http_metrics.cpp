@@ -49,11 +49,12 @@ std::function<http::response(http::request&)> instrumented(const http::router& r
   };
   return [&r, record](http::request& req) {
     auto t0 = std::chrono::steady_clock::now();
-    http::response res = r.dispatch(req);
+    // NOTE: read before the dispatch: a handler run on the blocking pool takes the request along.
     std::string method = method_label(req.method);
     std::string route = route_of(r, req.path);
     // NOTE: the path is only for the debug log line: not copied when that level is off.
     std::string path = spdlog::should_log(spdlog::level::debug) ? req.path.substr(0, 200) : std::string();
+    http::response res = r.dispatch(req);
     if (!res.deferred) {
       record(method, route, path, res.status, t0);
       return res;

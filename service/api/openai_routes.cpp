@@ -239,7 +239,7 @@ void install_openai_routes(http::router& r, const api_options& options, const ap
               if (!over || out.closed()) cancel_abandoned(st, job_id);
             });
           });
-        }));
+        }), http::runs_on::io);
 
   r.add("POST", "/v1/responses", authed([deps, options, keepalive, find_response](request& req, const auth::key_info& key) {
           validation_error err;
@@ -281,7 +281,7 @@ void install_openai_routes(http::router& r, const api_options& options, const ap
                                    if (background) return json_response(200, response_object(row, {}));
                                    return wait_and_answer(st, row.id, false, keepalive);
                                  });
-        }));
+        }), http::runs_on::io);
 
   r.add("GET", "/v1/responses/{id}", authed([deps, keepalive, find_response, not_found](request& req, const auth::key_info& key) {
           std::string id = req.path_param("id");
@@ -311,7 +311,7 @@ void install_openai_routes(http::router& r, const api_options& options, const ap
           if (!job) return not_found(id);
           if (stream) return response_stream(deps.store, job->id, starting_after, false, keepalive);
           return json_response(200, response_object(*job, deps.store->read_transcript(job->id)));
-        }));
+        }), http::runs_on::io);
 
   r.add("POST", "/v1/responses/{id}/cancel", authed([deps, find_response, not_found](request& req, const auth::key_info& key) {
           std::string id = req.path_param("id");

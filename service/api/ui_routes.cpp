@@ -56,8 +56,8 @@ http::response serve_asset(const http::request& req, std::string_view name) {
 }  // namespace
 
 void install_ui_routes(http::router& r, const api_options& options, const api_deps& deps, const authed_wrap& authed) {
-  r.add("GET", "/ui", [](http::request& req) { return serve_asset(req, "index.html"); });
-  r.add("GET", "/ui/{file}", [](http::request& req) { return serve_asset(req, req.path_param("file")); });
+  r.add("GET", "/ui", [](http::request& req) { return serve_asset(req, "index.html"); }, http::runs_on::io);
+  r.add("GET", "/ui/{file}", [](http::request& req) { return serve_asset(req, req.path_param("file")); }, http::runs_on::io);
 
   store::store* st = deps.store;
   auto keepalive = options.sse_keepalive;

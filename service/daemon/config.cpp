@@ -52,7 +52,11 @@ const char* usage() {
                                (and every flag below by name)
   --worker-id ID               this worker's stable name (A-Z a-z 0-9 . _ -, at most 64); default: derived from
                                the host name and the data directory, kept in DATA_DIR/worker-id across restarts
-  --http-threads N  --rate-limit RPS  --rate-burst N  --kv-budget-mb N
+  --http-threads N             HTTP io threads (default 0 = one per two cores, 2 to 8): they read requests, run the
+                               handlers that never block (submits, reads) and write every answer
+  --http-blocking-threads N    threads for the handlers that may block (writes that wait for their commit, the
+                               worker protocol, files, batches; default 16)
+  --rate-limit RPS  --rate-burst N  --kv-budget-mb N
   --batch-end-linger-ms MS     a batch-class job's end waits up to MS for others to share its commit and ack
                                round trip (default 20; 0 = each job alone)
   --kv-type f16|f32            element type of the stored K/V (default: f16 on cpu, f32 on cuda)
@@ -160,8 +164,13 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "model") c.models.push_back(v);
   else if (name == "allow-addresses") c.allow_addresses = v;
   else if (name == "admin-key") c.admin_key = v;
-  else if (name == "http-threads") c.http_threads = std::stoi(v);
-  else if (name == "max-connections") c.max_connections = std::stoi(v);
+  else if (name == "http-threads") {
+    c.http_threads = std::stoi(v);
+    if (c.http_threads < 0) throw std::invalid_argument("--http-threads must be >= 0 (0 = one per two cores)");
+  } else if (name == "http-blocking-threads") {
+    c.http_blocking_threads = std::stoi(v);
+    if (c.http_blocking_threads < 1) throw std::invalid_argument("--http-blocking-threads must be >= 1");
+  } else if (name == "max-connections") c.max_connections = std::stoi(v);
   else if (name == "max-body-bytes") c.max_body_bytes = std::stoll(v);
   else if (name == "max-file-bytes") {
     c.max_file_bytes = std::stoll(v);

@@ -18,7 +18,10 @@ struct config {
   std::vector<std::string> models;                // GGUF paths; name = file stem
   std::string allow_addresses;                    // CIDR list exempt from the SSRF guard
   std::string admin_key;                          // ensure this admin key exists; empty = bootstrap
-  int32_t http_threads = 16;  // NOTE: handlers block on the store's group commit; more threads = bigger groups per fsync
+  // HTTP io threads; 0 = one per two cores, 2 to 8. NOTE: few on purpose (issue 29): each wakes once
+  // for many connections' events and answers; handlers that may block run on the blocking pool.
+  int32_t http_threads = 0;
+  int32_t http_blocking_threads = 16;  // the pool's threads (http/blocking_pool.h): writes waiting for a commit
   int32_t max_connections = 1024;
   int64_t max_body_bytes = 4 << 20;
   double rate_limit = 50;                         // requests/s per key (0 = off)

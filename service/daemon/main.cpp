@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <algorithm>
 #include <thread>
 
 #include <agentq/engine.h>
@@ -30,6 +31,7 @@
 #include "daemon/config.h"
 #include "daemon/control_plane.h"
 #include "daemon/redis_supervisor.h"
+#include "http/blocking_pool.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "metrics/registry.h"
@@ -328,6 +330,9 @@ int run(const daemon::config& c) {
   std::unique_ptr<api::api> rest;  // outlives the router's handlers (they capture it)
   std::unique_ptr<api::worker_protocol> worker_proto;  // --worker-token: remote workers' messages
   http::router router;
+  // NOTE: declared after what the handlers use, so it is joined before they go (and stopped
+  // explicitly right after the server).
+  std::unique_ptr<http::blocking_pool> http_pool;
   std::mutex redis_mu;
   queue::redis_client redis_probe(qopts.redis);
   std::unique_ptr<api::fleet_catalog> fleet;  // the API's models: local_models + the fleet's (#28)
@@ -482,7 +487,10 @@ int run(const daemon::config& c) {
       spdlog::critical("invalid --listen '{}' (expected HOST:PORT)", c.listen);
       return 2;
     }
-    hopts.n_threads = c.http_threads;
+    hopts.n_threads = c.http_threads > 0 ? c.http_threads
+                                         : std::clamp(int32_t(std::thread::hardware_concurrency() / 2), 2, 8);
+    http_pool = std::make_unique<http::blocking_pool>(c.http_blocking_threads);
+    router.set_pool(http_pool.get());
     hopts.max_connections = c.max_connections;
     hopts.max_body_bytes = size_t(c.max_body_bytes);
     hopts.upload_path = "/v1/files";  // streamed to a file, apart from the JSON body limit
@@ -525,6 +533,7 @@ int run(const daemon::config& c) {
 
   // Order: stop accepting requests, release worker claims, drain webhooks, relay, then Redis.
   if (server) server->stop();
+  if (http_pool) http_pool->stop();
   if (batch_run) batch_run->stop();
   if (feeder) feeder->stop();
   // NOTE: in parallel: each worker's stop() hands its jobs back and spills its engine's KV within

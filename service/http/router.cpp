@@ -1,6 +1,7 @@
 // Router: segment-wise pattern match, 404/405 (see router.h).
 #include "http/router.h"
 
+#include "http/blocking_pool.h"
 #include "http/errors.h"
 
 namespace agentq::http {
@@ -23,8 +24,8 @@ bool next_segment(std::string_view s, size_t* at, std::string_view* seg) {
 bool is_capture(std::string_view seg) { return seg.size() > 2 && seg.front() == '{' && seg.back() == '}'; }
 }  // namespace
 
-void router::add(std::string method, std::string pattern, handler fn) {
-  routes_.push_back(route{std::move(method), std::move(pattern), std::move(fn)});
+void router::add(std::string method, std::string pattern, handler fn, runs_on where) {
+  routes_.push_back(route{std::move(method), std::move(pattern), std::move(fn), where});
 }
 
 bool router::match(const std::string& pattern, const std::string& path,
@@ -59,6 +60,7 @@ response router::dispatch(request& req) const {
     if (!match(r.pattern, req.path, nullptr)) continue;
     if (r.method == req.method || (req.method == "HEAD" && r.method == "GET")) {
       match(r.pattern, req.path, &req.path_params);  // the captures, decoded for the one route that runs
+      if (pool_ && r.where == runs_on::pool) return pool_->run(req, r.fn);
       return r.fn(req);
     }
     if (allow.find(r.method) == std::string::npos) allow += (allow.empty() ? "" : ", ") + r.method;

@@ -289,10 +289,18 @@ class session : public session_base, public std::enable_shared_from_this<session
       std::shared_ptr<asio::io_context> ioc;
       std::shared_ptr<session> self;
       std::atomic<bool> replied{false};
+      std::string upload;  // the request's body_file: the handler may read it until its answer is made
+      ~pending() {
+        std::error_code ec;
+        if (!upload.empty()) std::filesystem::remove(upload, ec);
+      }
     };
     auto p = std::make_shared<pending>();
     p->ioc = ioc_.lock();
     p->self = shared_from_this();
+    // NOTE: a handler run on the blocking pool (router.h) reads an upload after run_handler has
+    // returned: the file is the reply's to remove now, not on_read_upload's.
+    p->upload = std::exchange(upload_file_, std::string());
     reply_fn reply = [p, head](std::function<response()> make) {
       if (p->replied.exchange(true)) return;
       asio::post(p->self->stream_.get_executor(),

@@ -1,11 +1,13 @@
 // agentq_http_requests_total counts every response, also those the server writes before any
-// handler runs (413 body too large, 431 head too large, 400 bad request line): route="rejected".
+// handler runs (413 body too large, 431 head too large, 400 bad request line): route="rejected"; a
+// handler run on the blocking pool (which takes the request along) keeps its method and route.
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <memory>
 
 #include "api/http_metrics.h"
+#include "http/blocking_pool.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "metrics/registry.h"
@@ -68,4 +70,28 @@ TEST_CASE("responses rejected before routing are counted in agentq_http_requests
   CHECK(n_requests(reg, "other", "rejected", 413) == 1);
   CHECK(n_requests(reg, "other", "rejected", 431) == 1);
   CHECK(n_requests(reg, "other", "rejected", 400) == 1);
+}
+
+TEST_CASE("a handler run on the blocking pool is counted under its method and route") {
+  metrics::registry reg;
+  http::blocking_pool pool(2);
+  http::router r;
+  r.add("POST", "/items/{id}", [](http::request& req) {
+    http::response res;
+    res.status = 201;
+    res.body = req.path_param("id");
+    return res;
+  });
+  r.set_pool(&pool);
+  http::server_options o;
+  o.port = 0;
+  o.n_threads = 1;
+  http::server srv(o, api::instrumented(r, reg));
+  std::string err;
+  REQUIRE_MESSAGE(srv.start(&err), err);
+  CHECK(status_of_exchange(srv.port(), "POST /items/7 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n") == 201);
+  srv.stop();
+  pool.stop();
+  CHECK(n_requests(reg, "POST", "/items/{id}", 201) == 1);
+  CHECK(n_requests(reg, "other", "unmatched", 201) == 0);
 }
