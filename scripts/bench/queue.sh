@@ -79,9 +79,11 @@ if [ "${AGENTQ_BENCH_NO_BULLMQ:-0}" != 1 ] && command -v npm >/dev/null && comma
 fi
 
 admin_key="aq_bench_$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
-# NOTE: --rate-limit 0: the per-key token bucket would otherwise be what is measured.
+# NOTE: --rate-limit 0: the per-key token bucket would otherwise be what is measured. AGENTQD_ARGS:
+# extra agentqd flags (an A/B of one binary, e.g. AGENTQD_ARGS="--http-threads 16").
+# shellcheck disable=SC2086
 "$bin/agentqd" --data-dir "$tmp/data" --listen 127.0.0.1:0 --port-file "$tmp/port" --model "$model" \
-  --admin-key "$admin_key" --rate-limit 0 --log-level warn >"$tmp/agentqd.log" 2>&1 &
+  --admin-key "$admin_key" --rate-limit 0 --log-level warn ${AGENTQD_ARGS:-} >"$tmp/agentqd.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do [ -s "$tmp/port" ] && break; sleep 0.1; done
 [ -s "$tmp/port" ] || { echo "queue.sh: agentqd did not start" >&2; tail -20 "$tmp/agentqd.log" >&2; exit 1; }
