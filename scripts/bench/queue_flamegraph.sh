@@ -16,7 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 n=${1:-5000}; out=${2:-docs/bench/queue_flame.svg}
 bin="${AGENTQ_BIN_DIR:-${AGENTQ_BUILD_DIR:-build}/bin}"
-model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"  # shellcheck disable=SC2034 # agentqd_bench.sh reads it
+# shellcheck disable=SC2034  # agentqd_bench.sh reads it
+model="${AGENTQ_SHARED_DIR:-../shared}/models/stories260K.gguf"
 fg="${FLAMEGRAPH_DIR:-../FlameGraph}"
 command -v perf >/dev/null || { echo "queue_flamegraph.sh: perf not found (apt install linux-perf)" >&2; exit 1; }
 for s in stackcollapse-perf.pl flamegraph.pl; do
