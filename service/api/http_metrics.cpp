@@ -73,4 +73,23 @@ std::function<http::response(http::request&)> instrumented(const http::router& r
   };
 }
 
+void register_pool_metrics(std::shared_ptr<const http::blocking_pool_load> load, metrics::registry& reg) {
+  reg.add_collector([load = std::move(load)](std::vector<metrics::family>& out) {
+    auto add = [&out](const char* name, const char* help, double v) {
+      metrics::family f;
+      f.name = name;
+      f.help = help;
+      f.type = metrics::metric_type::gauge;
+      f.samples.push_back(metrics::value_sample({}, v));
+      out.push_back(std::move(f));
+    };
+    add("agentq_http_pool_threads", "Threads for the HTTP handlers that may block (--http-blocking-threads).",
+        double(load->n_threads));
+    add("agentq_http_pool_busy_threads", "Of those, running a handler now.",
+        double(load->n_busy.load(std::memory_order_relaxed)));
+    add("agentq_http_pool_queued_requests", "Requests waiting for one of those threads now.",
+        double(load->n_queued.load(std::memory_order_relaxed)));
+  });
+}
+
 }  // namespace agentq::api

@@ -491,6 +491,7 @@ int run(const daemon::config& c) {
                                          : std::clamp(int32_t(std::thread::hardware_concurrency() / 2), 2, 8);
     http_pool = std::make_unique<http::blocking_pool>(c.http_blocking_threads);
     router.set_pool(http_pool.get());
+    api::register_pool_metrics(http_pool->load());
     hopts.max_connections = c.max_connections;
     hopts.max_body_bytes = size_t(c.max_body_bytes);
     hopts.upload_path = "/v1/files";  // streamed to a file, apart from the JSON body limit

@@ -26,10 +26,12 @@ struct blocking_pool::impl {
   std::vector<std::thread> threads;
   std::mutex mu;  // stop() against run()
   bool stopped = false;
+  std::shared_ptr<blocking_pool_load> load = std::make_shared<blocking_pool_load>();
 };
 
 blocking_pool::blocking_pool(int32_t n_threads) : impl_(std::make_unique<impl>()) {
   impl_->work.emplace(impl_->ioc.get_executor());
+  impl_->load->n_threads = std::max(1, n_threads);
   for (int32_t i = 0; i < std::max(1, n_threads); ++i)
     impl_->threads.emplace_back([ioc = &impl_->ioc] {
       util::name_thread("aq-http-pool");  // per-thread profiles tell it from the io threads
@@ -38,6 +40,8 @@ blocking_pool::blocking_pool(int32_t n_threads) : impl_(std::make_unique<impl>()
 }
 
 blocking_pool::~blocking_pool() { stop(); }
+
+std::shared_ptr<const blocking_pool_load> blocking_pool::load() const { return impl_->load; }
 
 void blocking_pool::stop() {
   {
@@ -87,7 +91,14 @@ response blocking_pool::run(request& req, const handler& fn) {
       });
       return;
     }
-    asio::post(impl_->ioc, [fn, r, reply = std::move(reply)] { run_and_reply(*fn, *r, reply); });
+    auto* load = impl_->load.get();  // NOTE: the pool's threads end before impl_ (stop() joins them)
+    load->n_queued.fetch_add(1, std::memory_order_relaxed);
+    asio::post(impl_->ioc, [fn, r, load, reply = std::move(reply)] {
+      load->n_queued.fetch_sub(1, std::memory_order_relaxed);
+      load->n_busy.fetch_add(1, std::memory_order_relaxed);
+      run_and_reply(*fn, *r, reply);
+      load->n_busy.fetch_sub(1, std::memory_order_relaxed);
+    });
   };
   return res;
 }

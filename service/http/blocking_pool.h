@@ -6,6 +6,7 @@
 // deferred response (message.h), made on its own io thread as any other.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -13,6 +14,15 @@
 #include "http/router.h"
 
 namespace agentq::http {
+
+// What the pool is doing now (read by the daemon's /metrics collector; shared, so it outlives the
+// pool). NOTE: queued > 0 for long means every thread waits on something slow (a commit, Redis):
+// raise --http-blocking-threads or look at what they wait for.
+struct blocking_pool_load {
+  int32_t n_threads = 0;
+  std::atomic<int64_t> n_busy{0};    // handlers running
+  std::atomic<int64_t> n_queued{0};  // handed over, not started yet
+};
 
 class blocking_pool {
  public:
@@ -27,6 +37,7 @@ class blocking_pool {
   response run(request& req, const handler& fn);
   // Let the queued handlers finish, then join the threads; run() afterwards answers 503.
   void stop();
+  std::shared_ptr<const blocking_pool_load> load() const;
 
  private:
   struct impl;

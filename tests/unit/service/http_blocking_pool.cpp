@@ -1,7 +1,8 @@
 // The router's blocking pool over loopback (http/blocking_pool.h): with one io thread, a handler
 // blocked on the pool leaves the io thread serving other connections; the request reaches the
 // handler whole; answers keep their order on a connection; a throw, a deferred answer and a stream
-// pass through; an upload stays readable until the answer is made; a stopped pool answers 503.
+// pass through; an upload stays readable until the answer is made; a stopped pool answers 503; its
+// load (busy, queued) as /metrics reads it.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -210,4 +211,45 @@ TEST_CASE("blocking pool: once stopped, a pool route answers 503; io routes stil
   CHECK(status_of(reply) == 503);
   CHECK(reply.find("shutting down") != std::string::npos);
   CHECK(status_of(f.raw("GET /fast HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) == 200);
+}
+
+TEST_CASE("blocking pool: its load counts running and waiting handlers") {
+  http::router routes;
+  http::blocking_pool pool(1);  // one thread: a second request waits for it
+  gate g;
+  routes.add("GET", "/park", [&](http::request&) {
+    g.wait();
+    return http::response{};
+  });
+  routes.set_pool(&pool);
+  http::server_options o;
+  o.port = 0;
+  o.n_threads = 1;
+  http::server srv(o, [&](http::request& req) { return routes.dispatch(req); });
+  std::string err;
+  REQUIRE_MESSAGE(srv.start(&err), err);
+  auto load = pool.load();
+  CHECK(load->n_threads == 1);
+  CHECK(load->n_busy == 0);
+  std::vector<std::thread> clients;
+  std::atomic<int> n_ok{0};
+  for (int i = 0; i < 2; ++i)
+    clients.emplace_back([&] {
+      test::raw_socket s(srv.port());
+      s.send("GET /park HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+      if (status_of(s.read_until_close(5000ms).bytes) == 200) ++n_ok;
+    });
+  REQUIRE(g.wait_until_waiting(3000ms));
+  for (int i = 0; i < 300 && load->n_queued < 1; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(load->n_busy == 1);
+  CHECK(load->n_queued == 1);
+  g.release();
+  for (auto& c : clients) c.join();
+  CHECK(n_ok == 2);
+  // NOTE: a handler counts as busy until its reply is handed over, a moment after the client has it.
+  for (int i = 0; i < 300 && load->n_busy > 0; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(load->n_busy == 0);
+  CHECK(load->n_queued == 0);
+  srv.stop();
+  pool.stop();
 }
