@@ -125,8 +125,52 @@ void set_turn_usage(turn_commit& t, const json& usage) {
   t.event_json = d.dump();
 }
 
+void set_turn_usage(turn_commit& t, const turn_usage_fields& u) {
+  if (!t.tool_calls_json.empty()) {  // rare (a turn with tool calls): the object path parses them anyway
+    set_turn_usage(t, json{{"prompt_tokens", u.prompt_tokens},
+                           {"cached_tokens", u.cached_tokens},
+                           {"computed_tokens", u.computed_tokens},
+                           {"completion_tokens", u.completion_tokens},
+                           {"completion_tokens_details",
+                            {{"accepted_prediction_tokens", u.accepted_prediction_tokens},
+                             {"rejected_prediction_tokens", u.rejected_prediction_tokens}}},
+                           {"finish", u.finish},
+                           {"queue_ms", u.queue_ms},
+                           {"prefill_ms", u.prefill_ms},
+                           {"decode_ms", u.decode_ms}});
+    return;
+  }
+  // NOTE: the keys sorted as nlohmann's std::map-backed object dumps them; the string and the
+  // doubles through nlohmann's own serializer (its escaping, its shortest round-trip numbers).
+  std::string& o = t.turn_usage_json;
+  o.clear();
+  o.reserve(320);
+  auto num = [&o](const char* key, int64_t v) {
+    o += key;
+    o += std::to_string(v);
+  };
+  auto real = [&o](const char* key, double v) {
+    o += key;
+    o += json(v).dump();
+  };
+  num("{\"cached_tokens\":", u.cached_tokens);
+  num(",\"completion_tokens\":", u.completion_tokens);
+  num(",\"completion_tokens_details\":{\"accepted_prediction_tokens\":", u.accepted_prediction_tokens);
+  num(",\"rejected_prediction_tokens\":", u.rejected_prediction_tokens);
+  num("},\"computed_tokens\":", u.computed_tokens);
+  real(",\"decode_ms\":", u.decode_ms);
+  o += ",\"finish\":";
+  o += json(std::string(u.finish)).dump();
+  real(",\"prefill_ms\":", u.prefill_ms);
+  num(",\"prompt_tokens\":", u.prompt_tokens);
+  real(",\"queue_ms\":", u.queue_ms);
+  o += '}';
+  t.event_json = "{\"turn\":" + std::to_string(t.turn_idx) + ",\"usage\":" + o + "}";
+}
+
 usage_totals usage_totals::from_json(std::string_view text) {
   usage_totals u;
+  if (text.empty() || text == "{}") return u;  // a job before its first turn: no parse
   json j = json::parse(text, nullptr, false);
   if (!j.is_object()) return u;
   u.prompt_tokens = j.value("prompt_tokens", int64_t{0});

@@ -636,8 +636,13 @@ struct worker::impl {
     json result = json::object();
     if (st == job_status::completed || st == job_status::incomplete) {
       result["content"] = content;
-      json parsed = json::parse(content, nullptr, false);
-      if (!parsed.is_discarded() && (parsed.is_object() || parsed.is_array())) result["parsed"] = parsed;
+      // NOTE: only an object or an array is kept as "parsed", so text that cannot be one is not
+      // parsed at all (the parse of plain text built an error message per job).
+      size_t first = content.find_first_not_of(" \t\r\n");
+      if (first != std::string::npos && (content[first] == '{' || content[first] == '[')) {
+        json parsed = json::parse(content, nullptr, false);
+        if (!parsed.is_discarded() && (parsed.is_object() || parsed.is_array())) result["parsed"] = parsed;
+      }
     }
     store::step_commit step;
     step.input = std::move(c.pending_input);
@@ -895,18 +900,19 @@ struct worker::impl {
       tc.content = msg.content;
       if (!msg.tool_calls.empty()) tc.tool_calls_json = tool_calls_to_json(msg.tool_calls);
       // NOTE: the turn event's data is made here too (store::set_turn_usage), not on the store's writer.
-      store::set_turn_usage(tc, json{{"prompt_tokens", res.usage.n_tokens_prompt},
-                                     {"cached_tokens", res.usage.n_tokens_cached},
-                                     {"computed_tokens", res.usage.n_tokens_computed},
-                                     {"completion_tokens", res.usage.n_tokens_generated},
-                                     // speculative decoding (#32), under OpenAI's names
-                                     {"completion_tokens_details",
-                                      {{"accepted_prediction_tokens", res.usage.n_tokens_draft_accepted},
-                                       {"rejected_prediction_tokens", res.usage.n_tokens_draft_rejected}}},
-                                     {"finish", to_string(res.finish)},
-                                     {"queue_ms", res.usage.queue_ms},
-                                     {"prefill_ms", res.usage.prefill_ms},
-                                     {"decode_ms", res.usage.decode_ms}});
+      store::turn_usage_fields tu;
+      tu.prompt_tokens = res.usage.n_tokens_prompt;
+      tu.cached_tokens = res.usage.n_tokens_cached;
+      tu.computed_tokens = res.usage.n_tokens_computed;
+      tu.completion_tokens = res.usage.n_tokens_generated;
+      // speculative decoding (#32), under OpenAI's names
+      tu.accepted_prediction_tokens = res.usage.n_tokens_draft_accepted;
+      tu.rejected_prediction_tokens = res.usage.n_tokens_draft_rejected;
+      tu.finish = to_string(res.finish);
+      tu.queue_ms = res.usage.queue_ms;
+      tu.prefill_ms = res.usage.prefill_ms;
+      tu.decode_ms = res.usage.decode_ms;
+      store::set_turn_usage(tc, tu);
       tc.job_usage = usage;
       obs::observe_turn(res.usage);
       spdlog::debug("worker {}: job {} turn {}: {} prompt tokens ({} cached), {} generated, prefill {:.0f} ms, decode {:.0f} ms",

@@ -10,6 +10,7 @@
 #include <climits>
 #include <filesystem>
 #include <future>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -774,6 +775,44 @@ TEST_CASE("JSON made off the json object (writer thread): the same bytes as nloh
     parsed.event_json.clear();
     CHECK(t.event_json == turn_event_json(parsed));
   }
+  // The fields' text (the worker's path) is the object's dump, byte for byte: odd doubles, big and
+  // negative counts, a finish string that needs escaping, with and without tool calls.
+  std::mt19937_64 rng(29);
+  const double reals[] = {0.0, 0.1, 1.0 / 3.0, 12.0, 1e-9, 123456.789012, 5e20, -0.0, 2.5e-300};
+  for (int i = 0; i < 200; ++i) {
+    turn_usage_fields u;
+    u.prompt_tokens = int64_t(rng() % 100000);
+    u.cached_tokens = int64_t(rng() % 1000);
+    u.computed_tokens = i == 7 ? int64_t(1) << 60 : int64_t(rng() % 1000);
+    u.completion_tokens = i == 9 ? -1 : int64_t(rng() % 100);
+    u.accepted_prediction_tokens = int64_t(rng() % 10);
+    u.rejected_prediction_tokens = int64_t(rng() % 10);
+    const char* finishes[] = {"stop", "length", "tool_calls", "quo\"te\\"};
+    u.finish = finishes[i % 4];
+    u.queue_ms = reals[rng() % 9];
+    u.prefill_ms = i % 2 ? reals[rng() % 9] : double(rng() % 100000) / 7.0;
+    u.decode_ms = double(rng()) / double(rng() | 1);
+    turn_commit fast, slow;
+    fast.turn_idx = slow.turn_idx = i;
+    if (i % 10 == 3) fast.tool_calls_json = slow.tool_calls_json = R"([{"id":"c0","name":"f","arguments":"{}"}])";
+    set_turn_usage(fast, u);
+    set_turn_usage(slow, nlohmann::json{{"prompt_tokens", u.prompt_tokens},
+                                        {"cached_tokens", u.cached_tokens},
+                                        {"computed_tokens", u.computed_tokens},
+                                        {"completion_tokens", u.completion_tokens},
+                                        {"completion_tokens_details",
+                                         {{"accepted_prediction_tokens", u.accepted_prediction_tokens},
+                                          {"rejected_prediction_tokens", u.rejected_prediction_tokens}}},
+                                        {"finish", std::string(u.finish)},
+                                        {"queue_ms", u.queue_ms},
+                                        {"prefill_ms", u.prefill_ms},
+                                        {"decode_ms", u.decode_ms}});
+    CHECK(fast.turn_usage_json == slow.turn_usage_json);
+    CHECK(fast.event_json == slow.event_json);
+  }
+  // A job before its first turn has no usage text: zeros without a parse.
+  CHECK(usage_totals::from_json("").turns == 0);
+  CHECK(usage_totals::from_json("{}").prompt_tokens == 0);
 }
 
 TEST_CASE("commit_step: a turn's event is the caller's event_json, or made by the writer; status events as before") {
