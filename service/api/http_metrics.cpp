@@ -76,12 +76,7 @@ std::function<http::response(http::request&)> instrumented(const http::router& r
 void register_pool_metrics(std::shared_ptr<const http::blocking_pool_load> load, metrics::registry& reg) {
   reg.add_collector([load = std::move(load)](std::vector<metrics::family>& out) {
     auto add = [&out](const char* name, const char* help, double v) {
-      metrics::family f;
-      f.name = name;
-      f.help = help;
-      f.type = metrics::metric_type::gauge;
-      f.samples.push_back(metrics::value_sample({}, v));
-      out.push_back(std::move(f));
+      out.push_back(metrics::value_family(name, help, metrics::metric_type::gauge, v));
     };
     add("agentq_http_pool_threads", "Threads for the HTTP handlers that may block (--http-blocking-threads).",
         double(load->n_threads));

@@ -45,6 +45,16 @@ struct family {
   std::vector<sample> samples;
 };
 
+// A family of one unlabelled counter or gauge sample (what a collector reports of a figure it reads).
+inline family value_family(const char* name, const char* help, metric_type type, double value) {
+  family f;
+  f.name = name;
+  f.help = help;
+  f.type = type;
+  f.samples.push_back(value_sample({}, value));
+  return f;
+}
+
 // Bucket bounds for latencies in seconds: 1 ms .. 60 s.
 const std::vector<double>& latency_buckets();
 

@@ -39,12 +39,7 @@ process_metrics::process_metrics(metrics::registry& reg, store::store* st, queue
   });
   reg.add_collector([s = state_](std::vector<metrics::family>& out) {
     auto counter = [&out](const char* name, const char* help, double v) {
-      metrics::family f;
-      f.name = name;
-      f.help = help;
-      f.type = metrics::metric_type::counter;
-      f.samples.push_back(metrics::value_sample({}, v));
-      out.push_back(std::move(f));
+      out.push_back(metrics::value_family(name, help, metrics::metric_type::counter, v));
     };
     counter("agentq_sqlite_errors_total", "Failed SQLite write transactions of the job store.", s->sqlite_errors);
     counter("agentq_redis_errors_total", "Redis commands that failed (error replies and I/O errors).", s->redis_errors);

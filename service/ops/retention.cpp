@@ -135,12 +135,7 @@ retention::retention(retention_options options, store::store& st, metrics::regis
     : state_(std::make_shared<state>(std::move(options), st)) {
   reg.add_collector([s = state_](std::vector<metrics::family>& out) {
     auto add = [&out](const char* name, const char* help, metrics::metric_type type, double v) {
-      metrics::family f;
-      f.name = name;
-      f.help = help;
-      f.type = type;
-      f.samples.push_back(metrics::value_sample({}, v));
-      out.push_back(std::move(f));
+      out.push_back(metrics::value_family(name, help, type, v));
     };
     using metrics::metric_type;
     auto sp = s->st.space();
