@@ -32,7 +32,7 @@ struct blocking_pool::impl {
 blocking_pool::blocking_pool(int32_t n_threads) : impl_(std::make_unique<impl>()) {
   impl_->work.emplace(impl_->ioc.get_executor());
   impl_->load->n_threads = std::max(1, n_threads);
-  for (int32_t i = 0; i < std::max(1, n_threads); ++i)
+  for (int32_t i = 0; i < impl_->load->n_threads; ++i)
     impl_->threads.emplace_back([ioc = &impl_->ioc] {
       util::name_thread("aq-http-pool");  // per-thread profiles tell it from the io threads
       ioc->run();

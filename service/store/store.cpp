@@ -126,20 +126,6 @@ void set_turn_usage(turn_commit& t, const json& usage) {
 }
 
 void set_turn_usage(turn_commit& t, const turn_usage_fields& u) {
-  if (!t.tool_calls_json.empty()) {  // rare (a turn with tool calls): the object path parses them anyway
-    set_turn_usage(t, json{{"prompt_tokens", u.prompt_tokens},
-                           {"cached_tokens", u.cached_tokens},
-                           {"computed_tokens", u.computed_tokens},
-                           {"completion_tokens", u.completion_tokens},
-                           {"completion_tokens_details",
-                            {{"accepted_prediction_tokens", u.accepted_prediction_tokens},
-                             {"rejected_prediction_tokens", u.rejected_prediction_tokens}}},
-                           {"finish", u.finish},
-                           {"queue_ms", u.queue_ms},
-                           {"prefill_ms", u.prefill_ms},
-                           {"decode_ms", u.decode_ms}});
-    return;
-  }
   // NOTE: the keys sorted as nlohmann's std::map-backed object dumps them; the string and the
   // doubles through nlohmann's own serializer (its escaping, its shortest round-trip numbers).
   std::string& o = t.turn_usage_json;
@@ -165,7 +151,15 @@ void set_turn_usage(turn_commit& t, const turn_usage_fields& u) {
   num(",\"prompt_tokens\":", u.prompt_tokens);
   real(",\"queue_ms\":", u.queue_ms);
   o += '}';
-  t.event_json = "{\"turn\":" + std::to_string(t.turn_idx) + ",\"usage\":" + o + "}";
+  // The event: {"tool_calls": ..., "turn": N, "usage": ...} in that (sorted) order; the tool calls
+  // parsed and dumped again, as turn_event_json does.
+  t.event_json = "{";
+  if (!t.tool_calls_json.empty()) {
+    t.event_json += "\"tool_calls\":";
+    t.event_json += json::parse(t.tool_calls_json, nullptr, false).dump();
+    t.event_json += ',';
+  }
+  t.event_json += "\"turn\":" + std::to_string(t.turn_idx) + ",\"usage\":" + o + "}";
 }
 
 usage_totals usage_totals::from_json(std::string_view text) {
