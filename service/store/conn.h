@@ -21,8 +21,9 @@ class conn {
   // NOTE: temp_store=MEMORY keeps the statement sub-journal of the writer's per-op savepoints in
   // memory: on disk it spilled past 64 KiB into a temp file, ~17 pwrite64 calls per submitted job
   // (issue 29). Nothing durable lives there: a crash rolls the whole transaction back anyway.
-  conn(const std::string& path, int32_t busy_ms, std::function<int64_t()> clock)
-      : db(path, busy_ms), clock_(std::move(clock)) {
+  // wal_buffer: the WAL-buffering VFS (wal_buffer_vfs.h: synchronous=FULL, set here before any write).
+  conn(const std::string& path, int32_t busy_ms, std::function<int64_t()> clock, bool wal_buffer = false)
+      : db(path, busy_ms, false, wal_buffer), clock_(std::move(clock)) {
     db.exec("PRAGMA journal_mode=WAL");
     db.exec("PRAGMA synchronous=FULL");
     db.exec("PRAGMA foreign_keys=ON");

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <thread>
 
+#include "store/wal_buffer_vfs.h"
+
 namespace agentq::store {
 
 namespace {
@@ -17,7 +19,7 @@ namespace {
 }
 }  // namespace
 
-sqlite_db::sqlite_db(const std::string& path, int32_t busy_timeout_ms, bool read_only) {
+sqlite_db::sqlite_db(const std::string& path, int32_t busy_timeout_ms, bool read_only, bool wal_buffer) {
   // NOTE: SQLite's memory statistics (on by default) take a process-wide mutex around every
   // sqlite3_malloc / sqlite3_free: ~5 % of a submit's instructions on the store's writer (session 23,
   // callgrind), every connection contending for it. Nothing here reads them (sqlite3_memory_used,
@@ -26,7 +28,9 @@ sqlite_db::sqlite_db(const std::string& path, int32_t busy_timeout_ms, bool read
   (void)k_memstatus_off;
   int flags = read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   flags |= SQLITE_OPEN_NOMUTEX;  // NOTE: each connection is used by one thread at a time
-  int rc = sqlite3_open_v2(path.c_str(), &db_, flags, nullptr);
+  // NOTE: the VFS is registered after the memory statistics are off (registering initializes SQLite).
+  const char* vfs = wal_buffer ? wal_buffer_vfs_name() : nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db_, flags, vfs);
   if (rc != SQLITE_OK) {
     std::string msg = "open " + path + ": " + (db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
     sqlite3_close(db_);

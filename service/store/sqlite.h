@@ -21,8 +21,9 @@ class sqlite_stmt;
 
 class sqlite_db {
  public:
-  // Open path (create if missing); busy timeout in ms. Throws sqlite_error.
-  sqlite_db(const std::string& path, int32_t busy_timeout_ms, bool read_only = false);
+  // Open path (create if missing); busy timeout in ms. Throws sqlite_error. wal_buffer: through
+  // the WAL-buffering VFS (wal_buffer_vfs.h; a connection with synchronous FULL only).
+  sqlite_db(const std::string& path, int32_t busy_timeout_ms, bool read_only = false, bool wal_buffer = false);
   ~sqlite_db();
   sqlite_db(const sqlite_db&) = delete;
   sqlite_db& operator=(const sqlite_db&) = delete;
