@@ -1166,6 +1166,15 @@ class sqlite_store final : public store {
         write_status::error);
   }
 
+  void commit_step_async(const std::string& job_id, int64_t epoch, step_commit step,
+                         std::function<void(write_status)> done) override {
+    submit_then<write_status>(
+        [job_id, epoch, step = std::move(step), limit = options_.tenant_max_running](conn& c) {
+          return apply_step(c, job_id, epoch, step, limit);
+        },
+        write_status::error, std::move(done));
+  }
+
   std::future<std::vector<write_status>> commit_steps(std::vector<step_item> items) override {
     const size_t n = items.size();
     return submit<std::vector<write_status>>(

@@ -339,6 +339,10 @@ class store {
   virtual std::future<write_status> commit_turn(const std::string& job_id, int64_t epoch, turn_commit turn) = 0;
   // init_transcript + commit_turn + finish_job, the parts present, as one write op (step_commit).
   virtual std::future<write_status> commit_step(const std::string& job_id, int64_t epoch, step_commit step) = 0;
+  // The same, answered through done (as create_job_async: once, on the writer thread, after the
+  // COMMIT is durable, or `error` when it failed; quick, and never waiting on the store).
+  virtual void commit_step_async(const std::string& job_id, int64_t epoch, step_commit step,
+                                 std::function<void(write_status)> done) = 0;
   // commit_step for each item, all in ONE write op (one transaction, one fsync for the group: a worker's
   // batch-class job ends, worker/end_batcher.h). Each item is written whole or not, in its own
   // savepoint: one fenced or failing job does not undo the others. Answers in the items' order; all

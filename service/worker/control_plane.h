@@ -82,6 +82,15 @@ class control_plane {
                       step.end->usage);
     return ws;
   }
+  // commit_step, answered through done instead of a return value. The default calls commit_step and
+  // then done on the caller's thread (a remote worker: the protocol's messages, unchanged); the local
+  // control plane queues it and done runs on the store's writer thread once the commit is durable
+  // (store::commit_step_async: quick, never waiting on the store). Throws as commit_step does, and
+  // then done is not called.
+  virtual void commit_step_async(const std::string& job_id, int64_t epoch, store::step_commit step,
+                                 std::function<void(store::write_status)> done) {
+    done(commit_step(job_id, epoch, std::move(step)));
+  }
   // commit_step for each item (answers in order). The default sends them one after the other; the
   // local control plane writes them in one transaction (store::commit_steps).
   virtual std::vector<store::write_status> commit_steps(std::vector<store::step_item> items) {

@@ -59,6 +59,10 @@ class local_control_plane final : public control_plane {
   store::write_status commit_step(const std::string& job_id, int64_t epoch, store::step_commit step) override {
     return db_.commit_step(job_id, epoch, std::move(step)).get();
   }
+  void commit_step_async(const std::string& job_id, int64_t epoch, store::step_commit step,
+                         std::function<void(store::write_status)> done) override {
+    db_.commit_step_async(job_id, epoch, std::move(step), std::move(done));
+  }
   std::vector<store::write_status> commit_steps(std::vector<store::step_item> items) override {
     return db_.commit_steps(std::move(items)).get();
   }

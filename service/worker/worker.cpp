@@ -176,7 +176,7 @@ loop_state rebuild(const std::vector<store::transcript_row>& rows, size_t n_inpu
 
 // ---------------------------------------------------------------------------
 
-struct job_ctx {
+struct job_ctx : std::enable_shared_from_this<job_ctx> {
   std::string job_id;
   int64_t epoch = 0;
   queue::delivery delivery;
@@ -198,6 +198,9 @@ struct job_ctx {
   // Its end is queued at the end batcher (batch class): it holds no engine work or KV any more, so
   // its slot is lent to a new job while the group commits (n_slots_used()).
   std::atomic<bool> ending{false};
+  // Its end is committing without its job thread (finish(): the store's writer runs the rest and
+  // sets done): its loop is over, its slot still held.
+  std::atomic<bool> end_in_flight{false};
   std::atomic<uint64_t> request_id{0};     // engine request in flight; 0 = none
 };
 
@@ -223,6 +226,7 @@ struct worker::impl {
   std::atomic<int64_t> n_claimed{0}, n_completed{0}, n_failed{0}, n_cancelled{0}, n_requires_action{0}, n_turns{0},
       n_tool_calls{0}, n_fenced{0}, n_resumed{0};
   std::atomic<int64_t> n_spill_corrupt_seen{0};
+  std::atomic<int32_t> n_ends_in_flight{0};  // finish()'s commits whose rest has not run yet (stop() waits)
   clock_type::time_point next_deleted_poll{};  // housekeeper only
   std::string incarnation;                     // this run of `id` (announce)
   std::atomic<bool> superseded{false};         // another run took `id` over: claim nothing more
@@ -323,7 +327,7 @@ struct worker::impl {
   int32_t n_running() {
     std::lock_guard lock(mu);
     int32_t n = 0;
-    for (auto& [k, c] : active) n += c->done ? 0 : 1;
+    for (auto& [k, c] : active) n += c->done || c->end_in_flight ? 0 : 1;
     return n;
   }
 
@@ -449,12 +453,18 @@ struct worker::impl {
         release_kv(*ctx);
         ack(*ctx);
       }
-      {
-        std::lock_guard lock(mu);  // NOTE: under mu, so the dispatcher's predicate cannot miss it
-        ctx->done = true;
-      }
-      slot_freed.notify_one();
+      // NOTE: a job whose end is still committing is marked done by the rest of its finish().
+      if (!ctx->end_in_flight) mark_done(*ctx);
     });
+  }
+
+  // The job's loop and its end are over: its slot is free (the dispatcher reaps it).
+  void mark_done(job_ctx& c) {
+    {
+      std::lock_guard lock(mu);  // NOTE: under mu, so the dispatcher's predicate cannot miss it
+      c.done = true;
+    }
+    slot_freed.notify_one();
   }
 
   // An entry of a legacy (model-less) stream whose job is for another model: published to that
@@ -630,8 +640,8 @@ struct worker::impl {
   }
 
   // The job's end, with the turn that ended it (if any) and its input messages (if not written yet)
-  // in the same write.
-  bool finish(job_ctx& c, job_status st, const std::string& content, const std::string& error,
+  // in the same write. The caller's loop returns right after.
+  void finish(job_ctx& c, job_status st, const std::string& content, const std::string& error,
               const store::usage_totals& usage, std::optional<store::turn_commit> turn = std::nullopt) {
     json result = json::object();
     if (st == job_status::completed || st == job_status::incomplete) {
@@ -647,7 +657,7 @@ struct worker::impl {
     store::step_commit step;
     step.input = std::move(c.pending_input);
     c.pending_input.clear();
-    const bool with_turn = turn.has_value();
+    end_note note{st, turn.has_value(), usage.turns, error};
     step.turn = std::move(turn);
     step.end = store::job_end{st, result.dump(), error, usage};
     // A batch-class job's end shares its group's transaction and ack round trip (acked when ok).
@@ -663,29 +673,72 @@ struct worker::impl {
         c.ending = true;
       }
       slot_freed.notify_one();
+      ended(c, ends->commit_end({c.job_id, c.epoch, std::move(step)}, c.delivery, c.fault_subject), note, true, retain);
+      return;
     }
-    auto ws = grouped ? ends->commit_end({c.job_id, c.epoch, std::move(step)}, c.delivery, c.fault_subject)
-                      : db.commit_step(c.job_id, c.epoch, std::move(step));
+    if (retain || c.park_open) {  // the rest does more than quick work: on this thread, after the commit
+      ended(c, db.commit_step(c.job_id, c.epoch, std::move(step)), note, false, retain);
+      return;
+    }
+    // NOTE: the job thread does not wait for its end's commit (issue 29: a wait and a wake per job, a
+    // third of the job threads' context switches): the rest (counters, the KV's release, the ack)
+    // runs where the commit is answered, the store's writer thread for the local control plane, and
+    // marks the job done; its slot stays held until then. A lost end's on_lost reads the store: it
+    // goes to the job pool, never onto the writer.
+    auto self = c.shared_from_this();
+    c.end_in_flight = true;
+    n_ends_in_flight++;
+    try {
+      db.commit_step_async(c.job_id, c.epoch, std::move(step), [this, self, note](write_status ws) {
+        if (ws != write_status::ok) {
+          pool.run([this, self] {
+            on_lost(*self);
+            mark_done(*self);
+            n_ends_in_flight--;
+          });
+          return;
+        }
+        ended(*self, ws, note, false, false);
+        mark_done(*self);
+        n_ends_in_flight--;  // NOTE: last: stop() may tear the worker down once it reads 0
+      });
+    } catch (...) {
+      c.end_in_flight = false;  // not queued: the caller's handler ends the job
+      n_ends_in_flight--;
+      throw;
+    }
+  }
+
+  // What finish() says once its write answered.
+  struct end_note {
+    job_status st;
+    bool with_turn;
+    int32_t turns;
+    std::string error;
+  };
+
+  // After the job's end was written (ws): on_lost when it was not; else counters, the KV's release
+  // or retention, and the ack (a grouped end's ack is the end batcher's).
+  void ended(job_ctx& c, write_status ws, const end_note& note, bool grouped, bool retain) {
     if (ws != write_status::ok) {
       on_lost(c);
-      return false;
+      return;
     }
-    if (with_turn) {
+    if (note.with_turn) {
       n_turns++;
       fault_point("after_turn_commit", c.fault_subject);
     }
-    (st == job_status::completed ? n_completed : n_failed)++;
+    (note.st == job_status::completed ? n_completed : n_failed)++;
     int64_t now = store::now_ms();
-    obs::observe_finish(c.created_ms, now, store::to_string(st));
-    spdlog::info("worker {}: job {} {} after {} turns{}", id, c.job_id, store::to_string(st), usage.turns,
-                 error.empty() ? "" : ": " + error);
+    obs::observe_finish(c.created_ms, now, store::to_string(note.st));
+    spdlog::info("worker {}: job {} {} after {} turns{}", id, c.job_id, store::to_string(note.st), note.turns,
+                 note.error.empty() ? "" : ": " + note.error);
     close_parked(c, now);
     if (retain)
       retain_kv(c);
     else if (!grouped)
       release_kv(c);
     if (!grouped) ack(c);
-    return true;
   }
 
   // --- KV kept for previous_response_id (kv_retention.h) -----------------------------
@@ -1177,6 +1230,8 @@ void worker::stop() {
     impl_->reap();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  // An end's rest may still be on its way out of the store's writer (finish()).
+  while (impl_->n_ends_in_flight > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (impl_->ends) {
     auto es = impl_->ends->stats();
     spdlog::info("worker {}: {} batch-class job ends in {} groups", impl_->id, es.n_ends, es.n_groups);
