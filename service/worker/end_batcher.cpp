@@ -6,6 +6,8 @@
 
 #include <pthread.h>
 
+#include <future>
+#include <memory>
 #include <utility>
 
 namespace agentq::worker {
@@ -30,23 +32,29 @@ end_batcher::~end_batcher() {
 
 store::write_status end_batcher::commit_end(store::step_item item, const queue::delivery& delivery,
                                             std::string fault_subject) {
+  auto p = std::make_shared<std::promise<store::write_status>>();
+  auto fut = p->get_future();
+  commit_end_async(std::move(item), delivery, std::move(fault_subject),
+                   [p](store::write_status ws) { p->set_value(ws); });
+  return fut.get();
+}
+
+void end_batcher::commit_end_async(store::step_item item, const queue::delivery& delivery, std::string fault_subject,
+                                   std::function<void(store::write_status)> done) {
   // Counted before queueing (this job included: it has not ended): the arrival that completes the
   // group sees it complete.
   const int32_t n_running = deps_.n_running ? deps_.n_running() : options_.max_group;
-  std::future<store::write_status> fut;
   bool wake;
   {
     std::lock_guard lock(mu_);
     if (queue_.empty()) first_at_ = std::chrono::steady_clock::now();
-    queue_.push_back(pending{std::move(item), delivery, std::move(fault_subject), {}});
-    fut = queue_.back().done.get_future();
+    queue_.push_back(pending{std::move(item), delivery, std::move(fault_subject), std::move(done)});
     // NOTE: the thread sleeps until the linger deadline; it is woken early only when the group may
     // be complete (full, or every running job's end is here), not once per arrival (a futex each).
     const auto n = static_cast<int32_t>(queue_.size());
     wake = n == 1 || n >= options_.max_group || n >= n_running;
   }
   if (wake) cv_.notify_one();
-  return fut.get();
 }
 
 end_batcher_stats end_batcher::stats() const {
@@ -104,7 +112,7 @@ void end_batcher::flush(std::vector<pending>& group) {
       to_ack.push_back(group[i].delivery);
     }
   if (!to_ack.empty() && deps_.ack) deps_.ack(to_ack);
-  for (size_t i = 0; i < group.size(); ++i) group[i].done.set_value(ws[i]);
+  for (size_t i = 0; i < group.size(); ++i) group[i].done(ws[i]);
 }
 
 }  // namespace agentq::worker

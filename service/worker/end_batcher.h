@@ -53,6 +53,10 @@ class end_batcher {
   // done. ok: written and its entry acked (or the ack failed: the entry stays pending, is reclaimed,
   // and its claim finds the job over). Anything else: nothing written for this job, nothing acked.
   store::write_status commit_end(store::step_item item, const queue::delivery& delivery, std::string fault_subject);
+  // The same without waiting: done gets the answer on this batcher's thread once the group's
+  // transaction and acks are done (it must be quick: the next group waits for it).
+  void commit_end_async(store::step_item item, const queue::delivery& delivery, std::string fault_subject,
+                        std::function<void(store::write_status)> done);
   end_batcher_stats stats() const;
 
  private:
@@ -60,7 +64,7 @@ class end_batcher {
     store::step_item item;
     queue::delivery delivery;
     std::string fault_subject;
-    std::promise<store::write_status> done;
+    std::function<void(store::write_status)> done;
   };
   void loop();
   void flush(std::vector<pending>& group);

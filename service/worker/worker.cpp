@@ -198,8 +198,8 @@ struct job_ctx : std::enable_shared_from_this<job_ctx> {
   // Its end is queued at the end batcher (batch class): it holds no engine work or KV any more, so
   // its slot is lent to a new job while the group commits (n_slots_used()).
   std::atomic<bool> ending{false};
-  // Its end is committing without its job thread (finish(): the store's writer runs the rest and
-  // sets done): its loop is over, its slot still held.
+  // Its end is committing without its job thread (finish(): where the write is answered -- the
+  // store's writer, or the end batcher's thread -- the rest runs and sets done): its loop is over.
   std::atomic<bool> end_in_flight{false};
   std::atomic<uint64_t> request_id{0};     // engine request in flight; 0 = none
 };
@@ -327,7 +327,9 @@ struct worker::impl {
   int32_t n_running() {
     std::lock_guard lock(mu);
     int32_t n = 0;
-    for (auto& [k, c] : active) n += c->done || c->end_in_flight ? 0 : 1;
+    // NOTE: a batch-class end waiting at the end batcher counts (its group flushes once every
+    // running job's end is there); another end in flight does not (it never goes there).
+    for (auto& [k, c] : active) n += c->done || (c->end_in_flight && !c->ending) ? 0 : 1;
     return n;
   }
 
@@ -639,6 +641,14 @@ struct worker::impl {
     kv_moves.forget(c.job_key);
   }
 
+  // What finish() says once its write answered.
+  struct end_note {
+    job_status st;
+    bool with_turn;
+    int32_t turns;
+    std::string error;
+  };
+
   // The job's end, with the turn that ended it (if any) and its input messages (if not written yet)
   // in the same write. The caller's loop returns right after.
   void finish(job_ctx& c, job_status st, const std::string& content, const std::string& error,
@@ -673,23 +683,38 @@ struct worker::impl {
         c.ending = true;
       }
       slot_freed.notify_one();
-      ended(c, ends->commit_end({c.job_id, c.epoch, std::move(step)}, c.delivery, c.fault_subject), note, true, retain);
+      if (retain || c.park_open) {  // the rest does more than quick work: on this thread, after the commit
+        ended(c, ends->commit_end({c.job_id, c.epoch, std::move(step)}, c.delivery, c.fault_subject), note, true,
+              retain);
+        return;
+      }
+      end_without_waiting(c, note, true, [&](std::function<void(write_status)> done) {
+        ends->commit_end_async({c.job_id, c.epoch, std::move(step)}, c.delivery, c.fault_subject, std::move(done));
+      });
       return;
     }
-    if (retain || c.park_open) {  // the rest does more than quick work: on this thread, after the commit
+    if (retain || c.park_open) {
       ended(c, db.commit_step(c.job_id, c.epoch, std::move(step)), note, false, retain);
       return;
     }
-    // NOTE: the job thread does not wait for its end's commit (issue 29: a wait and a wake per job, a
-    // third of the job threads' context switches): the rest (counters, the KV's release, the ack)
-    // runs where the commit is answered, the store's writer thread for the local control plane, and
-    // marks the job done; its slot stays held until then. A lost end's on_lost reads the store: it
-    // goes to the job pool, never onto the writer.
+    end_without_waiting(c, note, false, [&](std::function<void(write_status)> done) {
+      db.commit_step_async(c.job_id, c.epoch, std::move(step), std::move(done));
+    });
+  }
+
+  // NOTE: the job thread does not wait for its end's commit (issue 29: a wait and a wake per job, a
+  // third of the job threads' context switches): the rest (counters, the KV's release, the ack) runs
+  // where the write is answered -- the store's writer thread for the local control plane, the end
+  // batcher's thread for a grouped end -- and marks the job done; its slot stays held until then
+  // (a grouped end's is lent, as before). A lost end's on_lost reads the store: it goes to the job
+  // pool, never onto the thread that answered. send(done) queues the write.
+  template <class Send>
+  void end_without_waiting(job_ctx& c, const end_note& note, bool grouped, Send send) {
     auto self = c.shared_from_this();
     c.end_in_flight = true;
     n_ends_in_flight++;
     try {
-      db.commit_step_async(c.job_id, c.epoch, std::move(step), [this, self, note](write_status ws) {
+      send([this, self, note, grouped](write_status ws) {
         if (ws != write_status::ok) {
           pool.run([this, self] {
             on_lost(*self);
@@ -698,7 +723,7 @@ struct worker::impl {
           });
           return;
         }
-        ended(*self, ws, note, false, false);
+        ended(*self, ws, note, grouped, false);
         mark_done(*self);
         n_ends_in_flight--;  // NOTE: last: stop() may tear the worker down once it reads 0
       });
@@ -708,14 +733,6 @@ struct worker::impl {
       throw;
     }
   }
-
-  // What finish() says once its write answered.
-  struct end_note {
-    job_status st;
-    bool with_turn;
-    int32_t turns;
-    std::string error;
-  };
 
   // After the job's end was written (ws): on_lost when it was not; else counters, the KV's release
   // or retention, and the ack (a grouped end's ack is the end batcher's).
