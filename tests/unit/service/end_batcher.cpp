@@ -1,13 +1,15 @@
 // worker/end_batcher over a real store and a real redis-server: batch-class job ends that arrive
 // together are written in one transaction (store::commit_steps) and acked in one pipeline
 // (queue::ack_many); a fenced job in the group is answered fenced, written and acked nothing, and
-// the others still commit; a lone end is not held past its linger.
+// the others still commit; a lone end is not held past its linger; commit_end_async answers on the
+// batcher's thread after the group's commit and acks, and store::commit_step_async on the writer's.
 #include "worker/end_batcher.h"
 
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "queue/queue.h"
@@ -177,4 +179,64 @@ TEST_CASE("commit_steps: one savepoint per job; a transaction that cannot commit
   CHECK(f.db->commit_steps(std::move(again)).get()[0] == write_status::fenced);
   CHECK(f.db->read_transcript(jobs[0].first.job_id).size() == 2);
   CHECK(f.db->commit_steps({}).get().empty());
+}
+
+TEST_CASE("end_batcher: commit_end_async returns at once; done runs on the batcher's thread after the commit and ack") {
+  fixture f;
+  const int n = 4;
+  auto jobs = f.claimed(n);
+  jobs.back().second += 7;  // a stale epoch: fenced, neither written nor acked
+  worker::end_batcher_deps deps;
+  deps.commit = [&](std::vector<step_item> items) { return f.db->commit_steps(std::move(items)).get(); };
+  deps.ack = [&](const std::vector<delivery>& ds) { f.q->ack_many(ds); };
+  deps.n_running = [&] { return n; };
+  worker::end_batcher_options o;
+  o.linger = std::chrono::seconds(5);  // only the n_running rule closes the group in time
+  worker::end_batcher b(o, deps);
+  std::mutex mu;
+  std::vector<std::pair<std::string, write_status>> answers;  // (job id, answer), in answer order
+  std::vector<std::thread::id> answered_on;
+  std::vector<int64_t> entries_seen;  // the stream's unacked entries when each answer came
+  std::promise<void> all;
+  for (auto& [d, e] : jobs) {
+    const auto t0 = std::chrono::steady_clock::now();
+    b.commit_end_async(end_of(d.job_id, e), d, "", [&, id = d.job_id](write_status ws) {
+      std::lock_guard lock(mu);
+      answers.push_back({id, ws});
+      answered_on.push_back(std::this_thread::get_id());
+      entries_seen.push_back(f.pending_entries());
+      if (static_cast<int>(answers.size()) == n) all.set_value();
+    });
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(500));  // queued, not waited on
+  }
+  REQUIRE(all.get_future().wait_for(std::chrono::seconds(4)) == std::future_status::ready);
+  std::lock_guard lock(mu);
+  for (int i = 0; i < n; ++i) {
+    CHECK(answers[i].first == jobs[i].first.job_id);
+    CHECK(answers[i].second == (i == n - 1 ? write_status::fenced : write_status::ok));
+    CHECK(answered_on[i] != std::this_thread::get_id());
+    CHECK(answered_on[i] == answered_on[0]);  // one thread: the batcher's
+    CHECK(entries_seen[i] == 1);              // the three written were acked before any answer
+    CHECK(f.db->get_job(jobs[i].first.job_id)->status == (i == n - 1 ? job_status::running : job_status::completed));
+  }
+  CHECK(b.stats().n_groups == 1);
+}
+
+TEST_CASE("store::commit_step_async: done after the commit, on the writer thread; a stale epoch answers fenced") {
+  fixture f;
+  auto jobs = f.claimed(2);
+  std::promise<std::pair<write_status, std::thread::id>> ok, stale;
+  f.db->commit_step_async(jobs[0].first.job_id, jobs[0].second, end_of(jobs[0].first.job_id, 0).step,
+                          [&](write_status ws) { ok.set_value({ws, std::this_thread::get_id()}); });
+  f.db->commit_step_async(jobs[1].first.job_id, jobs[1].second + 1, end_of(jobs[1].first.job_id, 0).step,
+                          [&](write_status ws) { stale.set_value({ws, std::this_thread::get_id()}); });
+  auto a = ok.get_future().get();
+  auto b = stale.get_future().get();
+  CHECK(a.first == write_status::ok);
+  CHECK(b.first == write_status::fenced);
+  CHECK(a.second != std::this_thread::get_id());
+  CHECK(a.second == b.second);  // the store's one writer
+  CHECK(f.db->get_job(jobs[0].first.job_id)->status == job_status::completed);  // readable once answered
+  CHECK(f.db->read_transcript(jobs[0].first.job_id).size() == 2);
+  CHECK(f.db->get_job(jobs[1].first.job_id)->status == job_status::running);
 }
