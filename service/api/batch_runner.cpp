@@ -414,16 +414,31 @@ bool batch_runner::render_ready(const store::batch_row& b) {
   for (bool more = true; more && p.next_line - first < k_lines_per_pass;) {
     auto rows = deps_.batches->results(b.id, p.next_line, 256);
     more = rows.size() == 256;
-    for (const auto& r : rows) {
-      std::optional<store::job_row> job;
-      if (!r.job_id.empty()) job = deps_.store->get_job(r.job_id);
-      if (!line_is_final(r, job ? &*job : nullptr)) {
+    // NOTE: the rows' jobs in one read, then the transcripts of the lines that are final, in another
+    // (issue 29: two reads of their own per line were most of this thread's SQLite work per job).
+    std::vector<std::string> ids;
+    for (const auto& r : rows)
+      if (!r.job_id.empty()) ids.push_back(r.job_id);
+    auto found = deps_.store->get_jobs(ids);
+    std::vector<std::optional<store::job_row>> jobs(rows.size());
+    size_t n_final = 0;
+    for (size_t i = 0, k = 0; i < rows.size(); ++i) {
+      if (!rows[i].job_id.empty()) jobs[i] = std::move(found[k++]);
+      if (!line_is_final(rows[i], jobs[i] ? &*jobs[i] : nullptr)) {
         more = false;
         break;
       }
-      std::vector<store::transcript_row> transcript;
-      if (job) transcript = deps_.store->read_transcript(r.job_id);
-      auto line = batch_output_line(b.endpoint, r, job ? &*job : nullptr, transcript, "");
+      n_final = i + 1;
+    }
+    ids.clear();
+    for (size_t i = 0; i < n_final; ++i)
+      if (jobs[i]) ids.push_back(rows[i].job_id);
+    auto transcripts = deps_.store->read_transcripts(ids);
+    for (size_t i = 0, k = 0; i < n_final; ++i) {
+      const auto& r = rows[i];
+      static const std::vector<store::transcript_row> none;
+      const auto& transcript = jobs[i] ? transcripts[k++] : none;
+      auto line = batch_output_line(b.endpoint, r, jobs[i] ? &*jobs[i] : nullptr, transcript, "");
       (line.is_error ? p.errs : p.out).add(line.line);
       (line.is_error ? p.n_failed : p.n_completed)++;
       p.next_line = r.line_idx + 1;

@@ -631,6 +631,28 @@ class sqlite_store final : public store {
 
   // --- readers -----------------------------------------------------------------
 
+  // with_reader, fn's reads in one read transaction. NOTE: a statement run alone is its own read
+  // transaction, which finds the WAL changed by the writer's commits since the last one and so
+  // starts with the connection's page cache emptied (its pages read again, a pread each): many
+  // small reads together share one snapshot and one cache.
+  template <class F>
+  auto with_snapshot(F fn) -> decltype(fn(std::declval<conn&>())) {
+    return with_reader([&](conn& c) {
+      c.stmt("BEGIN").run();
+      struct end_tx {
+        conn& c;
+        ~end_tx() {
+          c.reset_all();
+          try {
+            c.stmt("COMMIT").run();
+          } catch (...) {  // a read transaction: nothing to lose; the next BEGIN would fail loudly
+          }
+        }
+      } end{c};
+      return fn(c);
+    });
+  }
+
   template <class F>
   auto with_reader(F fn) -> decltype(fn(std::declval<conn&>())) {
     std::unique_ptr<conn> c;
@@ -833,27 +855,53 @@ class sqlite_store final : public store {
   }
 
   std::vector<transcript_row> read_transcript(const std::string& job_id) override {
-    return with_reader([&](conn& c) {
-      std::vector<transcript_row> out;
-      auto& s = c.stmt(
-          "SELECT seq, turn_idx, role, content, tool_calls_json, tool_call_id, name, usage_json, created_ms "
-          "FROM transcript WHERE job_id=? ORDER BY seq");
-      s.bind(1, job_id);
-      while (s.step()) {
-        transcript_row r;
-        r.seq = s.col_int(0);
-        r.turn_idx = static_cast<int32_t>(s.col_int(1));
-        r.role = s.col_text(2);
-        r.content = s.col_text(3);
-        r.tool_calls_json = s.col_text(4);
-        r.tool_call_id = s.col_text(5);
-        r.name = s.col_text(6);
-        r.usage_json = s.col_text(7);
-        r.created_ms = s.col_int(8);
-        out.push_back(std::move(r));
+    return with_reader([&](conn& c) { return select_transcript(c, job_id); });
+  }
+
+  std::vector<std::optional<job_row>> get_jobs(const std::vector<std::string>& job_ids) override {
+    if (job_ids.empty()) return {};
+    return with_snapshot([&](conn& c) {
+      std::vector<std::optional<job_row>> out;
+      out.reserve(job_ids.size());
+      for (const auto& id : job_ids) {
+        auto j = select_job(c, id);
+        if (j && j->deleted_ms > 0) j.reset();  // a tombstone, as get_job
+        out.push_back(std::move(j));
       }
       return out;
     });
+  }
+
+  std::vector<std::vector<transcript_row>> read_transcripts(const std::vector<std::string>& job_ids) override {
+    if (job_ids.empty()) return {};
+    return with_snapshot([&](conn& c) {
+      std::vector<std::vector<transcript_row>> out;
+      out.reserve(job_ids.size());
+      for (const auto& id : job_ids) out.push_back(select_transcript(c, id));
+      return out;
+    });
+  }
+
+  static std::vector<transcript_row> select_transcript(conn& c, const std::string& job_id) {
+    std::vector<transcript_row> out;
+    auto& s = c.stmt(
+        "SELECT seq, turn_idx, role, content, tool_calls_json, tool_call_id, name, usage_json, created_ms "
+        "FROM transcript WHERE job_id=? ORDER BY seq");
+    s.bind(1, job_id);
+    while (s.step()) {
+      transcript_row r;
+      r.seq = s.col_int(0);
+      r.turn_idx = static_cast<int32_t>(s.col_int(1));
+      r.role = s.col_text(2);
+      r.content = s.col_text(3);
+      r.tool_calls_json = s.col_text(4);
+      r.tool_call_id = s.col_text(5);
+      r.name = s.col_text(6);
+      r.usage_json = s.col_text(7);
+      r.created_ms = s.col_int(8);
+      out.push_back(std::move(r));
+    }
+    return out;
   }
 
   static std::vector<job_event> read_events_stmt(sqlite_stmt& s) {

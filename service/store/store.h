@@ -269,6 +269,10 @@ class store {
                                                         std::vector<tool_output> outputs,
                                                         const std::string& tenant = {}) = 0;
   virtual std::vector<transcript_row> read_transcript(const std::string& job_id) = 0;
+  // get_job (any tenant) and read_transcript for many jobs, each call's reads in one read transaction
+  // (one snapshot, the connection's page cache kept across them); answers in the ids' order.
+  virtual std::vector<std::optional<job_row>> get_jobs(const std::vector<std::string>& job_ids) = 0;
+  virtual std::vector<std::vector<transcript_row>> read_transcripts(const std::vector<std::string>& job_ids) = 0;
   // Events of one job with id > after_id (SSE replay), oldest first.
   virtual std::vector<job_event> read_events(const std::string& job_id, int64_t after_id, int32_t limit) = 0;
   // What the webhook scan reads: of the next `limit` events after after_id (any type), only the

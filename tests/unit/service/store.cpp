@@ -868,3 +868,42 @@ TEST_CASE("job ids: job_ + 24 hex digits, ordered by their ms, distinct within o
   for (auto& v : other) seen.insert(v.begin(), v.end());
   CHECK(seen.size() == 2000u);
 }
+
+TEST_CASE("get_jobs and read_transcripts: many jobs in one read, in the ids' order; unknown and deleted are absent") {
+  agentq::test::temp_dir dir;
+  auto s = open_store(dir.file("jobs.db"));
+  auto a = make_job(*s), b = make_job(*s, "t2"), gone = make_job(*s);
+  for (const auto* j : {&a, &gone}) {
+    step_commit step;
+    step.input = {user_row(j == &a ? "for a" : "for gone")};
+    step.end = job_end{job_status::completed, R"({"content":"x"})", "", {}};
+    REQUIRE(s->commit_step(j->id, claim(*s, j->id), step).get() == write_status::ok);
+  }
+  REQUIRE(s->delete_job(gone.id).get() == write_status::ok);
+
+  auto jobs = s->get_jobs({b.id, "job_unknown", a.id, gone.id, a.id});
+  REQUIRE(jobs.size() == 5);
+  REQUIRE(jobs[0]);
+  CHECK(jobs[0]->id == b.id);
+  CHECK(jobs[0]->tenant == "t2");  // any tenant
+  CHECK(jobs[0]->status == job_status::queued);
+  CHECK_FALSE(jobs[1]);
+  REQUIRE(jobs[2]);
+  CHECK(jobs[2]->status == job_status::completed);
+  CHECK(jobs[2]->result_json == s->get_job(a.id)->result_json);
+  CHECK_FALSE(jobs[3]);  // a tombstone, as get_job
+  REQUIRE(jobs[4]);
+  CHECK(jobs[4]->id == a.id);
+  CHECK(s->get_jobs({}).empty());
+
+  auto ts = s->read_transcripts({a.id, b.id, a.id});
+  REQUIRE(ts.size() == 3);
+  REQUIRE(ts[0].size() == 1);
+  CHECK(ts[0][0].content == "for a");
+  CHECK(ts[1].empty());
+  CHECK(ts[2].size() == 1);
+  CHECK(s->read_transcripts({}).empty());
+  // The reader connection is left with no transaction open: a write and a fresh read see each other.
+  auto c = make_job(*s);
+  CHECK(s->get_jobs({c.id})[0]);
+}
