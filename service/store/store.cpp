@@ -932,7 +932,7 @@ class sqlite_store final : public store {
   // neither copied out nor parsed, and the scan no longer reads each terminal job whole to find that
   // out. CROSS JOIN keeps the events' id range the outer loop (the job looked up by its key).
   webhook_scan_page read_webhook_candidates(int64_t after_id, int32_t limit) override {
-    return with_reader([&](conn& c) {
+    return with_snapshot([&](conn& c) {  // both statements read the same new events' pages
       webhook_scan_page page;
       page.scanned_to = after_id;
       auto& hi = c.stmt("SELECT MAX(id) FROM (SELECT id FROM job_events WHERE id>? ORDER BY id LIMIT ?)");
