@@ -359,10 +359,7 @@ void dispatcher::start() {
     util::name_thread("aq-webhook-scan");  // per-thread profiles name it
     auto& m = *impl_;
     auto next_drain = std::chrono::steady_clock::now();
-    auto next_scan = next_drain;
     while (m.running) {
-      if (auto now = std::chrono::steady_clock::now(); now < next_scan) std::this_thread::sleep_for(next_scan - now);
-      next_scan = std::chrono::steady_clock::now() + m.options.scan_min_interval;
       int32_t n = scan_once();
       // drain any "terminal" job-store outbox rows: status events drive webhooks instead. NOTE: only
       // older versions write them, so a look every 10 s, not a read per pass (per commit).

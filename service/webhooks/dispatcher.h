@@ -34,11 +34,6 @@ struct dispatcher_options {
   size_t max_response_bytes = 64 << 10;
   int32_t n_senders = 4;                              // concurrent deliveries
   std::chrono::milliseconds poll{200};                // idle poll of events and due deliveries
-  // The scan starts at most this often: a busy store's commits (one wake each) share a scan.
-  // NOTE: each scan reads the new events' pages again (a read after another connection's commit
-  // starts with an empty page cache); 5 ms more before a delivery's first attempt is nothing beside
-  // its network round trip (issue 29).
-  std::chrono::milliseconds scan_min_interval{5};
 };
 
 struct attempt_record {
