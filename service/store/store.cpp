@@ -439,7 +439,8 @@ class sqlite_store final : public store {
   bool open(std::string* error) {
     if (!options_.clock) options_.clock = [] { return now_ms(); };
     try {
-      writer_conn_ = std::make_unique<conn>(options_.path, options_.busy_timeout_ms, options_.clock, options_.wal_buffer);
+      // NOTE: through the WAL-buffering VFS (wal_buffer_vfs.h): a commit's WAL frames in one write.
+      writer_conn_ = std::make_unique<conn>(options_.path, options_.busy_timeout_ms, options_.clock, true);
       // NOTE: the writer's group of submits waits while it waits for another connection's write lock
       // (a timeline or webhook commit): poll finely rather than SQLite's 1, 2, 5, 10 ... ms sleeps
       // (session 21: one such sleep measured 64 ms).

@@ -214,9 +214,6 @@ struct store_options {
   // up to this long for a submit to share its commit (write_queue.h, linger_policy); 0 = never.
   int32_t background_linger_us = 2000;
   int64_t tenant_max_running = 0;        // running jobs per tenant at most (claims past it hold the job); 0 = none
-  // The writer's connection through the WAL-buffering VFS (store/wal_buffer_vfs.h): a commit's WAL
-  // frames in one write instead of two per frame. false = unix's writes (tests, the A/B).
-  bool wal_buffer = true;
   std::function<int64_t()> clock;        // ms since the epoch for every timestamp; empty = now_ms() (tests: fake)
 };
 

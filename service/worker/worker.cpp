@@ -748,8 +748,10 @@ struct worker::impl {
     (note.st == job_status::completed ? n_completed : n_failed)++;
     int64_t now = store::now_ms();
     obs::observe_finish(c.created_ms, now, store::to_string(note.st));
-    spdlog::info("worker {}: job {} {} after {} turns{}", id, c.job_id, store::to_string(note.st), note.turns,
-                 note.error.empty() ? "" : ": " + note.error);
+    // NOTE: the arguments only when the line is written: this may run on the store's writer thread.
+    if (spdlog::should_log(spdlog::level::info))
+      spdlog::info("worker {}: job {} {} after {} turns{}", id, c.job_id, store::to_string(note.st), note.turns,
+                   note.error.empty() ? "" : ": " + note.error);
     close_parked(c, now);
     if (retain)
       retain_kv(c);
