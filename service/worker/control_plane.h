@@ -91,6 +91,9 @@ class control_plane {
                                  std::function<void(store::write_status)> done) {
     done(commit_step(job_id, epoch, std::move(step)));
   }
+  // True when commit_step_async only queues (the local control plane): the worker may then end a
+  // job on the engine's thread, which must never wait on the store or the network.
+  virtual bool commits_async() const { return false; }
   // commit_step for each item (answers in order). The default sends them one after the other; the
   // local control plane writes them in one transaction (store::commit_steps).
   virtual std::vector<store::write_status> commit_steps(std::vector<store::step_item> items) {

@@ -63,6 +63,7 @@ class local_control_plane final : public control_plane {
                          std::function<void(store::write_status)> done) override {
     db_.commit_step_async(job_id, epoch, std::move(step), std::move(done));
   }
+  bool commits_async() const override { return true; }
   std::vector<store::write_status> commit_steps(std::vector<store::step_item> items) override {
     return db_.commit_steps(std::move(items)).get();
   }

@@ -1,8 +1,9 @@
 // The worker: a dispatcher thread (read + claim), a housekeeping thread (heartbeat, lease renewal,
 // cancel poll, deadlines, reclaim) and a pool thread per held job running its agent loop.
-// NOTE: a thread per held job keeps each loop a readable top-to-bottom routine (submit -> wait ->
-// commit -> tools -> ...); the threads spend their life blocked on the engine, SQLite or a tool, and
-// max_jobs bounds them (64 by default). They are pooled (job_pool.h): started once, not per job.
+// NOTE: a thread per held job keeps each loop a readable top-to-bottom routine (submit -> turn ->
+// commit -> tools -> ...); the threads spend their life blocked on SQLite or a tool, and max_jobs
+// bounds them (64 by default). They are pooled (job_pool.h): started once, not per job. A model turn
+// is not waited for: the loop goes on where its result lands (drive(), turn_landed()).
 // Concurrency on the GPU comes from the engine batching their turns.
 #include "worker/worker.h"
 #include "worker/ack_sender.h"
@@ -131,6 +132,14 @@ struct loop_state {
   std::string last_content;
 };
 
+// run_job's state between turns: a turn in flight carries it to where its result lands.
+struct job_loop {
+  store::job_row row;
+  agent_spec spec;
+  store::usage_totals usage;
+  loop_state st;
+};
+
 loop_state rebuild(const std::vector<store::transcript_row>& rows, size_t n_input) {
   loop_state st;
   std::unordered_map<std::string, const store::transcript_row*> results;
@@ -202,6 +211,24 @@ struct job_ctx : std::enable_shared_from_this<job_ctx> {
   // store's writer, or the end batcher's thread -- the rest runs and sets done): its loop is over.
   std::atomic<bool> end_in_flight{false};
   std::atomic<uint64_t> request_id{0};     // engine request in flight; 0 = none
+  // A model turn in flight: its submitter and its result meet here; the second to arrive goes on
+  // with the loop (drive(), turn_landed()). turn_out is written before the result's arrival.
+  std::atomic<int32_t> turn_meet{0};
+  std::optional<turn_result> turn_out;
+};
+
+// Calls back once: with the turn's result, or with an error if the engine drops the callback
+// unanswered (a std::promise answered that with an exception; nothing may wait forever).
+struct turn_landing {
+  std::function<void(turn_result)> land;
+  bool called = false;
+  ~turn_landing() {
+    if (called || !land) return;
+    turn_result r;
+    r.finish = finish_reason::error;
+    r.error = "the engine dropped the turn";
+    land(std::move(r));
+  }
 };
 
 struct worker::impl {
@@ -224,7 +251,7 @@ struct worker::impl {
   kv_retention retained;  // KV of finished stored responses, kept for a continuation
 
   std::atomic<int64_t> n_claimed{0}, n_completed{0}, n_failed{0}, n_cancelled{0}, n_requires_action{0}, n_turns{0},
-      n_tool_calls{0}, n_fenced{0}, n_resumed{0};
+      n_tool_calls{0}, n_fenced{0}, n_resumed{0}, n_ended_where_landed{0};
   std::atomic<int64_t> n_spill_corrupt_seen{0};
   std::atomic<int32_t> n_ends_in_flight{0};  // finish()'s commits whose rest has not run yet (stop() waits)
   clock_type::time_point next_deleted_poll{};  // housekeeper only
@@ -440,24 +467,30 @@ struct worker::impl {
       std::lock_guard lock(mu);
       active[d.job_id] = ctx;
     }
-    pool.run([this, ctx, row = c.won->job] {
-      try {
-        run_job(*ctx, row);
-      } catch (const link_error& e) {
-        // The control plane did not answer: not the job's fault. Left as it is (not acked): the
-        // lease lapses and the job is claimed again, here or elsewhere.
-        spdlog::warn("worker {}: job {} dropped: the control plane did not answer ({})", id, ctx->job_id, e.what());
-        n_fenced++;
-        release_kv(*ctx);
-      } catch (const std::exception& e) {
-        spdlog::error("worker {}: job {} crashed: {}", id, ctx->job_id, e.what());
-        db.finish_job(ctx->job_id, ctx->epoch, job_status::failed, "", std::string("internal error: ") + e.what(), {});
-        release_kv(*ctx);
-        ack(*ctx);
-      }
-      // NOTE: a job whose end is still committing is marked done by the rest of its finish().
-      if (!ctx->end_in_flight) mark_done(*ctx);
-    });
+    pool.run([this, ctx, row = c.won->job]() mutable { guarded(ctx, [&] { return run_job(*ctx, std::move(row)); }); });
+  }
+
+  // Runs a piece of the job's loop on a job thread; fn returns true when the loop went on elsewhere
+  // (a turn in flight). The loop's end marks the job done, unless its end is still committing (the
+  // rest of its finish() marks it) or the loop left this thread.
+  template <class F>
+  void guarded(const std::shared_ptr<job_ctx>& ctx, F&& fn) {
+    bool left = false;
+    try {
+      left = fn();
+    } catch (const link_error& e) {
+      // The control plane did not answer: not the job's fault. Left as it is (not acked): the
+      // lease lapses and the job is claimed again, here or elsewhere.
+      spdlog::warn("worker {}: job {} dropped: the control plane did not answer ({})", id, ctx->job_id, e.what());
+      n_fenced++;
+      release_kv(*ctx);
+    } catch (const std::exception& e) {
+      spdlog::error("worker {}: job {} crashed: {}", id, ctx->job_id, e.what());
+      db.finish_job(ctx->job_id, ctx->epoch, job_status::failed, "", std::string("internal error: ") + e.what(), {});
+      release_kv(*ctx);
+      ack(*ctx);
+    }
+    if (!left && !ctx->end_in_flight) mark_done(*ctx);
   }
 
   // The job's loop and its end are over: its slot is free (the dispatcher reaps it).
@@ -808,18 +841,20 @@ struct worker::impl {
     if (!retained.held_by_other(k, job_id) && !key_in_use(k)) eng->release(k);
   }
 
-  void run_job(job_ctx& c, const store::job_row& row) {
+  // The job's loop from its claim: true when it went on elsewhere (a turn in flight, drive()).
+  bool run_job(job_ctx& c, store::job_row row) {
     std::string err;
     auto spec = parse_agent_spec(row.request_json, &err);
     if (!spec) {
       finish(c, job_status::failed, "", "invalid request: " + err, {});
-      return;
+      return false;
     }
     if (row.deadline_ms > 0)
       c.deadline_ms = row.deadline_ms;
     else if (spec->deadline_seconds > 0)
       c.deadline_ms = row.created_ms + static_cast<int64_t>(spec->deadline_seconds * 1000);
-    store::usage_totals usage = store::usage_totals::from_json(row.usage_json);
+    auto loop = std::make_shared<job_loop>();
+    loop->usage = store::usage_totals::from_json(row.usage_json);
     c.created_ms = row.created_ms;
     c.tenant = row.tenant;
     c.keep_kv = spec->keep_kv;
@@ -845,38 +880,51 @@ struct worker::impl {
     } else if (rows.size() > spec->messages.size()) {
       n_resumed++;
     }
-    loop_state st = rebuild(rows, spec->messages.size());
+    loop->st = rebuild(rows, spec->messages.size());
+    loop->spec = std::move(*spec);
+    loop->row = std::move(row);
+    return drive(c, loop);
+  }
 
+  // The loop until the job's end (false), or until a model turn is in flight and its result will
+  // land after this thread left (true): the loop then goes on in turn_landed(). NOTE: not waiting
+  // for the turn saves a wait and a wake per turn (issue 29: the job thread's futex, the engine's
+  // wake of it); a result that is already in when the submitter is done goes on here.
+  bool drive(job_ctx& c, const std::shared_ptr<job_loop>& loop) {
+    const agent_spec* spec = &loop->spec;
+    const store::job_row& row = loop->row;
+    loop_state& st = loop->st;
+    store::usage_totals& usage = loop->usage;
     for (;;) {
-      if (c.cancelled || c.lost) return on_lost(c);
+      if (c.cancelled || c.lost) return on_lost(c), false;
       if (c.stopping) {
         if (db.release_job(c.job_id, c.epoch) == write_status::ok)
           ack(c);
         else
           on_lost(c);
-        return;
+        return false;
       }
       // A crash after committing a final turn: finish from the transcript, no re-generation.
       if (st.n_turns > 0 && st.last_turn_final) {
         finish(c, job_status::completed, st.last_content, "", usage);
-        return;
+        return false;
       }
       if (!st.pending.empty()) {
         auto client_calls = run_tools(c, *spec, st.pending);
-        if (c.lost || c.cancelled) return on_lost(c);
+        if (c.lost || c.cancelled) return on_lost(c), false;
         if (!client_calls.empty() && spec->finish_on_client_tools) {
           finish(c, job_status::completed, st.last_content, "", usage);
-          return;
+          return false;
         }
         if (!client_calls.empty()) {
           json pending = json::array();
           for (auto& tc : client_calls) pending.push_back({{"id", tc.id}, {"name", tc.name}, {"arguments", tc.arguments_json}});
-          if (db.require_action(c.job_id, c.epoch, pending.dump()) != write_status::ok) return on_lost(c);
+          if (db.require_action(c.job_id, c.epoch, pending.dump()) != write_status::ok) return on_lost(c), false;
           n_requires_action++;
           eng->park(c.job_key, options.client_tool_park_s);
           record_parked(c, st.n_turns - 1, options.client_tool_park_s);
           ack(c);
-          return;
+          return false;
         }
         st = rebuild(db.read_transcript(c.job_id, c.epoch), spec->messages.size());
         continue;
@@ -884,16 +932,16 @@ struct worker::impl {
       // Limits before the next model turn.
       if (st.n_turns >= spec->max_turns) {
         finish(c, job_status::incomplete, st.last_content, "max_turns reached (" + std::to_string(spec->max_turns) + ")", usage);
-        return;
+        return false;
       }
       int64_t remaining = spec->max_output_tokens - usage.completion_tokens;
       if (remaining <= 0) {
         finish(c, job_status::incomplete, st.last_content, "max_output_tokens reached", usage);
-        return;
+        return false;
       }
       if (c.deadline_hit || (c.deadline_ms > 0 && store::now_ms() >= c.deadline_ms)) {
         finish(c, job_status::incomplete, st.last_content, "deadline exceeded", usage);
-        return;
+        return false;
       }
 
       turn_request req;
@@ -911,10 +959,13 @@ struct worker::impl {
       req.stop = spec->stop;
       req.prediction = spec->prediction;
 
-      auto done = std::make_shared<std::promise<turn_result>>();
-      auto fut = done->get_future();
       turn_callbacks cb;
-      cb.on_done = [done](turn_result r) { done->set_value(std::move(r)); };
+      auto landing = std::make_shared<turn_landing>();
+      landing->land = [this, self = c.shared_from_this(), loop](turn_result r) { turn_landed(self, loop, std::move(r)); };
+      cb.on_done = [landing](turn_result r) {
+        landing->called = true;
+        landing->land(std::move(r));
+      };
       if (spec->stream_tokens) {
         std::string jid = c.job_id;
         int64_t epoch = c.epoch;
@@ -924,94 +975,149 @@ struct worker::impl {
         };
       }
       close_parked(c, store::now_ms());
+      c.turn_meet = 0;
       c.request_id = eng->submit(std::move(req), std::move(cb));
       if (c.cancelled || c.lost || c.deadline_hit || c.stopping) interrupt(c);  // raced with the poller
       fault_point("mid_decode", c.fault_subject);
-      turn_result res = fut.get();
-      c.request_id = 0;
-      note_spill_corruption();
+      if (c.turn_meet.fetch_add(1, std::memory_order_acq_rel) == 0) return true;  // it lands later
+      turn_result res = std::move(*c.turn_out);
+      c.turn_out.reset();
+      if (!after_turn(c, *loop, std::move(res))) return false;
+    }
+  }
 
-      if (res.finish == finish_reason::cancelled) {
-        if (c.cancelled || c.lost) return on_lost(c);
-        if (c.stopping) continue;  // released at the top of the loop
-        if (c.deadline_hit) {
-          finish(c, job_status::incomplete, st.last_content, "deadline exceeded", usage);
+  // A turn's result, on the engine's thread (or wherever the engine drops a callback). The second
+  // of submitter and result goes on: the submitter if it is still here, else this. A final turn
+  // whose end needs no wait (the common one-turn job) is ended here: its end is queued for the
+  // store's writer (finish()) and nothing here blocks; anything else goes to a job thread.
+  void turn_landed(const std::shared_ptr<job_ctx>& self, const std::shared_ptr<job_loop>& loop, turn_result res) {
+    job_ctx& c = *self;
+    c.turn_out = std::move(res);
+    if (c.turn_meet.fetch_add(1, std::memory_order_acq_rel) == 0) return;  // the submitter takes it
+    turn_result r = std::move(*c.turn_out);
+    c.turn_out.reset();
+    if (ends_here(c, r)) {
+      // NOTE: counted before: once its end is queued, the end's rest may finish the job and stop()
+      // may tear the worker down; after that this reads only the job's own context.
+      n_ended_where_landed++;
+      try {
+        if (!after_turn(c, *loop, std::move(r))) {
+          if (!c.end_in_flight) mark_done(c);
           return;
         }
-      }
-      if (res.finish == finish_reason::error && !eng->healthy()) {
-        // The device failed under this job, not the job itself: hand it back for another worker
-        // (the dispatcher stops claiming while the engine is unhealthy).
-        spdlog::error("worker {}: engine failed; handing job {} back: {}", id, c.job_id, res.error);
-        if (db.release_job(c.job_id, c.epoch) == write_status::ok)
-          ack(c);
-        else
-          on_lost(c);
+      } catch (...) {
+        // Handled on a job thread, as on one (guarded() may write).
+        pool.run([this, self, e = std::current_exception()] { guarded(self, [&]() -> bool { std::rethrow_exception(e); }); });
         return;
       }
-      if (res.finish == finish_reason::error || res.finish == finish_reason::cancelled) {
-        finish(c, job_status::failed, "", "engine: " + (res.error.empty() ? std::string("cancelled") : res.error), usage);
-        return;
-      }
-
-      // Commit the turn before any of its tools run. Call ids are ours (call_ids.h): unique per
-      // job, turn and index, so stable across crashes and distinct across jobs.
-      int32_t turn_idx = st.n_turns;
-      chat_message msg = res.message;
-      msg.role = role::assistant;
-      for (size_t i = 0; i < msg.tool_calls.size(); ++i) msg.tool_calls[i].id = make_call_id(c.job_id, turn_idx, i);
-      usage.prompt_tokens += res.usage.n_tokens_prompt;
-      usage.cached_tokens += res.usage.n_tokens_cached;
-      usage.computed_tokens += res.usage.n_tokens_computed;
-      usage.completion_tokens += res.usage.n_tokens_generated;
-      usage.accepted_prediction_tokens += res.usage.n_tokens_draft_accepted;
-      usage.rejected_prediction_tokens += res.usage.n_tokens_draft_rejected;
-      usage.turns = turn_idx + 1;
-      store::turn_commit tc;
-      tc.turn_idx = turn_idx;
-      tc.content = msg.content;
-      if (!msg.tool_calls.empty()) tc.tool_calls_json = tool_calls_to_json(msg.tool_calls);
-      // NOTE: the turn event's data is made here too (store::set_turn_usage), not on the store's writer.
-      store::turn_usage_fields tu;
-      tu.prompt_tokens = res.usage.n_tokens_prompt;
-      tu.cached_tokens = res.usage.n_tokens_cached;
-      tu.computed_tokens = res.usage.n_tokens_computed;
-      tu.completion_tokens = res.usage.n_tokens_generated;
-      // speculative decoding (#32), under OpenAI's names
-      tu.accepted_prediction_tokens = res.usage.n_tokens_draft_accepted;
-      tu.rejected_prediction_tokens = res.usage.n_tokens_draft_rejected;
-      tu.finish = to_string(res.finish);
-      tu.queue_ms = res.usage.queue_ms;
-      tu.prefill_ms = res.usage.prefill_ms;
-      tu.decode_ms = res.usage.decode_ms;
-      store::set_turn_usage(tc, tu);
-      tc.job_usage = usage;
-      obs::observe_turn(res.usage);
-      spdlog::debug("worker {}: job {} turn {}: {} prompt tokens ({} cached), {} generated, prefill {:.0f} ms, decode {:.0f} ms",
-                    id, c.job_id, turn_idx, res.usage.n_tokens_prompt, res.usage.n_tokens_cached,
-                    res.usage.n_tokens_generated, res.usage.prefill_ms, res.usage.decode_ms);
-      if (msg.tool_calls.empty()) {
-        // A final turn: committed together with the job's end (one write; before, a crash between
-        // the two left a final turn that the next claim finished from the transcript).
-        bool truncated = res.finish == finish_reason::length;
-        finish(c, truncated ? job_status::incomplete : job_status::completed, msg.content,
-               truncated ? "output truncated at max_tokens_per_turn / max_output_tokens" : "", usage, std::move(tc));
-        return;
-      }
-      store::step_commit step;
-      step.input = std::move(c.pending_input);
-      c.pending_input.clear();
-      step.turn = std::move(tc);
-      if (db.commit_step(c.job_id, c.epoch, std::move(step)) != write_status::ok) return on_lost(c);
-      n_turns++;
-      fault_point("after_turn_commit", c.fault_subject);
-
-      st.n_turns++;
-      st.last_content = msg.content;
-      st.last_turn_final = false;
-      st.pending = msg.tool_calls;
-      st.messages.push_back(msg);
+      pool.run([this, self, loop] { guarded(self, [&] { return drive(*self, loop); }); });  // not reached: final
+      return;
     }
+    pool.run([this, self, loop, r = std::move(r)]() mutable {
+      guarded(self, [&] { return after_turn(*self, *loop, std::move(r)) && drive(*self, loop); });
+    });
+  }
+
+  // A final turn, not cancelled or failed, whose end is only queued (finish(): no KV retained, no
+  // parked span to close; the end batcher's queue, or a control plane whose commit_step_async
+  // queues): after_turn() ends the job without blocking.
+  bool ends_here(const job_ctx& c, const turn_result& r) const {
+    if (r.finish == finish_reason::error || r.finish == finish_reason::cancelled) return false;
+    if (!r.message.tool_calls.empty() || c.park_open || c.cancelled || c.lost || c.stopping || c.deadline_hit)
+      return false;
+    if (c.keep_kv && options.response_kv_ttl_s > 0) return false;
+    return (ends && c.batch_class) || db.commits_async();
+  }
+
+  // The loop after a turn's result: false when the job is over (ended, released or lost), true
+  // when the loop goes on (drive()).
+  bool after_turn(job_ctx& c, job_loop& loop, turn_result res) {
+    loop_state& st = loop.st;
+    store::usage_totals& usage = loop.usage;
+    c.request_id = 0;
+    note_spill_corruption();
+
+    if (res.finish == finish_reason::cancelled) {
+      if (c.cancelled || c.lost) return on_lost(c), false;
+      if (c.stopping) return true;  // released at the top of the loop
+      if (c.deadline_hit) {
+        finish(c, job_status::incomplete, st.last_content, "deadline exceeded", usage);
+        return false;
+      }
+    }
+    if (res.finish == finish_reason::error && !eng->healthy()) {
+      // The device failed under this job, not the job itself: hand it back for another worker
+      // (the dispatcher stops claiming while the engine is unhealthy).
+      spdlog::error("worker {}: engine failed; handing job {} back: {}", id, c.job_id, res.error);
+      if (db.release_job(c.job_id, c.epoch) == write_status::ok)
+        ack(c);
+      else
+        on_lost(c);
+      return false;
+    }
+    if (res.finish == finish_reason::error || res.finish == finish_reason::cancelled) {
+      finish(c, job_status::failed, "", "engine: " + (res.error.empty() ? std::string("cancelled") : res.error), usage);
+      return false;
+    }
+
+    // Commit the turn before any of its tools run. Call ids are ours (call_ids.h): unique per
+    // job, turn and index, so stable across crashes and distinct across jobs.
+    int32_t turn_idx = st.n_turns;
+    chat_message msg = res.message;
+    msg.role = role::assistant;
+    for (size_t i = 0; i < msg.tool_calls.size(); ++i) msg.tool_calls[i].id = make_call_id(c.job_id, turn_idx, i);
+    usage.prompt_tokens += res.usage.n_tokens_prompt;
+    usage.cached_tokens += res.usage.n_tokens_cached;
+    usage.computed_tokens += res.usage.n_tokens_computed;
+    usage.completion_tokens += res.usage.n_tokens_generated;
+    usage.accepted_prediction_tokens += res.usage.n_tokens_draft_accepted;
+    usage.rejected_prediction_tokens += res.usage.n_tokens_draft_rejected;
+    usage.turns = turn_idx + 1;
+    store::turn_commit tc;
+    tc.turn_idx = turn_idx;
+    tc.content = msg.content;
+    if (!msg.tool_calls.empty()) tc.tool_calls_json = tool_calls_to_json(msg.tool_calls);
+    // NOTE: the turn event's data is made here too (store::set_turn_usage), not on the store's writer.
+    store::turn_usage_fields tu;
+    tu.prompt_tokens = res.usage.n_tokens_prompt;
+    tu.cached_tokens = res.usage.n_tokens_cached;
+    tu.computed_tokens = res.usage.n_tokens_computed;
+    tu.completion_tokens = res.usage.n_tokens_generated;
+    // speculative decoding (#32), under OpenAI's names
+    tu.accepted_prediction_tokens = res.usage.n_tokens_draft_accepted;
+    tu.rejected_prediction_tokens = res.usage.n_tokens_draft_rejected;
+    tu.finish = to_string(res.finish);
+    tu.queue_ms = res.usage.queue_ms;
+    tu.prefill_ms = res.usage.prefill_ms;
+    tu.decode_ms = res.usage.decode_ms;
+    store::set_turn_usage(tc, tu);
+    tc.job_usage = usage;
+    obs::observe_turn(res.usage);
+    spdlog::debug("worker {}: job {} turn {}: {} prompt tokens ({} cached), {} generated, prefill {:.0f} ms, decode {:.0f} ms",
+                  id, c.job_id, turn_idx, res.usage.n_tokens_prompt, res.usage.n_tokens_cached,
+                  res.usage.n_tokens_generated, res.usage.prefill_ms, res.usage.decode_ms);
+    if (msg.tool_calls.empty()) {
+      // A final turn: committed together with the job's end (one write; before, a crash between
+      // the two left a final turn that the next claim finished from the transcript).
+      bool truncated = res.finish == finish_reason::length;
+      finish(c, truncated ? job_status::incomplete : job_status::completed, msg.content,
+             truncated ? "output truncated at max_tokens_per_turn / max_output_tokens" : "", usage, std::move(tc));
+      return false;
+    }
+    store::step_commit step;
+    step.input = std::move(c.pending_input);
+    c.pending_input.clear();
+    step.turn = std::move(tc);
+    if (db.commit_step(c.job_id, c.epoch, std::move(step)) != write_status::ok) return on_lost(c), false;
+    n_turns++;
+    fault_point("after_turn_commit", c.fault_subject);
+
+    st.n_turns++;
+    st.last_content = msg.content;
+    st.last_turn_final = false;
+    st.pending = msg.tool_calls;
+    st.messages.push_back(msg);
+    return true;
   }
 
   // --- KV across restarts (docs/kv_and_batching.md "Restarts and deploys") ----------------
@@ -1284,6 +1390,7 @@ worker_stats worker::stats() const {
   s.n_tool_calls = impl_->n_tool_calls;
   s.n_fenced = impl_->n_fenced;
   s.n_resumed = impl_->n_resumed;
+  s.n_ended_where_landed = impl_->n_ended_where_landed;
   s.n_active = impl_->n_active();
   s.n_running = impl_->n_running();
   s.n_leases_fenced_at_start = impl_->n_fenced_at_start;

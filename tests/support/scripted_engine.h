@@ -24,6 +24,9 @@ class scripted_engine final : public engine {
   ~scripted_engine() override { stop(); }
 
   std::atomic<int32_t> turn_delay_ms{5};
+  // Drops each turn's callbacks unanswered (an engine bug the worker must survive: no job may wait
+  // forever for a turn).
+  std::atomic<bool> drop_callbacks{false};
 
   const model_desc& model() const override { return desc_; }
   std::vector<token_id> tokenize(std::string_view text, bool, bool) const override {
@@ -107,6 +110,12 @@ class scripted_engine final : public engine {
       item it = std::move(pending_.front());
       pending_.pop_front();
       seen_.push_back(it.req);
+      if (drop_callbacks) {
+        lock.unlock();
+        it.cb = {};  // destroyed here, never called
+        lock.lock();
+        continue;
+      }
       int32_t call_idx = calls_[it.req.job_key]++;
       auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(turn_delay_ms.load());
       cv_.wait_until(lock, deadline, [&] { return !running_ || cancelled_.count(it.id) > 0; });

@@ -550,3 +550,52 @@ TEST_CASE("batch-class jobs hold at most max_batch_jobs slots: a normal job is c
   for (const auto& id : batch) CHECK(R.wait_terminal(id).status == job_status::completed);
   CHECK(R.wait_completed(5) == 5);
 }
+
+TEST_CASE("a final turn is ended where its result lands; a turn with tool calls or a kept KV goes on on a job thread") {
+  // NOTE: no job thread waits for a model turn (issue 29: a wait and a wake per turn): the engine's
+  // callback ends a final turn itself when the end is only queued. turn_delay_ms makes the result
+  // land after the submitting thread left.
+  test::tool_server tools([](const test::tool_server::request&) { return std::pair{200, std::string(R"({"output":"ok"})")}; });
+  std::atomic<int32_t> engine_calls_on_one_thread{0};
+  worker::worker_options wo;
+  wo.response_kv_ttl_s = 30;
+  wo.tool_secret = [](const std::string&, const std::string&) { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"; };
+  rig R([&](const turn_request& req, int32_t idx) {
+    engine_calls_on_one_thread++;
+    if (!req.tools.empty() && idx == 0) return test::call_tool("t", "{}");
+    return test::answer("done");
+  }, wo);
+  R.eng->turn_delay_ms = 30;
+  std::string one = R.submit({{"messages", {user("one turn")}}});
+  CHECK(R.wait_terminal(one).status == job_status::completed);
+  CHECK(R.wait_completed(1) == 1);
+  CHECK(R.w->stats().n_ended_where_landed == 1);
+  // Kept KV: its end parks the KV after the commit, on a job thread.
+  std::string kept = R.submit({{"messages", {user("kept")}}, {"keep_kv", true}});
+  CHECK(R.wait_terminal(kept).status == job_status::completed);
+  CHECK(R.wait_completed(2) == 2);
+  CHECK(R.w->stats().n_ended_where_landed == 1);
+  // Two turns: the tool call's turn commits and runs the tool on a job thread; the final one ends
+  // where it lands.
+  std::string two = R.submit({{"messages", {user("two turns")}}, {"tools", {http_tool("t", tools.url())}}});
+  auto j = R.wait_terminal(two);
+  CHECK(j.status == job_status::completed);
+  CHECK(store::usage_totals::from_json(j.usage_json).turns == 2);
+  CHECK(R.wait_completed(3) == 3);
+  CHECK(R.w->stats().n_ended_where_landed == 2);
+  CHECK(R.db->read_transcript(two).size() == 4);
+  CHECK(engine_calls_on_one_thread == 4);
+  for (int i = 0; i < 200 && R.w->stats().n_running > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(R.w->stats().n_running == 0);
+}
+
+TEST_CASE("an engine that drops a turn's callback unanswered: the job fails with that error, nothing waits forever") {
+  rig R([](const turn_request&, int32_t) { return test::answer("never"); });
+  R.eng->drop_callbacks = true;
+  std::string id = R.submit({{"messages", {user("hi")}}});
+  auto j = R.wait_terminal(id, 5000);
+  CHECK(j.status == job_status::failed);
+  CHECK(j.error.find("the engine dropped the turn") != std::string::npos);
+  for (int i = 0; i < 200 && R.w->stats().n_running > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(R.w->stats().n_running == 0);
+}
