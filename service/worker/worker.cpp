@@ -467,6 +467,17 @@ struct worker::impl {
       std::lock_guard lock(mu);
       active[d.job_id] = ctx;
     }
+    // NOTE: a first claim starts here, on the dispatcher, up to its turn's submit when nothing on
+    // the way may block (drive(): no tools, no read of an earlier transcript): a job thread's wake
+    // and wait less per job (issue 29); anything else, and what follows a turn that is not ended
+    // where it lands, runs on a job thread.
+    if (ctx->epoch == 1) {
+      guarded(ctx, [&] {
+        auto loop = prepare(*ctx, c.won->job);
+        return loop && drive(*ctx, loop, false);
+      });
+      return;
+    }
     pool.run([this, ctx, row = c.won->job]() mutable { guarded(ctx, [&] { return run_job(*ctx, std::move(row)); }); });
   }
 
@@ -843,11 +854,18 @@ struct worker::impl {
 
   // The job's loop from its claim: true when it went on elsewhere (a turn in flight, drive()).
   bool run_job(job_ctx& c, store::job_row row) {
+    auto loop = prepare(c, std::move(row));
+    return loop && drive(c, loop);
+  }
+
+  // The loop's state from the claimed row (and the transcript of an earlier claim, epoch > 1);
+  // nullptr when the job ended here (an invalid request).
+  std::shared_ptr<job_loop> prepare(job_ctx& c, store::job_row row) {
     std::string err;
     auto spec = parse_agent_spec(row.request_json, &err);
     if (!spec) {
       finish(c, job_status::failed, "", "invalid request: " + err, {});
-      return false;
+      return nullptr;
     }
     if (row.deadline_ms > 0)
       c.deadline_ms = row.deadline_ms;
@@ -883,19 +901,25 @@ struct worker::impl {
     loop->st = rebuild(rows, spec->messages.size());
     loop->spec = std::move(*spec);
     loop->row = std::move(row);
-    return drive(c, loop);
+    return loop;
   }
 
   // The loop until the job's end (false), or until a model turn is in flight and its result will
   // land after this thread left (true): the loop then goes on in turn_landed(). NOTE: not waiting
   // for the turn saves a wait and a wake per turn (issue 29: the job thread's futex, the engine's
   // wake of it); a result that is already in when the submitter is done goes on here.
-  bool drive(job_ctx& c, const std::shared_ptr<job_loop>& loop) {
+  // may_block false (the dispatcher): the loop goes to a job thread before anything but a straight
+  // way to the next turn's submit, and after a turn that is not ended where it lands.
+  bool drive(job_ctx& c, const std::shared_ptr<job_loop>& loop, bool may_block = true) {
     const agent_spec* spec = &loop->spec;
     const store::job_row& row = loop->row;
     loop_state& st = loop->st;
     store::usage_totals& usage = loop->usage;
     for (;;) {
+      if (!may_block && !straight_to_turn(c, *loop)) {
+        pool.run([this, self = c.shared_from_this(), loop] { guarded(self, [&] { return drive(*self, loop); }); });
+        return true;
+      }
       if (c.cancelled || c.lost) return on_lost(c), false;
       if (c.stopping) {
         if (db.release_job(c.job_id, c.epoch) == write_status::ok)
@@ -982,8 +1006,23 @@ struct worker::impl {
       if (c.turn_meet.fetch_add(1, std::memory_order_acq_rel) == 0) return true;  // it lands later
       turn_result res = std::move(*c.turn_out);
       c.turn_out.reset();
+      if (!may_block && !ends_here(c, res)) {
+        pool.run([this, self = c.shared_from_this(), loop, r = std::move(res)]() mutable {
+          guarded(self, [&] { return after_turn(*self, *loop, std::move(r)) && drive(*self, loop); });
+        });
+        return true;
+      }
       if (!after_turn(c, *loop, std::move(res))) return false;
     }
+  }
+
+  // The top of drive()'s loop goes straight to a turn's submit: no end, release, tool or limit.
+  bool straight_to_turn(const job_ctx& c, const job_loop& loop) const {
+    const loop_state& st = loop.st;
+    if (c.cancelled || c.lost || c.stopping || c.deadline_hit) return false;
+    if ((st.n_turns > 0 && st.last_turn_final) || !st.pending.empty() || st.n_turns >= loop.spec.max_turns) return false;
+    if (loop.spec.max_output_tokens - loop.usage.completion_tokens <= 0) return false;
+    return !(c.deadline_ms > 0 && store::now_ms() >= c.deadline_ms);
   }
 
   // A turn's result, on the engine's thread (or wherever the engine drops a callback). The second
@@ -1391,6 +1430,7 @@ worker_stats worker::stats() const {
   s.n_fenced = impl_->n_fenced;
   s.n_resumed = impl_->n_resumed;
   s.n_ended_where_landed = impl_->n_ended_where_landed;
+  s.n_job_threads = impl_->pool.n_threads();
   s.n_active = impl_->n_active();
   s.n_running = impl_->n_running();
   s.n_leases_fenced_at_start = impl_->n_fenced_at_start;

@@ -97,6 +97,7 @@ struct worker_stats {
   int64_t n_claimed = 0, n_completed = 0, n_failed = 0, n_cancelled = 0, n_requires_action = 0;
   int64_t n_turns = 0, n_tool_calls = 0, n_fenced = 0, n_resumed = 0;
   int64_t n_ended_where_landed = 0;      // final turns ended where their result landed (no job thread)
+  int32_t n_job_threads = 0;             // the job pool's threads started so far
   int32_t n_active = 0;                  // held jobs, those whose loop ended included until the dispatcher reaps them
   int32_t n_running = 0;                 // held jobs whose loop has not ended
   int64_t n_leases_fenced_at_start = 0;  // jobs the previous run of this id still held

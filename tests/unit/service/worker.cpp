@@ -551,7 +551,7 @@ TEST_CASE("batch-class jobs hold at most max_batch_jobs slots: a normal job is c
   CHECK(R.wait_completed(5) == 5);
 }
 
-TEST_CASE("a final turn is ended where its result lands; a turn with tool calls or a kept KV goes on on a job thread") {
+TEST_CASE("a first claim starts on the dispatcher; a final turn is ended where its result lands; a turn with tool calls or a kept KV goes on on a job thread") {
   // NOTE: no job thread waits for a model turn (issue 29: a wait and a wake per turn): the engine's
   // callback ends a final turn itself when the end is only queued. turn_delay_ms makes the result
   // land after the submitting thread left.
@@ -570,6 +570,8 @@ TEST_CASE("a final turn is ended where its result lands; a turn with tool calls 
   CHECK(R.wait_terminal(one).status == job_status::completed);
   CHECK(R.wait_completed(1) == 1);
   CHECK(R.w->stats().n_ended_where_landed == 1);
+  // A first claim starts on the dispatcher, up to its turn's submit: no job thread so far.
+  CHECK(R.w->stats().n_job_threads == 0);
   // Kept KV: its end parks the KV after the commit, on a job thread.
   std::string kept = R.submit({{"messages", {user("kept")}}, {"keep_kv", true}});
   CHECK(R.wait_terminal(kept).status == job_status::completed);
@@ -585,6 +587,7 @@ TEST_CASE("a final turn is ended where its result lands; a turn with tool calls 
   CHECK(R.w->stats().n_ended_where_landed == 2);
   CHECK(R.db->read_transcript(two).size() == 4);
   CHECK(engine_calls_on_one_thread == 4);
+  CHECK(R.w->stats().n_job_threads >= 1);  // the kept KV's end, the tool call
   for (int i = 0; i < 200 && R.w->stats().n_running > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   CHECK(R.w->stats().n_running == 0);
 }
@@ -596,6 +599,34 @@ TEST_CASE("an engine that drops a turn's callback unanswered: the job fails with
   auto j = R.wait_terminal(id, 5000);
   CHECK(j.status == job_status::failed);
   CHECK(j.error.find("the engine dropped the turn") != std::string::npos);
+  for (int i = 0; i < 200 && R.w->stats().n_running > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(R.w->stats().n_running == 0);
+}
+
+TEST_CASE("turns whose result is in before their submitter is done: tool calls and final turns, no delay, all complete") {
+  // NOTE: the submitter then goes on itself; on the dispatcher (a first claim) only to end a final
+  // turn whose end is queued, a tool call's turn goes to a job thread (tools must not run there).
+  test::tool_server tools([](const test::tool_server::request&) { return std::pair{200, std::string(R"({"output":"ok"})")}; });
+  worker::worker_options wo;
+  wo.tool_secret = [](const std::string&, const std::string&) { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"; };
+  rig R([&](const turn_request& req, int32_t idx) {
+    if (!req.tools.empty() && idx == 0) return test::call_tool("t", "{}");
+    return test::answer("done");
+  }, wo);
+  R.eng->turn_delay_ms = 0;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 40; ++i) {
+    json req = {{"messages", {user("job " + std::to_string(i))}}};
+    if (i % 2 == 0) req["tools"] = {http_tool("t", tools.url())};
+    ids.push_back(R.submit(req));
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto j = R.wait_terminal(ids[i]);
+    CHECK(j.status == job_status::completed);
+    CHECK(store::usage_totals::from_json(j.usage_json).turns == (i % 2 == 0 ? 2 : 1));
+  }
+  CHECK(tools.requests().size() == 20);
+  CHECK(R.wait_completed(40) == 40);
   for (int i = 0; i < 200 && R.w->stats().n_running > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   CHECK(R.w->stats().n_running == 0);
 }
