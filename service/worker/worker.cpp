@@ -3,7 +3,9 @@
 // NOTE: a thread per held job keeps each loop a readable top-to-bottom routine (submit -> turn ->
 // commit -> tools -> ...); the threads spend their life blocked on SQLite or a tool, and max_jobs
 // bounds them (64 by default). They are pooled (job_pool.h): started once, not per job. A model turn
-// is not waited for: the loop goes on where its result lands (drive(), turn_landed()).
+// is not waited for: the loop goes on where its result lands (drive(), turn_landed()); a first
+// claim starts on the dispatcher up to its turn's submit, and a final turn whose end is only queued
+// ends on the engine's thread, so a one-turn job needs no job thread at all (issue 29).
 // Concurrency on the GPU comes from the engine batching their turns.
 #include "worker/worker.h"
 #include "worker/ack_sender.h"
