@@ -76,6 +76,10 @@ std::string default_worker_id() {
 // A worker whose batch-class jobs hold their share of its slots (max_batch_jobs) reads the other
 // classes' streams this often while it waits for a batch slot (dispatch_loop).
 constexpr int64_t k_reserve_poll_ms = 5;
+// A first claim's request up to this size starts on the dispatcher (on_claim): its parse and its
+// prompt's tokenization (in the engine's submit) take it well under a millisecond; a larger one (a
+// long document) would hold up the next claims that long, so it starts on a job thread.
+constexpr size_t k_dispatcher_start_max_bytes = 32 * 1024;
 
 int32_t engine_priority(store::job_priority p) {
   return p == store::job_priority::high ? 2 : p == store::job_priority::normal ? 1 : 0;
@@ -473,7 +477,7 @@ struct worker::impl {
     // the way may block (drive(): no tools, no read of an earlier transcript): a job thread's wake
     // and wait less per job (issue 29); anything else, and what follows a turn that is not ended
     // where it lands, runs on a job thread.
-    if (ctx->epoch == 1) {
+    if (ctx->epoch == 1 && c.won->job.request_json.size() <= k_dispatcher_start_max_bytes) {
       guarded(ctx, [&] {
         auto loop = prepare(*ctx, c.won->job);
         return loop && drive(*ctx, loop, false);

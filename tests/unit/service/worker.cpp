@@ -572,21 +572,27 @@ TEST_CASE("a first claim starts on the dispatcher; a final turn is ended where i
   CHECK(R.w->stats().n_ended_where_landed == 1);
   // A first claim starts on the dispatcher, up to its turn's submit: no job thread so far.
   CHECK(R.w->stats().n_job_threads == 0);
+  // ... unless its request is large (its parse and tokenization would hold up the next claims).
+  std::string big = R.submit({{"messages", {user(std::string(40 * 1024, 'x'))}}});
+  CHECK(R.wait_terminal(big).status == job_status::completed);
+  CHECK(R.wait_completed(2) == 2);
+  CHECK(R.w->stats().n_job_threads == 1);
+  CHECK(R.w->stats().n_ended_where_landed == 2);
   // Kept KV: its end parks the KV after the commit, on a job thread.
   std::string kept = R.submit({{"messages", {user("kept")}}, {"keep_kv", true}});
   CHECK(R.wait_terminal(kept).status == job_status::completed);
-  CHECK(R.wait_completed(2) == 2);
-  CHECK(R.w->stats().n_ended_where_landed == 1);
+  CHECK(R.wait_completed(3) == 3);
+  CHECK(R.w->stats().n_ended_where_landed == 2);
   // Two turns: the tool call's turn commits and runs the tool on a job thread; the final one ends
   // where it lands.
   std::string two = R.submit({{"messages", {user("two turns")}}, {"tools", {http_tool("t", tools.url())}}});
   auto j = R.wait_terminal(two);
   CHECK(j.status == job_status::completed);
   CHECK(store::usage_totals::from_json(j.usage_json).turns == 2);
-  CHECK(R.wait_completed(3) == 3);
-  CHECK(R.w->stats().n_ended_where_landed == 2);
+  CHECK(R.wait_completed(4) == 4);
+  CHECK(R.w->stats().n_ended_where_landed == 3);
   CHECK(R.db->read_transcript(two).size() == 4);
-  CHECK(engine_calls_on_one_thread == 4);
+  CHECK(engine_calls_on_one_thread == 5);
   CHECK(R.w->stats().n_job_threads >= 1);  // the kept KV's end, the tool call
   for (int i = 0; i < 200 && R.w->stats().n_running > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   CHECK(R.w->stats().n_running == 0);
