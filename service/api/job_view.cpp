@@ -20,6 +20,33 @@ json parse_or(const std::string& text, json fallback) {
 }
 json seconds_or_null(int64_t ms) { return ms > 0 ? json(double(ms) / 1000.0) : json(nullptr); }
 
+// The stored request as job_json reads it: its top-level "model", "metadata" and "webhook" only
+// (all a job object shows of it). The rest -- the messages and tools, nearly all of it -- is lexed
+// and validated but not built (a document of every message was most of a GET's allocations and of
+// a list page's CPU). Text that does not parse reads as {} (parse_or's fallback); anything else reads
+// as the whole parse would for those keys (the last of a repeated key; a top level that is not an
+// object is kept whole).
+json request_fields(const std::string& text) {
+  if (text.empty()) return json::object();
+  // NOTE: the events of a top-level value come at depth 1 (its start, a scalar, its end) and deeper;
+  // refused there, the parser builds nothing of it (a refused key alone still builds the value) but
+  // the JSON string it makes of each key to ask about it: 432 allocations for a 200-message request,
+  // 2,204 for the whole document (unit.job_view).
+  bool in_kept = true;  // the current top-level key is shown (a top level that is no object: kept)
+  json j = json::parse(
+      text,
+      [&in_kept](int depth, json::parse_event_t event, json& parsed) {
+        if (depth == 0) return true;
+        if (depth == 1 && event == json::parse_event_t::key) {
+          const auto& k = parsed.get_ref<const std::string&>();
+          in_kept = k == "model" || k == "metadata" || k == "webhook";
+        }
+        return in_kept;
+      },
+      false);
+  return j.is_discarded() ? json::object() : j;
+}
+
 int64_t first_int(const json& j, std::initializer_list<const char*> keys) {
   for (const char* k : keys)
     if (auto it = j.find(k); it != j.end() && it->is_number()) return it->get<int64_t>();
@@ -405,7 +432,7 @@ bool write_transcript(json_writer& w, const std::vector<store::transcript_row>& 
 std::string job_json(const store::job_row& job, const std::vector<store::transcript_row>* transcript,
                      const json* request) {
   json parsed;
-  if (!request) parsed = parse_or(job.request_json, json::object());
+  if (!request) parsed = request_fields(job.request_json);
   const json& req = request ? *request : parsed;
   // NOTE: read in job_object's order with its accessors, so a stored request of another shape
   // throws (or falls back) just as it does there.

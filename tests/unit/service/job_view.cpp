@@ -249,3 +249,50 @@ TEST_CASE("job_json: the 202 is one allocation (the text), the object form many"
   CHECK(n_object > 10);  // what the 202 cost before (the object's nodes and strings)
   MESSAGE("allocations for the 202's text: job_json " << n_direct << ", job_object + dump " << n_object);
 }
+
+TEST_CASE("job_json: a stored request is read for model, metadata and webhook only, as the whole parse reads them") {
+  const json tools = json::array({{{"type", "function"},
+                                   {"function", {{"name", "model"}, {"parameters", {{"type", "object"}}}}}}});
+  const std::vector<std::string> requests = {
+      // the keys a job object shows, beside messages and tools that hold the same names deeper down
+      json{{"messages", {{{"role", "user"}, {"content", "hi"}, {"model", "inner"}}}},
+           {"tools", tools},
+           {"model", "stories260K"},
+           {"metadata", {{"model", "m"}, {"webhook", {{"url", "x"}}}, {"n", 1}}},
+           {"webhook", {{"url", "https://example.com/h"}, {"events", {"job.completed"}}}},
+           {"max_turns", 3}}
+          .dump(),
+      // a repeated key: the last one, as the parsed object keeps it
+      R"({"model":"first","messages":[],"model":"second","metadata":{"a":1},"metadata":{"b":2}})",
+      // shapes a job object copies or falls back on
+      R"({"model":"m","metadata":null,"webhook":"not an object"})",
+      R"({"model":"m","metadata":[1,2],"webhook":{"url":"u","events":"job.completed"}})",
+      R"({"messages":[{"role":"user","content":"no model"}]})",
+      R"({"model":"m","messages":[{"role":"user","content":"cut)",  // does not parse: {}
+      "not json at all",
+      "",
+      R"({"model":"caf\u00e9 \ud83d\ude00","metadata":{"k":"\u0000"}})",
+  };
+  for (const auto& r : requests) {
+    store::job_row j = base_job();
+    j.request_json = r;
+    INFO(r);
+    check_same(j);
+  }
+  // A large request: its messages are not built into a document.
+  store::job_row j = base_job();
+  json big = json::parse(j.request_json);
+  for (int i = 0; i < 200; ++i) big["messages"].push_back({{"role", "user"}, {"content", "message " + std::to_string(i)}});
+  j.request_json = big.dump();
+  long before = test::n_new();
+  std::string text = api::job_json(j, nullptr);
+  const long n_fields = test::n_new() - before;
+  before = test::n_new();
+  std::string ref = reference(j, nullptr);
+  const long n_whole = test::n_new() - before;
+  CHECK(text == ref);
+  // NOTE: not none: the parser still makes a JSON string of every key it is asked about (2 a message)
+  CHECK(n_fields * 4 < n_whole);
+  MESSAGE("allocations for GET's job object of a 200-message request: job_json " << n_fields << ", whole parse "
+                                                                                   << n_whole);
+}
