@@ -31,7 +31,7 @@ json request_fields(const std::string& text) {
   // NOTE: the events of a top-level value come at depth 1 (its start, a scalar, its end) and deeper;
   // refused there, the parser builds nothing of it (a refused key alone still builds the value) but
   // the JSON string it makes of each key to ask about it: 432 allocations for a 200-message request,
-  // 2,204 for the whole document (unit.job_view).
+  // 1,034 for its whole parse alone, which the old read then copied (unit.job_view).
   bool in_kept = true;  // the current top-level key is shown (a top level that is no object: kept)
   json j = json::parse(
       text,
@@ -93,7 +93,7 @@ json job_object(const store::job_row& job, const std::vector<store::transcript_r
   // NOTE: the submit's 202 hands its parsed body in: parsing the stored text again was most of
   // making that answer (issue 29).
   json parsed;
-  if (!request) parsed = parse_or(job.request_json, json::object());
+  if (!request) parsed = request_fields(job.request_json);
   const json& req = request ? *request : parsed;
   json out = {{"id", job.id},
               {"object", "job"},

@@ -15,7 +15,8 @@ namespace agentq::api {
 //  "usage":{prompt_tokens,cached_tokens,completion_tokens,total_tokens},"turns":[...],
 //  "required_action","output","error","transcript"}. transcript empty = summary form (lists).
 // request: job.request_json already parsed, when the caller has it (a submit's 202: the handler
-// parsed the body it stored); nullptr = parse job.request_json. The object is the same either way.
+// parsed the body it stored); nullptr = read job.request_json's top-level model, metadata and
+// webhook (all the object shows of it; the messages are not built). The object is the same either way.
 nlohmann::json job_object(const store::job_row& job, const std::vector<store::transcript_row>* transcript,
                           const nlohmann::json* request = nullptr);
 
