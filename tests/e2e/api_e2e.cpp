@@ -133,6 +133,48 @@ TEST_CASE("agentqd end to end") {
     CHECK(user.get("/v1/jobs?status=queued").body["data"].empty());
   }
 
+  SUBCASE("list pages: newest first through next_cursor; the same job objects as a filtered list's") {
+    // NOTE: an unfiltered page is written as text from each job's (job_json), a metadata-filtered one
+    // as a document of job objects: the two must show a job the same.
+    auto [key, secret] = make_tenant(admin, "t-pages");
+    api user{d, key};
+    std::vector<std::string> ids;
+    for (int i = 0; i < 5; ++i) {
+      json body = simple_job("page " + std::to_string(i));
+      body["metadata"] = {{"i", std::to_string(i)}, {"run", "pages"}};
+      if (i == 2) body["webhook"] = {{"url", hook.url()}, {"events", {"job.completed"}}};
+      auto r = user.post("/v1/jobs", body);
+      REQUIRE(r.status == 202);
+      ids.push_back(r.body["id"]);
+    }
+    for (const auto& id : ids) user.wait_status(id, {"completed", "incomplete"});  // objects that stay put
+    std::vector<std::string> seen;
+    std::string after;
+    std::vector<bool> more;
+    for (int page = 0; page < 5; ++page) {
+      auto r = user.get("/v1/jobs?limit=2" + (after.empty() ? "" : "&after=" + after));
+      REQUIRE(r.status == 200);
+      CHECK(r.body["object"] == "list");
+      for (const auto& j : r.body["data"]) {
+        seen.push_back(j["id"]);
+        auto one = user.get("/v1/jobs?metadata.run=pages&metadata.i=" + j["metadata"]["i"].get<std::string>());
+        REQUIRE(one.body["data"].size() == 1);
+        CHECK(one.body["data"][0] == j);
+      }
+      more.push_back(r.body["has_more"]);
+      if (!r.body["has_more"]) {
+        CHECK(r.body["next_cursor"].is_null());
+        break;
+      }
+      CHECK(r.body["next_cursor"] == r.body["data"].back()["id"]);
+      after = r.body["next_cursor"];
+    }
+    CHECK(more == std::vector<bool>{true, true, false});
+    CHECK(seen == std::vector<std::string>{ids[4], ids[3], ids[2], ids[1], ids[0]});
+    auto empty = user.get("/v1/jobs?after=" + ids[0]);
+    CHECK(empty.raw == R"({"data":[],"has_more":false,"next_cursor":null,"object":"list"})");
+  }
+
   SUBCASE("idempotency") {
     auto [key, secret] = make_tenant(admin, "t-idem");
     api user{d, key};
