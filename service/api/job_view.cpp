@@ -1,6 +1,7 @@
 // Job rows -> API job objects (see job_view.h).
 #include "api/job_view.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -20,32 +21,6 @@ json parse_or(const std::string& text, json fallback) {
 }
 json seconds_or_null(int64_t ms) { return ms > 0 ? json(double(ms) / 1000.0) : json(nullptr); }
 
-// The stored request as job_json reads it: its top-level "model", "metadata" and "webhook" only
-// (all a job object shows of it). The rest -- the messages and tools, nearly all of it -- is lexed
-// and validated but not built (a document of every message was most of a GET's allocations and of
-// a list page's CPU). Text that does not parse reads as {} (parse_or's fallback); anything else reads
-// as the whole parse would for those keys (the last of a repeated key; a top level that is not an
-// object is kept whole).
-json request_fields(const std::string& text) {
-  if (text.empty()) return json::object();
-  // NOTE: the events of a top-level value come at depth 1 (its start, a scalar, its end) and deeper;
-  // refused there, the parser builds nothing of it (a refused key alone still builds the value) but
-  // the JSON string it makes of each key to ask about it: 432 allocations for a 200-message request,
-  // 1,034 for its whole parse alone, which the old read then copied (unit.job_view).
-  bool in_kept = true;  // the current top-level key is shown (a top level that is no object: kept)
-  json j = json::parse(
-      text,
-      [&in_kept](int depth, json::parse_event_t event, json& parsed) {
-        if (depth == 0) return true;
-        if (depth == 1 && event == json::parse_event_t::key) {
-          const auto& k = parsed.get_ref<const std::string&>();
-          in_kept = k == "model" || k == "metadata" || k == "webhook";
-        }
-        return in_kept;
-      },
-      false);
-  return j.is_discarded() ? json::object() : j;
-}
 
 int64_t first_int(const json& j, std::initializer_list<const char*> keys) {
   for (const char* k : keys)
@@ -53,6 +28,27 @@ int64_t first_int(const json& j, std::initializer_list<const char*> keys) {
   return 0;
 }
 }  // namespace
+
+// NOTE: the events of a top-level value come at depth 1 (its start, a scalar, its end) and deeper;
+// refused there, the parser builds nothing of it (a refused key alone still builds the value) but
+// the JSON string it makes of each key to ask about it: 432 allocations for a 200-message request,
+// 1,034 for its whole parse alone, which the old read then copied (unit.job_view).
+json request_fields(const std::string& text, std::initializer_list<std::string_view> keys) {
+  if (text.empty()) return json::object();
+  bool in_kept = true;  // the current top-level key is one of keys (a top level that is no object: kept)
+  json j = json::parse(
+      text,
+      [&in_kept, keys](int depth, json::parse_event_t event, json& parsed) {
+        if (depth == 0) return true;
+        if (depth == 1 && event == json::parse_event_t::key) {
+          const auto& k = parsed.get_ref<const std::string&>();
+          in_kept = std::find(keys.begin(), keys.end(), std::string_view(k)) != keys.end();
+        }
+        return in_kept;
+      },
+      false);
+  return j.is_discarded() ? json::object() : j;
+}
 
 json usage_object(const std::string& usage_json) {
   json u = parse_or(usage_json, json::object());
@@ -93,7 +89,7 @@ json job_object(const store::job_row& job, const std::vector<store::transcript_r
   // NOTE: the submit's 202 hands its parsed body in: parsing the stored text again was most of
   // making that answer (issue 29).
   json parsed;
-  if (!request) parsed = request_fields(job.request_json);
+  if (!request) parsed = request_fields(job.request_json, {"model", "metadata", "webhook"});
   const json& req = request ? *request : parsed;
   json out = {{"id", job.id},
               {"object", "job"},
@@ -432,7 +428,7 @@ bool write_transcript(json_writer& w, const std::vector<store::transcript_row>& 
 std::string job_json(const store::job_row& job, const std::vector<store::transcript_row>* transcript,
                      const json* request) {
   json parsed;
-  if (!request) parsed = request_fields(job.request_json);
+  if (!request) parsed = request_fields(job.request_json, {"model", "metadata", "webhook"});
   const json& req = request ? *request : parsed;
   // NOTE: read in job_object's order with its accessors, so a stored request of another shape
   // throws (or falls back) just as it does there.

@@ -2,7 +2,9 @@
 // from the store's rows. Secrets in the stored request (webhook.secret) never appear.
 #pragma once
 
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +28,13 @@ nlohmann::json job_object(const store::job_row& job, const std::vector<store::tr
 // stored request whose "model" is not a string).
 std::string job_json(const store::job_row& job, const std::vector<store::transcript_row>* transcript,
                      const nlohmann::json* request = nullptr);
+
+// A stored request's top-level values under keys only (job objects show model, metadata and webhook;
+// the OpenAI maps read openai, model, metadata): the rest -- the messages and tools, nearly all of it
+// -- is lexed and validated but not built. Text that does not parse reads as {}; anything else as
+// the whole parse would for those keys (the last of a repeated key; a top level that is not an
+// object is kept whole).
+nlohmann::json request_fields(const std::string& text, std::initializer_list<std::string_view> keys);
 
 // usage_totals / per-turn usage JSON -> the API usage object.
 nlohmann::json usage_object(const std::string& usage_json);

@@ -496,7 +496,7 @@ std::optional<std::string> job_id_of_response(const std::string& response_id) {
 }
 
 std::string openai_surface(const store::job_row& job) {
-  json req = parse_or(job.request_json, json::object());
+  json req = request_fields(job.request_json, {"openai"});
   if (!req.is_object() || !req.contains("openai") || !req["openai"].is_object()) return "";
   return req["openai"].value("surface", "");
 }
@@ -539,7 +539,7 @@ json response_output(const std::string& response_id, const std::vector<store::tr
 }
 
 json response_object(const store::job_row& job, const std::vector<store::transcript_row>& transcript) {
-  json req = parse_or(job.request_json, json::object());
+  json req = request_fields(job.request_json, {"openai", "model", "metadata"});
   json ext = req.value("openai", json::object());
   std::string id = response_id_of(job.id);
   std::string status = response_status(job.status);
@@ -605,7 +605,7 @@ json response_object(const store::job_row& job, const std::vector<store::transcr
 }
 
 json response_input_items(const store::job_row& job) {
-  json req = parse_or(job.request_json, json::object());
+  json req = request_fields(job.request_json, {"openai"});
   json items = req.value("openai", json::object()).value("input_items", json::array());
   // the ids were minted before the job had one (map_input): put the response's own in
   std::string hex = hex_of(job.id);
@@ -618,7 +618,7 @@ json response_input_items(const store::job_row& job) {
 }
 
 json chain_messages(const store::job_row& job, const std::vector<store::transcript_row>& transcript) {
-  json req = parse_or(job.request_json, json::object());
+  json req = request_fields(job.request_json, {"openai"});
   size_t skip = req.value("openai", json::object()).value("n_instructions", size_t(0));
   json out = json::array();
   for (size_t i = skip; i < transcript.size(); ++i) {

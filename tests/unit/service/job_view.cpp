@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <random>
 
 #include "api/job_view.h"
@@ -302,4 +303,32 @@ TEST_CASE("job_json: a stored request is read for model, metadata and webhook on
   MESSAGE("allocations for GET's job object of a 200-message request: job_json " << n_fields
                                                                                    << "; the request's whole parse alone "
                                                                                    << n_whole);
+}
+
+TEST_CASE("request_fields: the whole parse's top-level values under the keys asked for, nothing else") {
+  const std::vector<std::string> texts = {
+      R"({"model":"m","openai":{"surface":"responses","input_items":[{"id":"a","content":[{"text":"x"}]}]},)"
+      R"("messages":[{"role":"user","content":"hi","openai":"inner"}],"metadata":{"k":"v"}})",
+      R"({"openai":1,"openai":{"n_instructions":2},"model":["not","a","string"]})",
+      R"({"messages":[],"tools":[{"type":"function","function":{"name":"openai"}}]})",
+      R"([{"openai":{}}])",  // a top level that is no object: kept whole
+      R"("text")",
+      R"({"openai":{"cut":)",  // does not parse
+      "",
+  };
+  const std::vector<std::vector<std::string>> key_sets = {{"openai"}, {"openai", "model", "metadata"}, {"nothing"}};
+  for (const auto& text : texts) {
+    json whole = text.empty() ? json::object() : json::parse(text, nullptr, false);
+    if (whole.is_discarded()) whole = json::object();
+    for (const auto& keys : key_sets) {
+      json want = whole;
+      if (want.is_object())
+        for (auto it = want.begin(); it != want.end();)
+          it = std::find(keys.begin(), keys.end(), it.key()) == keys.end() ? want.erase(it) : std::next(it);
+      json got = keys.size() == 1 ? api::request_fields(text, {keys[0]})
+                                  : api::request_fields(text, {keys[0], keys[1], keys[2]});
+      INFO(text << " / " << keys.size() << " keys");
+      CHECK(got == want);
+    }
+  }
 }
