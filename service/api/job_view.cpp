@@ -21,7 +21,6 @@ json parse_or(const std::string& text, json fallback) {
 }
 json seconds_or_null(int64_t ms) { return ms > 0 ? json(double(ms) / 1000.0) : json(nullptr); }
 
-
 int64_t first_int(const json& j, std::initializer_list<const char*> keys) {
   for (const char* k : keys)
     if (auto it = j.find(k); it != j.end() && it->is_number()) return it->get<int64_t>();

@@ -140,7 +140,8 @@ struct loop_state {
 
 // run_job's state between turns: a turn in flight carries it to where its result lands.
 struct job_loop {
-  store::job_row row;
+  int64_t created_ms = 0;  // the row's: the engine's arrival order
+  store::job_priority priority = store::job_priority::normal;
   agent_spec spec;
   store::usage_totals usage;
   loop_state st;
@@ -484,7 +485,7 @@ struct worker::impl {
       });
       return;
     }
-    pool.run([this, ctx, row = c.won->job]() mutable { guarded(ctx, [&] { return run_job(*ctx, std::move(row)); }); });
+    pool.run([this, ctx, row = c.won->job] { guarded(ctx, [&] { return run_job(*ctx, row); }); });
   }
 
   // Runs a piece of the job's loop on a job thread; fn returns true when the loop went on elsewhere
@@ -859,14 +860,14 @@ struct worker::impl {
   }
 
   // The job's loop from its claim: true when it went on elsewhere (a turn in flight, drive()).
-  bool run_job(job_ctx& c, store::job_row row) {
-    auto loop = prepare(c, std::move(row));
+  bool run_job(job_ctx& c, const store::job_row& row) {
+    auto loop = prepare(c, row);
     return loop && drive(c, loop);
   }
 
   // The loop's state from the claimed row (and the transcript of an earlier claim, epoch > 1);
   // nullptr when the job ended here (an invalid request).
-  std::shared_ptr<job_loop> prepare(job_ctx& c, store::job_row row) {
+  std::shared_ptr<job_loop> prepare(job_ctx& c, const store::job_row& row) {
     std::string err;
     auto spec = parse_agent_spec(row.request_json, &err);
     if (!spec) {
@@ -906,7 +907,8 @@ struct worker::impl {
     }
     loop->st = rebuild(rows, spec->messages.size());
     loop->spec = std::move(*spec);
-    loop->row = std::move(row);
+    loop->created_ms = row.created_ms;
+    loop->priority = row.priority;
     return loop;
   }
 
@@ -918,12 +920,11 @@ struct worker::impl {
   // way to the next turn's submit, and after a turn that is not ended where it lands.
   bool drive(job_ctx& c, const std::shared_ptr<job_loop>& loop, bool may_block = true) {
     const agent_spec* spec = &loop->spec;
-    const store::job_row& row = loop->row;
     loop_state& st = loop->st;
     store::usage_totals& usage = loop->usage;
     for (;;) {
       if (!may_block && !straight_to_turn(c, *loop)) {
-        pool.run([this, self = c.shared_from_this(), loop] { guarded(self, [&] { return drive(*self, loop); }); });
+        go_on_job_thread(c.shared_from_this(), loop, std::nullopt);
         return true;
       }
       if (c.cancelled || c.lost) return on_lost(c), false;
@@ -976,8 +977,8 @@ struct worker::impl {
 
       turn_request req;
       req.job_key = c.job_key;
-      req.arrival_seq = static_cast<uint64_t>(row.created_ms);
-      req.priority = engine_priority(row.priority);
+      req.arrival_seq = static_cast<uint64_t>(loop->created_ms);
+      req.priority = engine_priority(loop->priority);
       req.messages = st.messages;
       for (auto& t : spec->tools) req.tools.push_back(t.def);
       req.choice = (st.n_turns == 0 || spec->tool_choice_every_turn) ? spec->choice : tool_choice{};
@@ -1013,9 +1014,7 @@ struct worker::impl {
       turn_result res = std::move(*c.turn_out);
       c.turn_out.reset();
       if (!may_block && !ends_here(c, res)) {
-        pool.run([this, self = c.shared_from_this(), loop, r = std::move(res)]() mutable {
-          guarded(self, [&] { return after_turn(*self, *loop, std::move(r)) && drive(*self, loop); });
-        });
+        go_on_job_thread(c.shared_from_this(), loop, std::move(res));
         return true;
       }
       if (!after_turn(c, *loop, std::move(res))) return false;
@@ -1055,11 +1054,16 @@ struct worker::impl {
         pool.run([this, self, e = std::current_exception()] { guarded(self, [&]() -> bool { std::rethrow_exception(e); }); });
         return;
       }
-      pool.run([this, self, loop] { guarded(self, [&] { return drive(*self, loop); }); });  // not reached: final
+      go_on_job_thread(self, loop, std::nullopt);  // not reached: a final turn's after_turn ends the job
       return;
     }
-    pool.run([this, self, loop, r = std::move(r)]() mutable {
-      guarded(self, [&] { return after_turn(*self, *loop, std::move(r)) && drive(*self, loop); });
+    go_on_job_thread(self, loop, std::move(r));
+  }
+
+  // The loop goes on on a job thread: after the turn's result r if any, then drive().
+  void go_on_job_thread(std::shared_ptr<job_ctx> self, std::shared_ptr<job_loop> loop, std::optional<turn_result> r) {
+    pool.run([this, self = std::move(self), loop = std::move(loop), r = std::move(r)]() mutable {
+      guarded(self, [&] { return (!r || after_turn(*self, *loop, std::move(*r))) && drive(*self, loop); });
     });
   }
 
