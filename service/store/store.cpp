@@ -284,10 +284,19 @@ std::string status_json_error(job_status st, std::string_view error) {
   return data;
 }
 
+// The webhook scan's pre-filter on a job's stored request (read_webhook_candidates, store.h), an SQL
+// expression over jobs.request_json: one text for the scan's read and a job end's wake of the scan.
+#define AQ_MAY_WANT_DELIVERY_SQL                                                                 \
+  "(instr(request_json, '\"webhook\"')>0 OR instr(request_json, '\"responses\"')>0 OR " \
+  "instr(request_json, '\\u')>0)"
+
+// wake_scan: false when the caller knows the job's request cannot want a delivery (the pre-filter
+// above said so): the commit then does not wake the webhook scan, which reads the event on its next
+// pass all the same (issue 29: a wake per job end was a futex call and a scan pass per job).
 void insert_status_event(conn& c, const std::string& job_id, const std::string* tenant, job_status st,
-                         const std::string& data, int64_t now) {
+                         const std::string& data, int64_t now, bool wake_scan = true) {
   insert_event(c, job_id, tenant, "status", data, now);
-  if (is_terminal(st) || st == job_status::requires_action) c.wrote |= conn::k_wrote_webhook_status;
+  if (wake_scan && (is_terminal(st) || st == job_status::requires_action)) c.wrote |= conn::k_wrote_webhook_status;
 }
 
 void insert_outbox(conn& c, const std::string& kind, const std::string& job_id, const std::string& payload,
@@ -383,13 +392,21 @@ write_status apply_commit_turn(conn& c, const std::string& job_id, int64_t epoch
 write_status apply_finish(conn& c, const std::string& job_id, int64_t epoch, const job_end& e,
                           const std::string* tenant = nullptr) {
   int64_t now = c.now();
-  c.stmt("UPDATE jobs SET status=?1, result_json=?2, error=?3, usage_json=?4, finished_ms=?5, updated_ms=?5, "
-         "lease_expires_ms=0 WHERE id=?6 AND lease_epoch=?7 AND status='running'")
-      .bind_all_static(to_string(e.status), e.result_json, e.error, e.usage.to_json(), now, job_id, epoch)
-      .run();  // NOTE: no copies (the result may be long); one expression: the usage's temporary lives to run()
-  if (c.db.changes() == 0) return write_status::fenced;
+  // NOTE: RETURNING the scan's pre-filter: the row is at hand (its page just rewritten), so the end
+  // wakes the webhook scan only for a job that may want a delivery.
+  auto& u = c.stmt("UPDATE jobs SET status=?1, result_json=?2, error=?3, usage_json=?4, finished_ms=?5, "
+                   "updated_ms=?5, lease_expires_ms=0 WHERE id=?6 AND lease_epoch=?7 AND status='running' "
+                   "RETURNING " AQ_MAY_WANT_DELIVERY_SQL);
+  // NOTE: bound without copies (the result may be long): the usage's text must outlive the step.
+  const std::string usage = e.usage.to_json();
+  u.bind_all_static(to_string(e.status), e.result_json, e.error, usage, now, job_id, epoch);
+  bool updated = u.step();
+  bool may_want_delivery = updated && u.col_int(0) != 0;
+  u.reset();  // a write statement left mid-way would hold up the group's COMMIT
+  if (!updated) return write_status::fenced;
   insert_status_event(c, job_id, tenant, e.status,
-                      e.error.empty() ? status_json(e.status) : status_json_error(e.status, e.error), now);
+                      e.error.empty() ? status_json(e.status) : status_json_error(e.status, e.error), now,
+                      may_want_delivery);
   return write_status::ok;
 }
 
@@ -936,15 +953,17 @@ class sqlite_store final : public store {
     return with_snapshot([&](conn& c) {  // both statements read the same new events' pages
       webhook_scan_page page;
       page.scanned_to = after_id;
-      auto& hi = c.stmt("SELECT MAX(id) FROM (SELECT id FROM job_events WHERE id>? ORDER BY id LIMIT ?)");
+      auto& hi =
+          c.stmt("SELECT MAX(id), COUNT(*) FROM (SELECT id FROM job_events WHERE id>? ORDER BY id LIMIT ?)");
       hi.bind_all(after_id, static_cast<int64_t>(limit));
       if (!hi.step() || hi.col_null(0)) return page;
       page.scanned_to = hi.col_int(0);
+      page.full = hi.col_int(1) >= limit;
+      // NOTE: request_json is only the jobs table's (the filter's text is apply_finish's too).
       auto& s = c.stmt(
           "SELECT e.id, e.job_id, e.type, e.data_json, e.created_ms FROM job_events e CROSS JOIN jobs j "
-          "WHERE e.id>?1 AND e.id<=?2 AND e.type='status' AND j.id=e.job_id AND "
-          "(instr(j.request_json, '\"webhook\"')>0 OR instr(j.request_json, '\"responses\"')>0 OR "
-          "instr(j.request_json, '\\u')>0) ORDER BY e.id");
+          "WHERE e.id>?1 AND e.id<=?2 AND e.type='status' AND j.id=e.job_id AND " AQ_MAY_WANT_DELIVERY_SQL
+          " ORDER BY e.id");
       s.bind_all(after_id, page.scanned_to);
       page.events = read_events_stmt(s);
       return page;

@@ -277,10 +277,13 @@ class store {
   // Responses job: the OpenAI fan-out) or a "\u" escape (a key spelled with escapes: the API stores
   // requests as nlohmann dumps, keys unescaped, so only then can the substring test miss), oldest first;
   // scanned_to is the last event id looked at (after_id when there was none), where the scan's
-  // cursor moves even when no event of the page was wanted.
+  // cursor moves even when no event of the page was wanted; full: the page held `limit` events, so
+  // more may follow now (a job end whose request cannot want a delivery does not wake the scan, so
+  // it reads a backlog of them a page at a time).
   struct webhook_scan_page {
     std::vector<job_event> events;
     int64_t scanned_to = 0;
+    bool full = false;
   };
   virtual webhook_scan_page read_webhook_candidates(int64_t after_id, int32_t limit) = 0;
   // Events of one tenant's jobs with id > after_id (GET /v1/events), oldest first.

@@ -35,6 +35,7 @@ struct dispatcher::impl {
   std::atomic<int64_t> last_cursor{0};
   int64_t scanned_to = -1;                          // the scan cursor in memory (-1: read it from the table)
   bool in_write = false;                            // scan_once opened its write transaction
+  bool scan_full = false;                           // scan_once's last page was full: read on at once
   std::chrono::steady_clock::time_point saved_at{};  // the cursor's last save
 
   // The scan's write transaction, begun at its first write (most scans write nothing).
@@ -142,6 +143,7 @@ int32_t dispatcher::scan_once() {
   // request pre-filter runs in SQL); the cursor moves over the page's others all the same.
   auto page = m.store.read_webhook_candidates(after, 500);
   after = std::max(after, page.scanned_to);
+  m.scan_full = false;  // set below once the page is handled (a failed pass waits before the next)
   int32_t n_enqueued = 0;
   m.in_write = false;
   try {
@@ -194,6 +196,7 @@ int32_t dispatcher::scan_once() {
       m.saved_at = now_tp;
     }
     m.scanned_to = after;
+    m.scan_full = page.full;
   } catch (const std::exception& ex) {
     spdlog::error("webhooks: scan failed: {}", ex.what());
     if (m.in_write) {
@@ -371,7 +374,10 @@ void dispatcher::start() {
         for (const auto& r : rows) ids.push_back(r.id);
         m.store.complete_outbox(std::move(ids)).wait();
       }
-      if (n == 0) m.store.wait_events(m.scanned_to, m.options.poll, store::store::wake::webhook_status);
+      // NOTE: not after a full page: the end of a job that cannot want a delivery wakes nobody, so a
+      // backlog of such events waits for the scan, which reads it page after page.
+      if (n == 0 && !m.scan_full)
+        m.store.wait_events(m.scanned_to, m.options.poll, store::store::wake::webhook_status);
     }
   });
   m.send_thread = std::thread([this] {

@@ -6,7 +6,10 @@
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
+#include <chrono>
+#include <future>
 #include <set>
+#include <thread>
 
 #include "net/http_client.h"
 #include "net/ssrf_guard.h"
@@ -95,6 +98,7 @@ TEST_CASE("webhook scan: the cursor moves over pages with no candidate; only can
   CHECK(none.events.empty());
   CHECK(none.scanned_to > start);
   CHECK(none.scanned_to <= plain_end);
+  CHECK(none.full);  // 500 events looked at: more may follow
   auto hook = job(json{{"webhook", {{"url", "http://127.0.0.1:9/job"}}}});
   auto resp = job(json{{"openai", {{"surface", "responses"}}}});
   auto escaped = job(json{{"metadata", {{"note", "\x01"}}}});  // dumped as \u0001: kept (cannot rule out)
@@ -107,6 +111,7 @@ TEST_CASE("webhook scan: the cursor moves over pages with no candidate; only can
   }
   CHECK(ids == std::set<std::string>{hook, resp, escaped});
   CHECK(all.scanned_to == st->last_event_id());
+  CHECK_FALSE(all.full);
   auto after = st->read_webhook_candidates(all.scanned_to, 500);
   CHECK(after.events.empty());
   CHECK(after.scanned_to == all.scanned_to);  // no event: the cursor stays
@@ -118,4 +123,48 @@ TEST_CASE("webhook scan: the cursor moves over pages with no candidate; only can
   auto h = d->list(hook);
   REQUIRE(h.size() == 1);
   CHECK(h[0].event_type == "job.completed");
+}
+
+// A job's end wakes the scan only when its request may want a delivery (the pre-filter, evaluated
+// by the end's UPDATE); the others' events wait for the scan's next pass, which reads a backlog page
+// after page without waiting between them: a webhook job's delivery behind 900 plain events is made
+// at its end's wake, well inside the scan's idle poll.
+TEST_CASE("webhook scan: only an end that may want a delivery wakes the scan; a backlog is read at once") {
+  test::temp_dir dir;
+  std::string err;
+  store::store_options so;
+  so.path = dir.file("jobs.db");
+  auto st = store::store::open(so, &err);
+  REQUIRE_MESSAGE(st, err);
+  using namespace std::chrono_literals;
+  // Whether finishing a job with `extra` wakes a waiter of the scan's kind within `timeout`.
+  auto wakes = [&](const json& extra, std::chrono::milliseconds timeout) {
+    auto waiter = std::async(std::launch::async,
+                             [&] { return st->wait_events(0, timeout, store::store::wake::webhook_status); });
+    std::this_thread::sleep_for(100ms);  // the waiter is waiting (it sees only commits after it began)
+    finished_job(*st, extra);
+    return waiter.get();
+  };
+  CHECK_FALSE(wakes(json::object(), 600ms));
+  CHECK_FALSE(wakes(json{{"openai", {{"surface", "chat"}}}}, 600ms));
+  CHECK(wakes(json{{"webhook", {{"url", "http://127.0.0.1:9/job"}}}}, 10s));
+  CHECK(wakes(json{{"openai", {{"surface", "responses"}}}}, 10s));
+  CHECK(wakes(json{{"metadata", {{"note", "\x01"}}}}, 10s));  // \u0001 in the stored text: cannot rule out
+
+  webhooks::dispatcher_options o;
+  o.poll = 4s;  // longer than the check below waits: only a wake and the page-after-page read can pass it
+  auto d = webhooks::dispatcher::open(o, *st, so.path, net::http_client(net::ssrf_guard{}), nullptr, &err);
+  REQUIRE_MESSAGE(d, err);
+  d->start();
+  std::this_thread::sleep_for(300ms);  // the scan reads what is there and waits
+  for (int i = 0; i < 300; ++i) finished_job(*st, json::object());  // >= 900 events, no wake
+  auto hook = finished_job(*st, json{{"webhook", {{"url", "http://127.0.0.1:9/late"}}}});
+  auto t0 = std::chrono::steady_clock::now();
+  bool made = false;
+  while (!made && std::chrono::steady_clock::now() - t0 < 2s) {
+    made = !d->list(hook).empty();
+    if (!made) std::this_thread::sleep_for(20ms);
+  }
+  CHECK(made);
+  d->stop();
 }
