@@ -410,6 +410,78 @@ write_status apply_finish(conn& c, const std::string& job_id, int64_t epoch, con
   return write_status::ok;
 }
 
+// claim_job's body (store.h): one job's claim inside the writer's transaction. limit: the store's
+// tenant_max_running.
+claim_result apply_claim(conn& c, const std::string& job_id, const std::string& worker_id, int64_t lease_ms,
+                         int32_t max_attempts, int64_t limit) {
+  claim_result r;
+  int64_t now = c.now();
+  auto j = select_job(c, job_id);
+  if (!j) {
+    r.outcome = claim_outcome::not_found;
+    return r;
+  }
+  if (j->status != job_status::queued && j->status != job_status::running) {
+    r.outcome = claim_outcome::not_claimable;
+    return r;
+  }
+  if (j->status == job_status::running && j->lease_expires_ms > now) {
+    r.outcome = claim_outcome::busy;
+    return r;
+  }
+  // NOTE: before the poison check: a hold is not a delivery (attempts and epoch stay). A running
+  // job with an expired lease is already counted in its tenant's running jobs.
+  if (limit > 0 && j->status == job_status::queued) {
+    auto v = running_limit::check(c, job_id, j->tenant, limit);
+    if (!v.admit) {
+      running_limit::hold(c, job_id, j->tenant, v, limit, now);
+      r.outcome = claim_outcome::held;
+      return r;
+    }
+  }
+  if (max_attempts > 0 && j->attempts + 1 > max_attempts) {
+    std::string reason = "poison job: delivered " + std::to_string(j->attempts) +
+                         " times without finishing (max " + std::to_string(max_attempts) + ")";
+    auto& u = c.stmt("UPDATE jobs SET status='failed', error=?1, finished_ms=?2, updated_ms=?2, "
+                                 "lease_expires_ms=0 WHERE id=?3 AND status NOT IN " AQ_TERMINAL_SQL);
+    u.bind_all(reason, now, job_id).run();
+    insert_status_event(c, job_id, &j->tenant, job_status::failed, status_json_error(job_status::failed, reason),
+                        now);
+    running_limit::refill_for_job(c, job_id, limit, now);
+    r.outcome = claim_outcome::poisoned;
+    return r;
+  }
+  auto& u = c.stmt(
+      "UPDATE jobs SET status='running', lease_epoch=lease_epoch+1, lease_owner=?1, lease_expires_ms=?2, "
+      "attempts=attempts+1, started_ms=CASE WHEN started_ms=0 THEN ?3 ELSE started_ms END, updated_ms=?3, hold=0 "
+      "WHERE id=?4 AND status IN ('queued','running')");
+  u.bind_all_static(worker_id, now + lease_ms, now, job_id).run();  // NOTE: no copies; one expression
+  // NOTE: the row after the UPDATE is made from the one read above (same transaction; no
+  // trigger changes a column) rather than read back: one SELECT of the whole row (request
+  // included) less per claim on the writer. unit.store checks both are equal.
+  std::optional<job_row> after = std::move(j);
+  if (c.db.changes() == 1) {
+    after->status = job_status::running;
+    after->lease_epoch += 1;
+    after->lease_owner = worker_id;
+    after->lease_expires_ms = now + lease_ms;
+    after->attempts += 1;
+    if (after->started_ms == 0) after->started_ms = now;
+    after->updated_ms = now;
+  } else {
+    after = select_job(c, job_id);
+  }
+  // NOTE: nlohmann's bytes for {"worker", "epoch", "attempt"} merged with the status, keys sorted.
+  std::string data = "{\"attempt\":" + std::to_string(after->attempts) +
+                     ",\"epoch\":" + std::to_string(after->lease_epoch) + ",\"status\":\"running\",\"worker\":";
+  append_json_string(data, worker_id);
+  data += '}';
+  insert_status_event(c, job_id, &after->tenant, job_status::running, data, now);
+  r.outcome = claim_outcome::claimed;
+  r.won = lease{job_id, after->lease_epoch, std::move(*after)};
+  return r;
+}
+
 // commit_step's body (one job's step, fenced whole): also each item of commit_steps.
 write_status apply_step(conn& c, const std::string& job_id, int64_t epoch, const step_commit& step, int64_t limit) {
   // NOTE: fenced here or not at all: the parts' own checks (epoch, status running) cannot
@@ -1079,74 +1151,18 @@ class sqlite_store final : public store {
                                       int32_t max_attempts) override {
     return submit<claim_result>(
         [=, limit = options_.tenant_max_running](conn& c) {
-          claim_result r;
-          int64_t now = c.now();
-          auto j = select_job(c, job_id);
-          if (!j) {
-            r.outcome = claim_outcome::not_found;
-            return r;
-          }
-          if (j->status != job_status::queued && j->status != job_status::running) {
-            r.outcome = claim_outcome::not_claimable;
-            return r;
-          }
-          if (j->status == job_status::running && j->lease_expires_ms > now) {
-            r.outcome = claim_outcome::busy;
-            return r;
-          }
-          // NOTE: before the poison check: a hold is not a delivery (attempts and epoch stay). A running
-          // job with an expired lease is already counted in its tenant's running jobs.
-          if (limit > 0 && j->status == job_status::queued) {
-            auto v = running_limit::check(c, job_id, j->tenant, limit);
-            if (!v.admit) {
-              running_limit::hold(c, job_id, j->tenant, v, limit, now);
-              r.outcome = claim_outcome::held;
-              return r;
-            }
-          }
-          if (max_attempts > 0 && j->attempts + 1 > max_attempts) {
-            std::string reason = "poison job: delivered " + std::to_string(j->attempts) +
-                                 " times without finishing (max " + std::to_string(max_attempts) + ")";
-            auto& u = c.stmt("UPDATE jobs SET status='failed', error=?1, finished_ms=?2, updated_ms=?2, "
-                                         "lease_expires_ms=0 WHERE id=?3 AND status NOT IN " AQ_TERMINAL_SQL);
-            u.bind_all(reason, now, job_id).run();
-            insert_status_event(c, job_id, &j->tenant, job_status::failed, status_json_error(job_status::failed, reason),
-                                now);
-            running_limit::refill_for_job(c, job_id, limit, now);
-            r.outcome = claim_outcome::poisoned;
-            return r;
-          }
-          auto& u = c.stmt(
-              "UPDATE jobs SET status='running', lease_epoch=lease_epoch+1, lease_owner=?1, lease_expires_ms=?2, "
-              "attempts=attempts+1, started_ms=CASE WHEN started_ms=0 THEN ?3 ELSE started_ms END, updated_ms=?3, hold=0 "
-              "WHERE id=?4 AND status IN ('queued','running')");
-          u.bind_all_static(worker_id, now + lease_ms, now, job_id).run();  // NOTE: no copies; one expression
-          // NOTE: the row after the UPDATE is made from the one read above (same transaction; no
-          // trigger changes a column) rather than read back: one SELECT of the whole row (request
-          // included) less per claim on the writer. unit.store checks both are equal.
-          std::optional<job_row> after = std::move(j);
-          if (c.db.changes() == 1) {
-            after->status = job_status::running;
-            after->lease_epoch += 1;
-            after->lease_owner = worker_id;
-            after->lease_expires_ms = now + lease_ms;
-            after->attempts += 1;
-            if (after->started_ms == 0) after->started_ms = now;
-            after->updated_ms = now;
-          } else {
-            after = select_job(c, job_id);
-          }
-          // NOTE: nlohmann's bytes for {"worker", "epoch", "attempt"} merged with the status, keys sorted.
-          std::string data = "{\"attempt\":" + std::to_string(after->attempts) +
-                             ",\"epoch\":" + std::to_string(after->lease_epoch) + ",\"status\":\"running\",\"worker\":";
-          append_json_string(data, worker_id);
-          data += '}';
-          insert_status_event(c, job_id, &after->tenant, job_status::running, data, now);
-          r.outcome = claim_outcome::claimed;
-          r.won = lease{job_id, after->lease_epoch, std::move(*after)};
-          return r;
+          return apply_claim(c, job_id, worker_id, lease_ms, max_attempts, limit);
         },
         claim_result{});
+  }
+
+  void claim_job_async(const std::string& job_id, const std::string& worker_id, int64_t lease_ms, int32_t max_attempts,
+                       std::function<void(claim_result)> done) override {
+    submit_then<claim_result>(
+        [=, limit = options_.tenant_max_running](conn& c) {
+          return apply_claim(c, job_id, worker_id, lease_ms, max_attempts, limit);
+        },
+        claim_result{}, std::move(done));
   }
 
   std::map<std::string, std::string> job_models(const std::vector<std::string>& job_ids) override {

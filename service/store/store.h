@@ -323,6 +323,12 @@ class store {
   // the job stays queued, out of Redis) when its tenant is at tenant_max_running (running_limit.h).
   virtual std::future<claim_result> claim_job(const std::string& job_id, const std::string& worker_id,
                                               int64_t lease_ms, int32_t max_attempts) = 0;
+  // The same, answered through done (as create_job_async: once, on the writer thread, after the
+  // COMMIT is durable, or outcome error when it failed; quick, never waiting on the store). NOTE: a
+  // std::promise's set_value is a futex wake even with nobody waiting (libstdc++'s call_once): the
+  // worker's batch of claims waits on one latch instead (issue 29).
+  virtual void claim_job_async(const std::string& job_id, const std::string& worker_id, int64_t lease_ms,
+                               int32_t max_attempts, std::function<void(claim_result)> done) = 0;
   // Each job's "model" (its request's), for routing to the model's stream; ids not found are absent.
   virtual std::map<std::string, std::string> job_models(const std::vector<std::string>& job_ids) = 0;
   // An event written by the dispatch side (not a worker: no epoch), only while the job is queued.

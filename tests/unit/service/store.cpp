@@ -21,6 +21,7 @@
 #include "store/sqlite.h"
 #include "store/store.h"
 #include "temp_dir.h"
+#include "worker/control_plane.h"
 
 using namespace agentq::store;
 
@@ -204,6 +205,36 @@ TEST_CASE("claim_job answers the row as stored (built, not read back): a first c
   CHECK(second.won->epoch == first.won->epoch + 1);
   CHECK(second.won->job.started_ms == first.won->job.started_ms);  // kept from the first claim
   check_same_row(second.won->job, *s->get_job(id));
+}
+
+// claim_job_async is claim_job answered through a callback; the worker's local control plane claims
+// a batch with it (one latch for the batch, no future a claim): each answer in the ids' order.
+TEST_CASE("claim_job_async and the local control plane's claim_jobs: claim_job's answers, in order") {
+  agentq::test::temp_dir dir;
+  auto s = open_store(dir.file("jobs.db"));
+  auto make = [&] {
+    new_job nj;
+    nj.tenant = "t";
+    nj.request_json = R"({"messages":[{"role":"user","content":"x"}]})";
+    return s->create_job(nj).get().job.id;
+  };
+  auto a = make(), b = make(), c = make();
+  std::promise<claim_result> got;
+  s->claim_job_async(a, "w1", 30000, 5, [&](claim_result r) { got.set_value(std::move(r)); });
+  auto first = got.get_future().get();
+  REQUIRE(first.outcome == claim_outcome::claimed);
+  check_same_row(first.won->job, *s->get_job(a));
+  auto cp = agentq::worker::make_local_control_plane(*s);
+  auto batch = cp->claim_jobs({b, "job_000000000000000000000000", a, c}, "w2", 30000, 5);
+  REQUIRE(batch.size() == 4);
+  CHECK(batch[0].outcome == claim_outcome::claimed);
+  CHECK(batch[0].won->job.id == b);
+  CHECK(batch[1].outcome == claim_outcome::not_found);
+  CHECK(batch[2].outcome == claim_outcome::busy);  // a's lease (w1) is live
+  CHECK(batch[3].outcome == claim_outcome::claimed);
+  CHECK(batch[3].won->job.id == c);
+  check_same_row(batch[3].won->job, *s->get_job(c));
+  CHECK(cp->claim_jobs({}, "w2", 30000, 5).empty());
 }
 
 TEST_CASE("idempotency: replay returns the job, a different request conflicts") {
