@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 // Helpers shared by the kernels and their host references.
 #if defined(__CUDACC__)
@@ -401,8 +402,12 @@ void dequantize_f16(weight_type type, const void* w, int64_t row0, int64_t n_row
 void convert_f32_to_f16(const float* x, void* dst, int64_t n, stream_t s);
 void convert_f32_to_bf16(const float* x, void* dst, int64_t n, stream_t s);
 
-// cuBLAS handle (cublasHandle_t) bound to a stream; nullptr on failure.
+// cuBLAS handle (cublasHandle_t) bound to a stream; nullptr on failure. The library is opened
+// (dlopen) at the first call, not at the process's start.
 void* cublas_create(stream_t s);
+// Why cuBLAS cannot be used (its library or an entry point missing); empty when it can. Opens it
+// if not yet open; needs no device.
+std::string cublas_load_error();
 void cublas_destroy(void* handle);
 // Bytes of scratch gemm() needs for (type, n_out, n_in, n_x).
 size_t gemm_scratch_bytes(weight_type type, int64_t n_out, int64_t n_in, int32_t n_x);
