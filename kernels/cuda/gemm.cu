@@ -129,7 +129,8 @@ bool gemm(void* cublas, weight_type type, const void* w, int64_t n_out, int64_t 
           float* y, void* scratch, stream_t s) {
   if (n_out <= 0 || n_x <= 0) return true;
   auto h = static_cast<cublasHandle_t>(cublas);
-  const auto& api = agentq::kernels::cuda::cublas();  // a handle exists, so it resolved
+  // NOTE: qualified: the parameter `cublas` hides the function. A handle exists, so it resolved.
+  const auto& api = agentq::kernels::cuda::cublas();
   if (!AGENTQ_CUBLAS_CHECK(api.set_stream(h, detail::as_stream(s)))) return false;
   const float alpha = 1.0f, beta = 0.0f;
   // Row-major y[n_x][n_out] = x[n_x][n_in] * W[n_out][n_in]^T is column-major

@@ -443,7 +443,7 @@ claim_result apply_claim(conn& c, const std::string& job_id, const std::string& 
     std::string reason = "poison job: delivered " + std::to_string(j->attempts) +
                          " times without finishing (max " + std::to_string(max_attempts) + ")";
     auto& u = c.stmt("UPDATE jobs SET status='failed', error=?1, finished_ms=?2, updated_ms=?2, "
-                                 "lease_expires_ms=0 WHERE id=?3 AND status NOT IN " AQ_TERMINAL_SQL);
+                     "lease_expires_ms=0 WHERE id=?3 AND status NOT IN " AQ_TERMINAL_SQL);
     u.bind_all(reason, now, job_id).run();
     insert_status_event(c, job_id, &j->tenant, job_status::failed, status_json_error(job_status::failed, reason),
                         now);
