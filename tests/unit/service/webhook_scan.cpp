@@ -37,15 +37,21 @@ std::string finished_job(store::store& st, const json& extra) {
           store::write_status::ok);
   return made.job.id;
 }
+// A store on a new file in dir; *so: its options (the dispatcher opens the same file).
+std::unique_ptr<store::store> open_store(test::temp_dir& dir, store::store_options* so) {
+  std::string err;
+  so->path = dir.file("jobs.db");
+  auto st = store::store::open(*so, &err);
+  REQUIRE_MESSAGE(st, err);
+  return st;
+}
 }  // namespace
 
 TEST_CASE("webhook scan: Responses jobs reach OpenAI endpoints, webhook.url jobs theirs, chat lines none") {
   test::temp_dir dir;
   std::string err;
   store::store_options so;
-  so.path = dir.file("jobs.db");
-  auto st = store::store::open(so, &err);
-  REQUIRE_MESSAGE(st, err);
+  auto st = open_store(dir, &so);
   auto d = webhooks::dispatcher::open({}, *st, so.path, net::http_client(net::ssrf_guard{}), nullptr, &err);
   REQUIRE_MESSAGE(d, err);
   {
@@ -86,9 +92,7 @@ TEST_CASE("webhook scan: the cursor moves over pages with no candidate; only can
   test::temp_dir dir;
   std::string err;
   store::store_options so;
-  so.path = dir.file("jobs.db");
-  auto st = store::store::open(so, &err);
-  REQUIRE_MESSAGE(st, err);
+  auto st = open_store(dir, &so);
   auto job = [&](const json& extra) { return finished_job(*st, extra); };
   const int64_t start = st->last_event_id();
   for (int i = 0; i < 300; ++i) job(json::object());  // >= 2 status events each: pages of none
@@ -133,9 +137,7 @@ TEST_CASE("webhook scan: only an end that may want a delivery wakes the scan; a 
   test::temp_dir dir;
   std::string err;
   store::store_options so;
-  so.path = dir.file("jobs.db");
-  auto st = store::store::open(so, &err);
-  REQUIRE_MESSAGE(st, err);
+  auto st = open_store(dir, &so);
   using namespace std::chrono_literals;
   // Whether finishing a job with `extra` wakes a waiter of the scan's kind within `timeout`.
   auto wakes = [&](const json& extra, std::chrono::milliseconds timeout) {
