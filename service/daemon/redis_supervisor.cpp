@@ -175,8 +175,8 @@ bool redis_supervisor::start(std::string* error) {
   spdlog::info("redis: embedded redis-server pid {} on 127.0.0.1:{} (AOF in {})", pid_, port_, dir_);
   watch_ = std::thread([this] {
     while (running_) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
+      stop_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return !running_; });
       if (!running_ || pid_ <= 0) continue;
       int status = 0;
       if (::waitpid(pid_, &status, WNOHANG) == pid_) {
@@ -191,7 +191,11 @@ bool redis_supervisor::start(std::string* error) {
 }
 
 void redis_supervisor::stop() {
-  running_ = false;
+  {
+    std::lock_guard lock(mu_);  // NOTE: under the watch's lock: it cannot miss the wake between its check and its wait
+    running_ = false;
+  }
+  stop_cv_.notify_all();
   if (watch_.joinable()) watch_.join();
   std::lock_guard lock(mu_);
   if (pid_ <= 0) return;

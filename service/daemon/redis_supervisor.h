@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -42,6 +43,7 @@ class redis_supervisor {
   pid_t pid_ = -1;
   int lock_fd_ = -1;  // DIR/agentqd-redis.lock, flock'ed while this supervisor owns the directory
   std::atomic<bool> running_{false};
+  std::condition_variable stop_cv_;  // (with mu_) wakes the watch at stop(): no 200 ms tick to wait out
   std::thread watch_;
 };
 

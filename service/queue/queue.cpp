@@ -244,6 +244,9 @@ void queue::start_relay() {
 
 void queue::stop_relay() {
   if (!relay_running_.exchange(false)) return;
+  // NOTE: wakes the relay's idle wait (relay_interval_ms) at once. The flag is set first: a relay
+  // between its check and its wait sleeps one interval at most (the store's waiters have no stop).
+  if (store_) store_->wake_waiters();
   if (relay_thread_.joinable()) relay_thread_.join();
 }
 

@@ -1066,6 +1066,14 @@ class sqlite_store final : public store {
     return wake_cv_[k].wait_for(lock, timeout, [&] { return wake_seq_[k] != seen; });
   }
 
+  void wake_waiters() override {
+    {
+      std::lock_guard lock(event_mu_);
+      for (auto& seq : wake_seq_) seq++;
+    }
+    for (auto& cv : wake_cv_) cv.notify_all();
+  }
+
   // --- outbox ----------------------------------------------------------------------
 
   std::vector<outbox_row> fetch_outbox(const std::string& kind, int32_t limit) override {

@@ -298,6 +298,9 @@ class store {
   // Block until such a commit or timeout; true if woken by one. Other processes' commits are seen
   // by re-reading. after_id is unused (kept for callers' clarity).
   virtual bool wait_events(int64_t after_id, std::chrono::milliseconds timeout, wake on = wake::event) = 0;
+  // Wake every wait_events waiter now, as a commit of each kind would (a stopping thread's wait: it
+  // then sees its stop flag instead of waiting out its timeout).
+  virtual void wake_waiters() = 0;
 
   // --- Outbox (queue relay, webhook dispatch) -------------------------------
   virtual std::vector<outbox_row> fetch_outbox(const std::string& kind, int32_t limit) = 0;

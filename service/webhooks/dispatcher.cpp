@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <condition_variable>
 #include <ctime>
+#include <mutex>
 #include <random>
 
 #include "api/job_view.h"
@@ -30,6 +32,8 @@ struct dispatcher::impl {
   std::mutex db_mu;
   std::unique_ptr<store::sqlite_db> db;
   std::atomic<bool> running{false};
+  std::mutex stop_mu;  // with stop_cv: the send thread's idle wait, cut short by stop()
+  std::condition_variable stop_cv;
   std::thread scan_thread, send_thread;
   std::mt19937_64 rng{std::random_device{}()};
   std::atomic<int64_t> last_cursor{0};
@@ -383,14 +387,23 @@ void dispatcher::start() {
   m.send_thread = std::thread([this] {
     auto& m = *impl_;
     while (m.running) {
-      if (send_once() == 0) std::this_thread::sleep_for(m.options.poll);
+      if (send_once() == 0) {
+        std::unique_lock lock(m.stop_mu);
+        m.stop_cv.wait_for(lock, m.options.poll, [&] { return !m.running; });
+      }
     }
   });
 }
 
 void dispatcher::stop() {
   auto& m = *impl_;
-  if (!m.running.exchange(false)) return;
+  {
+    std::lock_guard lock(m.stop_mu);  // NOTE: under the send thread's lock: it cannot miss the wake
+    if (!m.running.exchange(false)) return;
+  }
+  // NOTE: both threads' idle waits end now, not a poll (200 ms) later: agentqd's stop waited them out.
+  m.stop_cv.notify_all();
+  m.store.wake_waiters();
   if (m.scan_thread.joinable()) m.scan_thread.join();
   if (m.send_thread.joinable()) m.send_thread.join();
 }

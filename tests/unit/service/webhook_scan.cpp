@@ -168,5 +168,7 @@ TEST_CASE("webhook scan: only an end that may want a delivery wakes the scan; a 
     if (!made) std::this_thread::sleep_for(20ms);
   }
   CHECK(made);
-  d->stop();
+  auto s0 = std::chrono::steady_clock::now();
+  d->stop();  // both threads' idle waits end at once (they waited out the 4 s poll before)
+  CHECK(std::chrono::steady_clock::now() - s0 < 2s);
 }
