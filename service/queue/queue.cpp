@@ -77,6 +77,10 @@ struct queue::impl {
   redis_client relay;      // relay / reconciler / publish / liveness lookups
   std::atomic<int64_t> n_published{0}, n_read{0}, n_acked{0}, n_reclaimed{0}, n_dead_lettered{0}, n_relayed{0},
       n_reconciled{0};
+  // The consumer connection's CLIENT ID (-1: not known), for interrupt_reads(); asked again after
+  // each connect (consumer_id_connect: the consumer's n_reconnects it was asked at; under consumer_mu).
+  std::atomic<int64_t> consumer_client_id{-1};
+  int64_t consumer_id_connect = -1;
   std::map<std::string, bool> groups_made;  // relay side: streams with a group (reset on error)
   std::mutex models_mu;
   std::vector<std::string> models_cached;   // live_models(), refreshed at most once a second
@@ -331,6 +335,11 @@ std::vector<delivery> queue::read(const std::string& worker_id, int32_t max, int
       if (max_batch <= 0) streams.erase(std::remove_if(streams.begin(), streams.end(),
                                                        [this](const std::string& s) { return is_batch_stream(s); }),
                                         streams.end());
+      if (impl_->consumer_id_connect != c.stats().n_reconnects) {  // a new connection: its id, once
+        auto id = c.command({"CLIENT", "ID"});
+        impl_->consumer_client_id = id.type == redis_reply::kind::integer ? id.integer : -1;
+        impl_->consumer_id_connect = c.stats().n_reconnects;
+      }
       std::vector<std::string> argv = {"XREADGROUP", "GROUP", options_.group, worker_id, "COUNT", "1",
                                        "BLOCK",      std::to_string(block_ms), "STREAMS"};
       for (auto& s : streams) argv.push_back(s);
@@ -347,6 +356,16 @@ std::vector<delivery> queue::read(const std::string& worker_id, int32_t max, int
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(block_ms, 100)));  // don't spin while Redis is down
   impl_->n_read += static_cast<int64_t>(out.size());
   return out;
+}
+
+void queue::interrupt_reads() {
+  const int64_t id = impl_->consumer_client_id.load();
+  if (id < 0) return;
+  std::lock_guard lock(impl_->control_mu);
+  // NOTE: TIMEOUT (the default): the read returns as if its BLOCK ran out (an ERROR unblock is the
+  // -UNBLOCKED a sentinel-mode client takes for a demoted master). A refusal (an ACL without CLIENT)
+  // leaves the read to its timeout.
+  impl_->control.command({"CLIENT", "UNBLOCK", std::to_string(id)});
 }
 
 std::vector<delivery> queue::reclaim(const std::string& worker_id, int32_t max, const std::string& model,

@@ -85,6 +85,10 @@ class queue {
   // block_ms when nothing is ready. Empty on timeout or Redis error.
   std::vector<delivery> read(const std::string& worker_id, int32_t max, int32_t block_ms, const std::string& model = {},
                              int32_t max_batch = -1);
+  // End a blocking read() in progress now, as if its block_ms ran out (CLIENT UNBLOCK from another
+  // connection): a stopping worker's dispatcher need not wait out its read. No-op before the first
+  // blocking read; a read that starts after it still blocks its block_ms.
+  void interrupt_reads();
   // XAUTOCLAIM entries idle > reclaim_idle_ms on the shared streams (the model's and the legacy
   // ones); at most max_batch of them from the batch-class streams (< 0 = max).
   std::vector<delivery> reclaim(const std::string& worker_id, int32_t max, const std::string& model = {},

@@ -1394,6 +1394,7 @@ void worker::start() {
 
 void worker::stop() {
   if (!impl_->running.exchange(false)) return;
+  impl_->q.interrupt_reads();  // NOTE: the dispatcher's blocking read ends now, not read_block_ms later
   if (impl_->dispatcher.joinable()) impl_->dispatcher.join();
   for (auto& c : impl_->snapshot()) {
     c->stopping = true;

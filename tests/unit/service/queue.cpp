@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -368,4 +369,23 @@ TEST_CASE("a read finds the other classes' streams empty in one round trip; by p
   REQUIRE(three.size() == 3);
   for (auto& x : three) CHECK(std::find(high.begin(), high.end(), x.job_id) != high.end());
   CHECK(f.q->read("w1", 16, 0, "m", 0).size() == 5);
+}
+
+// interrupt_reads ends a blocking read at once (CLIENT UNBLOCK from the control connection): a
+// stopping worker's dispatcher does not wait out its BLOCK. Reads after it block and deliver as before.
+TEST_CASE("interrupt_reads: a blocking read ends at once; the next read delivers as before") {
+  using namespace std::chrono_literals;
+  fixture f;
+  REQUIRE(f.q->ensure_groups("w1"));
+  auto t0 = std::chrono::steady_clock::now();
+  auto reader = std::async(std::launch::async, [&] { return f.q->read("w1", 1, 4000); });
+  // NOTE: again until it returns: an interrupt before the read has begun to block is a no-op.
+  while (reader.wait_for(100ms) != std::future_status::ready) f.q->interrupt_reads();
+  CHECK(reader.get().empty());
+  CHECK(std::chrono::steady_clock::now() - t0 < 2500ms);  // the BLOCK is 4 s
+  std::string id = f.create();
+  CHECK(f.q->relay_once() == 1);
+  auto d = f.q->read("w1", 1, 1000);
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].job_id == id);
 }

@@ -553,7 +553,9 @@ TEST_CASE("WAL checkpoints run off the writer's thread and the WAL restarts (it 
                           << wal / 1024 << " KiB");
   CHECK(st.n_checkpoint_passes > 0);
   CHECK(st.n_checkpoint_backstops == 0);
-  CHECK(wal < 16u * 1024 * 1024);  // restarted: ~1,000 pages (4 MiB) and what piles up during a pass
+  // restarted: ~1,000 pages (4 MiB) and what piles up during a pass; NOTE: 24 MiB, not 16: on a host
+  // busy with other work a pass ran late and 16.3 MiB piled up (never restarted, ~40 MB would)
+  CHECK(wal < 24u * 1024 * 1024);
   CHECK(s->list_jobs("t", std::nullopt, 10000).size() == 2400u);
 }
 
