@@ -1,9 +1,8 @@
 // The local control plane: a worker's reads and fenced writes as direct calls on the job store
 // (all-in-one agentqd, and split roles sharing the SQLite file). Behaviour of before #28's remote
 // workers, unchanged.
-#include <condition_variable>
+#include <latch>
 #include <memory>
-#include <mutex>
 
 #include "worker/control_plane.h"
 #include "worker/kv_retention.h"
@@ -30,24 +29,20 @@ class local_control_plane final : public control_plane {
     // NOTE: one latch for the batch, not a future a claim: a promise's set_value is a futex wake
     // even when nobody waits, and each future the dispatcher waited on another (issue 29: ~1.3 futex
     // calls a claim on the writer). The writer answers the claims in order, the last one wakes us.
-    struct latch {
-      std::mutex mu;
-      std::condition_variable cv;
-      size_t left = 0;
-      std::vector<store::claim_result> out;
+    // std::latch: count_down's release orders each answer before wait()'s return.
+    struct batch {
+      explicit batch(size_t n) : done(std::ptrdiff_t(n)), out(n) {}
+      std::latch done;
+      std::vector<store::claim_result> out;  // each slot written by its own callback only
     };
-    auto l = std::make_shared<latch>();
-    l->left = job_ids.size();
-    l->out.resize(job_ids.size());
+    auto b = std::make_shared<batch>(job_ids.size());  // shared: the last count_down may still be in its notify
     for (size_t i = 0; i < job_ids.size(); ++i)
-      db_.claim_job_async(job_ids[i], worker_id, lease_ms, max_attempts, [l, i](store::claim_result r) {
-        std::lock_guard lock(l->mu);
-        l->out[i] = std::move(r);
-        if (--l->left == 0) l->cv.notify_one();
+      db_.claim_job_async(job_ids[i], worker_id, lease_ms, max_attempts, [b, i](store::claim_result r) {
+        b->out[i] = std::move(r);
+        b->done.count_down();
       });
-    std::unique_lock lock(l->mu);
-    l->cv.wait(lock, [&] { return l->left == 0; });
-    return std::move(l->out);
+    b->done.wait();
+    return std::move(b->out);
   }
   std::vector<std::string> renew_leases(std::vector<std::pair<std::string, int64_t>> jobs, int64_t lease_ms) override {
     return db_.renew_leases(std::move(jobs), lease_ms).get();
