@@ -307,13 +307,24 @@ void insert_outbox(conn& c, const std::string& kind, const std::string& job_id, 
   c.wrote |= conn::k_wrote_outbox;
 }
 
-void insert_transcript(conn& c, const std::string& job_id, const transcript_row& r, int64_t now) {
+// seq: the row's place when the caller knows it (a job's first rows, written after the check that it
+// has none: a MAX(seq) probe less per row); -1 = after the job's last row. turn_idx: r's unless given.
+void insert_transcript(conn& c, const std::string& job_id, const transcript_row& r, int64_t now, int64_t seq = -1,
+                       std::optional<int32_t> turn_idx = std::nullopt) {
+  const int32_t turn = turn_idx.value_or(r.turn_idx);
+  // NOTE: no copies of the texts (the content may be long): bound and run in one expression.
+  if (seq >= 0) {
+    auto& s = c.stmt(
+        "INSERT INTO transcript(job_id, seq, turn_idx, role, content, tool_calls_json, tool_call_id, name, usage_json, "
+        "created_ms) VALUES (?1,?10,?2,?3,?4,?5,?6,?7,?8,?9)");
+    s.bind_all_static(job_id, turn, r.role, r.content, r.tool_calls_json, r.tool_call_id, r.name, r.usage_json, now, seq)
+        .run();
+    return;
+  }
   auto& s = c.stmt(
       "INSERT INTO transcript(job_id, seq, turn_idx, role, content, tool_calls_json, tool_call_id, name, usage_json, "
       "created_ms) VALUES (?1, (SELECT COALESCE(MAX(seq),-1)+1 FROM transcript WHERE job_id=?1), ?2,?3,?4,?5,?6,?7,?8,?9)");
-  // NOTE: no copies of the texts (the content may be long): bound and run in one expression.
-  s.bind_all_static(job_id, r.turn_idx, r.role, r.content, r.tool_calls_json, r.tool_call_id, r.name, r.usage_json, now)
-      .run();
+  s.bind_all_static(job_id, turn, r.role, r.content, r.tool_calls_json, r.tool_call_id, r.name, r.usage_json, now).run();
 }
 
 // The job is ours: running at this epoch.
@@ -347,31 +358,39 @@ std::string priority_payload(job_priority p, const std::string& model = {}) {
 
 // The bodies of init_transcript, commit_turn and finish_job, shared with commit_step.
 
-// fenced: the caller checked the fence already (apply_step).
+// fenced: the caller checked the fence already (apply_step). n_written (when given): the number of
+// rows written as the job's first (its transcript was empty), else -1.
 write_status apply_init_transcript(conn& c, const std::string& job_id, int64_t epoch,
-                                   const std::vector<transcript_row>& input, bool fenced = false) {
+                                   const std::vector<transcript_row>& input, bool fenced = false,
+                                   int64_t* n_written = nullptr) {
+  if (n_written) *n_written = -1;
   if (!fenced && !fence_ok(c, job_id, epoch)) return write_status::fenced;
   auto& s = c.stmt("SELECT EXISTS(SELECT 1 FROM transcript WHERE job_id=?)");
   s.bind(1, job_id);
   s.step();
-  if (s.col_int(0) > 0) return write_status::ok;
+  const bool has_rows = s.col_int(0) > 0;
+  s.reset();
+  if (has_rows) return write_status::ok;
   int64_t now = c.now();
-  for (auto r : input) {
-    r.turn_idx = -1;
-    insert_transcript(c, job_id, r, now);
-  }
+  for (size_t i = 0; i < input.size(); ++i) insert_transcript(c, job_id, input[i], now, static_cast<int64_t>(i), -1);
+  if (n_written) *n_written = static_cast<int64_t>(input.size());
   return write_status::ok;
 }
 
 // update_job: write the job's usage totals; false when the job's end follows in the same step
 // (apply_finish writes them, and the step is fenced already): one UPDATE of the job row less.
-// tenant: the job's when the caller has it (insert_event), else nullptr.
+// tenant: the job's when the caller has it (insert_event), else nullptr. next_seq: the row's seq when
+// this transaction wrote the job's first rows just before (no turn of it can exist yet), else -1.
 write_status apply_commit_turn(conn& c, const std::string& job_id, int64_t epoch, const turn_commit& t,
-                               bool update_job = true, const std::string* tenant = nullptr) {
+                               bool update_job = true, const std::string* tenant = nullptr, int64_t next_seq = -1) {
   int64_t now = c.now();
-  auto& s = c.stmt("SELECT 1 FROM transcript WHERE job_id=? AND turn_idx=? AND role='assistant'");
-  s.bind_all(job_id, t.turn_idx);
-  bool exists = s.step();
+  bool exists = false;
+  if (next_seq < 0) {
+    auto& s = c.stmt("SELECT 1 FROM transcript WHERE job_id=? AND turn_idx=? AND role='assistant'");
+    s.bind_all(job_id, t.turn_idx);
+    exists = s.step();
+    s.reset();
+  }
   if (update_job) {
     auto& u = c.stmt("UPDATE jobs SET usage_json=?, updated_ms=? WHERE id=? AND lease_epoch=? AND status='running'");
     u.bind_all_static(t.job_usage.to_json(), now, job_id, epoch).run();  // NOTE: one expression: the temporary lives
@@ -384,7 +403,7 @@ write_status apply_commit_turn(conn& c, const std::string& job_id, int64_t epoch
   r.content = t.content;
   r.tool_calls_json = t.tool_calls_json;
   r.usage_json = t.turn_usage_json;
-  insert_transcript(c, job_id, r, now);
+  insert_transcript(c, job_id, r, now, next_seq);
   insert_event(c, job_id, tenant, "turn", t.event_json.empty() ? turn_event_json(t) : t.event_json, now);
   return write_status::ok;
 }
@@ -489,9 +508,10 @@ write_status apply_step(conn& c, const std::string& job_id, int64_t epoch, const
   const auto tenant = fenced_tenant(c, job_id, epoch);
   if (!tenant) return write_status::fenced;
   write_status ws = write_status::ok;
-  if (!step.input.empty()) ws = apply_init_transcript(c, job_id, epoch, step.input, true);
+  int64_t n_first = -1;  // rows written just now as the job's first: its turn's row comes next
+  if (!step.input.empty()) ws = apply_init_transcript(c, job_id, epoch, step.input, true, &n_first);
   if (ws == write_status::ok && step.turn)
-    ws = apply_commit_turn(c, job_id, epoch, *step.turn, !step.end, &*tenant);
+    ws = apply_commit_turn(c, job_id, epoch, *step.turn, !step.end, &*tenant, n_first);
   if (ws == write_status::ok && step.end) {
     ws = apply_finish(c, job_id, epoch, *step.end, &*tenant);
     if (ws == write_status::ok) running_limit::refill_for_job(c, job_id, limit, c.now());

@@ -619,6 +619,39 @@ TEST_CASE("commit_step: input, turn and end as one write; fenced writes nothing;
   CHECK(s->get_job(k.id)->status == job_status::failed);
 }
 
+// A step that writes a job's first rows places them and its turn by count (no MAX(seq) probe, no check
+// for the turn's row); a later step finds its place after them.
+TEST_CASE("commit_step: a job's first rows take seq 0.. in order, its turn the next; a later turn after them") {
+  agentq::test::temp_dir dir;
+  auto s = open_store(dir.file("jobs.db"));
+  auto j = make_job(*s);
+  int64_t epoch = claim(*s, j.id);
+  step_commit first;
+  first.input = {user_row("a"), user_row("b"), user_row("c")};
+  first.input[1].turn_idx = 7;  // an input row is written as turn -1 whatever it carries
+  turn_commit t0;
+  t0.turn_idx = 0;
+  t0.content = "one";
+  first.turn = t0;
+  CHECK(s->commit_step(j.id, epoch, first).get() == write_status::ok);
+  step_commit second;
+  second.input = first.input;  // already written: not again
+  turn_commit t1;
+  t1.turn_idx = 1;
+  t1.content = "two";
+  second.turn = t1;
+  second.end = job_end{job_status::completed, R"({"content":"two"})", "", {}};
+  CHECK(s->commit_step(j.id, epoch, second).get() == write_status::ok);
+  auto rows = s->read_transcript(j.id);
+  REQUIRE(rows.size() == 5);
+  const char* want[] = {"a", "b", "c", "one", "two"};
+  for (int i = 0; i < 5; ++i) {
+    CHECK(rows[i].seq == i);
+    CHECK(rows[i].content == want[i]);
+    CHECK(rows[i].turn_idx == (i < 3 ? -1 : i - 3));
+  }
+}
+
 // The writes of one-request jobs as the service makes them (a submit, a claim, a final step with the
 // input row, the turn and the end), from 8 threads so commits group. Also the writer's profile for
 // callgrind: `test_store -tc="writer: one-request jobs*"`, `run_batch`'s instructions per job.
