@@ -285,10 +285,21 @@ std::string status_json_error(job_status st, std::string_view error) {
 }
 
 // The webhook scan's pre-filter on a job's stored request (read_webhook_candidates, store.h), an SQL
-// expression over jobs.request_json: one text for the scan's read and a job end's wake of the scan.
+// expression over jobs.request_json. Its C++ twin, may_want_delivery below, decides a job end's wake
+// of the scan (the worker evaluates it at the claim): the two must agree (unit.webhook_scan).
 #define AQ_MAY_WANT_DELIVERY_SQL                                                                 \
   "(instr(request_json, '\"webhook\"')>0 OR instr(request_json, '\"responses\"')>0 OR " \
   "instr(request_json, '\\u')>0)"
+
+}  // namespace
+
+bool may_want_delivery(std::string_view request_json) {
+  return request_json.find("\"webhook\"") != std::string_view::npos ||
+         request_json.find("\"responses\"") != std::string_view::npos ||
+         request_json.find("\\u") != std::string_view::npos;
+}
+
+namespace {
 
 // wake_scan: false when the caller knows the job's request cannot want a delivery (the pre-filter
 // above said so): the commit then does not wake the webhook scan, which reads the event on its next
@@ -411,21 +422,18 @@ write_status apply_commit_turn(conn& c, const std::string& job_id, int64_t epoch
 write_status apply_finish(conn& c, const std::string& job_id, int64_t epoch, const job_end& e,
                           const std::string* tenant = nullptr) {
   int64_t now = c.now();
-  // NOTE: RETURNING the scan's pre-filter: the row is at hand (its page just rewritten), so the end
-  // wakes the webhook scan only for a job that may want a delivery.
+  // NOTE: the end wakes the webhook scan only when the job may want a delivery: the caller's flag
+  // (the worker had the request at its claim). Session 32 read it here with RETURNING, which costs a
+  // third of this UPDATE's time on the writer (SQLite gathers RETURNING rows in an ephemeral table).
   auto& u = c.stmt("UPDATE jobs SET status=?1, result_json=?2, error=?3, usage_json=?4, finished_ms=?5, "
-                   "updated_ms=?5, lease_expires_ms=0 WHERE id=?6 AND lease_epoch=?7 AND status='running' "
-                   "RETURNING " AQ_MAY_WANT_DELIVERY_SQL);
-  // NOTE: bound without copies (the result may be long): the usage's text must outlive the step.
+                   "updated_ms=?5, lease_expires_ms=0 WHERE id=?6 AND lease_epoch=?7 AND status='running'");
+  // NOTE: bound without copies (the result may be long): the usage's text must outlive the run.
   const std::string usage = e.usage.to_json();
-  u.bind_all_static(to_string(e.status), e.result_json, e.error, usage, now, job_id, epoch);
-  bool updated = u.step();
-  bool may_want_delivery = updated && u.col_int(0) != 0;
-  u.reset();  // a write statement left mid-way would hold up the group's COMMIT
-  if (!updated) return write_status::fenced;
+  u.bind_all_static(to_string(e.status), e.result_json, e.error, usage, now, job_id, epoch).run();
+  if (c.db.changes() == 0) return write_status::fenced;
   insert_status_event(c, job_id, tenant, e.status,
                       e.error.empty() ? status_json(e.status) : status_json_error(e.status, e.error), now,
-                      may_want_delivery);
+                      e.may_want_delivery);
   return write_status::ok;
 }
 

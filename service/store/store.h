@@ -182,7 +182,15 @@ struct job_end {
   std::string result_json;
   std::string error;
   usage_totals usage;              // the job's totals
+  // may_want_delivery(the job's stored request): false lets the end's commit leave the webhook scan
+  // asleep (it reads the event on its next pass all the same); true (unknown) wakes it.
+  bool may_want_delivery = true;
 };
+
+// The webhook scan's pre-filter (read_webhook_candidates) on a job's stored request text: false only
+// when no delivery can be due (no "webhook" or "responses" string, no \u escape). The same rule as
+// the scan's SQL (AQ_MAY_WANT_DELIVERY_SQL, store.cpp); unit.webhook_scan checks that they agree.
+bool may_want_delivery(std::string_view request_json);
 
 // Writes of one step of a job's loop that belong together, applied as ONE write op (one transaction,
 // grouped with whatever else is queued) instead of one op (and commit) each: every part does what its

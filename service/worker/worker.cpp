@@ -207,6 +207,7 @@ struct job_ctx : std::enable_shared_from_this<job_ctx> {
   std::string tenant;                      // the job's tenant (with job_id: whose secret signs its tool calls)
   int64_t deadline_ms = 0;                 // wall clock; 0 = none
   std::string fault_subject;               // the request JSON, matched by AGENTQ_FAULT_MATCH (util/fault.h)
+  bool may_want_delivery = true;           // store::may_want_delivery(its request): its end's job_end
   // The input messages while not yet in the transcript: written with the job's first write after its
   // claim (its first turn, or its end), in that write's transaction (store::step_commit).
   std::vector<store::transcript_row> pending_input;
@@ -466,6 +467,7 @@ struct worker::impl {
     if (key_in_use(ctx->job_key)) ctx->job_key = job_key_of(d.job_id);
     retained.claim(ctx->job_key);  // a continuation: the chain's parked KV is this job's now
     ctx->fault_subject = c.won->job.request_json;
+    ctx->may_want_delivery = store::may_want_delivery(c.won->job.request_json);
     // NOTE: set here, before the ctx is active, not in run_job: the dispatcher's next free_slots()
     // must count it against max_batch_jobs.
     ctx->batch_class = c.won->job.priority == store::job_priority::batch;
@@ -720,7 +722,7 @@ struct worker::impl {
     c.pending_input.clear();
     end_note note{st, turn.has_value(), usage.turns, error};
     step.turn = std::move(turn);
-    step.end = store::job_end{st, result.dump(), error, usage};
+    step.end = store::job_end{st, result.dump(), error, usage, c.may_want_delivery};
     // A batch-class job's end shares its group's transaction and ack round trip (acked when ok).
     const bool grouped = ends && c.batch_class;
     const bool retain = c.keep_kv && options.response_kv_ttl_s > 0 &&

@@ -33,8 +33,11 @@ std::string finished_job(store::store& st, const json& extra) {
   REQUIRE(made.outcome == store::create_outcome::created);
   auto c = st.claim_job(made.job.id, "w", 60000, 3).get();
   REQUIRE(c.outcome == store::claim_outcome::claimed);
-  REQUIRE(st.finish_job(made.job.id, c.won->epoch, store::job_status::completed, "{}", "", {}).get() ==
-          store::write_status::ok);
+  // NOTE: as the worker ends a job: its end carries the pre-filter of the request it claimed.
+  store::step_commit step;
+  step.end = store::job_end{store::job_status::completed, "{}", "", {},
+                            store::may_want_delivery(c.won->job.request_json)};
+  REQUIRE(st.commit_step(made.job.id, c.won->epoch, std::move(step)).get() == store::write_status::ok);
   return made.job.id;
 }
 // A store on a new file in dir; *so: its options (the dispatcher opens the same file).
@@ -129,8 +132,38 @@ TEST_CASE("webhook scan: the cursor moves over pages with no candidate; only can
   CHECK(h[0].event_type == "job.completed");
 }
 
+// The pre-filter twice: the scan's SQL reads the jobs whose end it must look at, the worker's C++ decides
+// whether an end wakes the scan. They must agree, or a job the scan would read is left unwoken.
+TEST_CASE("webhook scan: store::may_want_delivery agrees with the scan's SQL pre-filter") {
+  test::temp_dir dir;
+  store::store_options so;
+  auto st = open_store(dir, &so);
+  const json extras[] = {
+      json::object(),
+      {{"openai", {{"surface", "chat"}}}},
+      {{"webhook", {{"url", "http://127.0.0.1:9/job"}}}},
+      {{"openai", {{"surface", "responses"}}}},
+      {{"metadata", {{"note", "\x01"}}}},            // dumped as \u0001
+      {{"metadata", {{"note", "caf\xc3\xa9 \xf0\x9f\x99\x82"}}}},  // UTF-8 kept as it is: no escape
+      {{"metadata", {{"note", "webhook responses"}}}},  // the words, not as strings of their own
+      {{"metadata", {{"note", "webhook"}}}},            // "webhook" as a string: cannot rule out
+      {{"metadata", {{"webhooks", "x"}}}},              // another key
+      {{"metadata", {{"note", "back\\slash u"}}}},     // a \\ escape, no \u
+  };
+  std::set<std::string> want;
+  const int64_t start = st->last_event_id();
+  for (const auto& extra : extras) {
+    const std::string id = finished_job(*st, extra);
+    if (store::may_want_delivery(st->get_job(id)->request_json)) want.insert(id);
+  }
+  std::set<std::string> got;
+  for (auto& e : st->read_webhook_candidates(start, 1000).events) got.insert(e.job_id);
+  CHECK(got == want);
+  CHECK(want.size() == 4);  // webhook, responses, \u0001 and the "webhook" string
+}
+
 // A job's end wakes the scan only when its request may want a delivery (the pre-filter, evaluated
-// by the end's UPDATE); the others' events wait for the scan's next pass, which reads a backlog page
+// by the worker at the claim); the others' events wait for the scan's next pass, which reads a backlog page
 // after page without waiting between them: a webhook job's delivery behind 900 plain events is made
 // at its end's wake, well inside the scan's idle poll.
 TEST_CASE("webhook scan: only an end that may want a delivery wakes the scan; a backlog is read at once") {
