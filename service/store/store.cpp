@@ -828,19 +828,25 @@ class sqlite_store final : public store {
               return r;
             }
           }
-          std::string id = new_job_id(now);
-          // NOTE: 48 random bits per ms (job_id.h): a duplicate is improbable, not impossible.
-          while (c.stmt("SELECT 1 FROM jobs WHERE id=?").bind(1, id).step()) id = new_job_id(now);
+          // NOTE: 48 random bits per ms (job_id.h): a duplicate is improbable, not impossible. It inserts
+          // nothing (the primary key's own check, ON CONFLICT(id)) and the job takes a new id: no SELECT
+          // of the id before every insert (a statement per submit on the writer).
           auto& ins = c.stmt(
               "INSERT INTO jobs(id, tenant, status, priority, request_json, idempotency_key, request_hash, created_ms, "
-              "updated_ms, deadline_ms, store_content) VALUES (?,?,'queued',?,?,?,?,?,?,?,?)");
-          // NOTE: the texts bound without copies (the request may be long): id and nj outlive the run.
-          ins.bind_all_static(id, nj.tenant, static_cast<int64_t>(nj.priority), nj.request_json);
-          if (nj.idempotency_key.empty())
-            ins.bind_null(5);
-          else
-            ins.bind_static(5, nj.idempotency_key);
-          ins.bind_static(6, nj.request_hash).bind(7, now).bind(8, now).bind(9, nj.deadline_ms).bind(10, int64_t(nj.store_content)).run();
+              "updated_ms, deadline_ms, store_content) VALUES (?,?,'queued',?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING");
+          std::string id = new_job_id(now);
+          for (;;) {
+            // NOTE: the texts bound without copies (the request may be long): id and nj outlive the run.
+            ins.bind_all_static(id, nj.tenant, static_cast<int64_t>(nj.priority), nj.request_json);
+            if (nj.idempotency_key.empty())
+              ins.bind_null(5);
+            else
+              ins.bind_static(5, nj.idempotency_key);
+            ins.bind_static(6, nj.request_hash).bind(7, now).bind(8, now).bind(9, nj.deadline_ms).bind(10, int64_t(nj.store_content)).run();
+            if (c.db.changes() > 0) break;
+            ins.reset();  // its bindings point into id: cleared before id changes
+            id = new_job_id(now);
+          }
           insert_status_event(c, id, &nj.tenant, job_status::queued, status_json(job_status::queued), now);
           insert_outbox(c, "publish", id, priority_payload(nj.priority, nj.model), "", now);
           // NOTE: in the job's transaction: linked apart, it was a second fsynced commit per submit.
