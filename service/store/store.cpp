@@ -322,20 +322,18 @@ void insert_outbox(conn& c, const std::string& kind, const std::string& job_id, 
 // has none: a MAX(seq) probe less per row); -1 = after the job's last row. turn_idx: r's unless given.
 void insert_transcript(conn& c, const std::string& job_id, const transcript_row& r, int64_t now, int64_t seq = -1,
                        std::optional<int32_t> turn_idx = std::nullopt) {
+#define AQ_INSERT_TRANSCRIPT                                                                              \
+  "INSERT INTO transcript(job_id, seq, turn_idx, role, content, tool_calls_json, tool_call_id, name, usage_json, " \
+  "created_ms) VALUES "
+  auto& s = seq >= 0 ? c.stmt(AQ_INSERT_TRANSCRIPT "(?1,?10,?2,?3,?4,?5,?6,?7,?8,?9)")
+                     : c.stmt(AQ_INSERT_TRANSCRIPT
+                              "(?1, (SELECT COALESCE(MAX(seq),-1)+1 FROM transcript WHERE job_id=?1), ?2,?3,?4,?5,?6,?7,?8,?9)");
+#undef AQ_INSERT_TRANSCRIPT
   const int32_t turn = turn_idx.value_or(r.turn_idx);
-  // NOTE: no copies of the texts (the content may be long): bound and run in one expression.
-  if (seq >= 0) {
-    auto& s = c.stmt(
-        "INSERT INTO transcript(job_id, seq, turn_idx, role, content, tool_calls_json, tool_call_id, name, usage_json, "
-        "created_ms) VALUES (?1,?10,?2,?3,?4,?5,?6,?7,?8,?9)");
-    s.bind_all_static(job_id, turn, r.role, r.content, r.tool_calls_json, r.tool_call_id, r.name, r.usage_json, now, seq)
-        .run();
-    return;
-  }
-  auto& s = c.stmt(
-      "INSERT INTO transcript(job_id, seq, turn_idx, role, content, tool_calls_json, tool_call_id, name, usage_json, "
-      "created_ms) VALUES (?1, (SELECT COALESCE(MAX(seq),-1)+1 FROM transcript WHERE job_id=?1), ?2,?3,?4,?5,?6,?7,?8,?9)");
-  s.bind_all_static(job_id, turn, r.role, r.content, r.tool_calls_json, r.tool_call_id, r.name, r.usage_json, now).run();
+  // NOTE: no copies of the texts (the content may be long): every bound text outlives the run.
+  s.bind_all_static(job_id, turn, r.role, r.content, r.tool_calls_json, r.tool_call_id, r.name, r.usage_json, now);
+  if (seq >= 0) s.bind(10, seq);
+  s.run();
 }
 
 // The job is ours: running at this epoch.
@@ -379,9 +377,7 @@ write_status apply_init_transcript(conn& c, const std::string& job_id, int64_t e
   auto& s = c.stmt("SELECT EXISTS(SELECT 1 FROM transcript WHERE job_id=?)");
   s.bind(1, job_id);
   s.step();
-  const bool has_rows = s.col_int(0) > 0;
-  s.reset();
-  if (has_rows) return write_status::ok;
+  if (s.col_int(0) > 0) return write_status::ok;
   int64_t now = c.now();
   for (size_t i = 0; i < input.size(); ++i) insert_transcript(c, job_id, input[i], now, static_cast<int64_t>(i), -1);
   if (n_written) *n_written = static_cast<int64_t>(input.size());
@@ -400,7 +396,6 @@ write_status apply_commit_turn(conn& c, const std::string& job_id, int64_t epoch
     auto& s = c.stmt("SELECT 1 FROM transcript WHERE job_id=? AND turn_idx=? AND role='assistant'");
     s.bind_all(job_id, t.turn_idx);
     exists = s.step();
-    s.reset();
   }
   if (update_job) {
     auto& u = c.stmt("UPDATE jobs SET usage_json=?, updated_ms=? WHERE id=? AND lease_epoch=? AND status='running'");
