@@ -4,7 +4,9 @@
 # vs a no-op floor measured in the same run (GET /healthz rate). Two clients measure that:
 #  - the headline ("one_request_node", session 25): scripts/bench/queue_node.mjs jobs, as many jobs as
 #    the BullMQ run (5,000 quick, 20,000 full) submitted by 16 keep-alive connections, first submit
-#    (client clock) to last finished_at (server clock, same host), and its floor queue_node.mjs
+#    (client clock) to last finished_at (server clock, same host), after as many jobs from the same
+#    client alone (its warm-up, as BullMQ's producers add their jobs once before their end-to-end
+#    run; the cold figure is reported beside it), and its floor queue_node.mjs
 #    healthz with the same 16 connections. NOTE: node because the BullMQ baseline's own producers
 #    are node (16 of them, first add to last completion): the client shares the 2 cores with the
 #    server, and loadgen.py's Python threads cost ~2x node's CPU per job (docs/queue_perf.md,
@@ -132,8 +134,11 @@ if command -v node >/dev/null; then
     --pid "$pid" | tail -n 1)
   # NOTE: as many jobs as the BullMQ run below (bull_jobs) from as many connections as its producers;
   # a job that fails fails the run.
+  # NOTE: --warmup-jobs: the client first runs as many jobs alone, as BullMQ's producers add their N
+  # jobs once before its end-to-end run (session 34: a cold node client spent ~2x the CPU per job of
+  # a warm one, and BullMQ's end to end with cold producers was ~20 % slower: warm against warm).
   one_node=$(node scripts/bench/queue_node.mjs jobs --url "$url" --key "$key" --model stories260K --jobs "$bull_jobs" \
-    --clients "$node_clients" --pid "$pid" ${redis_pid:+--redis-pid "$redis_pid"} | tail -n 1)
+    --warmup-jobs "$bull_jobs" --clients "$node_clients" --pid "$pid" ${redis_pid:+--redis-pid "$redis_pid"} | tail -n 1)
   echo "== POST /v1/jobs at 1,000/s: ${submit_warm_s} s client warm-up, then $submit_s s measured (open loop)" >&2
   # NOTE: the warm-up is the same open loop at the same rate (agentqd stores and runs those jobs
   # too, and the worker is still running them during the measured seconds): only the client's own
@@ -215,6 +220,10 @@ if "jobs_per_s" in bull:
     # The node client's figures (session 25): as many jobs and connections as BullMQ's run.
     vs["e2e_one_request_per_job_vs_bullmq_jobs"] = round(one["jobs_per_s"] / bull["jobs_per_s"], 3)
     vs["healthz_floor_vs_bullmq_jobs"] = round(hz["healthz_per_s"] / bull["jobs_per_s"], 3)
+    # the same client's first N jobs, cold (the headline before session 34: a cold client against
+    # BullMQ's warm producers)
+    if "warmup" in one:
+        vs["e2e_one_request_per_job_cold_client_vs_bullmq_jobs"] = round(one["warmup"]["jobs_per_s"] / bull["jobs_per_s"], 3)
     # loadgen.py's (4 Python threads, 200 / 500 jobs): the keys these figures had before session 25
     vs["e2e_one_request_per_job_vs_bullmq_jobs_python_client"] = round(thr["jobs_per_s"] / bull["jobs_per_s"], 3)
     vs["healthz_floor_vs_bullmq_jobs_python_client"] = round(out["healthz_per_s"] / bull["jobs_per_s"], 3)
@@ -247,9 +256,11 @@ out["vs_bullmq"] = vs
 print("queue.sh: load average %s -> %s" % (sys.argv[9], sys.argv[10]), file=sys.stderr)
 if "jobs_per_s" in one:
     print("queue.sh: one request per job, node client: %s jobs/s (%s jobs, submits %s/s), /healthz %s/s; "
-          "CPU-ms per job: agentqd %s, its redis %s, the client %s" % (
+          "CPU-ms per job: agentqd %s, its redis %s, the client %s; the client's cold warm-up: %s jobs/s, "
+          "its CPU-ms per job %s" % (
               one["jobs_per_s"], one["jobs"], one["submit_per_s"], hz.get("healthz_per_s"),
-              one.get("agentqd_cpu_ms_per_job"), one.get("redis_cpu_ms_per_job"), one.get("client_cpu_ms_per_job")),
+              one.get("agentqd_cpu_ms_per_job"), one.get("redis_cpu_ms_per_job"), one.get("client_cpu_ms_per_job"),
+              one.get("warmup", {}).get("jobs_per_s"), one.get("warmup", {}).get("client_cpu_ms_per_job")),
           file=sys.stderr)
 print("queue.sh: one request per job, Python client: %s jobs/s (%s jobs), /healthz %s/s" % (
     thr["jobs_per_s"], thr["jobs"], out["healthz_per_s"]), file=sys.stderr)

@@ -7,12 +7,14 @@
 //   node queue_node.mjs healthz --url URL [--clients K] [--seconds S] [--pid P]
 //     the no-op HTTP floor: GET /healthz as fast as K keep-alive connections (default 16, one request
 //     in flight each) answer for S seconds; agentqd's (P) and this client's CPU-ms per round trip.
-//   node queue_node.mjs jobs --url URL --key KEY --model M --jobs N [--clients K] [--pid P] [--redis-pid R]
+//   node queue_node.mjs jobs --url URL --key KEY --model M --jobs N [--clients K] [--warmup-jobs W] [--pid P] [--redis-pid R]
 //     one HTTP request per job, shaped as the bullmq mode's end-to-end run: N 1-token jobs (loadgen.py's
 //     job_body) submitted by K keep-alive connections (default 16 = the BullMQ producers), each with one
 //     POST /v1/jobs in flight; then waits until all N are terminal. jobs_per_s = N / (the client's
 //     clock before the first submit -> the server's last finished_at; one host, both wall clocks), as
-//     the BullMQ figure is its first add -> its last completion. A job that does not end completed or
+//     the BullMQ figure is its first add -> its last completion. --warmup-jobs W: W jobs first from the
+//     same process (as the bullmq mode's producers add N jobs before its end-to-end run), reported
+//     apart as "warmup" (a cold client's jobs/s and CPU per job). A job that does not end completed or
 //     incomplete (a 1-token job's success) or a submit that is not 2xx fails the run (exit 1).
 //     CPU-ms per job of agentqd (P), its redis-server (R) and this client, from the first submit to
 //     the moment the last job was seen terminal (the listing that reads the results is after it);
@@ -198,6 +200,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 async function jobs(a) {
   const u = new URL(a.url);
   const n = Number(a.jobs || 5000), clients = Number(a.clients || 16), tag = a.tag || "e";
+  const n_warm = Number(a["warmup-jobs"] || 0);
   const pid = Number(a.pid || 0), redis_pid = Number(a["redis-pid"] || 0);
   const agent = new http.Agent({ keepAlive: true, maxSockets: clients + 1 });  // + the poller's
   const fail = (why) => {
@@ -205,27 +208,28 @@ async function jobs(a) {
     console.log(JSON.stringify({ jobs: n, clients, error: why }));
     process.exit(1);
   };
-  const ids = new Array(n), submit_ms = new Array(n);
-  let next = 0, first_error = "";
-  const threads0 = a.threads && pid ? thread_snap(pid) : null;  // --threads 1: the per-thread table
-  const cpu0 = cpu_ms(pid), rcpu0 = cpu_ms(redis_pid), self0 = self_cpu_ms();
-  const start_wall_ms = Date.now(), t0 = performance.now();
-  const producer = async () => {
-    while (next < n && !first_error) {
-      const i = next++;
-      // NOTE: loadgen.py's job_body (its content differs by the tag only): the same prompt tokens
-      const body = JSON.stringify({ model: a.model, messages: [{ role: "user", content: `Once upon a time ${tag}${i}` }],
-                                    max_turns: 1, max_tokens_per_turn: 1 });
-      const ts = performance.now();
-      const r = await request(agent, u, a.key, "POST", "/v1/jobs", body);
-      submit_ms[i] = performance.now() - ts;
-      if (r.status !== 200 && r.status !== 202) { first_error ||= `submit ${i}: ${r.status} ${r.body.slice(0, 200)}`; return; }
-      ids[i] = JSON.parse(r.body).id;
-    }
+  let first_error = "";
+  // count jobs by `clients` connections; their ids and submit latencies
+  const submit_all = async (count, job_tag) => {
+    const ids = new Array(count), submit_ms = new Array(count);
+    let next = 0;
+    const producer = async () => {
+      while (next < count && !first_error) {
+        const i = next++;
+        // NOTE: loadgen.py's job_body (its content differs by the tag only): the same prompt tokens
+        const body = JSON.stringify({ model: a.model, messages: [{ role: "user", content: `Once upon a time ${job_tag}${i}` }],
+                                      max_turns: 1, max_tokens_per_turn: 1 });
+        const ts = performance.now();
+        const r = await request(agent, u, a.key, "POST", "/v1/jobs", body);
+        submit_ms[i] = performance.now() - ts;
+        if (r.status !== 200 && r.status !== 202) { first_error ||= `submit ${i}: ${r.status} ${r.body.slice(0, 200)}`; return; }
+        ids[i] = JSON.parse(r.body).id;
+      }
+    };
+    await Promise.all(Array.from({ length: clients }, producer));
+    if (first_error) fail(first_error);
+    return { ids, submit_ms };
   };
-  await Promise.all(Array.from({ length: clients }, producer));
-  const submit_s = (performance.now() - t0) / 1000;
-  if (first_error) fail(first_error);
   // Wait: poll only the last job submitted (a GET by id every 50 ms: cheap beside ~1,000 jobs/s); jobs
   // run about in submit order, so when it is terminal nearly all are. The end time is the server's
   // finished_at, so the poll's period does not enter the figure.
@@ -243,6 +247,22 @@ async function jobs(a) {
       await sleep(50);
     }
   };
+  // --warmup-jobs W: W jobs first, from this same process, as the BullMQ run's producers add its N
+  // jobs once alone before its end-to-end run: the figure is of a warm client (its JIT, its heap); a
+  // cold client's W jobs are reported apart (warmup: their jobs/s to the last one's finished_at).
+  let warmup = null;
+  if (n_warm > 0) {
+    const w_wall_ms = Date.now(), w_self0 = self_cpu_ms();
+    const w = await submit_all(n_warm, `${tag}w`);
+    const last = await wait_terminal(w.ids[n_warm - 1]);
+    warmup = { jobs: n_warm, jobs_per_s: Math.round(n_warm / (last.finished_at - w_wall_ms / 1000)),
+               client_cpu_ms_per_job: +((self_cpu_ms() - w_self0) / n_warm).toFixed(3) };
+  }
+  const threads0 = a.threads && pid ? thread_snap(pid) : null;  // --threads 1: the per-thread table
+  const cpu0 = cpu_ms(pid), rcpu0 = cpu_ms(redis_pid), self0 = self_cpu_ms();
+  const start_wall_ms = Date.now(), t0 = performance.now();
+  const { ids, submit_ms } = await submit_all(n, tag);
+  const submit_s = (performance.now() - t0) / 1000;
   await wait_terminal(ids[n - 1]);
   let cpu1 = cpu_ms(pid), rcpu1 = cpu_ms(redis_pid), self1 = self_cpu_ms();
   let threads1 = threads0 ? thread_snap(pid) : null;
@@ -290,6 +310,7 @@ async function jobs(a) {
   if (pid) out.agentqd_cpu_ms_per_job = +((cpu1 - cpu0) / n).toFixed(3);
   if (redis_pid) out.redis_cpu_ms_per_job = +((rcpu1 - rcpu0) / n).toFixed(3);
   if (threads0) out.threads_per_job = thread_table(threads0, threads1, n);
+  if (warmup) out.warmup = warmup;
   console.log(JSON.stringify(out));
   if (failed > 0) {
     const j = all.find((j) => j.status !== "completed" && j.status !== "incomplete");
