@@ -140,37 +140,59 @@ inline __m512 row_both<avx2::load_bf16>(const uint8_t* w, int64_t j) {
 // rows8_float_avx2 (tiles_avx2.h) two inputs at a time: lanes 0-7 of each zmm accumulator are
 // input b's 8-lane chain for one row, lanes 8-15 input b + 1's, against the row's 8 weights in
 // both halves; the halves then reduced by the same hsum8x8 and the same tail (mul, then add,
-// per lane), so per (row, input) exactly that kernel's operations and bits. An odd last input
-// runs the AVX2 kernel itself.
+// per lane), so per (row, input) exactly that kernel's operations and bits. Four inputs at a
+// time where there are four: two such accumulators per row share each weight vector. An odd last
+// input runs the AVX2 kernel itself.
 // NOTE: why: at 64 columns (stories260K) a 256-bit FMA uses half a Zen 4/5 core's FMA width,
 // and the packed 8 x 6 tiles spend as much on packing, hsums and scattered stores as on FMAs.
+// Two inputs a step load a weight vector for every FMA (plus the inputs' own loads), more loads
+// than FMAs; four inputs share it between two FMAs (16 accumulators + 3 vectors of 32 zmm).
 // For L::size == 4 only whole rows of floats; the F16/BF16 forms convert each weight vector
-// once per input pair.
+// once per step.
 template <class L>
 void rows8_float_avx512(const uint8_t* w, size_t stride, const uint8_t* xb, size_t x_stride, int64_t n_x, int64_t n,
                         float* y, int64_t y_stride, int n_valid = 8) {
   const avx2::rows8_group<L> g(w, stride, n, n_valid);
   const auto& wr = g.wr;
-  const auto& tail_w = g.tail_w;
   const int64_t n8 = g.n8;
+  const auto input = [&](int64_t b) { return reinterpret_cast<const float*>(xb + static_cast<size_t>(b) * x_stride); };
+  // Inputs x0 (low halves) and x1 (high halves) of acc: the tail columns, the halves' sums, the stores.
+  const auto finish_pair = [&](const __m512 (&acc)[8], const float* x0, const float* x1, float* y0) {
+    __m512 tail = _mm512_setzero_ps();
+    for (int64_t k = 0; k < n - n8; ++k)
+      tail = _mm512_add_ps(tail, _mm512_mul_ps(broadcast8(g.tail_w[k]),
+                                               join_halves(_mm256_set1_ps(x0[n8 + k]), _mm256_set1_ps(x1[n8 + k]))));
+    __m256 lo[8], hi[8];
+    for (int r = 0; r < 8; ++r) lo[r] = low_half(acc[r]), hi[r] = high_half(acc[r]);
+    g.store(y0, _mm256_add_ps(hsum8x8(lo), low_half(tail)));
+    g.store(y0 + y_stride, _mm256_add_ps(hsum8x8(hi), high_half(tail)));
+  };
   int64_t b = 0;
+  for (; b + 4 <= n_x; b += 4) {
+    const float *x0 = input(b), *x1 = input(b + 1), *x2 = input(b + 2), *x3 = input(b + 3);
+    __m512 acc01[8], acc23[8];
+    for (int r = 0; r < 8; ++r) acc01[r] = acc23[r] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n8; j += 8) {
+      const __m512 x01 = join_halves(_mm256_loadu_ps(x0 + j), _mm256_loadu_ps(x1 + j));
+      const __m512 x23 = join_halves(_mm256_loadu_ps(x2 + j), _mm256_loadu_ps(x3 + j));
+      for (int r = 0; r < 8; ++r) {
+        const __m512 wv = row_both<L>(wr[r], j);
+        acc01[r] = _mm512_fmadd_ps(wv, x01, acc01[r]);
+        acc23[r] = _mm512_fmadd_ps(wv, x23, acc23[r]);
+      }
+    }
+    finish_pair(acc01, x0, x1, y + b * y_stride);
+    finish_pair(acc23, x2, x3, y + (b + 2) * y_stride);
+  }
   for (; b + 2 <= n_x; b += 2) {
-    const float* x0 = reinterpret_cast<const float*>(xb + static_cast<size_t>(b) * x_stride);
-    const float* x1 = reinterpret_cast<const float*>(xb + static_cast<size_t>(b + 1) * x_stride);
+    const float *x0 = input(b), *x1 = input(b + 1);
     __m512 acc[8];
     for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t j = 0; j < n8; j += 8) {
       const __m512 xv = join_halves(_mm256_loadu_ps(x0 + j), _mm256_loadu_ps(x1 + j));
       for (int r = 0; r < 8; ++r) acc[r] = _mm512_fmadd_ps(row_both<L>(wr[r], j), xv, acc[r]);
     }
-    __m512 tail = _mm512_setzero_ps();
-    for (int64_t k = 0; k < n - n8; ++k)
-      tail = _mm512_add_ps(tail, _mm512_mul_ps(broadcast8(tail_w[k]),
-                                               join_halves(_mm256_set1_ps(x0[n8 + k]), _mm256_set1_ps(x1[n8 + k]))));
-    __m256 lo[8], hi[8];
-    for (int r = 0; r < 8; ++r) lo[r] = low_half(acc[r]), hi[r] = high_half(acc[r]);
-    g.store(y + b * y_stride, _mm256_add_ps(hsum8x8(lo), low_half(tail)));
-    g.store(y + (b + 1) * y_stride, _mm256_add_ps(hsum8x8(hi), high_half(tail)));
+    finish_pair(acc, x0, x1, y + b * y_stride);
   }
   if (b < n_x)
     avx2::rows8_float_avx2<L>(w, stride, xb + static_cast<size_t>(b) * x_stride, x_stride, 1, n, y + b * y_stride,
