@@ -42,7 +42,9 @@ ABOUT = {
               "5 s = 100 requests, so p99 is about the max; full: 500 jobs, then 50 req/s for 10 s). The \"node "
               "client\" figures (since session 25; `scripts/bench/queue_node.mjs jobs` and `healthz`): as many jobs "
               "as the same run's BullMQ baseline (5,000 quick, 20,000 full) from 16 keep-alive connections, "
-              "first submit (client clock) to last finished_at, and the /healthz floor from the same 16. "
+              "first submit (client clock) to last finished_at, after as many jobs from the same client (warm, "
+              "as BullMQ's adds and end to end are measured the second time each since session 34), and the "
+              "/healthz floor from the same 16. "
               "Durability as run (`durability` in the JSON line, read from the live instance): "
               "DURABILITY."),
 }
