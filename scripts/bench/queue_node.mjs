@@ -13,8 +13,8 @@
 //     POST /v1/jobs in flight; then waits until all N are terminal. jobs_per_s = N / (the client's
 //     clock before the first submit -> the server's last finished_at; one host, both wall clocks), as
 //     the BullMQ figure is its first add -> its last completion. --warmup-jobs W: W jobs first from the
-//     same process (as the bullmq mode's producers add N jobs before its end-to-end run), reported
-//     apart as "warmup" (a cold client's jobs/s and CPU per job). A job that does not end completed or
+//     same process (as the bullmq mode measures its adds and its end to end the second time each),
+//     reported apart as "warmup" (a cold client's jobs/s and CPU per job). A job that does not end completed or
 //     incomplete (a 1-token job's success) or a submit that is not 2xx fails the run (exit 1).
 //     CPU-ms per job of agentqd (P), its redis-server (R) and this client, from the first submit to
 //     the moment the last job was seen terminal (the listing that reads the results is after it);
@@ -23,9 +23,10 @@
 //   node queue_node.mjs bullmq --bullmq-dir D --redis-port P --jobs N [--concurrency C] [--producers K]
 //     the baseline: BullMQ (installed by queue.sh into its temp dir D with npm) on its own
 //     redis-server. add_per_s: N no-op jobs added one Queue.add per job by K concurrent producers, no
-//     worker running, the second time (the first, cold producers', as cold_add_per_s); jobs_per_s: N more added the same way while a Worker (its own process,
-//     concurrency C) runs them, first add to last completion, measured the second time the same
-//     worker runs N (the first, a cold worker's, as cold_worker_jobs_per_s).
+//     worker running, the second time (the first, cold producers', as cold_add_per_s); jobs_per_s:
+//     N more added the same way while a Worker (its own process, concurrency C) runs them, first add
+//     to last completion, the second time the same worker runs N (the first, a cold worker's, as
+//     cold_worker_jobs_per_s).
 import fs from "node:fs";
 import http from "node:http";
 import { fork } from "node:child_process";
@@ -248,9 +249,9 @@ async function jobs(a) {
       await sleep(50);
     }
   };
-  // --warmup-jobs W: W jobs first, from this same process, as the BullMQ run's producers add its N
-  // jobs once alone before its end-to-end run: the figure is of a warm client (its JIT, its heap); a
-  // cold client's W jobs are reported apart (warmup: their jobs/s to the last one's finished_at).
+  // --warmup-jobs W: W jobs first, from this same process, as the bullmq mode measures its adds and
+  // its end to end the second time each: the figure is of a warm client (its JIT, its heap); a cold
+  // client's W jobs are reported apart (warmup: their jobs/s to the last one's finished_at).
   let warmup = null;
   if (n_warm > 0) {
     const w_wall_ms = Date.now(), w_self0 = self_cpu_ms();
