@@ -5,8 +5,8 @@
 #  - the headline ("one_request_node", session 25): scripts/bench/queue_node.mjs jobs, as many jobs as
 #    the BullMQ run (5,000 quick, 20,000 full) submitted by 16 keep-alive connections, first submit
 #    (client clock) to last finished_at (server clock, same host), after as many jobs from the same
-#    client alone (its warm-up, as BullMQ's producers add their jobs once before their end-to-end
-#    run; the cold figure is reported beside it), and its floor queue_node.mjs
+#    client alone (its warm-up, as the BullMQ run measures its adds and end to end the second time
+#    each; the cold figure is reported beside it), and its floor queue_node.mjs
 #    healthz with the same 16 connections. NOTE: node because the BullMQ baseline's own producers
 #    are node (16 of them, first add to last completion): the client shares the 2 cores with the
 #    server, and loadgen.py's Python threads cost ~2x node's CPU per job (docs/queue_perf.md,
