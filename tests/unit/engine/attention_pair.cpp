@@ -222,10 +222,12 @@ TEST_CASE("n_q queries over the cache in place give each query's own attention, 
   }
 }
 
-// Small head dims (a tiny model: stories260K's head_dim 8; on AVX2-only builds many queries
-// take attention_small.cpp, keys in the lanes), against one query per call, bit for bit: n_q
-// 1..40 (8-query V blocks and their 4/2/1 rest), with attn::small_min_queries at its default
-// and at 2, positions inside and on the 8-key groups up to 250 (blocks of 16, out of order),
+// Small head dims (a tiny model: stories260K's head_dim 8; many queries take
+// attention_small.cpp, keys in the lanes, two queries' scores per zmm on AVX-512 builds), against
+// one query per call, bit for bit: n_q 1..40 (8-query V blocks and their 4/2/1 rest, query pairs
+// and an odd one), with attn::small_min_queries at its default and at 2, positions inside and on
+// the 8-key groups up to 250 (blocks of 16, out of order; its K/V rows read group by group) and
+// past 512 keys (read through the prefetching row walk),
 // F32 and F16 K/V, the second of 2 K/V heads, plain, a window (not taken: the one-query path),
 // a soft-cap, a sink and an infinite V element at the last position; head_dim 16 as well (no
 // small kernel: the packed path).
@@ -241,7 +243,7 @@ TEST_CASE("n_q queries of a small head (head_dim 8) give each query's own attent
       l.block_size = 16;
       l.dtype = dt;
       l.head_major = true;
-      const int32_t n_blocks = 18;  // 288 positions
+      const int32_t n_blocks = 36;  // 576 positions
       kv_store kv(l, n_blocks);
       std::vector<int32_t> table(n_blocks);
       for (int32_t i = 0; i < n_blocks; ++i) table[size_t(i)] = (i * 5) % n_blocks;  // not in order
@@ -259,7 +261,7 @@ TEST_CASE("n_q queries of a small head (head_dim 8) give each query's own attent
           put(true, pos, d, nd(rng));
         }
       for (int variant = 0; variant < 5; ++variant) {  // plain, window, soft-cap, sink, infinite V
-        for (int32_t pos0 : {0, 1, 7, 8, 19, 37, 64, 213, 250}) {
+        for (int32_t pos0 : {0, 1, 7, 8, 19, 37, 64, 213, 250, 505, 530}) {
           for (int32_t n_q : {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 19, 24, 31, 32, 38}) {
             if (pos0 + n_q > 16 * n_blocks) continue;
             attention_args a;
