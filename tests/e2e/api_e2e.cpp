@@ -146,6 +146,10 @@ TEST_CASE("agentqd end to end") {
       auto r = user.post("/v1/jobs", body);
       REQUIRE(r.status == 202);
       ids.push_back(r.body["id"]);
+      // NOTE: "newest first" is by the submit's ms; jobs of one ms are ordered by their ids' random
+      // half (store/job_id.h), so two submits in one ms (a 1 ms submit, seen in CI) may list in either
+      // order. The expected order below needs a ms between them.
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     for (const auto& id : ids) user.wait_status(id, {"completed", "incomplete"});  // objects that stay put
     std::vector<std::string> seen;
