@@ -187,13 +187,18 @@ inline float hsum8(__m256 s) {
 // hsum8 of 8 vectors at once, bit for bit as hsum8 of each (agentq/hsum_avx2.h).
 using kernels::hsum8x8;
 
+// The max of v's 8 lanes (a max is exact in any order: every kernel's scores get the same one).
+inline float max8(__m256 v) {
+  v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+  v = _mm256_max_ps(v, _mm256_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)));
+  v = _mm256_max_ps(v, _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm256_cvtss_f32(v);
+}
+
 // scores[0..n) (their running max in vmx's lanes) -> probabilities exp(s - max), in place;
 // returns 1 / their sum in every lane.
 inline __m256 softmax_scores(const attention_args& a, float* scores, int32_t lo, int32_t n, __m256 vmx) {
-  vmx = _mm256_max_ps(vmx, _mm256_permute2f128_ps(vmx, vmx, 1));
-  vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(1, 0, 3, 2)));
-  vmx = _mm256_max_ps(vmx, _mm256_permute_ps(vmx, _MM_SHUFFLE(2, 3, 0, 1)));
-  const __m256 mx = vmx;
+  const __m256 mx = _mm256_set1_ps(max8(vmx));
   // Probabilities and their sum (4 double lanes by t mod 8 halves, fixed tree; tail scalar).
   __m256d sum4 = _mm256_setzero_pd();
   int32_t t = lo;  // a multiple of 8 (window_lo)

@@ -67,14 +67,6 @@ inline void v_common(const float* vr, int32_t n, const float* p, int64_t p_strid
   for (int j = 0; j < Q; ++j) _mm256_storeu_ps(out + j * out_stride, acc[j]);
 }
 
-// The max of v's 8 lanes (attend_one_avx2's reduction; a max is exact in any order).
-inline float max8(__m256 v) {
-  v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
-  v = _mm256_max_ps(v, _mm256_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)));
-  v = _mm256_max_ps(v, _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm256_cvtss_f32(v);
-}
-
 // Contexts up to this many keys read their K/V rows without a prefetch cursor (attend_hd8).
 constexpr int32_t k_direct_max_keys = 512;
 

@@ -56,21 +56,16 @@ model_field() {  # model_field MODEL FIELD
 # moment (seen in CI: beta's workers without wb.beta, then with it). Checks of who serves what (and
 # of the beta job's "waiting" event, written by a pass that a loaded host may run late) retry for up
 # to 5 s; a worker that never shows, or one that should not, still fails them.
-field_is() {  # field_is MODEL FIELD EXPECTED [EXPECTED_TOO]: true once the field is one of them
-  local v
-  for _ in $(seq 1 50); do
-    v=$(model_field "$1" "$2")
-    if [ "$v" = "$3" ] || [ "$v" = "${4:-$3}" ]; then return 0; fi
-    sleep 0.1
-  done
-  return 1
-}
-get_check() {  # get_check PATH PROGRAM [ARGS...]: python3 -c PROGRAM over GET PATH, retried as field_is
+get_check() {  # get_check PATH PROGRAM [ARGS...]: python3 -c PROGRAM over GET PATH, until it passes (5 s)
   for _ in $(seq 1 49); do
     if get "$1" | python3 -c "$2" "${@:3}" 2>/dev/null; then return 0; fi
     sleep 0.1
   done
   get "$1" | python3 -c "$2" "${@:3}"  # the last try, its error shown
+}
+field_is() {  # field_is MODEL FIELD EXPECTED...: true once model_field's output is one of them
+  get_check /v1/models "import json,sys; d={m['id']:m for m in json.load(sys.stdin)['data']}
+sys.exit(json.dumps(d[sys.argv[1]][sys.argv[2]]) not in sys.argv[3:])" "$@"
 }
 for _ in $(seq 1 100); do [ "$(model_field alpha served)" = true ] && break; sleep 0.1; done
 [ "$(model_field alpha served)" = true ] || fail "alpha is not served by wa"
