@@ -29,8 +29,10 @@ nlohmann::json batch_object(const store::batch_row& b);
 // One line of the output (is_error false) or error file for a line whose job finished (job
 // non-null) or never ran (refused at acceptance: error_json; or cancelled / expired before a worker
 // took it: why = "batch_cancelled" | "batch_expired").
+// line: the JSON text of the line (no newline), as nlohmann's dump(-1, ' ', false, replace) writes
+// it; a completed /v1/chat/completions or /v1/jobs line is written without a document.
 struct output_line {
-  nlohmann::json line;
+  std::string line;
   bool is_error = false;
 };
 output_line batch_output_line(const std::string& endpoint, const store::batch_result& r, const store::job_row* job,

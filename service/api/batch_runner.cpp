@@ -42,8 +42,8 @@ class jsonl_writer {
     if (fd_ >= 0) ::close(fd_);
   }
   bool ok() const { return fd_ >= 0 && !failed_; }
-  void add(const json& line) {
-    buf_ += line.dump(-1, ' ', false, json::error_handler_t::replace);
+  void add(std::string_view line) {
+    buf_.append(line);
     buf_ += '\n';
     ++n_lines_;
     if (buf_.size() >= (1 << 20)) flush();

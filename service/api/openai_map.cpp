@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "api/job_view.h"
+#include "api/json_text.h"
 #include "api/model_catalog.h"
 
 namespace agentq::api {
@@ -640,9 +641,11 @@ std::string chat_finish_reason(const store::job_row& job, const std::vector<stor
   const auto* last = last_turn(transcript);
   if (last && !last->tool_calls_json.empty() && last->tool_calls_json != "[]") return "tool_calls";
   if (job.status == store::job_status::incomplete) return "length";
+  // NOTE: the turn's usage read without its document (once per Batch output line, issue 29); a
+  // "finish" that is not a string reads as absent.
   if (last) {
-    json u = parse_or(last->usage_json, json::object());
-    if (u.is_object() && u.value("finish", "") == "length") return "length";
+    const usage_reader u(last->usage_json);
+    if (u.finish().is_string() && u.finish().get_ref<const std::string&>() == "length") return "length";
   }
   return "stop";
 }
@@ -725,6 +728,44 @@ json chat_completion_object(const store::job_row& job, const std::vector<store::
                       {{"reasoning_tokens", 0},
                        {"accepted_prediction_tokens", u["completion_tokens_details"]["accepted_prediction_tokens"]},
                        {"rejected_prediction_tokens", u["completion_tokens_details"]["rejected_prediction_tokens"]}}}}}};
+}
+
+std::string chat_completion_json(const store::job_row& job, const std::vector<store::transcript_row>& transcript) {
+  const usage_reader u(job.usage_json);
+  // NOTE: a usage the reader cannot stand for (usage_reader::complex; agentq never stores one) is
+  // made the old way, so the answer is the same in every case.
+  if (u.complex()) return chat_completion_object(job, transcript).dump(-1, ' ', false, json::error_handler_t::replace);
+  const auto* last = last_turn(transcript);
+  const bool calls = last && !last->tool_calls_json.empty() && last->tool_calls_json != "[]";
+  const int64_t prompt = u.prompt(), completion = u.completion();
+  std::string out;
+  out.reserve(512 + (last ? last->content.size() : 0));
+  json_writer w(out);
+  // Keys in std::map's order, as the object's dump writes them.
+  w.raw("{"), w.key("choices"), w.raw("[{"), w.key("finish_reason"), w.str(chat_finish_reason(job, transcript));
+  w.raw(","), w.key("index"), w.raw("0");
+  w.raw(","), w.key("logprobs"), w.raw("null");
+  w.raw(","), w.key("message"), w.raw("{"), w.key("content");
+  if (last && !(calls && last->content.empty())) w.str(last->content);
+  else w.raw("null");
+  w.raw(","), w.key("refusal"), w.raw("null");
+  w.raw(","), w.key("role"), w.raw("\"assistant\"");
+  if (calls) w.raw(","), w.key("tool_calls"), w.value(chat_tool_calls(last->tool_calls_json));
+  w.raw("}}]");
+  w.raw(","), w.key("created"), w.i64(job.created_ms / 1000);
+  w.raw(","), w.key("id"), w.str(chat_id_of(job.id));
+  w.raw(","), w.key("model"), w.str(request_model(job.request_json));
+  w.raw(","), w.key("object"), w.raw("\"chat.completion\"");
+  w.raw(","), w.key("system_fingerprint"), w.raw("\"agentq\"");
+  w.raw(","), w.key("usage"), w.raw("{"), w.key("completion_tokens"), w.i64(completion);
+  w.raw(","), w.key("completion_tokens_details"), w.raw("{"), w.key("accepted_prediction_tokens"), w.i64(u.accepted());
+  w.raw(","), w.key("reasoning_tokens"), w.raw("0");
+  w.raw(","), w.key("rejected_prediction_tokens"), w.i64(u.rejected()), w.raw("}");
+  w.raw(","), w.key("prompt_tokens"), w.i64(prompt);
+  w.raw(","), w.key("prompt_tokens_details"), w.raw("{"), w.key("cached_tokens"), w.i64(u.cached()), w.raw("}");
+  w.raw(","), w.key("total_tokens"), w.i64(prompt + completion);
+  w.raw("}}");
+  return out;
 }
 
 }  // namespace agentq::api

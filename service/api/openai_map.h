@@ -69,6 +69,10 @@ std::string request_model(const std::string& request_json);
 
 // A job row (+ transcript) as a chat.completion object.
 nlohmann::json chat_completion_object(const store::job_row& job, const std::vector<store::transcript_row>& transcript);
+// chat_completion_object(job, transcript).dump() as the API sends it (ensure_ascii off, invalid UTF-8
+// replaced), written straight into the text: the same bytes without building the object (issue 29:
+// once per line of a Batch file's output).
+std::string chat_completion_json(const store::job_row& job, const std::vector<store::transcript_row>& transcript);
 // The chat finish_reason of a terminal job: stop, length or tool_calls.
 std::string chat_finish_reason(const store::job_row& job, const std::vector<store::transcript_row>& transcript);
 

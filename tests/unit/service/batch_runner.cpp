@@ -106,7 +106,7 @@ struct fixture {
       job = db->get_job(r.job_id);
       if (job) transcript = db->read_transcript(r.job_id);
     }
-    return api::batch_output_line(b.endpoint, r, job ? &*job : nullptr, transcript, why).line;
+    return json::parse(api::batch_output_line(b.endpoint, r, job ? &*job : nullptr, transcript, why).line);
   }
 };
 
