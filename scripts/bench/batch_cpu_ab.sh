@@ -5,7 +5,8 @@
 # (1-token chat completions sharing a system prompt: scripts/bench/batch_accept.py) uploaded and run
 # to completed; agentqd's CPU-s per 1,000 lines from upload to completed, jobs/s and the 1-min load.
 # With PERF=1 also a perf record -g of side B's timed batch (perf report printed: top self symbols);
-# with THREADS=1 each run's CPU-s per 1,000 timed lines by thread name (agentqd's threads, stderr).
+# with THREADS=1 each run's CPU-s per 1,000 timed lines by thread name, and the seconds runnable but
+# waiting for a CPU (agentqd's threads, schedstat, stderr).
 # Each run's line also gives the engine's prompt tokens computed and cached per timed line (from
 # /metrics, read before and after the timed batch, outside its CPU window).
 #   scripts/bench/batch_cpu_ab.sh BIN_DIR_A BIN_DIR_B [LINES] [ROUNDS]   (default 3000, 3)
@@ -28,12 +29,14 @@ prompt_tokens() {
   curl -fsS "$url/metrics" | awk '/^agentq_prompt_tokens_computed_total/ {c += $NF} /^agentq_prompt_tokens_cached_total/ {k += $NF} END {print c + 0, k + 0}'
 }
 
-# "name ticks" per thread name of agentqd (utime + stime summed over the threads of that name).
+# "name cpu_ns wait_ns" per thread name of agentqd (schedstat: time on a CPU, time runnable but
+# waiting for one; summed over the threads of that name).
 thread_cpu() {
   local f
   for f in /proc/"$pid"/task/*/stat; do
-    sed 's/^[0-9]* (\(.*\)) /\1 /' "$f" 2>/dev/null | awk '{print $1, $13 + $14}'
-  done | awk '{c[$1] += $2} END {for (k in c) print k, c[k]}' | sort -k2 -n -r
+    printf '%s %s\n' "$(sed 's/^[0-9]* (\(.*\)) .*/\1/; s/ /_/g' "$f" 2>/dev/null)" \
+      "$(cut -d' ' -f1,2 "${f%stat}schedstat" 2>/dev/null)"
+  done | awk 'NF == 3 {c[$1] += $2; w[$1] += $3} END {for (k in c) print k, c[k], w[k]}' | sort -k2 -n -r
 }
 
 run_one() {  # bin_dir label extra_args -> prints "label cpu_per_1000 jobs_per_s load computed_per_line cached_per_line"
@@ -56,8 +59,9 @@ run_one() {  # bin_dir label extra_args -> prints "label cpu_per_1000 jobs_per_s
   out=$(python3 scripts/bench/batch_accept.py --url "$url" --key "$key" --lines "$n_lines" --pid "$pid" --wait | tail -n 1)
   if [ "${THREADS:-0}" = 1 ]; then
     thread_cpu >"$tmp/threads1"
-    echo "$label: CPU-s per 1,000 lines by thread: $(awk -v n="$n_lines" -v hz="$tck" 'NR == FNR {c0[$1] = $2; next}
-      {d = ($2 - c0[$1]) * 1000 / hz / n; if (d > 0) printf "%s %.4f  ", $1, d}' "$tmp/threads0" "$tmp/threads1")" >&2
+    echo "$label: CPU-s per 1,000 lines by thread (+ s runnable waiting for a CPU): $(awk -v n="$n_lines" \
+      'NR == FNR {c0[$1] = $2; w0[$1] = $3; next} {d = ($2 - c0[$1]) / 1e6 / n; if (d > 0.0005) printf "%s %.4f (+%.4f)  ", $1, d, ($3 - w0[$1]) / 1e6 / n}' \
+      "$tmp/threads0" "$tmp/threads1")" >&2
   fi
   if [ -n "$perf_pid" ]; then
     kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true

@@ -77,7 +77,7 @@ int run(const daemon::config& c) {
   bool serve_api = c.role != daemon::role::worker;
   bool run_worker = c.role != daemon::role::api;
   std::string err;
-  // --worker-nice: the job-running threads (engine, dispatcher, job threads) yield the CPUs to the
+  // --worker-nice: the job-running threads (engine, job threads) yield the CPUs to the
   // HTTP threads and the store's writer. Set before any of them starts: each takes it as it names itself.
   util::set_throughput_nice(run_worker ? c.worker_nice : 0);
 

@@ -1,8 +1,8 @@
 // Thread names and priority classes. Every long-lived thread names itself (per-thread profiles,
 // scripts/bench/futex_by_thread.sh); the job-running threads (engine loop and pool, the worker's
-// dispatcher, job threads and job-end grouping) are throughput work and, with agentqd's
-// --worker-nice, run at a higher nice value than the latency work (HTTP io threads, the store's
-// writer), so on a busy host a submit never waits behind a model step for a CPU.
+// job threads and job-end grouping) are throughput work and, with agentqd's --worker-nice, run at a
+// higher nice value than the latency work (HTTP io threads, the store's writer, the worker's
+// dispatcher), so on a busy host a submit never waits behind a model step for a CPU.
 #pragma once
 
 #include <cstdint>
