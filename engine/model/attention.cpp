@@ -182,11 +182,9 @@ void attend_heads_avx512(const attention_args& a, const attention_args& b, const
     for (int i = 0; i < 8; ++i) acc[i] = _mm512_mul_ps(qv[0], load8x2(kp[i]));
     for (int c = 1; c < NV; ++c)
       for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(qv[c], load8x2(kp[i] + 8 * c), acc[i]);
-    __m256 h[8];
-    for (int i = 0; i < 8; ++i) h[i] = kernels::low_half(acc[i]);
-    const __m256 s_a = _mm256_mul_ps(hsum8x8(h), scale);
-    for (int i = 0; i < 8; ++i) h[i] = kernels::high_half(acc[i]);
-    const __m256 s_b = _mm256_mul_ps(hsum8x8(h), scale);
+    // both heads' 8 trees at once (hsum8x8_halves: the same additions), then the same product
+    const __m512 s = _mm512_mul_ps(kernels::hsum8x8_halves(acc), kernels::join_halves(scale, scale));
+    const __m256 s_a = kernels::low_half(s), s_b = kernels::high_half(s);
     _mm256_storeu_ps(sa + t - 7, s_a);
     _mm256_storeu_ps(sb + t - 7, s_b);
     mxa = _mm256_max_ps(mxa, s_a);

@@ -35,26 +35,7 @@ inline void convert_row(const T* row, float* dst) {
   }
 }
 
-// hsum8x8 of each 256-bit half at once: v[i] = [A_i | B_i] -> [hsum8x8(A) | hsum8x8(B)], bit
-// for bit (the same lane pairs added in the same tree; vpermt2ps stands in for permute2f128,
-// which would mix the halves, and the 128-bit shuffles act on each half alike).
-inline __m512 hsum8x8_halves(const __m512 v[8]) {
-  // [x.l0 | y.l0 | x.l2 | y.l2] and [x.l1 | y.l1 | x.l3 | y.l3] in 128-bit lanes: permute2f128's
-  // 0x20 and 0x31 within each half.
-  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-  const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-  __m512 t[4];
-  for (int k = 0; k < 4; ++k)
-    t[k] = _mm512_add_ps(_mm512_permutex2var_ps(v[2 * k], lo, v[2 * k + 1]),
-                         _mm512_permutex2var_ps(v[2 * k], hi, v[2 * k + 1]));
-  const __m512 u0 = _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 u1 = _mm512_add_ps(_mm512_shuffle_ps(t[2], t[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm512_shuffle_ps(t[2], t[3], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15), s);
-}
+using kernels::hsum8x8_halves;  // [hsum8x8(A) | hsum8x8(B)] of v[i] = [A_i | B_i], bit for bit
 
 // The V pass of queries j0..j0+QB-1 over V rows [u0, u0 + cnt) (converted at vt): out_j +=
 // w_j[u] V_u in key order, w_j = the query's probabilities times 1/sum (the product every kernel
