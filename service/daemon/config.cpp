@@ -73,8 +73,8 @@ const char* usage() {
                                stay free for high, normal and low jobs, which then find a slot at once during a
                                batch (default 0 = 3/4 of --max-jobs; N >= --max-jobs = no reserve)
   --worker-nice N              nice increment (0..19, default 10) of the threads that run jobs (engine loop
-                               and pool, the worker's job threads): on a busy host the HTTP threads, the
-                               store's writer and the worker's dispatcher get the CPUs first, so a submit
+                               and pool, the worker's job threads; its dispatcher half of it): on a busy
+                               host the HTTP threads and the store's writer get the CPUs first, so a submit
                                does not wait behind a model step (docs/queue_perf.md, sessions 21, 36); 0 = off
   --shutdown-spill-s S         on SIGTERM / worker drain, write resident KV to disk for S s at most (default 5)
   --spill-after-s S            a requires_action wait's KV is also written to disk after S s (default 5; -1 = never)

@@ -77,8 +77,9 @@ int run(const daemon::config& c) {
   bool serve_api = c.role != daemon::role::worker;
   bool run_worker = c.role != daemon::role::api;
   std::string err;
-  // --worker-nice: the job-running threads (engine, job threads) yield the CPUs to the
-  // HTTP threads and the store's writer. Set before any of them starts: each takes it as it names itself.
+  // --worker-nice: the job-running threads (engine, job threads; the dispatcher half as much) yield
+  // the CPUs to the HTTP threads and the store's writer. Set before any of them starts: each takes
+  // it as it names itself.
   util::set_throughput_nice(run_worker ? c.worker_nice : 0);
 
   // SSRF allow-list

@@ -1387,10 +1387,11 @@ void worker::start() {
   impl_->acks = std::make_unique<ack_sender>([w = impl_.get()](const std::vector<queue::delivery>& ds) { w->q.ack_many(ds); });
   impl_->announce(true, {});
   impl_->dispatcher = std::thread([this] {
-    // NOTE: latency class, not --worker-nice's: every claim passes through this thread, and niced it
-    // waited for a CPU ~3x its own CPU time per Batch line (0.07 against 0.023 ms, schedstat) behind
-    // the engine's steps while freed slots stayed empty (issue 29, session 36: +7 % Batch jobs/s).
-    util::name_thread("aq-dispatch", util::thread_class::latency);
+    // NOTE: handoff class (half --worker-nice's increment): every claim passes through this thread;
+    // at the engine's nice it waited for a CPU ~3x its own CPU time per Batch line (0.07 against
+    // 0.023 ms, schedstat) while freed slots stayed empty, at the process's it slowed a Batch
+    // file's acceptance by ~10 % (issue 29, session 36: +4 % Batch jobs/s, acceptance unchanged).
+    util::name_thread("aq-dispatch", util::thread_class::handoff);
     impl_->dispatch_loop();
   });
   impl_->housekeeper = std::thread([this] { impl_->housekeeping_loop(); });
