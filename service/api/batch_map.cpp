@@ -89,44 +89,40 @@ output_line batch_output_line(const std::string& endpoint, const store::batch_re
                               const std::vector<store::transcript_row>& transcript, const std::string& why) {
   output_line out;
   std::string line_id = "batch_req_" + (r.job_id.size() > 4 ? r.job_id.substr(4) : std::to_string(r.line_idx));
-  json line = {{"id", line_id}, {"custom_id", r.custom_id}, {"response", nullptr}, {"error", nullptr}};
-  auto dumped = [&] { return line.dump(-1, ' ', false, json::error_handler_t::replace); };
+  // The error shapes (rare) as documents, dumped as the API dumps them.
+  auto document = [&](json error, json response) {
+    out.is_error = true;
+    const json line = {{"id", line_id}, {"custom_id", r.custom_id}, {"response", std::move(response)},
+                       {"error", std::move(error)}};
+    out.line = line.dump(-1, ' ', false, json::error_handler_t::replace);
+    return out;
+  };
   if (!job) {
-    out.is_error = true;
     json e = r.error_json.empty() ? json(nullptr) : json::parse(r.error_json, nullptr, false);
-    if (e.is_object()) {
-      line["error"] = {{"code", e.value("code", "invalid_request")}, {"message", e.value("message", "")}};
-    } else {
-      line["error"] = {{"code", why.empty() ? "batch_failed" : why},
-                       {"message", why == "batch_expired" ? "the batch expired before this request ran"
-                                   : why == "batch_cancelled" ? "the batch was cancelled before this request ran"
-                                                              : "this request did not run"}};
-    }
-    out.line = dumped();
-    return out;
-  }
-  if (job->status == store::job_status::cancelled && !why.empty() && job->started_ms == 0) {
-    out.is_error = true;
-    line["error"] = {{"code", why},
+    if (e.is_object())
+      return document({{"code", e.value("code", "invalid_request")}, {"message", e.value("message", "")}}, nullptr);
+    return document({{"code", why.empty() ? "batch_failed" : why},
                      {"message", why == "batch_expired" ? "the batch expired before this request ran"
-                                                        : "the batch was cancelled before this request ran"}};
-    out.line = dumped();
-    return out;
+                                 : why == "batch_cancelled" ? "the batch was cancelled before this request ran"
+                                                            : "this request did not run"}},
+                    nullptr);
   }
+  if (job->status == store::job_status::cancelled && !why.empty() && job->started_ms == 0)
+    return document({{"code", why},
+                     {"message", why == "batch_expired" ? "the batch expired before this request ran"
+                                                        : "the batch was cancelled before this request ran"}},
+                    nullptr);
   if (job->status == store::job_status::failed || job->status == store::job_status::cancelled) {
-    out.is_error = true;
     json body = {{"error",
                   {{"type", "server_error"},
                    {"message", job->error.empty() ? "the request " + std::string(store::to_string(job->status)) : job->error},
                    {"param", nullptr},
                    {"code", store::to_string(job->status)}}}};
-    line["response"] = {{"status_code", 500}, {"request_id", job->id}, {"body", std::move(body)}};
-    out.line = dumped();
-    return out;
+    return document(nullptr, {{"status_code", 500}, {"request_id", job->id}, {"body", std::move(body)}});
   }
   // NOTE: a line that ran is written as text (issue 29: the document of every line, built and
   // dumped, was most of the batch runner's work per job); the same bytes as the document's dump,
-  // keys in its order (unit.batch_runner checks a line of each endpoint against the objects).
+  // keys in its order (unit.batch_output_line checks every endpoint's line against the objects).
   std::string body;
   if (endpoint == "/v1/chat/completions")
     body = chat_completion_json(*job, transcript);

@@ -1390,7 +1390,8 @@ void worker::start() {
     // NOTE: handoff class (half --worker-nice's increment): every claim passes through this thread;
     // at the engine's nice it waited for a CPU ~3x its own CPU time per Batch line (0.07 against
     // 0.023 ms, schedstat) while freed slots stayed empty, at the process's it slowed a Batch
-    // file's acceptance by ~10 % (issue 29, session 36: +4 % Batch jobs/s, acceptance unchanged).
+    // file's acceptance by ~10 % (issue 29, session 36: here +4 % Batch jobs/s, acceptance within
+    // its run-to-run spread).
     util::name_thread("aq-dispatch", util::thread_class::handoff);
     impl_->dispatch_loop();
   });
