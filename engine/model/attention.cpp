@@ -170,6 +170,7 @@ void attend_heads_avx512(const attention_args& a, const attention_args& b, const
   for (int c = 0; c < NV; ++c) qv[c] = kernels::join_halves(_mm256_loadu_ps(qa + 8 * c), _mm256_loadu_ps(qb + 8 * c));
   const int32_t n = pos + 1, lo = window_lo(a, pos);
   const __m256 scale = _mm256_set1_ps(a.scale);
+  const __m512 scale2 = kernels::join_halves(scale, scale);  // both heads' (hsum8x8_halves below)
   __m256 mxa = _mm256_set1_ps(-INFINITY), mxb = mxa;
   const T* kp[8];
   int cnt = 0;
@@ -183,7 +184,7 @@ void attend_heads_avx512(const attention_args& a, const attention_args& b, const
     for (int c = 1; c < NV; ++c)
       for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(qv[c], load8x2(kp[i] + 8 * c), acc[i]);
     // both heads' 8 trees at once (hsum8x8_halves: the same additions), then the same product
-    const __m512 s = _mm512_mul_ps(kernels::hsum8x8_halves(acc), kernels::join_halves(scale, scale));
+    const __m512 s = _mm512_mul_ps(kernels::hsum8x8_halves(acc), scale2);
     const __m256 s_a = kernels::low_half(s), s_b = kernels::high_half(s);
     _mm256_storeu_ps(sa + t - 7, s_a);
     _mm256_storeu_ps(sb + t - 7, s_b);

@@ -6,7 +6,7 @@
 # to completed; agentqd's CPU-s per 1,000 lines from upload to completed, jobs/s and the 1-min load.
 # With PERF=1 also a perf record -g of side B's timed batch (perf report printed: top self symbols);
 # with THREADS=1 each run's CPU-s per 1,000 timed lines by thread name, and the seconds runnable but
-# waiting for a CPU (agentqd's threads, schedstat, stderr).
+# waiting for a CPU (batch_stages.py's schedstat window over agentqd's threads, stderr).
 # Each run's line also gives the engine's prompt tokens computed and cached per timed line (from
 # /metrics, read before and after the timed batch, outside its CPU window).
 #   scripts/bench/batch_cpu_ab.sh BIN_DIR_A BIN_DIR_B [LINES] [ROUNDS]   (default 3000, 3)
@@ -29,16 +29,6 @@ prompt_tokens() {
   curl -fsS "$url/metrics" | awk '/^agentq_prompt_tokens_computed_total/ {c += $NF} /^agentq_prompt_tokens_cached_total/ {k += $NF} END {print c + 0, k + 0}'
 }
 
-# "name cpu_ns wait_ns" per thread name of agentqd (schedstat: time on a CPU, time runnable but
-# waiting for one; summed over the threads of that name).
-thread_cpu() {
-  local f
-  for f in /proc/"$pid"/task/*/stat; do
-    printf '%s %s\n' "$(sed 's/^[0-9]* (\(.*\)) .*/\1/; s/ /_/g' "$f" 2>/dev/null)" \
-      "$(cut -d' ' -f1,2 "${f%stat}schedstat" 2>/dev/null)"
-  done | awk 'NF == 3 {c[$1] += $2; w[$1] += $3} END {for (k in c) print k, c[k], w[k]}' | sort -k2 -n -r
-}
-
 run_one() {  # bin_dir label extra_args -> prints "label cpu_per_1000 jobs_per_s load computed_per_line cached_per_line"
   local bin=$1 label=$2 d="$tmp/$2.$RANDOM"
   local -a extra_args
@@ -55,13 +45,20 @@ run_one() {  # bin_dir label extra_args -> prints "label cpu_per_1000 jobs_per_s
     perf_pid=$!
     sleep 0.5
   fi
-  [ "${THREADS:-0}" = 1 ] && thread_cpu >"$tmp/threads0"
+  local stages_pid=""
+  if [ "${THREADS:-0}" = 1 ]; then  # batch_stages.py's per-thread schedstat window over the timed batch
+    python3 scripts/bench/batch_stages.py --pid "$pid" --interval 0.1 --seconds 600 >"$tmp/stages.json" 2>/dev/null &
+    stages_pid=$!
+  fi
   out=$(python3 scripts/bench/batch_accept.py --url "$url" --key "$key" --lines "$n_lines" --pid "$pid" --wait | tail -n 1)
-  if [ "${THREADS:-0}" = 1 ]; then
-    thread_cpu >"$tmp/threads1"
-    echo "$label: CPU-s per 1,000 lines by thread (+ s runnable waiting for a CPU): $(awk -v n="$n_lines" \
-      'NR == FNR {c0[$1] = $2; w0[$1] = $3; next} {d = ($2 - c0[$1]) / 1e6 / n; if (d > 0.0005) printf "%s %.4f (+%.4f)  ", $1, d, ($3 - w0[$1]) / 1e6 / n}' \
-      "$tmp/threads0" "$tmp/threads1")" >&2
+  if [ -n "$stages_pid" ]; then
+    kill -INT "$stages_pid"; wait "$stages_pid" || true
+    python3 - "$label" "$n_lines" "$tmp/stages.json" <<'PY' >&2
+import json, sys
+label, n, t = sys.argv[1], int(sys.argv[2]), json.load(open(sys.argv[3]))["threads"]
+print(f"{label}: CPU-s per 1,000 lines by thread (+ s runnable waiting for a CPU): " + "  ".join(
+    f"{k} {1000 * v['run_s'] / n:.4f} (+{1000 * v['wait_s'] / n:.4f})" for k, v in t.items() if v["run_s"] * 1000 / n > 0.0005))
+PY
   fi
   if [ -n "$perf_pid" ]; then
     kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true
