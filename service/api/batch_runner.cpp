@@ -18,6 +18,7 @@
 #include "api/batch_feeder.h"
 #include "api/batch_input.h"
 #include "api/batch_map.h"
+#include "api/json_text.h"
 #include "api/model_catalog.h"
 #include "store/store.h"
 #include "util/crypto.h"
@@ -336,7 +337,7 @@ void batch_runner::ingest(const store::batch_row& b) {
     }
     if (spec) {
       (*spec)["batch"] = {{"id", b.id}, {"custom_id", l.custom_id}};
-      l.request_json = spec->dump();
+      l.request_json = document_text(*spec);
     } else {
       l.error_json = json{{"code", "invalid_request"}, {"message", why}, {"param", param}}.dump();
     }

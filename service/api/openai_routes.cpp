@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "api/json_text.h"
 #include "api/openai_map.h"
 #include "api/openai_registry.h"
 #include "api/openai_stream.h"
@@ -31,7 +32,7 @@ std::optional<store::new_job> new_job_of(const auth::key_info& key, const reques
                                          response* error) {
   store::new_job nj;
   nj.tenant = key.tenant;
-  nj.request_json = j.spec.dump();
+  nj.request_json = document_text(j.spec);
   nj.priority = *store::parse_job_priority(j.spec.value("priority", "normal"));
   nj.key_id = key.id;
   if (auto m = j.spec.find("model"); m != j.spec.end() && m->is_string()) nj.model = m->get<std::string>();

@@ -2,7 +2,8 @@
 // surface's mapping (parse_body, map_chat_request, map_response_request, then validate_job with a
 // real engine_catalog over the tiny model). The first byte picks the surface. Invariants: no
 // crash or sanitizer report; a refusal is a 4xx whose JSON error body serializes; an accepted
-// request maps to a spec that names the loaded model, the surface and client_tool_calls=finish.
+// request maps to a spec that names the loaded model, the surface and client_tool_calls=finish;
+// json_text's document_text writes the body and the spec byte for byte as nlohmann's dump.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "api/json_text.h"
 #include "api/model_catalog.h"
 #include "api/openai_map.h"
 #include "net/ssrf_guard.h"
@@ -67,6 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (job->spec.value("model", "") != "stories260K" || job->spec.value("client_tool_calls", "") != "finish") std::abort();
   if (job->spec["openai"].value("surface", "") != (chat ? "chat" : "responses")) std::abort();
-  job->spec.dump();
+  // document_text writes what dump writes (it stores the spec of every chat completion and Batch line)
+  if (api::document_text(job->spec) != job->spec.dump() || api::document_text(*parsed) != parsed->dump()) std::abort();
   return 0;
 }
