@@ -7,10 +7,12 @@
 
 #include <nlohmann/json.hpp>
 #include <chrono>
+#include <map>
 #include <future>
 #include <set>
 #include <thread>
 
+#include "api/job_view.h"
 #include "net/http_client.h"
 #include "net/ssrf_guard.h"
 #include "store/sqlite.h"
@@ -130,6 +132,51 @@ TEST_CASE("webhook scan: the cursor moves over pages with no candidate; only can
   auto h = d->list(hook);
   REQUIRE(h.size() == 1);
   CHECK(h[0].event_type == "job.completed");
+}
+
+// The scan's page passes over a job's queued and running events (no status of theirs makes a
+// delivery) before it reads the job's request, and keeps every event whose status does: a webhook
+// job's completed, failed (its error naming a running status) and cancelled ends all come back.
+TEST_CASE("webhook scan: queued and running events are passed over; every end that may deliver is read") {
+  test::temp_dir dir;
+  store::store_options so;
+  auto st = open_store(dir, &so);
+  const json hook = {{"webhook", {{"url", "http://127.0.0.1:9/job"}}}};
+  const int64_t start = st->last_event_id();
+  const std::string done = finished_job(*st, hook);
+  auto ended = [&](store::job_status status, const std::string& error) {
+    json req = {{"model", "m"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
+    req.update(hook);
+    store::new_job nj;
+    nj.tenant = "t";
+    nj.request_json = req.dump();
+    auto made = st->create_job(std::move(nj)).get();
+    auto c = st->claim_job(made.job.id, "w", 60000, 3).get();
+    REQUIRE(c.outcome == store::claim_outcome::claimed);
+    store::step_commit step;
+    step.end = store::job_end{status, "{}", error, {}, true};
+    REQUIRE(st->commit_step(made.job.id, c.won->epoch, std::move(step)).get() == store::write_status::ok);
+    return made.job.id;
+  };
+  const std::string failed = ended(store::job_status::failed, R"(tool said {"status":"running"})");
+  const std::string cancelled = ended(store::job_status::cancelled, "");
+  std::map<std::string, std::string> want;  // job -> the status its read event carries
+  for (const auto& id : {done, failed, cancelled})
+    for (const auto& e : st->read_events(id, 0, 100)) {
+      if (e.type != "status") continue;
+      auto status = store::parse_job_status(json::parse(e.data_json).value("status", ""));
+      REQUIRE(status);
+      if (!api::webhook_event_for(*status).empty()) want[id] = store::to_string(*status);
+    }
+  REQUIRE(want.size() == 3);
+  std::map<std::string, std::string> got;
+  for (const auto& e : st->read_webhook_candidates(start, 1000).events) {
+    INFO(e.data_json);
+    CHECK(e.data_json != R"({"status":"queued"})");
+    CHECK(e.data_json.rfind(R"({"attempt":)", 0) == std::string::npos);
+    got[e.job_id] = json::parse(e.data_json).value("status", "");
+  }
+  CHECK(got == want);
 }
 
 // The pre-filter twice: the scan's SQL reads the jobs whose end it must look at, the worker's C++ decides
