@@ -23,6 +23,7 @@
 #include "store/store.h"
 #include "util/crypto.h"
 #include "util/fault.h"
+#include "util/split_loop.h"
 #include <agentq/thread_class.h>
 
 namespace agentq::api {
@@ -251,6 +252,8 @@ void batch_runner::ingest(const store::batch_row& b) {
   // acceptance took on a 2-vCPU Zen 3 (docs/queue_perf.md "Session 25").
   int32_t chunk_limit = std::min(options_.first_chunk_lines, options_.chunk_lines);
   std::string text;
+  std::vector<std::string> texts;  // the chunk's lines, mapped at its flush
+  texts.reserve(size_t(options_.chunk_lines));
   // NOTE: parsing and mapping the next chunk overlaps the write transaction of the one before (a
   // second thread writes; at most one chunk waits, so memory stays bounded by two chunks).
   std::mutex wmu;
@@ -288,8 +291,48 @@ void batch_runner::ingest(const store::batch_row& b) {
       }
     }
   });
+  // A line -> its job row (or its refusal): parse, check the endpoint, map, the spec as text.
+  auto map_line = [&](store::batch_line& l, const std::string& line) {
+    std::string why, param;
+    auto r = parse_batch_line(line, &why, &param);
+    validation_error err;
+    std::optional<json> spec;
+    if (r) {
+      l.custom_id = r->custom_id;
+      if (r->url != b.endpoint) {
+        why = "'url' " + r->url + " is not the batch's endpoint " + b.endpoint;
+        param = "url";
+      } else {
+        spec = batch_line_spec(r->url, r->body, catalog, *deps_.guard, options_.limits, &err, &l.store_content);
+        if (!spec) {
+          why = err.message;
+          param = err.param.empty() ? "body" : "body." + err.param;
+        }
+      }
+    } else {
+      l.custom_id = "line-" + std::to_string(l.line_idx + 1);
+    }
+    if (spec) {
+      (*spec)["batch"] = {{"id", b.id}, {"custom_id", l.custom_id}};
+      l.request_json = document_text(*spec);
+    } else {
+      l.error_json = json{{"code", "invalid_request"}, {"message", why}, {"param", param}}.dump();
+    }
+  };
+  // NOTE: a chunk's lines are read here and mapped by two threads (this one and aq-batch-map, half
+  // each) while the writer commits the chunk before: mapping was the slower of the two stages once
+  // the writer's rows went in as multi-row INSERTs (docs/queue_perf.md "Session 37").
+  util::split_loop mapper("aq-batch-map");
+  const double map_cpu0 = mapper.helper_cpu_s();
+  const util::split_loop::range_fn map_range = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) map_line(chunk[i], texts[i]);
+  };
   auto flush = [&]() -> bool {
     if (chunk.empty()) return true;
+    if (!texts.empty()) {  // not yet mapped (a chunk whose hand-off failed is mapped already)
+      mapper.run(chunk.size(), map_range);
+      texts.clear();
+    }
     std::unique_lock lock(wmu);
     wcv.wait(lock, [&] { return !pending.has_value() || write_failed; });
     if (write_failed) return false;
@@ -314,34 +357,9 @@ void batch_runner::ingest(const store::batch_row& b) {
     if (text.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines are not requests
     int64_t line_idx = idx++;
     if (line_idx < start) continue;  // accepted before a restart
-    store::batch_line l;
-    l.line_idx = line_idx;
-    std::string why, param;
-    auto r = parse_batch_line(text, &why, &param);
-    validation_error err;
-    std::optional<json> spec;
-    if (r) {
-      l.custom_id = r->custom_id;
-      if (r->url != b.endpoint) {
-        why = "'url' " + r->url + " is not the batch's endpoint " + b.endpoint;
-        param = "url";
-      } else {
-        spec = batch_line_spec(r->url, r->body, catalog, *deps_.guard, options_.limits, &err, &l.store_content);
-        if (!spec) {
-          why = err.message;
-          param = err.param.empty() ? "body" : "body." + err.param;
-        }
-      }
-    } else {
-      l.custom_id = "line-" + std::to_string(line_idx + 1);
-    }
-    if (spec) {
-      (*spec)["batch"] = {{"id", b.id}, {"custom_id", l.custom_id}};
-      l.request_json = document_text(*spec);
-    } else {
-      l.error_json = json{{"code", "invalid_request"}, {"message", why}, {"param", param}}.dump();
-    }
-    chunk.push_back(std::move(l));
+    chunk.emplace_back().line_idx = line_idx;
+    texts.push_back(std::move(text));
+    text = {};
     if (int32_t(chunk.size()) >= chunk_limit) {
       if (!flush()) break;
       chunk_limit = options_.chunk_lines;
@@ -352,7 +370,8 @@ void batch_runner::ingest(const store::batch_row& b) {
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("batch {}: {} lines accepted as jobs in {:.2f} s ({:.0f} lines/s; {:.2f} s writing; CPU {:.2f} s "
                "reading and mapping, {:.2f} s writing)",
-               b.id, idx - start, s, s > 0 ? double(idx - start) / s : 0.0, write_s, thread_cpu_s() - cpu0,
+               b.id, idx - start, s, s > 0 ? double(idx - start) / s : 0.0, write_s,
+               thread_cpu_s() - cpu0 + mapper.helper_cpu_s() - map_cpu0,
                writer_cpu_s);
   deps_.batches->transition(b.id, store::batch_status::validating, store::batch_status::in_progress, {},
                             {{"n_total", idx}});
