@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "api/validate.h"
+#include "util/split_loop.h"
 
 namespace agentq::api {
 
@@ -257,33 +258,76 @@ std::optional<batch_request_line> parse_batch_line(std::string_view line, std::s
   return out;
 }
 
+struct jsonl_checker::pending_line {
+  int64_t no = 0;
+  bool too_long = false;
+  std::string text;
+  std::optional<batch_request_line> request;
+  std::string why, param;                  // parse_batch_line's refusal
+  std::optional<std::string> refused;      // on_line's
+  std::string refused_param;
+};
+
 jsonl_checker::jsonl_checker(size_t max_line_bytes, line_fn on_line)
     : max_line_bytes_(max_line_bytes), on_line_(std::move(on_line)) {}
+
+jsonl_checker::~jsonl_checker() = default;
+
+bool jsonl_checker::fail(int64_t line_no, std::string why, std::string param) {
+  failed_ = true;
+  error_line_ = line_no;
+  error_ = "line " + std::to_string(line_no) + ": " + why;
+  param_ = std::move(param);
+  return false;
+}
 
 bool jsonl_checker::line(std::string_view l) {
   ++line_no_;
   if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
-  auto fail = [this](std::string why, std::string param) {
-    failed_ = true;
-    error_line_ = line_no_;
-    error_ = "line " + std::to_string(line_no_) + ": " + why;
-    param_ = std::move(param);
-    return false;
-  };
   if (std::all_of(l.begin(), l.end(), [](char c) { return c == ' ' || c == '\t'; })) return true;
-  if (l.size() > max_line_bytes_)
-    return fail("longer than " + std::to_string(max_line_bytes_) + " bytes", "");
-  std::string why, param;
-  auto r = parse_batch_line(l, &why, &param);
-  if (!r) return fail(why, param);
-  if (url_.empty()) url_ = r->url;
-  else if (r->url != url_)
-    return fail("'url' is " + r->url + " but earlier lines name " + url_ + " (one endpoint per batch)", "url");
-  if (!custom_ids_.insert(r->custom_id).second)
-    return fail("custom_id '" + r->custom_id + "' appears twice (each must be unique in the file)", "custom_id");
-  if (on_line_)
-    if (auto refused = on_line_(line_no_, *r, &param)) return fail(*refused, param);
-  ++n_requests_;
+  pending_line& p = pending_.emplace_back();
+  p.no = line_no_;
+  if (l.size() > max_line_bytes_) {
+    p.too_long = true;
+  } else {
+    p.text.assign(l);
+    pending_bytes_ += l.size();
+  }
+  if (pending_.size() >= k_group_lines || pending_bytes_ >= k_group_bytes) return check_pending();
+  return true;
+}
+
+bool jsonl_checker::check_pending() {
+  auto check = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      pending_line& p = pending_[i];
+      if (p.too_long) continue;
+      p.request = parse_batch_line(p.text, &p.why, &p.param);
+      if (p.request && on_line_) p.refused = on_line_(p.no, *p.request, &p.refused_param);
+    }
+  };
+  constexpr size_t k_min_split = 64;  // a smaller group is checked on this thread alone
+  if (pending_.size() >= k_min_split) {
+    if (!split_) split_ = std::make_unique<util::split_loop>("aq-upload-check");
+    split_->run(pending_.size(), check, k_min_split);
+  } else {
+    check(0, pending_.size());
+  }
+  // In line order, as one line at a time: the first bad line is the verdict.
+  for (pending_line& p : pending_) {
+    if (p.too_long) return fail(p.no, "longer than " + std::to_string(max_line_bytes_) + " bytes", "");
+    if (!p.request) return fail(p.no, p.why, p.param);
+    const batch_request_line& r = *p.request;
+    if (url_.empty()) url_ = r.url;
+    else if (r.url != url_)
+      return fail(p.no, "'url' is " + r.url + " but earlier lines name " + url_ + " (one endpoint per batch)", "url");
+    if (!custom_ids_.insert(r.custom_id).second)
+      return fail(p.no, "custom_id '" + r.custom_id + "' appears twice (each must be unique in the file)", "custom_id");
+    if (p.refused) return fail(p.no, *p.refused, p.refused_param);
+    ++n_requests_;
+  }
+  pending_.clear();
+  pending_bytes_ = 0;
   return true;
 }
 
@@ -292,11 +336,9 @@ bool jsonl_checker::feed(std::string_view data) {
     size_t nl = data.find('\n');
     if (nl == std::string_view::npos) {
       if (partial_.size() + data.size() > max_line_bytes_ + 1) {
+        if (!check_pending()) return false;  // an earlier line's error comes first
         ++line_no_;
-        failed_ = true;
-        error_line_ = line_no_;
-        error_ = "line " + std::to_string(line_no_) + ": longer than " + std::to_string(max_line_bytes_) + " bytes";
-        return false;
+        return fail(line_no_, "longer than " + std::to_string(max_line_bytes_) + " bytes", "");
       }
       partial_.append(data);
       return true;
@@ -321,6 +363,7 @@ bool jsonl_checker::finish() {
     partial_.clear();
     if (!line(l)) return false;
   }
+  if (!check_pending()) return false;
   if (n_requests_ == 0) {
     failed_ = true;
     error_ = "the file has no request lines";

@@ -8,9 +8,15 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <memory>
 #include <unordered_set>
+#include <vector>
 
 #include <nlohmann/json.hpp>
+
+namespace agentq::util {
+class split_loop;
+}
 
 namespace agentq::api {
 
@@ -67,11 +73,17 @@ std::optional<batch_request_line> parse_batch_line(std::string_view line, std::s
 // max_line_bytes per line, the same url on every line), handing each good line to on_line (which may
 // refuse it: return a message). Blank lines are skipped. The first error stops it: error() is
 // "line N: ..." and error_line() is N (1-based).
+// NOTE: lines are checked a group at a time (up to k_group_lines lines or k_group_bytes bytes),
+// parsed and handed to on_line by two threads (util::split_loop: the caller's and aq-upload-check)
+// and then judged in line order, so the verdict is the one-line-at-a-time verdict; on_line must be
+// safe on two threads at once, and may see lines after the first bad one (its answer is unused).
 class jsonl_checker {
  public:
   using line_fn = std::function<std::optional<std::string>(int64_t line_no, batch_request_line& line,
                                                            std::string* param)>;
+  static constexpr size_t k_group_lines = 512, k_group_bytes = size_t(4) << 20;
   jsonl_checker(size_t max_line_bytes, line_fn on_line);
+  ~jsonl_checker();
   bool feed(std::string_view data);
   bool finish();
   int64_t n_requests() const { return n_requests_; }
@@ -81,7 +93,10 @@ class jsonl_checker {
   int64_t error_line() const { return error_line_; }
 
  private:
+  struct pending_line;
   bool line(std::string_view l);
+  bool check_pending();
+  bool fail(int64_t line_no, std::string why, std::string param);
   size_t max_line_bytes_;
   line_fn on_line_;
   std::string partial_;
@@ -89,6 +104,9 @@ class jsonl_checker {
   std::string url_, error_, param_;
   std::unordered_set<std::string> custom_ids_;
   bool failed_ = false;
+  std::vector<pending_line> pending_;
+  size_t pending_bytes_ = 0;
+  std::unique_ptr<util::split_loop> split_;  // made at the first group worth two threads
 };
 
 }  // namespace agentq::api

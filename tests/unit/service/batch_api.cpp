@@ -5,6 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include "api/api.h"
 #include "api/batch_input.h"
@@ -125,6 +128,75 @@ TEST_CASE("jsonl: each bad line is refused with its number and field") {
   CHECK(std::get<2>(check(bad.dump())) == "extra");
   CHECK(std::get<3>(check(chat_line("a", std::string(2000, 'x')))).find("longer than 1024") != std::string::npos);
   CHECK_FALSE(std::get<0>(check("\n\n")));  // no requests at all
+}
+
+// Lines are checked in groups by two threads (jsonl_checker's note); the verdict is the first bad
+// line's, in line order, whatever the group boundaries, the pieces the file is fed in, and the
+// errors of later lines (a parse error, a duplicate, a refusal of on_line, a line too long).
+TEST_CASE("jsonl: in groups on two threads, the first bad line in line order is the verdict") {
+  const int n = 1500;
+  auto file = [&](int bad_at, const std::string& bad, int dup_at, int long_at) {
+    std::string f;
+    for (int i = 1; i <= n; ++i) {
+      if (i == bad_at) f += bad;
+      else if (i == dup_at) f += chat_line("r1");
+      else if (i == long_at) f += chat_line("r" + std::to_string(i), std::string(3000, 'x'));
+      else f += chat_line("r" + std::to_string(i));
+      f += i % 97 == 0 ? "\r\n\n" : "\n";  // CRLF and blank lines too
+    }
+    return f;
+  };
+  struct verdict {
+    bool ok;
+    int64_t line, n_requests;
+    std::string error, param;
+    bool operator==(const verdict&) const = default;
+  };
+  std::mutex mu;
+  std::set<std::thread::id> threads;
+  auto run = [&](const std::string& text, size_t piece, int refuse_at) {
+    api::jsonl_checker c(2048, [&](int64_t line_no, api::batch_request_line&, std::string* param)
+                                   -> std::optional<std::string> {
+      {
+        std::lock_guard lock(mu);
+        threads.insert(std::this_thread::get_id());
+      }
+      if (line_no != refuse_at) return std::nullopt;
+      *param = "body.model";
+      return "refused here";
+    });
+    bool ok = true;
+    for (size_t i = 0; ok && i < text.size(); i += piece) ok = c.feed(std::string_view(text).substr(i, piece));
+    ok = ok && c.finish();
+    return verdict{ok, c.error_line(), c.n_requests(), c.error(), c.error_param()};
+  };
+  auto all_ways = [&](const std::string& text, int refuse_at) {
+    verdict v = run(text, text.size(), refuse_at);
+    for (size_t piece : {1u << 20, 4096u, 777u, 100u}) CHECK(run(text, piece, refuse_at) == v);
+    return v;
+  };
+  verdict good = all_ways(file(0, "", 0, 0), -1);
+  CHECK(good.ok);
+  CHECK(good.n_requests == n);
+  threads.clear();
+  run(file(0, "", 0, 0), 4096, -1);
+  CHECK(threads.size() == 2);  // the caller and its aq-upload-check
+  // Line numbers count blank lines: line i of the loop is line i + (i - 1) / 97 of the file.
+  auto line_of = [](int i) { return int64_t(i + (i - 1) / 97); };
+  verdict parse = all_ways(file(700, "{not json", 1200, 1300), int(line_of(900)));
+  CHECK(parse.line == line_of(700));
+  CHECK(parse.error.starts_with("line " + std::to_string(line_of(700)) + ": "));
+  verdict refused = all_ways(file(0, "", 1200, 1300), int(line_of(900)));
+  CHECK(refused.line == line_of(900));
+  CHECK(refused.param == "body.model");
+  CHECK(refused.error == "line " + std::to_string(line_of(900)) + ": refused here");
+  verdict dup = all_ways(file(0, "", 1200, 1300), -1);
+  CHECK(dup.line == line_of(1200));
+  CHECK(dup.param == "custom_id");
+  verdict too_long = all_ways(file(0, "", 0, 1300), -1);
+  CHECK(too_long.line == line_of(1300));
+  CHECK(too_long.error.find("longer than 2048") != std::string::npos);
+  CHECK(too_long.n_requests == 1300 - 1);
 }
 
 TEST_CASE("routes: bad uploads and batch requests are 400 JSON bodies; files are tenant-scoped") {
