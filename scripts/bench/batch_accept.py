@@ -32,10 +32,12 @@ def cpu_s(pid):
 
 
 class rss_sampler:
-    """Max VmRSS of pid sampled every 20 ms between start() and stop()."""
+    """Max VmRSS of pid sampled every 20 ms between start() and stop(), and max RssAnon (the heap and
+    stacks: VmRSS also counts the database file's pages the store's mmap has touched, up to its 256 MB
+    mmap_size, which the kernel may drop at any time)."""
 
     def __init__(self, pid):
-        self.pid, self.max_kb, self.running = pid, 0, False
+        self.pid, self.max_kb, self.max_anon_kb, self.running = pid, 0, 0, False
 
     def start(self):
         self.running = True
@@ -45,6 +47,7 @@ class rss_sampler:
     def run(self):
         while self.running:
             self.max_kb = max(self.max_kb, rss_kb(self.pid, "VmRSS"))
+            self.max_anon_kb = max(self.max_anon_kb, rss_kb(self.pid, "RssAnon"))
             time.sleep(0.02)
 
     def stop(self):
@@ -138,6 +141,7 @@ def main():
     write_input(path, a.lines, a.model, "r")
     size = os.path.getsize(path)
     rss_before = rss_kb(a.pid, "VmRSS")
+    anon_before = rss_kb(a.pid, "RssAnon")
     sampler = rss_sampler(a.pid)
     sampler.start()
     cpu0 = cpu_s(a.pid)
@@ -163,6 +167,8 @@ def main():
            "agentqd_rss_mb_before": round(rss_before / 1024, 1),
            "agentqd_rss_mb_after_accept": round(rss_kb(a.pid, "VmRSS") / 1024, 1),
            "agentqd_rss_mb_max_while_streaming": round(rss_max / 1024, 1),
+           "agentqd_rss_anon_mb_before": round(anon_before / 1024, 1),
+           "agentqd_rss_anon_mb_max_while_streaming": round(sampler.max_anon_kb / 1024, 1),
            "agentqd_peak_rss_mb": round(rss_kb(a.pid, "VmHWM") / 1024, 1),
            "accept_cpu_s_per_1000": round(1000 * (cpu2 - cpu1) / a.lines, 3)}
     if a.fair_key:
