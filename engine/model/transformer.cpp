@@ -366,7 +366,9 @@ int32_t transformer::forward(std::span<const batch_seq> seqs, kv_store& kv, floa
         [&](int64_t b, int64_t e) {
           thread_local std::vector<float> scores;
           for (int64_t item = b; item < e; ++item) {
-            const auto [i0, n_run] = runs_[size_t(item / n_head)];
+            // NOTE: not a structured binding: args_of below captures i0, which clang 14 (the fuzz
+            // build, scripts/fuzz.sh) refuses for a binding
+            const int32_t i0 = runs_[size_t(item / n_head)].first, n_run = runs_[size_t(item / n_head)].second;
             const int32_t h = int32_t(item % n_head);
             const int32_t pos0 = tok_pos_[size_t(i0)];
             if (scores.size() < size_t(pos0 + n_run)) scores.resize(size_t(pos0 + n_run));
