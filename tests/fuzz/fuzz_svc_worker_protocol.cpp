@@ -38,7 +38,9 @@ struct world {
     nj.request_json = R"({"messages":[{"role":"user","content":"hi"}]})";
     auto id = st->create_job(nj).get().job.id;
     st->claim_job(id, "w1", 600000, 100).get();
-    wp = agentq::api::worker_protocol::open({"tok", 2}, *st, obs.get(), *keys, o.path, &err);
+    agentq::api::worker_protocol_options po;  // the current protocol (the seeds' v2 is within its range)
+    po.token = "tok";
+    wp = agentq::api::worker_protocol::open(po, *st, obs.get(), *keys, o.path, &err);
     if (!wp) std::abort();
   }
 };
