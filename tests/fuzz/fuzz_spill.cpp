@@ -50,6 +50,15 @@ std::vector<uint8_t> valid_file(const std::string& dir, const kv_layout& layout,
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string dir = (fs::temp_directory_path() / ("agentq-fuzz-spill-" + std::to_string(::getpid()))).string();
+  // the two directories go at exit (unit.fuzz_replay runs this in every suite run)
+  static const struct remover {
+    std::string d;
+    ~remover() {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+      fs::remove_all(d + "-w", ec);
+    }
+  } cleanup{dir};
   static std::string name, name_w;
   static const std::vector<uint8_t> base_plain = valid_file(dir, k_layout, &name);
   static const std::vector<uint8_t> base_w = valid_file(dir + "-w", k_layout_windowed, &name_w);

@@ -19,12 +19,21 @@
 namespace {
 
 struct world {
+  // first, so it goes last: the directory is removed at exit after the stores closed (unit.fuzz_replay
+  // runs this in every suite run)
+  struct remover {
+    std::string d = "/tmp/fuzz_worker_protocol." + std::to_string(getpid());
+    ~remover() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  } dir_owner;
   std::unique_ptr<agentq::store::store> st;
   std::unique_ptr<agentq::auth::key_store> keys;
   std::unique_ptr<agentq::obs::obs_store> obs;
   std::unique_ptr<agentq::api::worker_protocol> wp;
   world() {
-    std::string dir = "/tmp/fuzz_worker_protocol." + std::to_string(getpid());
+    const std::string& dir = dir_owner.d;
     std::filesystem::create_directories(dir);
     std::string err;
     agentq::store::store_options o;

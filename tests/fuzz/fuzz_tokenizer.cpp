@@ -1,7 +1,7 @@
-// libFuzzer target for the tokenizer (not built by ctest). An input is text to
+// libFuzzer target for the tokenizer (scripts/fuzz.sh; unit.fuzz_replay replays inputs through it). An input is text to
 // encode, or, when it starts with "GGUF", a model file whose tokenizer metadata
 // is loaded and exercised. Build and run:
-//   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address -Iengine -Iengine/include -Ikernels/include \
+//   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address -Iengine -Iengine/include -Ikernels/include
 //     tests/fuzz/fuzz_tokenizer.cpp engine/tokenizer/*.cpp engine/gguf/{reader,types,split}.cpp -o fuzz_tokenizer && ./fuzz_tokenizer -max_total_time=60
 #include <cstdio>
 #include <cstdlib>
