@@ -139,13 +139,14 @@ std::optional<openai_job> map_chat_request(const json& body, const model_catalog
     json spec = json::object();
     json ext = {{"surface", "chat"}};
     for (auto it = body.begin(); it != body.end(); ++it) {
-      const std::string& k = it.key();
+      const std::string& key = it.key();
+      const std::string_view k = key;  // NOTE: compared by size first (a string == literal ran memcmp each time)
       const json& v = it.value();
       if (v.is_null() && k != "model" && k != "messages") continue;  // the SDKs send null for "unset"
       if (k == "model" || k == "tools" || k == "tool_choice" || k == "parallel_tool_calls" || k == "temperature" ||
           k == "top_p" || k == "seed" || k == "frequency_penalty" || k == "presence_penalty" ||
           k == "response_format" || k == "metadata") {
-        spec[k] = v;
+        spec[key] = v;
       } else if (k == "messages") {
         if (!v.is_array()) fail("messages", "'messages' must be an array");
         json msgs = json::array();
@@ -178,7 +179,7 @@ std::optional<openai_job> map_chat_request(const json& body, const model_catalog
         }
         spec["messages"] = std::move(msgs);
       } else if (k == "max_tokens" || k == "max_completion_tokens") {
-        set_max_tokens(spec, need_int(v, k, 1, 10000000), mi);
+        set_max_tokens(spec, need_int(v, key, 1, 10000000), mi);
       } else if (k == "stop") {
         if (v.is_string()) spec["stop"] = json::array({v});
         else spec["stop"] = v;
@@ -209,7 +210,7 @@ std::optional<openai_job> map_chat_request(const json& body, const model_catalog
         spec["prediction"] = v;  // Predicted Outputs: checked by validate_job (docs/openai.md)
       } else {
         // top_logprobs, audio, reasoning_effort, web_search_options, functions, ...
-        unsupported(k);
+        unsupported(key);
       }
     }
     if (body.contains("stream_options") && !body["stream_options"].is_null() && !out.stream)
