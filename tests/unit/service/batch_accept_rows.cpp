@@ -13,6 +13,7 @@
 #include "store/batch_store.h"
 #include "store/sqlite.h"
 #include "store/store.h"
+#include "accepted_batch.h"
 #include "temp_dir.h"
 
 using namespace agentq;
@@ -34,18 +35,7 @@ struct fixture {
     batches = store::batch_store::open(path, &err);
     REQUIRE_MESSAGE(batches, err);
   }
-  store::batch_row batch(const std::string& id_tenant) {
-    store::batch_row b;
-    b.tenant = id_tenant;
-    b.key_id = "key_" + id_tenant;
-    b.endpoint = "/v1/chat/completions";
-    b.input_file_id = "file-x";
-    b.completion_window = "24h";
-    b.expires_ms = batches->now() + 86400000;
-    auto made = batches->create_batch(b);
-    REQUIRE(made);
-    return *made;
-  }
+  store::batch_row batch(const std::string& tenant) { return test::created_batch(*batches, tenant); }
 };
 
 // Lines [first, first + n) of a batch; refused when line % 7 == 3; store_content false on odd lines.
