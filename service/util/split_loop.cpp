@@ -1,3 +1,4 @@
+// A loop split over two threads (see split_loop.h).
 #include "util/split_loop.h"
 
 #include <pthread.h>
@@ -69,10 +70,10 @@ void split_loop::run(size_t n, const range_fn& fn, size_t min_split) {
   if (theirs) std::rethrow_exception(theirs);
 }
 
-double split_loop::helper_cpu_s() const {
+double split_loop::helper_cpu_s() {
   clockid_t id;
   timespec ts{};
-  if (pthread_getcpuclockid(const_cast<std::thread&>(thread_).native_handle(), &id) != 0 ||
+  if (pthread_getcpuclockid(thread_.native_handle(), &id) != 0 ||
       clock_gettime(id, &ts) != 0)
     return 0;
   return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;

@@ -14,7 +14,8 @@ namespace agentq::util {
 class split_loop {
  public:
   using range_fn = std::function<void(size_t begin, size_t end)>;
-  // Starts the helper, named thread_name (util::name_thread, the latency class).
+  // Starts the helper, named thread_name (util::name_thread, the latency class). NOTE: the helper
+  // names itself once it runs, so thread_name must outlive that: a string literal.
   explicit split_loop(const char* thread_name);
   ~split_loop();  // stops and joins the helper
   split_loop(const split_loop&) = delete;
@@ -25,7 +26,7 @@ class split_loop {
   // NOTE: under min_split items run on the caller alone: a hand-off costs a wake (~20-40 us).
   void run(size_t n, const range_fn& fn, size_t min_split = 64);
   // The helper thread's CPU time so far, seconds.
-  double helper_cpu_s() const;
+  double helper_cpu_s();
 
  private:
   void loop(const char* thread_name);
