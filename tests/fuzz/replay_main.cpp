@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -54,6 +55,15 @@ int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
     return 2;
+  }
+  // The harnesses load the tiny model and the GPT-2 vocabulary (and abort without them): without the
+  // shared data this cannot check what it claims.
+  const char* shared = std::getenv("AGENTQ_SHARED_DIR");
+  const char* vocab = std::getenv("AGENTQ_FUZZ_VOCAB");
+  const fs::path model = fs::path(shared && *shared ? shared : "../shared") / "models" / "stories260K.gguf";
+  if (!fs::exists(model) || !vocab || !fs::exists(vocab)) {
+    std::printf("skip: needs %s and $AGENTQ_FUZZ_VOCAB (the shared data)\n", model.c_str());
+    return 77;
   }
   for (const target& t : k_targets) {
     const std::vector<std::string> seeds = seeds_of(fs::path(argv[1]) / t.corpus);
