@@ -5,7 +5,6 @@
 #include <cctype>
 
 #include "api/validate.h"
-#include "util/split_loop.h"
 
 namespace agentq::api {
 
@@ -306,13 +305,7 @@ bool jsonl_checker::check_pending() {
       if (p.request && on_line_) p.refused = on_line_(p.no, *p.request, &p.refused_param);
     }
   };
-  constexpr size_t k_min_split = 64;  // a smaller group is checked on this thread alone
-  if (pending_.size() >= k_min_split) {
-    if (!split_) split_ = std::make_unique<util::split_loop>("aq-upload-check");
-    split_->run(pending_.size(), check, k_min_split);
-  } else {
-    check(0, pending_.size());
-  }
+  split_.run(pending_.size(), check);  // a group under 64 lines is checked on this thread alone
   // In line order, as one line at a time: the first bad line is the verdict.
   for (pending_line& p : pending_) {
     if (p.too_long) return fail(p.no, "longer than " + std::to_string(max_line_bytes_) + " bytes", "");

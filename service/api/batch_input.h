@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,9 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace agentq::util {
-class split_loop;
-}
+#include "util/split_loop.h"
 
 namespace agentq::api {
 
@@ -106,7 +103,7 @@ class jsonl_checker {
   bool failed_ = false;
   std::vector<pending_line> pending_;
   size_t pending_bytes_ = 0;
-  std::unique_ptr<util::split_loop> split_;  // made at the first group worth two threads
+  util::split_loop split_{"aq-upload-check"};  // its thread starts with the first group worth two
 };
 
 }  // namespace agentq::api

@@ -8,9 +8,8 @@
 
 namespace agentq::util {
 
-split_loop::split_loop(const char* thread_name) : thread_([this, thread_name] { loop(thread_name); }) {}
-
 split_loop::~split_loop() {
+  if (!thread_.joinable()) return;
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -19,8 +18,8 @@ split_loop::~split_loop() {
   thread_.join();
 }
 
-void split_loop::loop(const char* thread_name) {
-  name_thread(thread_name);
+void split_loop::loop() {
+  name_thread(thread_name_);
   std::unique_lock lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || fn_ != nullptr; });
@@ -47,6 +46,7 @@ void split_loop::run(size_t n, const range_fn& fn, size_t min_split) {
     return;
   }
   const size_t half = n / 2;
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   {
     std::lock_guard lock(mu_);
     fn_ = &fn;
@@ -73,7 +73,7 @@ void split_loop::run(size_t n, const range_fn& fn, size_t min_split) {
 double split_loop::helper_cpu_s() {
   clockid_t id;
   timespec ts{};
-  if (pthread_getcpuclockid(thread_.native_handle(), &id) != 0 ||
+  if (!thread_.joinable() || pthread_getcpuclockid(thread_.native_handle(), &id) != 0 ||
       clock_gettime(id, &ts) != 0)
     return 0;
   return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;

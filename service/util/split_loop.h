@@ -14,10 +14,11 @@ namespace agentq::util {
 class split_loop {
  public:
   using range_fn = std::function<void(size_t begin, size_t end)>;
-  // Starts the helper, named thread_name (util::name_thread, the latency class). NOTE: the helper
-  // names itself once it runs, so thread_name must outlive that: a string literal.
-  explicit split_loop(const char* thread_name);
-  ~split_loop();  // stops and joins the helper
+  // The helper, named thread_name (util::name_thread, the latency class), starts at the first run()
+  // that splits, so a loop that never does costs no thread. NOTE: thread_name must outlive the
+  // helper's start: a string literal.
+  explicit split_loop(const char* thread_name) : thread_name_(thread_name) {}
+  ~split_loop();  // stops and joins the helper, if it started
   split_loop(const split_loop&) = delete;
   split_loop& operator=(const split_loop&) = delete;
 
@@ -25,19 +26,20 @@ class split_loop {
   // are done, rethrowing what the helper's half threw. fn must be safe on two disjoint ranges at once.
   // NOTE: under min_split items run on the caller alone: a hand-off costs a wake (~20-40 us).
   void run(size_t n, const range_fn& fn, size_t min_split = 64);
-  // The helper thread's CPU time so far, seconds.
+  // The helper thread's CPU time so far, seconds (0 before it started).
   double helper_cpu_s();
 
  private:
-  void loop(const char* thread_name);
+  void loop();
 
+  const char* thread_name_;
   std::mutex mu_;
   std::condition_variable cv_;
   const range_fn* fn_ = nullptr;  // set: the helper has fn(0, end_) to run
   size_t end_ = 0;
   std::exception_ptr error_;
   bool stop_ = false;
-  std::thread thread_;  // last: started once the members above exist
+  std::thread thread_;  // started by the first run() that splits
 };
 
 }  // namespace agentq::util

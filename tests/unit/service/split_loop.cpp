@@ -1,7 +1,7 @@
 // util::split_loop (the Batch acceptance's two mapping threads): every index of a run is visited
 // exactly once, the first half on the named helper thread at the same time as the second on the
-// caller's; a short run stays on the caller; an exception of either half reaches the caller, and
-// the helper runs the next loop after it.
+// caller's; a short run stays on the caller (no helper starts before the first run that splits);
+// an exception of either half reaches the caller, and the helper runs the next loop after it.
 #include <doctest/doctest.h>
 
 #include <pthread.h>
@@ -27,6 +27,8 @@ std::string thread_name() {
 
 TEST_CASE("split_loop: every index once, the halves on two threads; short runs inline") {
   util::split_loop loop("aq-test-split");
+  loop.run(63, [](size_t, size_t) {});
+  CHECK(loop.helper_cpu_s() == 0);  // no run split yet: no helper thread
   for (size_t n : {0, 1, 63, 64, 65, 1000, 5001}) {
     std::vector<std::atomic<int>> seen(n);
     std::vector<std::thread::id> by(n);
