@@ -26,11 +26,17 @@ class header_impl final : public model_header {
     return chat::render(family_, messages, tools, true);
   }
   std::optional<std::string> validate(const turn_request& r) const override {
-    return check_turn(r, family_, *tok_, desc_.n_ctx, nullptr);
+    size_t n = 0;  // asked for, so an upper bound may do (check_turn)
+    return check_turn(r, family_, *tok_, desc_.n_ctx, &n);
   }
   std::optional<std::string> validate(const turn_request& r, std::span<const kv_room> rooms) const override {
     size_t n = 0;
-    if (auto e = check_turn(r, family_, *tok_, desc_.n_ctx, &n)) return e;
+    const auto all_fit = [&](size_t b) {
+      for (const auto& room : rooms)
+        if (!room.fits(desc_.n_layer, int64_t(b))) return false;
+      return true;
+    };
+    if (auto e = check_turn(r, family_, *tok_, desc_.n_ctx, &n, nullptr, all_fit)) return e;
     for (const auto& room : rooms)
       if (!room.fits(desc_.n_layer, int64_t(n))) return kv_room_message(n);
     return std::nullopt;

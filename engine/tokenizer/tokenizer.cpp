@@ -304,16 +304,11 @@ bool tokenizer::is_special_match(token_id id) const {
   return types_[size_t(id)] == agentq::token_type::control || types_[size_t(id)] == agentq::token_type::user_defined;
 }
 
-void tokenizer::encode_into(std::string_view text, bool prev_special, bool parse_special,
-                            std::vector<token_id>* out_ptr) const {
-  std::vector<token_id>& out = *out_ptr;
-  // SPM: a space prefix at the start of a fragment after a special token (prev_special)
-  auto flush_text = [&](std::string_view frag) {
-    if (frag.empty()) return;
-    encode_fragment(frag, prev_special, &out);
-    prev_special = false;
-  };
-
+// The text's special-token matches in order (on_special(id)) and the non-empty text between them
+// (on_text(fragment)), as encode() splits it: candidates longest first, lstrip / rstrip attributes.
+template <class OnText, class OnSpecial>
+void tokenizer::scan_specials(std::string_view text, bool parse_special, OnText&& on_text,
+                              OnSpecial&& on_special) const {
   size_t frag_begin = 0;
   if (parse_special || has_user_defined_) {
     for (size_t pos = 0; pos < text.size();) {
@@ -334,9 +329,8 @@ void tokenizer::encode_into(std::string_view text, bool prev_special, bool parse
       if (attrs_[hit] & attr_lstrip) {
         while (!left.empty() && is_space(left.back())) left.remove_suffix(1);
       }
-      flush_text(left);
-      out.push_back(hit);
-      prev_special = true;
+      if (!left.empty()) on_text(left);
+      on_special(hit);
       pos += texts_[hit].size();
       if (attrs_[hit] & attr_rstrip) {
         while (pos < text.size() && is_space(text[pos])) ++pos;
@@ -344,7 +338,45 @@ void tokenizer::encode_into(std::string_view text, bool prev_special, bool parse
       frag_begin = pos;
     }
   }
-  flush_text(text.substr(frag_begin));
+  if (frag_begin < text.size()) on_text(text.substr(frag_begin));
+}
+
+void tokenizer::encode_into(std::string_view text, bool prev_special, bool parse_special,
+                            std::vector<token_id>* out) const {
+  // SPM: a space prefix at the start of a fragment after a special token (prev_special)
+  scan_specials(
+      text, parse_special,
+      [&](std::string_view frag) {
+        encode_fragment(frag, prev_special, out);
+        prev_special = false;
+      },
+      [&](token_id id) {
+        out->push_back(id);
+        prev_special = true;
+      });
+}
+
+// NOTE: why it holds: a BPE word starts as one symbol per byte and merges only shrink it; an SPM
+// fragment is escaped first (a space becomes the 3-byte '▁', the prefix adds one) and every token it
+// becomes is one merged symbol of at least one character or a byte fallback of one byte of it.
+size_t tokenizer::max_tokens(std::string_view text, bool add_special, bool parse_special) const {
+  size_t n = size_t(add_special && add_bos_ && bos_ >= 0) + size_t(add_special && add_eos_ && eos_ >= 0);
+  bool prev_special = true;  // encode(): a space prefix at the start
+  scan_specials(
+      text, parse_special,
+      [&](std::string_view frag) {
+        n += frag.size();
+        if (kind_ == vocab_kind::spm) {
+          n += (k_space_marker.size() - 1) * size_t(std::count(frag.begin(), frag.end(), ' '));
+          if (add_space_prefix_ && prev_special) n += k_space_marker.size();
+        }
+        prev_special = false;
+      },
+      [&](token_id) {
+        ++n;
+        prev_special = true;
+      });
+  return n;
 }
 
 void tokenizer::encode_fragment(std::string_view text, bool space_prefix, std::vector<token_id>* out) const {

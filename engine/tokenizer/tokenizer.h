@@ -39,6 +39,11 @@ class tokenizer {
   // prefix is added only when the text follows a special token (after_special), as it is
   // inside encode().
   std::vector<token_id> encode_continuation(std::string_view text, bool after_special, bool parse_special) const;
+  // An upper bound on encode(text, add_special, parse_special).size() without encoding (the special
+  // tokens are matched, the merges not run): the text's bytes, SentencePiece's escaping ('▁' for
+  // each space and the prefixes, 3 bytes each), one per special match, BOS and EOS. For a check
+  // that only needs to know a prompt fits (engine::validate): most do by far.
+  size_t max_tokens(std::string_view text, bool add_special, bool parse_special) const;
   // A token encode() matches in text (control, user-defined): SentencePiece adds a space
   // prefix to the text after it.
   bool is_special_match(token_id id) const;
@@ -81,6 +86,8 @@ class tokenizer {
   tokenizer() = default;
   bool init(const gguf::file& f, std::string* error);
   void init_special(const gguf::file& f);
+  template <class OnText, class OnSpecial>
+  void scan_specials(std::string_view text, bool parse_special, OnText&& on_text, OnSpecial&& on_special) const;
   void encode_into(std::string_view text, bool prev_special, bool parse_special, std::vector<token_id>* out) const;
   void encode_fragment(std::string_view text, bool space_prefix, std::vector<token_id>* out) const;
   void encode_spm(std::string_view text, std::vector<token_id>* out) const;

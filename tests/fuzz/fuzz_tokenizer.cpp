@@ -86,6 +86,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (token_id id : plain) {
     if (id < 0 || id >= tok.n_vocab()) std::abort();
   }
+  // max_tokens bounds every encoding (engine::validate trusts it to skip counting).
+  if (tok.max_tokens(text, true, false) < plain.size()) std::abort();
   // Byte-level BPE and SPM with byte fallback are lossless, except that SPM
   // cannot tell a literal '▁' from an escaped space and that an added token may
   // swallow the whitespace beside it (Phi-3's "</s>").
@@ -97,6 +99,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (token_id id : special) {
     if (id < 0 || id >= tok.n_vocab()) std::abort();
   }
+  if (tok.max_tokens(text, false, true) < special.size()) std::abort();
   stream_decoder dec(tok, true);
   std::string streamed;
   for (token_id id : special) streamed += dec.push(id);

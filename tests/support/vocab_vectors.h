@@ -27,7 +27,7 @@ inline std::vector<std::string> read_vocab_texts(const std::filesystem::path& in
 }
 
 // Loads the vocab GGUF and requires its ids for every text not marked in `skip` (empty: none) to
-// equal the .out file's, one FAIL_CHECK per differing text.
+// equal the .out file's, one FAIL_CHECK per differing text, and tokenizer::max_tokens to bound them all.
 inline void check_vocab_vectors(const std::filesystem::path& gguf_path, const std::vector<std::string>& texts,
                                 const std::filesystem::path& out_path, const std::vector<bool>& skip = {}) {
   std::string err;
@@ -51,6 +51,12 @@ inline void check_vocab_vectors(const std::filesystem::path& gguf_path, const st
       FAIL_CHECK("case " << i << " text '" << texts[i] << "'");
     }
   CHECK(n_fail == 0);
+  // max_tokens bounds the encoding of every text, in every mode (engine::validate skips counting on it).
+  for (const auto& text : texts)
+    for (bool special : {false, true}) {
+      const size_t n = tok->encode(text, special, special).size();
+      if (tok->max_tokens(text, special, special) < n) FAIL_CHECK("max_tokens under " << n << ": '" << text << "'");
+    }
 }
 
 }  // namespace agentq::test

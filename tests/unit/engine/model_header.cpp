@@ -166,3 +166,38 @@ TEST_CASE("open_header: a truncated file and an oversized header are the full re
   CHECK_FALSE(model_header::open(dir.file("missing.gguf"), "", &err));
   CHECK(err.find("cannot load model") == 0);
 }
+
+// engine::validate and model_header::validate may clear a prompt on tokenizer::max_tokens (an upper
+// bound) instead of its count: a prompt is still accepted exactly when its count fits, and a
+// refusal names the exact count. Prompts from a few tokens to past the context cross both paths
+// (the bound is ~3-4x the count here: stories260K's tokens are words and pieces of words).
+TEST_CASE("validation: accepted exactly when the token count fits; a refusal names the count") {
+  auto e = load_engine();
+  std::string err;
+  auto h = model_header::open(test::tiny_model().string(), "", &err);
+  REQUIRE_MESSAGE(h, err);
+  const int32_t n_ctx = e->model().n_ctx;
+  REQUIRE(n_ctx > 0);
+  const char* words[] = {"Once", "upon", "a", "time,", "there", "was", "little", "girl", "named", "Lily.",
+                         "She", "loved", "to", "play", "outside", "in", "the", "park", "with", "her", "dog"};
+  std::string text;
+  int n_ok = 0, n_refused = 0;
+  for (int i = 0; n_refused < 20; ++i) {
+    text += words[(i * 7) % std::size(words)];
+    text += ' ';
+    const auto r = user(text);
+    const size_t exact = e->tokenize(e->render(r.messages, r.tools), true, true).size();
+    const auto v = e->validate(r);
+    CHECK(v == h->validate(r));
+    if (exact > size_t(n_ctx)) {
+      REQUIRE(v);
+      CHECK(*v == "messages: the prompt has " + std::to_string(exact) + " tokens, the model's context is " +
+                      std::to_string(n_ctx));
+      ++n_refused;
+    } else {
+      CHECK_FALSE(v);
+      ++n_ok;
+    }
+  }
+  CHECK(n_ok > n_ctx / 4);
+}

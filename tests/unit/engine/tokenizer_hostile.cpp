@@ -57,6 +57,7 @@ TEST_CASE("random bytes round trip and never crash") {
       // NOTE: phi-3's "</s>" is a user-defined token, matched even without parse_special.
       for (bool special : {false, true}) {
         const auto ids = tok->encode(bytes, true, special);
+        CHECK(tok->max_tokens(bytes, true, special) >= ids.size());
         const bool in_range = std::all_of(ids.begin(), ids.end(), [&](token_id id) { return id >= 0 && id < tok->n_vocab(); });
         CHECK(in_range);
         if (!special) CHECK(tok->decode(ids) == bytes);

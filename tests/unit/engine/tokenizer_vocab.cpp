@@ -79,6 +79,7 @@ TEST_CASE("vocab test vectors match exactly") {
     int n_fail = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const auto ids = tok->encode(inputs[i], false, false);
+      CHECK(tok->max_tokens(inputs[i], false, false) >= ids.size());
       if (ids != expected[i]) {
         ++n_fail;
         FAIL_CHECK("case " << i << " text '" << inputs[i] << "'\n  got  " << join(ids) << "\n  want "
