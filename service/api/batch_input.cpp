@@ -265,10 +265,17 @@ struct jsonl_checker::pending_line {
   std::string why, param;                  // parse_batch_line's refusal
   std::optional<std::string> refused;      // on_line's
   std::string refused_param;
+  std::string out;                         // on_line's output, for on_good
 };
 
-jsonl_checker::jsonl_checker(size_t max_line_bytes, line_fn on_line)
-    : max_line_bytes_(max_line_bytes), on_line_(std::move(on_line)) {}
+jsonl_checker::jsonl_checker(size_t max_line_bytes, line_fn on_line) : max_line_bytes_(max_line_bytes) {
+  if (on_line)
+    on_line_ = [f = std::move(on_line)](int64_t no, std::string_view, batch_request_line& l, std::string* param,
+                                        std::string*) { return f(no, l, param); };
+}
+
+jsonl_checker::jsonl_checker(size_t max_line_bytes, mapped_line_fn on_line, good_fn on_good)
+    : max_line_bytes_(max_line_bytes), on_line_(std::move(on_line)), on_good_(std::move(on_good)) {}
 
 jsonl_checker::~jsonl_checker() = default;
 
@@ -302,7 +309,7 @@ bool jsonl_checker::check_pending() {
       pending_line& p = pending_[i];
       if (p.too_long) continue;
       p.request = parse_batch_line(p.text, &p.why, &p.param);
-      if (p.request && on_line_) p.refused = on_line_(p.no, *p.request, &p.refused_param);
+      if (p.request && on_line_) p.refused = on_line_(p.no, p.text, *p.request, &p.refused_param, &p.out);
     }
   };
   split_.run(pending_.size(), check);  // a group under 64 lines is checked on this thread alone
@@ -318,6 +325,7 @@ bool jsonl_checker::check_pending() {
       return fail(p.no, "custom_id '" + r.custom_id + "' appears twice (each must be unique in the file)", "custom_id");
     if (p.refused) return fail(p.no, *p.refused, p.refused_param);
     ++n_requests_;
+    if (on_good_) on_good_(std::move(p.out));
   }
   pending_.clear();
   pending_bytes_ = 0;

@@ -13,6 +13,7 @@
 
 #include "api/batch_input.h"
 #include "api/batch_map.h"
+#include "api/batch_specs.h"
 #include "api/batch_runner.h"
 #include "api/queue_depth.h"
 #include "api/reply.h"
@@ -85,16 +86,24 @@ response upload(const api_options& options, const api_deps& deps, const request&
   int64_t n_bytes = 0;
   // NOTE: every line is checked as its endpoint's route would check it (model, messages, tools,
   // limits), so a batch of a bad file is refused here, at once, with the line, not hours later.
-  jsonl_checker lines(options.max_batch_line_bytes,
-                      [&](int64_t, batch_request_line& l, std::string* param) -> std::optional<std::string> {
-                        validation_error err;
-                        bool store_content = true;
-                        if (batch_line_spec(l.url, l.body, *deps.catalog, *deps.guard, options.limits, &err,
-                                            &store_content))
-                          return std::nullopt;
-                        *param = err.param.empty() ? "body" : "body." + err.param;
-                        return err.message;
-                      });
+  // The specs it maps go to the file's sidecar (batch_specs.h), for the acceptance to read.
+  const std::vector<model_info> models = deps.catalog->list();
+  specs_writer specs(path + ".specs");
+  jsonl_checker lines(
+      options.max_batch_line_bytes,
+      [&](int64_t, std::string_view text, batch_request_line& l, std::string* param,
+          std::string* out) -> std::optional<std::string> {
+        validation_error err;
+        bool store_content = true;
+        auto spec = batch_line_spec(l.url, l.body, *deps.catalog, *deps.guard, options.limits, &err, &store_content);
+        if (!spec) {
+          *param = err.param.empty() ? "body" : "body." + err.param;
+          return err.message;
+        }
+        *out = specs_writer::record(map_for_sidecar(text, *spec, l.custom_id, store_content, models));
+        return std::nullopt;
+      },
+      [&](std::string&& record) { specs.append(record); });
   multipart_parser* mp_ptr = nullptr;
   multipart_parser mp(*boundary, {
       [&](const std::string& name, const std::string& fname) {
@@ -171,10 +180,12 @@ response upload(const api_options& options, const api_deps& deps, const request&
   std::error_code ec;
   fs::rename(path + ".part", path, ec);
   if (ec) return error_response(error_kind::unavailable, "cannot store the file right now; retry");
+  specs.commit();  // without it the acceptance maps every line itself
   store::file_row f{file_id, key.tenant, purpose, filename, n_bytes, lines.n_requests(), lines.url(), rel,
                     deps.batches->now()};
   if (!deps.batches->add_file(f)) {
     fs::remove(path, ec);
+    fs::remove(path + ".specs", ec);
     return error_response(error_kind::unavailable, "cannot store the file right now; retry");
   }
   spdlog::info("api: file {} ({} bytes, {} requests to {}) stored for tenant {}", file_id, n_bytes, f.n_lines,
@@ -341,6 +352,7 @@ void install_batch_routes(http::router& r, const api_options& options, const api
           if (!path) return file_not_found(id);
           std::error_code ec;
           fs::remove(fs::path(deps.files_dir) / *path, ec);
+          fs::remove(fs::path(deps.files_dir) / (*path + ".specs"), ec);  // its sidecar (batch_specs.h), if any
           return json_response(200, {{"id", id}, {"object", "file"}, {"deleted", true}});
         }));
 

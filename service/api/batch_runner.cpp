@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_set>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "api/batch_feeder.h"
 #include "api/batch_input.h"
 #include "api/batch_map.h"
+#include "api/batch_specs.h"
 #include "api/json_text.h"
 #include "api/model_catalog.h"
 #include "store/store.h"
@@ -243,6 +245,16 @@ void batch_runner::ingest(const store::batch_row& b) {
   if (!in) return fail(b, "invalid_file", "the input file " + b.input_file_id + " cannot be read");
   auto t0 = std::chrono::steady_clock::now();
   prechecked_catalog catalog(*deps_.catalog);
+  // The upload's mapped lines (batch_specs.h), for a file whose requests name the batch's endpoint:
+  // a record is taken for the line it hashes to while its model is listed as it was; any other line
+  // is mapped below.
+  std::unique_ptr<specs_reader> specs;
+  if (file->endpoints == b.endpoint)
+    specs = specs_reader::open((fs::path(options_.files_dir) / file->path).string() + ".specs");
+  std::unordered_set<std::string> model_sigs;
+  if (specs)
+    for (const auto& m : catalog.list()) model_sigs.insert(model_signature(m));
+  int64_t n_from_specs = 0;
   double cpu0 = thread_cpu_s();
   int64_t start = b.n_accepted, idx = 0;
   std::vector<store::batch_line> chunk;
@@ -325,7 +337,8 @@ void batch_runner::ingest(const store::batch_row& b) {
   util::split_loop mapper("aq-batch-map");
   const double map_cpu0 = mapper.helper_cpu_s();
   const util::split_loop::range_fn map_range = [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) map_line(chunk[i], texts[i]);
+    for (size_t i = begin; i < end; ++i)
+      if (chunk[i].request_json.empty()) map_line(chunk[i], texts[i]);  // else read from the specs
   };
   auto flush = [&]() -> bool {
     if (chunk.empty()) return true;
@@ -356,9 +369,20 @@ void batch_runner::ingest(const store::batch_row& b) {
     if (!text.empty() && text.back() == '\r') text.pop_back();
     if (text.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines are not requests
     int64_t line_idx = idx++;
+    std::optional<mapped_line> rec;
+    if (specs) rec = specs->next();  // one a request line, those accepted before a restart too
     if (line_idx < start) continue;  // accepted before a restart
-    chunk.emplace_back().line_idx = line_idx;
-    texts.push_back(std::move(text));
+    store::batch_line& l = chunk.emplace_back();
+    l.line_idx = line_idx;
+    if (rec && rec->line_hash == line_hash(text) && model_sigs.count(rec->model)) {
+      l.custom_id = std::move(rec->custom_id);
+      l.store_content = rec->store_content;
+      l.request_json = spliced_request(*rec, b.id);
+      ++n_from_specs;
+      texts.emplace_back();
+    } else {
+      texts.push_back(std::move(text));
+    }
     text = {};
     if (int32_t(chunk.size()) >= chunk_limit) {
       if (!flush()) break;
@@ -369,10 +393,10 @@ void batch_runner::ingest(const store::batch_row& b) {
   if (!finish_writes()) return;  // a chunk's write failed: retried from n_accepted next pass
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("batch {}: {} lines accepted as jobs in {:.2f} s ({:.0f} lines/s; {:.2f} s writing; CPU {:.2f} s "
-               "reading and mapping, {:.2f} s writing)",
+               "reading and mapping, {:.2f} s writing; {} read mapped from the upload's specs)",
                b.id, idx - start, s, s > 0 ? double(idx - start) / s : 0.0, write_s,
                thread_cpu_s() - cpu0 + mapper.helper_cpu_s() - map_cpu0,
-               writer_cpu_s);
+               writer_cpu_s, n_from_specs);
   deps_.batches->transition(b.id, store::batch_status::validating, store::batch_status::in_progress, {},
                             {{"n_total", idx}});
   if (auto now = deps_.batches->get_batch(b.id, "")) watch(*now, true);

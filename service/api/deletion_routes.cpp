@@ -70,8 +70,10 @@ void install_deletion_routes(http::router& r, api_deps& deps, const authed_wrap&
           if (deps.batches) {
             auto paths = deps.batches->delete_tenant(tenant);
             std::error_code ec;
-            for (const auto& p : paths)
+            for (const auto& p : paths) {
               if (std::filesystem::remove(std::filesystem::path(deps.files_dir) / p, ec)) ++n_files;
+              std::filesystem::remove(std::filesystem::path(deps.files_dir) / (p + ".specs"), ec);  // batch_specs.h
+            }
           }
           int32_t idle_rounds = 0;
           // In batches: each delete_jobs is one short write transaction.

@@ -386,7 +386,10 @@ int run(const daemon::config& c) {
     ropts.sweep_more = [b = batches.get(), files_dir](int64_t cutoff_ms) {
       auto paths = b->sweep(cutoff_ms, 64);
       std::error_code ec;
-      for (const auto& p : paths) fs::remove(fs::path(files_dir) / p, ec);
+      for (const auto& p : paths) {
+        fs::remove(fs::path(files_dir) / p, ec);
+        fs::remove(fs::path(files_dir) / (p + ".specs"), ec);  // an input file's sidecar (api/batch_specs.h)
+      }
       return int64_t(paths.size());
     };
     api::batch_runner_options bro;

@@ -13,7 +13,9 @@
 #include <set>
 #include <thread>
 
+#include "api/batch_input.h"
 #include "api/batch_map.h"
+#include "api/batch_specs.h"
 #include "api/model_catalog.h"
 #include "net/ssrf_guard.h"
 #include "store/batch_store.h"
@@ -232,4 +234,98 @@ TEST_CASE("batch runner: acceptance commits a small first chunk, so its jobs can
   CHECK(prefixes.size() == 2);
   CHECK(rows[0].job_id.substr(0, 20) == rows[255].job_id.substr(0, 20));
   CHECK(rows[255].job_id.substr(0, 20) != rows[256].job_id.substr(0, 20));
+}
+
+// Acceptance reads a line's job spec from the upload's sidecar (api/batch_specs.h) when the record
+// is there, hashes to the line and names a model listed as it was; any other line is mapped from its
+// text. Either way the jobs are the ones mapping makes (the same file accepted without the sidecar);
+// a record is trusted as written (line 5's marked one shows it was read).
+TEST_CASE("batch runner: acceptance takes the upload's mapped lines where they match, and maps the rest") {
+  fixture f;
+  fake_catalog cat;
+  net::ssrf_guard guard(std::vector<net::cidr>{});
+  const int n = 40;
+  std::string text;
+  std::vector<std::string> lines;
+  for (int i = 0; i < n; ++i) {
+    json body = {{"model", "tiny"},
+                 {"messages", json::array({{{"role", "user"}, {"content", "doc \"" + std::to_string(i) + "\" caf\xc3\xa9"}}})}};
+    if (i % 3 == 0) body["max_completion_tokens"] = 1 + i;
+    lines.push_back(json{{"custom_id", "r\"" + std::to_string(i)}, {"method", "POST"}, {"url", "/v1/chat/completions"},
+                         {"body", body}}
+                        .dump());
+    text += lines.back() + (i % 4 == 1 ? "\r\n" : "\n");
+    if (i == 20) text += "  \n";  // a blank line is not a request
+  }
+  { std::ofstream(f.files + "/in.jsonl", std::ios::binary) << text; }
+  {
+    api::specs_writer w(f.files + "/in.jsonl.specs");
+    for (int i = 0; i < n; ++i) {
+      std::string why, param;
+      auto r = api::parse_batch_line(lines[i], &why, &param);
+      REQUIRE(r);
+      api::validation_error err;
+      bool store = true;
+      auto spec = api::batch_line_spec(r->url, r->body, cat, guard, api::validation_limits{}, &err, &store);
+      REQUIRE(spec);
+      auto m = api::map_for_sidecar(lines[i], *spec, r->custom_id, store, cat.list());
+      REQUIRE(m);
+      if (i == 5) {  // marked: read from the sidecar, it shows
+        (*spec)["marked"] = true;
+        m = api::map_for_sidecar(lines[i], *spec, r->custom_id, store, cat.list());
+      }
+      if (i == 7) m->line_hash ^= 1;             // not this line's: mapped
+      if (i == 9) m->model = "tiny\nchanged";    // the model changed since: mapped
+      w.append(api::specs_writer::record(i == 11 ? std::nullopt : m));  // 11: no record: mapped
+    }
+    REQUIRE(w.commit());
+  }
+  store::file_row file{"file-in", "t", "batch", "in.jsonl", int64_t(text.size()), n, "/v1/chat/completions", "in.jsonl",
+                       f.batches->now()};
+  REQUIRE(f.batches->add_file(file));
+  api::batch_runner_options o;
+  o.files_dir = f.files;
+  o.first_chunk_lines = 16;  // three chunks
+  o.chunk_lines = 16;
+  api::batch_runner runner(o, api::batch_runner_deps{f.db.get(), f.batches.get(), &cat, &guard});
+  auto accept = [&] {
+    store::batch_row b;
+    b.tenant = "t";
+    b.key_id = "key_t";
+    b.endpoint = "/v1/chat/completions";
+    b.input_file_id = "file-in";
+    b.completion_window = "24h";
+    b.expires_ms = f.batches->now() + 86400000;
+    auto made = f.batches->create_batch(b);
+    REQUIRE(made);
+    runner.run_once();
+    auto now = f.batches->get_batch(made->id, "");
+    REQUIRE(now->status == store::batch_status::in_progress);
+    REQUIRE(now->n_total == n);
+    std::vector<store::job_row> jobs;
+    for (auto& r : f.batches->results(made->id, 0, 1000)) {
+      auto j = f.db->get_job(r.job_id);
+      REQUIRE(j);
+      jobs.push_back(*j);
+    }
+    REQUIRE(jobs.size() == size_t(n));
+    return std::make_pair(made->id, jobs);
+  };
+  auto [with_id, with] = accept();
+  std::filesystem::remove(f.files + "/in.jsonl.specs");
+  auto [without_id, without] = accept();
+  for (int i = 0; i < n; ++i) {
+    CAPTURE(i);
+    std::string a = with[size_t(i)].request_json;
+    const auto at = a.find(with_id);
+    REQUIRE(at != std::string::npos);
+    a.replace(at, with_id.size(), without_id);
+    if (i == 5) {
+      CHECK(json::parse(a)["marked"] == true);
+      CHECK_FALSE(json::parse(without[size_t(i)].request_json).contains("marked"));
+    } else {
+      CHECK(a == without[size_t(i)].request_json);
+    }
+    CHECK(json::parse(a)["batch"]["custom_id"] == "r\"" + std::to_string(i));
+  }
 }
