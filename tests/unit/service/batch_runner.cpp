@@ -57,6 +57,19 @@ struct fixture {
     o.count_interval = count_interval;
     runner = std::make_unique<api::batch_runner>(o, api::batch_runner_deps{db.get(), batches.get()});
   }
+  // A validating batch of the tenant "t" over the input file file_id (for acceptance to take).
+  store::batch_row new_batch(const std::string& file_id) {
+    store::batch_row b;
+    b.tenant = "t";
+    b.key_id = "key_t";
+    b.endpoint = "/v1/chat/completions";
+    b.input_file_id = file_id;
+    b.completion_window = "24h";
+    b.expires_ms = batches->now() + 86400000;
+    auto made = batches->create_batch(b);
+    REQUIRE(made);
+    return *made;
+  }
   // An in_progress batch of n lines; lines in refused were refused at acceptance (no job).
   store::batch_row batch(int64_t n, std::vector<int64_t> refused = {}) {
     auto made = test::accepted_batch(*batches, "t", n, refused);
@@ -205,15 +218,7 @@ TEST_CASE("batch runner: acceptance commits a small first chunk, so its jobs can
       "file-in",       "t", "batch", "in.jsonl", int64_t(text.size()), 300, "/v1/chat/completions", "in.jsonl",
       f.batches->now()};
   REQUIRE(f.batches->add_file(file));
-  store::batch_row b;
-  b.tenant = "t";
-  b.key_id = "key_t";
-  b.endpoint = "/v1/chat/completions";
-  b.input_file_id = "file-in";
-  b.completion_window = "24h";
-  b.expires_ms = f.batches->now() + 86400000;
-  auto made = f.batches->create_batch(b);
-  REQUIRE(made);
+  auto made = f.new_batch("file-in");
   fake_catalog cat;
   net::ssrf_guard guard(std::vector<net::cidr>{});
   api::batch_runner_options o;
@@ -222,12 +227,12 @@ TEST_CASE("batch runner: acceptance commits a small first chunk, so its jobs can
   o.first_chunk_lines = 256;
   api::batch_runner runner(o, api::batch_runner_deps{f.db.get(), f.batches.get(), &cat, &guard});
   runner.run_once();
-  auto now = f.batches->get_batch(made->id, "");
+  auto now = f.batches->get_batch(made.id, "");
   REQUIRE(now->status == store::batch_status::in_progress);
   CHECK(now->n_total == 300);
   // a chunk's job ids share a random prefix ("job_" + 16 hex digits): lines 0-255 were one write
   // transaction, 256-299 the next (fails where the 300 lines were one chunk)
-  auto rows = f.batches->results(made->id, 0, 1000);
+  auto rows = f.batches->results(made.id, 0, 1000);
   REQUIRE(rows.size() == 300);
   std::set<std::string> prefixes;
   for (auto& r : rows) prefixes.insert(r.job_id.substr(0, 20));
@@ -289,27 +294,19 @@ TEST_CASE("batch runner: acceptance takes the upload's mapped lines where they m
   o.chunk_lines = 16;
   api::batch_runner runner(o, api::batch_runner_deps{f.db.get(), f.batches.get(), &cat, &guard});
   auto accept = [&] {
-    store::batch_row b;
-    b.tenant = "t";
-    b.key_id = "key_t";
-    b.endpoint = "/v1/chat/completions";
-    b.input_file_id = "file-in";
-    b.completion_window = "24h";
-    b.expires_ms = f.batches->now() + 86400000;
-    auto made = f.batches->create_batch(b);
-    REQUIRE(made);
+    auto made = f.new_batch("file-in");
     runner.run_once();
-    auto now = f.batches->get_batch(made->id, "");
+    auto now = f.batches->get_batch(made.id, "");
     REQUIRE(now->status == store::batch_status::in_progress);
     REQUIRE(now->n_total == n);
     std::vector<store::job_row> jobs;
-    for (auto& r : f.batches->results(made->id, 0, 1000)) {
+    for (auto& r : f.batches->results(made.id, 0, 1000)) {
       auto j = f.db->get_job(r.job_id);
       REQUIRE(j);
       jobs.push_back(*j);
     }
     REQUIRE(jobs.size() == size_t(n));
-    return std::make_pair(made->id, jobs);
+    return std::make_pair(made.id, jobs);
   };
   auto [with_id, with] = accept();
   std::filesystem::remove(f.files + "/in.jsonl.specs");

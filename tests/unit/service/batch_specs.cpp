@@ -8,9 +8,9 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include "api/json_text.h"
+#include "random_json.h"
 #include "temp_dir.h"
 
 using namespace agentq;
@@ -20,32 +20,10 @@ namespace {
 
 const std::vector<api::model_info> k_models = {{"tiny", "llama", 64, true}, {"other", "llama", 128, true}};
 
-// Random JSON values (strings with quotes, controls, multi-byte UTF-8; nested objects and arrays).
-json random_value(std::mt19937& rng, int depth) {
-  static const char* strings[] = {"", "hi", "q\"uote", "back\\slash", "ctl\x01\x1f", "caf\xc3\xa9", "\xe2\x96\x81x",
-                                  "line\nbreak", "emoji \xf0\x9f\x98\x80", "tab\t"};
-  switch (depth > 2 ? rng() % 4 : rng() % 6) {
-    case 0: return strings[rng() % std::size(strings)];
-    case 1: return int64_t(rng()) - int64_t(1u << 31);
-    case 2: return rng() % 2 == 0;
-    case 3: return nullptr;
-    case 4: {
-      json a = json::array();
-      for (int i = int(rng() % 4); i > 0; --i) a.push_back(random_value(rng, depth + 1));
-      return a;
-    }
-    default: {
-      json o = json::object();
-      for (int i = int(rng() % 4); i > 0; --i) o[strings[rng() % std::size(strings)]] = random_value(rng, depth + 1);
-      return o;
-    }
-  }
-}
-
 }  // namespace
 
 TEST_CASE("batch specs: a record with the batch id spliced in is acceptance's text for the line") {
-  std::mt19937 rng(29);
+  std::mt19937_64 rng(29);
   // Keys that sort before, at and after "batch", and a spec that already has one (acceptance's
   // assignment replaces it).
   const char* keys[] = {"a", "bat", "batch", "batch0", "batcg", "messages", "model", "zz", "\xc3\xa9", "B"};
@@ -56,7 +34,7 @@ TEST_CASE("batch specs: a record with the batch id spliced in is acceptance's te
     spec["model"] = rng() % 2 ? "tiny" : "other";
     for (int i = int(rng() % 6); i > 0; --i) {
       const char* k = keys[rng() % std::size(keys)];
-      if (std::string(k) != "model") spec[k] = random_value(rng, 0);
+      if (std::string(k) != "model") spec[k] = test::random_value(rng, 0);
     }
     const std::string custom_id = std::string(ids[rng() % std::size(ids)]) + std::to_string(round);
     const bool store = rng() % 2 == 0;
