@@ -17,7 +17,7 @@ std::optional<std::string> engine_impl::validate_prompt(const turn_request& r, t
   const auto room = [&](size_t b) { return b <= size_t(INT32_MAX) && pool_->fits(int32_t(b)); };
   if (auto e = check_turn(r, family_, *tok_, desc_.n_ctx, &n, prompt, room)) return e;
   // NOTE: a weightless control plane makes this check with the rooms workers advertise (model_header::validate).
-  if (!pool_->fits(int32_t(n))) return kv_room_message(n);
+  if (!room(n)) return kv_room_message(n);
   return std::nullopt;
 }
 

@@ -37,8 +37,7 @@ class header_impl final : public model_header {
       return true;
     };
     if (auto e = check_turn(r, family_, *tok_, desc_.n_ctx, &n, nullptr, all_fit)) return e;
-    for (const auto& room : rooms)
-      if (!room.fits(desc_.n_layer, int64_t(n))) return kv_room_message(n);
+    if (!all_fit(n)) return kv_room_message(n);
     return std::nullopt;
   }
 

@@ -268,13 +268,7 @@ struct jsonl_checker::pending_line {
   std::string out;                         // on_line's output, for on_good
 };
 
-jsonl_checker::jsonl_checker(size_t max_line_bytes, line_fn on_line) : max_line_bytes_(max_line_bytes) {
-  if (on_line)
-    on_line_ = [f = std::move(on_line)](int64_t no, std::string_view, batch_request_line& l, std::string* param,
-                                        std::string*) { return f(no, l, param); };
-}
-
-jsonl_checker::jsonl_checker(size_t max_line_bytes, mapped_line_fn on_line, good_fn on_good)
+jsonl_checker::jsonl_checker(size_t max_line_bytes, line_fn on_line, good_fn on_good)
     : max_line_bytes_(max_line_bytes), on_line_(std::move(on_line)), on_good_(std::move(on_good)) {}
 
 jsonl_checker::~jsonl_checker() = default;

@@ -76,16 +76,14 @@ std::optional<batch_request_line> parse_batch_line(std::string_view line, std::s
 // safe on two threads at once, and may see lines after the first bad one (its answer is unused).
 class jsonl_checker {
  public:
-  using line_fn = std::function<std::optional<std::string>(int64_t line_no, batch_request_line& line,
-                                                           std::string* param)>;
-  // The same with the line's text and an output: what on_line leaves in *out for a line that passes
-  // is handed to on_good, in line order, once the line is judged good (the upload's mapped lines).
-  using mapped_line_fn = std::function<std::optional<std::string>(
-      int64_t line_no, std::string_view text, batch_request_line& line, std::string* param, std::string* out)>;
+  // on_line gets the line's text too; what it leaves in *out for a line that passes is handed to
+  // on_good, in line order, once the line is judged good (the upload's mapped lines).
+  using line_fn = std::function<std::optional<std::string>(int64_t line_no, std::string_view text,
+                                                           batch_request_line& line, std::string* param,
+                                                           std::string* out)>;
   using good_fn = std::function<void(std::string&& out)>;
   static constexpr size_t k_group_lines = 512, k_group_bytes = size_t(4) << 20;
-  jsonl_checker(size_t max_line_bytes, line_fn on_line);
-  jsonl_checker(size_t max_line_bytes, mapped_line_fn on_line, good_fn on_good);
+  jsonl_checker(size_t max_line_bytes, line_fn on_line, good_fn on_good = {});
   ~jsonl_checker();
   bool feed(std::string_view data);
   bool finish();
@@ -101,7 +99,7 @@ class jsonl_checker {
   bool check_pending();
   bool fail(int64_t line_no, std::string why, std::string param);
   size_t max_line_bytes_;
-  mapped_line_fn on_line_;
+  line_fn on_line_;
   good_fn on_good_;
   std::string partial_;
   int64_t line_no_ = 0, n_requests_ = 0, error_line_ = 0;

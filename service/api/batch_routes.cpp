@@ -184,8 +184,7 @@ response upload(const api_options& options, const api_deps& deps, const request&
   store::file_row f{file_id, key.tenant, purpose, filename, n_bytes, lines.n_requests(), lines.url(), rel,
                     deps.batches->now()};
   if (!deps.batches->add_file(f)) {
-    fs::remove(path, ec);
-    fs::remove(path + ".specs", ec);
+    remove_batch_file(deps.files_dir, rel);
     return error_response(error_kind::unavailable, "cannot store the file right now; retry");
   }
   spdlog::info("api: file {} ({} bytes, {} requests to {}) stored for tenant {}", file_id, n_bytes, f.n_lines,
@@ -350,9 +349,7 @@ void install_batch_routes(http::router& r, const api_options& options, const api
           std::string id = req.path_param("id");
           auto path = deps.batches->delete_file(id, key.tenant);
           if (!path) return file_not_found(id);
-          std::error_code ec;
-          fs::remove(fs::path(deps.files_dir) / *path, ec);
-          fs::remove(fs::path(deps.files_dir) / (*path + ".specs"), ec);  // its sidecar (batch_specs.h), if any
+          remove_batch_file(deps.files_dir, *path);
           return json_response(200, {{"id", id}, {"object", "file"}, {"deleted", true}});
         }));
 

@@ -2,9 +2,11 @@
 #include "api/batch_specs.h"
 
 #include <cstring>
+#include <filesystem>
 
 #include "api/json_text.h"
 #include "util/crypto.h"
+#include "util/fnv1a.h"
 
 namespace agentq::api {
 
@@ -46,11 +48,7 @@ std::string model_signature(const model_info& m) {
          m.chat_family + '\n' + m.source;
 }
 
-uint64_t line_hash(std::string_view line) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : line) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
+uint64_t line_hash(std::string_view line) { return util::fnv1a64(line); }
 
 std::optional<mapped_line> map_for_sidecar(std::string_view line, const json& spec, const std::string& custom_id,
                                            bool store_content, const std::vector<model_info>& models) {
@@ -110,6 +108,13 @@ std::string spliced_request(const mapped_line& m, std::string_view batch_id) {
   out.append(batch_id);
   out.append(m.request_json, m.id_at, std::string::npos);
   return out;
+}
+
+bool remove_batch_file(const std::string& files_dir, const std::string& rel) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::remove(fs::path(files_dir) / (rel + ".specs"), ec);
+  return fs::remove(fs::path(files_dir) / rel, ec);
 }
 
 specs_writer::specs_writer(std::string path) : path_(std::move(path)) {

@@ -43,6 +43,10 @@ uint64_t line_hash(std::string_view line);
 std::optional<mapped_line> map_for_sidecar(std::string_view line, const nlohmann::json& spec, const std::string& custom_id,
                                            bool store_content, const std::vector<model_info>& models);
 
+// Removes a stored file (rel: its path under files_dir) and its sidecar, if any; true when the file
+// itself was there. Every deletion of a file goes through it (a sidecar never outlives its file).
+bool remove_batch_file(const std::string& files_dir, const std::string& rel);
+
 // request_json with the batch id spliced in: what acceptance stores for the line.
 std::string spliced_request(const mapped_line& m, std::string_view batch_id);
 

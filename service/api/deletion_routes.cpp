@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "api/batch_specs.h"
 #include "auth/keys.h"
 #include "http/errors.h"
 #include "ops/retention.h"
@@ -69,11 +70,8 @@ void install_deletion_routes(http::router& r, api_deps& deps, const authed_wrap&
           // Batches and files first (issue 29): a batch still accepting lines stops at its next chunk.
           if (deps.batches) {
             auto paths = deps.batches->delete_tenant(tenant);
-            std::error_code ec;
-            for (const auto& p : paths) {
-              if (std::filesystem::remove(std::filesystem::path(deps.files_dir) / p, ec)) ++n_files;
-              std::filesystem::remove(std::filesystem::path(deps.files_dir) / (p + ".specs"), ec);  // batch_specs.h
-            }
+            for (const auto& p : paths)
+              if (remove_batch_file(deps.files_dir, p)) ++n_files;
           }
           int32_t idle_rounds = 0;
           // In batches: each delete_jobs is one short write transaction.

@@ -22,6 +22,7 @@
 #include "api/model_catalog.h"
 #include "api/batch_feeder.h"
 #include "api/batch_runner.h"
+#include "api/batch_specs.h"
 #include "api/openai_registry.h"
 #include "api/queue_depth.h"
 #include "api/tenant_quota.h"
@@ -385,11 +386,7 @@ int run(const daemon::config& c) {
     }
     ropts.sweep_more = [b = batches.get(), files_dir](int64_t cutoff_ms) {
       auto paths = b->sweep(cutoff_ms, 64);
-      std::error_code ec;
-      for (const auto& p : paths) {
-        fs::remove(fs::path(files_dir) / p, ec);
-        fs::remove(fs::path(files_dir) / (p + ".specs"), ec);  // an input file's sidecar (api/batch_specs.h)
-      }
+      for (const auto& p : paths) api::remove_batch_file(files_dir, p);
       return int64_t(paths.size());
     };
     api::batch_runner_options bro;

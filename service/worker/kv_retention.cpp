@@ -3,11 +3,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/fnv1a.h"
+
 namespace agentq::worker {
 
 uint64_t job_key_of(const std::string& id) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
+  const uint64_t h = util::fnv1a64(id);
   return h ? h : 1;
 }
 

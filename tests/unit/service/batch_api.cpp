@@ -155,7 +155,8 @@ TEST_CASE("jsonl: in groups on two threads, the first bad line in line order is 
   std::mutex mu;
   std::set<std::thread::id> threads;
   auto run = [&](const std::string& text, size_t piece, int refuse_at) {
-    api::jsonl_checker c(2048, [&](int64_t line_no, api::batch_request_line&, std::string* param)
+    api::jsonl_checker c(2048, [&](int64_t line_no, std::string_view, api::batch_request_line&, std::string* param,
+                                   std::string*)
                                    -> std::optional<std::string> {
       {
         std::lock_guard lock(mu);
