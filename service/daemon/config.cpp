@@ -65,13 +65,14 @@ const char* usage() {
   --engine-replicas N          data-parallel copies of each model, each with its own loop thread and a 1/N share
                                of the KV budget; a job's turns stay on one (default 1; 0 = auto: one per core, 2 at
                                most, for a model under 4 MiB on the CPU with --engine-threads 0; else 1).
-                               With --max-jobs 0, 64 slots each: more batch jobs/s on a busy small host, but
-                               interactive jobs wait longer for a slot during a batch (docs/queue_perf.md s. 23)
-  --max-jobs N                 jobs a model's worker holds at once (default 0 = 64 per engine replica: 64, or
-                               128 with two replicas)
+                               With --max-jobs 0, the slots below each: more batch jobs/s on a busy small host,
+                               but interactive jobs wait longer for a place during a batch (docs/queue_perf.md s. 23)
+  --max-jobs N                 jobs a model's worker holds at once (default 0 = 128 per engine replica: twice the
+                               sequences a replica runs a step, so its queue stays fed through a claim's commit)
   --max-batch-jobs N           of those --max-jobs slots, Batch-file (batch-class) jobs hold at most N; the rest
                                stay free for high, normal and low jobs, which then find a slot at once during a
-                               batch (default 0 = 3/4 of --max-jobs; N >= --max-jobs = no reserve)
+                               batch (default 0 = 48 per engine replica with --max-jobs 0, else 3/4 of --max-jobs;
+                               N >= --max-jobs = no reserve)
   --worker-nice N              nice increment (0..19, default 10) of the threads that run jobs (engine loop
                                and pool, the worker's job threads; its dispatcher half of it): on a busy
                                host the HTTP threads and the store's writer get the CPUs first, so a submit
@@ -194,11 +195,11 @@ void set_option(config& c, const std::string& name, const std::string& v) {
   else if (name == "webhook-timeout-ms") c.webhook_timeout_ms = std::stoll(v);
   else if (name == "max-jobs") {
     c.max_jobs = std::stoi(v);
-    if (c.max_jobs < 0) throw std::invalid_argument("--max-jobs must be >= 0 (0 = 64 per engine replica)");
+    if (c.max_jobs < 0) throw std::invalid_argument("--max-jobs must be >= 0 (0 = 128 per engine replica)");
   }
   else if (name == "max-batch-jobs") {
     c.max_batch_jobs = std::stoi(v);
-    if (c.max_batch_jobs < 0) throw std::invalid_argument("--max-batch-jobs must be >= 0 (0 = 3/4 of --max-jobs)");
+    if (c.max_batch_jobs < 0) throw std::invalid_argument("--max-batch-jobs must be >= 0 (0 = the default share)");
   }
   else if (name == "batch-end-linger-ms") c.batch_end_linger_ms = std::stod(v);
   else if (name == "worker-id") c.worker_id = v;  // checked by worker_identity::acquire

@@ -279,13 +279,19 @@ int run(const daemon::config& c) {
     wo.incarnation = identity->incarnation();
     wo.n_engine_threads = engine_threads;
     wo.share = share;
-    // NOTE: 64 slots per engine replica (each replica runs up to 64 sequences a step): two replicas
-    // with 64 slots between them left each engine loop idle while its jobs' ends were committed
-    // (docs/queue_perf.md, session 23 queue9b).
-    wo.max_jobs = c.max_jobs > 0 ? c.max_jobs : 64 * std::max(1, catalog.find(model)->model().n_replicas);
-    // NOTE: the other classes keep a quarter of the slots by default, so an interactive job claimed
-    // during a Batch file does not wait for a batch job to end (docs/queue_perf.md, session 24).
-    wo.max_batch_jobs = c.max_batch_jobs > 0 ? c.max_batch_jobs : std::max(1, wo.max_jobs * 3 / 4);
+    // NOTE: 128 slots per engine replica, twice the 64 sequences a replica runs a step: the jobs
+    // past those wait in the engine's queue (by priority), so a slot freed while the dispatcher's
+    // claim commits is not an idle place in the next step (64 bounded one-request jobs/s; two
+    // replicas with 64 slots between them left each loop idle: docs/queue_perf.md, sessions 23, 39).
+    const int32_t n_replicas = std::max(1, catalog.find(model)->model().n_replicas);
+    wo.max_jobs = c.max_jobs > 0 ? c.max_jobs : 128 * n_replicas;
+    // NOTE: the other classes keep the rest of the slots, so an interactive job claimed during a
+    // Batch file does not wait for a batch job to end (docs/queue_perf.md, session 24). By default
+    // the batch class keeps session 24's 48 per replica: more batch slots slowed interactive jobs
+    // beside a batch (session 35: 96 of them, p50 11 -> 14 ms).
+    wo.max_batch_jobs = c.max_batch_jobs > 0 ? c.max_batch_jobs
+                        : c.max_jobs > 0     ? std::max(1, wo.max_jobs * 3 / 4)
+                                             : 48 * n_replicas;
     wo.batch_end_linger_us = static_cast<int64_t>(c.batch_end_linger_ms * 1000);
     wo.lease_ms = c.lease_ms;
     wo.heartbeat_ms = c.heartbeat_ms;

@@ -213,8 +213,11 @@ struct job_ctx : std::enable_shared_from_this<job_ctx> {
   std::vector<store::transcript_row> pending_input;
   std::atomic<bool> cancelled{false}, lost{false}, stopping{false}, deadline_hit{false}, done{false};
   // Its end is queued at the end batcher (batch class): it holds no engine work or KV any more, so
-  // its slot is lent to a new job while the group commits (n_slots_used()).
+  // its slot is lent to a new job while the group commits (free_slots()).
   std::atomic<bool> ending{false};
+  // Its end (of any class) is committing with its KV released: its slot is lent as an ending's is,
+  // but it is not at the end batcher (n_running() leaves it out as any end in flight).
+  std::atomic<bool> lent{false};
   // Its end is committing without its job thread (finish(): where the write is answered -- the
   // store's writer, or the end batcher's thread -- the rest runs and sets done): its loop is over.
   std::atomic<bool> end_in_flight{false};
@@ -329,8 +332,8 @@ struct worker::impl {
   }
 
   // Jobs the dispatcher may claim now: max_jobs bounds the held jobs that still run (engine work,
-  // tools, KV); a batch-class job waiting for its group's commit (ending) does not count, but every
-  // held job needs a pool thread, so all held jobs stay under 2 x max_jobs. NOTE: a batch job spent
+  // tools, KV); a job whose end is committing (ending: in its group; lent: alone) does not count,
+  // but all held jobs stay under 2 x max_jobs (a grouped end's may hold a pool thread). NOTE: a batch job spent
   // ~27 of its ~70 ms in a slot waiting for its end group (session 23, queue9b's stage timings);
   // lending that slot keeps the engine fed meanwhile.
   // Of those, a batch-class job may take at most max_batch_jobs less the batch jobs holding one, so
@@ -346,7 +349,7 @@ struct worker::impl {
   slots free_slots_locked() {
     int32_t used = 0, used_batch = 0, held = 0;  // NOTE: done ones not yet reaped count as gone
     for (auto& [k, c] : active) {
-      const int32_t holds = c->done || c->ending ? 0 : 1;
+      const int32_t holds = c->done || c->ending || c->lent ? 0 : 1;
       used += holds;
       used_batch += c->batch_class ? holds : 0;
       held += c->done ? 0 : 1;
@@ -613,8 +616,8 @@ struct worker::impl {
     json running_ids = json::array();
     for (auto& c : jobs) running_ids.push_back(c->job_id);
     int32_t n_running = static_cast<int32_t>(jobs.size());
-    int32_t n_slots = 0;  // free_slots(): a job whose end waits for its group lends its slot
-    for (auto& c : jobs) n_slots += c->ending ? 0 : 1;
+    int32_t n_slots = 0;  // free_slots(): a job whose end is committing lends its slot
+    for (auto& c : jobs) n_slots += c->ending || c->lent ? 0 : 1;
     json models = json::array();
     models.push_back({{"name", m.name}, {"arch", m.arch}, {"context_length", m.n_ctx}, {"chat_family", m.chat_family},
                       {"kv_type", m.kv_type}, {"kv_capacity_tokens", m.kv_capacity_tokens}, {"ready", es.healthy},
@@ -750,6 +753,15 @@ struct worker::impl {
       ended(c, db.commit_step(c.job_id, c.epoch, std::move(step)), note, false, retain);
       return;
     }
+    // NOTE: as a grouped end's: its turns are over, so the KV goes now and the slot is lent while the
+    // end commits (one-request jobs held their slots through the commit's fsync: 64 slots bounded
+    // the one-request figure, issue 29, docs/queue_perf.md session 39).
+    release_kv(c);
+    {
+      std::lock_guard lock(mu);
+      c.lent = true;
+    }
+    slot_freed.notify_one();
     end_without_waiting(c, note, false, [&](std::function<void(write_status)> done) {
       db.commit_step_async(c.job_id, c.epoch, std::move(step), std::move(done));
     });
@@ -808,7 +820,7 @@ struct worker::impl {
     close_parked(c, now);
     if (retain)
       retain_kv(c);
-    else if (!grouped)
+    else if (!grouped && !c.lent)
       release_kv(c);
     if (!grouped) ack(c);
   }

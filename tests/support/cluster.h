@@ -43,6 +43,7 @@
 #include "child_process.h"
 #include "net/http_client.h"
 #include "queue/redis_client.h"
+#include "redis_pending.h"
 #include "redis_server.h"
 #include "temp_dir.h"
 #include "test_env.h"
@@ -362,29 +363,7 @@ class cluster {
   }
 
   // Entries delivered but not acked, summed over the job streams and the workers' streams.
-  int64_t n_redis_pending() {
-    queue::redis_options ro;
-    ro.port = redis_.port();
-    queue::redis_client rc(ro);
-    int64_t n = 0;
-    for (auto& s : job_streams(rc)) {
-      auto r = rc.command({"XPENDING", s, "workers"});
-      if (r.type == queue::redis_reply::kind::array && !r.elements.empty()) n += r.elements[0].integer;
-      else if (r.type == queue::redis_reply::kind::io_error) return -1;
-    }
-    return n;
-  }
-  // Every stream key agentq dispatches on (priority streams, legacy and per model, incl. batch;
-  // per-worker continuation streams).
-  static std::vector<std::string> job_streams(queue::redis_client& rc) {
-    std::vector<std::string> out;
-    for (const char* pattern : {"agentq:jobs:*", "agentq:worker:*"}) {
-      auto keys = rc.command({"KEYS", pattern});
-      for (auto& k : keys.elements)
-        if (rc.command({"TYPE", k.str}).str == "stream") out.push_back(k.str);
-    }
-    return out;
-  }
+  int64_t n_redis_pending() { return test::n_redis_pending(redis_.port()); }
 
   // The default tool: records the call, applies its side effect once per (job_id, call_id) and
   // answers the same output to a repeated call id (what a tool server does with agentq's stable ids).

@@ -1,6 +1,8 @@
 // Stopping a process that writes a SQLite file at a safe moment. NOTE: a process stopped
 // (SIGSTOP) inside a write transaction blocks every writer of the file (SQLite's one-writer
-// rule), so pause scenarios stop a worker only when no write lock is held.
+// rule), so pause scenarios stop a worker only when no write lock is held. And the other way round:
+// a test that holds the write lock (write_lock_holder) keeps the store's writer waiting, within its
+// busy timeout, to see what goes on while a commit cannot land.
 #pragma once
 
 #include <sqlite3.h>
@@ -22,6 +24,32 @@ inline bool write_lock_free(const std::string& path) {
   sqlite3_close(db);
   return ok;
 }
+
+// Holds the file's write lock (an open BEGIN IMMEDIATE) from construction until release() or
+// destruction; held() is false if it was not taken within wait_ms.
+class write_lock_holder {
+ public:
+  explicit write_lock_holder(const std::string& path, int wait_ms = 5000) {
+    sqlite3_open(path.c_str(), &db_);
+    sqlite3_busy_timeout(db_, wait_ms);
+    held_ = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK;
+  }
+  ~write_lock_holder() {
+    release();
+    sqlite3_close(db_);
+  }
+  write_lock_holder(const write_lock_holder&) = delete;
+  write_lock_holder& operator=(const write_lock_holder&) = delete;
+  bool held() const { return held_; }
+  void release() {
+    if (held_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    held_ = false;
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+  bool held_ = false;
+};
 
 // pause() the writer, and keep it paused once the file's write lock is free (else resume()
 // and retry, up to n_tries times); false if it never was.

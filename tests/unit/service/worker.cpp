@@ -13,8 +13,11 @@
 
 #include "api/job_view.h"
 #include "queue/queue.h"
+#include "queue/redis_client.h"
+#include "redis_pending.h"
 #include "redis_server.h"
 #include "scripted_engine.h"
+#include "sqlite_lock.h"
 #include "store/store.h"
 #include "temp_dir.h"
 #include "tool_server.h"
@@ -505,6 +508,54 @@ TEST_CASE("a batch-class job waiting for its end group lends its slot: the next 
   release_b = true;
   for (const auto& id : {a, b, c}) CHECK(R.wait_terminal(id).status == job_status::completed);
   CHECK(R.wait_completed(3) == 3);
+}
+
+TEST_CASE("a normal job whose end is committing lends its slot: the next job is read meanwhile") {
+  // One slot; A's turn waits for a gate, B is queued behind it in its stream. The test then holds
+  // the store's write lock and opens A's gate: A's end is queued at the writer and cannot commit.
+  // With A's slot lent, the dispatcher reads B at once (two entries pending, A's and B's); held, B
+  // stays unread until A's end commits (one pending). Then the lock goes and both complete.
+  // NOTE: one-request jobs held their slots through their end's fsync, so a slot freed in a claim's
+  // commit idled (issue 29, docs/queue_perf.md session 39).
+  std::atomic<bool> release_a{false}, a_started{false};
+  worker::worker_options wo;
+  wo.max_jobs = 1;
+  rig R([&release_a, &a_started](const turn_request& req, int32_t) {
+    if (req.messages.back().content == "a") {
+      a_started = true;
+      for (int i = 0; i < 2000 && !release_a; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return test::answer("done");
+  }, wo);
+  R.eng->turn_delay_ms = 0;
+  std::string a = R.submit(json{{"messages", {user("a")}}});
+  for (int i = 0; i < 1000 && !a_started; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(a_started);
+  std::string b = R.submit(json{{"messages", {user("b")}}});
+  queue::redis_options ro;
+  ro.port = R.redis.port();
+  queue::redis_client rc(ro);
+  auto n_entries = [&rc] {
+    int64_t n = 0;
+    for (auto& s : test::job_streams(rc)) n += rc.command({"XLEN", s}).integer;
+    return n;
+  };
+  for (int i = 0; i < 500 && n_entries() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(n_entries() == 2);  // B published by the relay
+  CHECK(test::n_redis_pending(R.redis.port()) == 1);  // only A read: it holds the one slot
+  {
+    test::write_lock_holder lock(R.dir.file("jobs.db"));
+    REQUIRE(lock.held());
+    release_a = true;
+    int64_t pending = 0;
+    for (int i = 0; i < 300 && (pending = test::n_redis_pending(R.redis.port())) < 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    CHECK(pending == 2);  // B read while A's end waits for the lock
+    CHECK_FALSE(store::is_terminal(R.db->get_job(a)->status));
+  }
+  CHECK(R.wait_terminal(a).status == job_status::completed);
+  CHECK(R.wait_terminal(b).status == job_status::completed);
+  CHECK(R.wait_completed(2) == 2);
 }
 
 TEST_CASE("batch-class jobs hold at most max_batch_jobs slots: a normal job is claimed while a batch fills the rest") {
