@@ -148,13 +148,12 @@ class queue {
   std::optional<std::vector<bool>> in_flight(const std::vector<std::string>& job_ids);
 
   queue_stats stats() const;
-  // A batch-class stream (the model's or the legacy one): its entries count against read's max_batch
-  // (and a worker's claims of them are not urgent).
-  bool is_batch_stream(const std::string& stream) const;
 
  private:
   std::vector<std::string> ack_command(const delivery& d) const;  // the ack script's EVAL, for ack / ack_many
   std::vector<std::string> consumer_streams(const std::string& worker_id, const std::string& model) const;
+  // A batch-class stream (the model's or the legacy one): its entries count against read's max_batch.
+  bool is_batch_stream(const std::string& stream) const;
   // After a relay pass: a "waiting" event on each published job whose model no live worker serves.
   void note_unserved(const std::vector<publish_item>& items, const std::vector<bool>& published);
 

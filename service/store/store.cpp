@@ -1199,12 +1199,12 @@ class sqlite_store final : public store {
   }
 
   void claim_job_async(const std::string& job_id, const std::string& worker_id, int64_t lease_ms, int32_t max_attempts,
-                       std::function<void(claim_result)> done, op_class cls) override {
+                       std::function<void(claim_result)> done) override {
     submit_then<claim_result>(
         [=, limit = options_.tenant_max_running](conn& c) {
           return apply_claim(c, job_id, worker_id, lease_ms, max_attempts, limit);
         },
-        claim_result{}, std::move(done), cls);
+        claim_result{}, std::move(done));
   }
 
   std::map<std::string, std::string> job_models(const std::vector<std::string>& job_ids) override {
@@ -1293,12 +1293,12 @@ class sqlite_store final : public store {
   }
 
   void commit_step_async(const std::string& job_id, int64_t epoch, step_commit step,
-                         std::function<void(write_status)> done, op_class cls) override {
+                         std::function<void(write_status)> done) override {
     submit_then<write_status>(
         [job_id, epoch, step = std::move(step), limit = options_.tenant_max_running](conn& c) {
           return apply_step(c, job_id, epoch, step, limit);
         },
-        write_status::error, std::move(done), cls);
+        write_status::error, std::move(done));
   }
 
   std::future<std::vector<write_status>> commit_steps(std::vector<step_item> items) override {

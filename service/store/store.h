@@ -16,8 +16,6 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "store/write_queue.h"
-
 namespace agentq::store {
 
 // ---------------------------------------------------------------------------
@@ -344,11 +342,8 @@ class store {
   // COMMIT is durable, or outcome error when it failed; quick, never waiting on the store). NOTE: a
   // std::promise's set_value is a futex wake even with nobody waiting (libstdc++'s call_once): the
   // worker's batch of claims waits on one latch instead (issue 29).
-  // cls: the writer's class (write_queue.h): latency for a claim a client waits on (an interactive
-  // job's: the next commit), background for a Batch file's.
   virtual void claim_job_async(const std::string& job_id, const std::string& worker_id, int64_t lease_ms,
-                               int32_t max_attempts, std::function<void(claim_result)> done,
-                               op_class cls = op_class::background) = 0;
+                               int32_t max_attempts, std::function<void(claim_result)> done) = 0;
   // Each job's "model" (its request's), for routing to the model's stream; ids not found are absent.
   virtual std::map<std::string, std::string> job_models(const std::vector<std::string>& job_ids) = 0;
   // An event written by the dispatch side (not a worker: no epoch), only while the job is queued.
@@ -371,9 +366,8 @@ class store {
   virtual std::future<write_status> commit_step(const std::string& job_id, int64_t epoch, step_commit step) = 0;
   // The same, answered through done (as create_job_async: once, on the writer thread, after the
   // COMMIT is durable, or `error` when it failed; quick, and never waiting on the store).
-  // cls: as claim_job_async's (an interactive job's end: latency).
   virtual void commit_step_async(const std::string& job_id, int64_t epoch, step_commit step,
-                                 std::function<void(write_status)> done, op_class cls = op_class::background) = 0;
+                                 std::function<void(write_status)> done) = 0;
   // commit_step for each item, all in ONE write op (one transaction, one fsync for the group: a worker's
   // batch-class job ends, worker/end_batcher.h). Each item is written whole or not, in its own
   // savepoint: one fenced or failing job does not undo the others. Answers in the items' order; all

@@ -38,11 +38,9 @@ class control_plane {
                                         int32_t max_attempts) = 0;
   // claim_job for each (job id, answer in the same order). The default claims one after the other;
   // the local control plane queues them together, so they share one transaction (one fsync).
-  // urgent (empty, or one per id): the claim a client waits on (not a Batch file's); the local
-  // control plane commits those in the store writer's latency class.
   virtual std::vector<store::claim_result> claim_jobs(const std::vector<std::string>& job_ids,
                                                       const std::string& worker_id, int64_t lease_ms,
-                                                      int32_t max_attempts, const std::vector<bool>& urgent = {}) {
+                                                      int32_t max_attempts) {
     std::vector<store::claim_result> out;
     for (const auto& id : job_ids) out.push_back(claim_job(id, worker_id, lease_ms, max_attempts));
     return out;
@@ -90,7 +88,7 @@ class control_plane {
   // (store::commit_step_async: quick, never waiting on the store). Throws as commit_step does, and
   // then done is not called.
   virtual void commit_step_async(const std::string& job_id, int64_t epoch, store::step_commit step,
-                                 std::function<void(store::write_status)> done, bool urgent = false) {
+                                 std::function<void(store::write_status)> done) {
     done(commit_step(job_id, epoch, std::move(step)));
   }
   // True when commit_step_async only queues (the local control plane): the worker may then end a

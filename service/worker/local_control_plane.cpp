@@ -25,8 +25,7 @@ class local_control_plane final : public control_plane {
     return db_.claim_job(job_id, worker_id, lease_ms, max_attempts).get();
   }
   std::vector<store::claim_result> claim_jobs(const std::vector<std::string>& job_ids, const std::string& worker_id,
-                                              int64_t lease_ms, int32_t max_attempts,
-                                              const std::vector<bool>& urgent) override {
+                                              int64_t lease_ms, int32_t max_attempts) override {
     // NOTE: one latch for the batch, not a future a claim: a promise's set_value is a futex wake
     // even when nobody waits, and each future the dispatcher waited on another (issue 29: ~1.3 futex
     // calls a claim on the writer). The writer answers the claims in order, the last one wakes us.
@@ -38,13 +37,10 @@ class local_control_plane final : public control_plane {
     };
     auto b = std::make_shared<batch>(job_ids.size());  // shared: the last count_down may still be in its notify
     for (size_t i = 0; i < job_ids.size(); ++i)
-      db_.claim_job_async(
-          job_ids[i], worker_id, lease_ms, max_attempts,
-          [b, i](store::claim_result r) {
-            b->out[i] = std::move(r);
-            b->done.count_down();
-          },
-          i < urgent.size() && urgent[i] ? store::op_class::latency : store::op_class::background);
+      db_.claim_job_async(job_ids[i], worker_id, lease_ms, max_attempts, [b, i](store::claim_result r) {
+        b->out[i] = std::move(r);
+        b->done.count_down();
+      });
     b->done.wait();
     return std::move(b->out);
   }
@@ -79,9 +75,8 @@ class local_control_plane final : public control_plane {
     return db_.commit_step(job_id, epoch, std::move(step)).get();
   }
   void commit_step_async(const std::string& job_id, int64_t epoch, store::step_commit step,
-                         std::function<void(store::write_status)> done, bool urgent) override {
-    db_.commit_step_async(job_id, epoch, std::move(step), std::move(done),
-                          urgent ? store::op_class::latency : store::op_class::background);
+                         std::function<void(store::write_status)> done) override {
+    db_.commit_step_async(job_id, epoch, std::move(step), std::move(done));
   }
   bool commits_async() const override { return true; }
   std::vector<store::write_status> commit_steps(std::vector<store::step_item> items) override {

@@ -398,9 +398,7 @@ struct worker::impl {
       ids.push_back(d.job_id);
     }
     if (ids.empty()) return;
-    std::vector<bool> urgent;
-    for (const auto* d : to_claim) urgent.push_back(!q.is_batch_stream(d->stream));
-    auto claims = db.claim_jobs(ids, id, options.lease_ms, options.max_deliveries, urgent);
+    auto claims = db.claim_jobs(ids, id, options.lease_ms, options.max_deliveries);
     for (size_t i = 0; i < to_claim.size() && i < claims.size(); ++i) on_claim(*to_claim[i], claims[i]);
   }
 
@@ -765,7 +763,7 @@ struct worker::impl {
     }
     slot_freed.notify_one();
     end_without_waiting(c, note, false, [&](std::function<void(write_status)> done) {
-      db.commit_step_async(c.job_id, c.epoch, std::move(step), std::move(done), !c.batch_class);
+      db.commit_step_async(c.job_id, c.epoch, std::move(step), std::move(done));
     });
   }
 
