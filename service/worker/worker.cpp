@@ -215,11 +215,9 @@ struct job_ctx : std::enable_shared_from_this<job_ctx> {
   // Its end is queued at the end batcher (batch class): it holds no engine work or KV any more, so
   // its slot is lent to a new job while the group commits (free_slots()).
   std::atomic<bool> ending{false};
-  // Its end (of any class) is committing with its KV released: its slot is lent as an ending's is,
-  // but it is not at the end batcher (n_running() leaves it out as any end in flight).
-  std::atomic<bool> lent{false};
   // Its end is committing without its job thread (finish(): where the write is answered -- the
-  // store's writer, or the end batcher's thread -- the rest runs and sets done): its loop is over.
+  // store's writer, or the end batcher's thread -- the rest runs and sets done): its loop is over,
+  // its KV released, and its slot lent as an ending's is (free_slots()). Set under mu.
   std::atomic<bool> end_in_flight{false};
   std::atomic<uint64_t> request_id{0};     // engine request in flight; 0 = none
   // A model turn in flight: its submitter and its result meet here; the second to arrive goes on
@@ -332,7 +330,7 @@ struct worker::impl {
   }
 
   // Jobs the dispatcher may claim now: max_jobs bounds the held jobs that still run (engine work,
-  // tools, KV); a job whose end is committing (ending: in its group; lent: alone) does not count,
+  // tools, KV); a job whose end is committing (ending: in its group; end_in_flight) does not count,
   // but all held jobs stay under 2 x max_jobs (a grouped end's may hold a pool thread). NOTE: a batch job spent
   // ~27 of its ~70 ms in a slot waiting for its end group (session 23, queue9b's stage timings);
   // lending that slot keeps the engine fed meanwhile.
@@ -349,7 +347,7 @@ struct worker::impl {
   slots free_slots_locked() {
     int32_t used = 0, used_batch = 0, held = 0;  // NOTE: done ones not yet reaped count as gone
     for (auto& [k, c] : active) {
-      const int32_t holds = c->done || c->ending || c->lent ? 0 : 1;
+      const int32_t holds = c->done || c->ending || c->end_in_flight ? 0 : 1;
       used += holds;
       used_batch += c->batch_class ? holds : 0;
       held += c->done ? 0 : 1;
@@ -617,7 +615,7 @@ struct worker::impl {
     for (auto& c : jobs) running_ids.push_back(c->job_id);
     int32_t n_running = static_cast<int32_t>(jobs.size());
     int32_t n_slots = 0;  // free_slots(): a job whose end is committing lends its slot
-    for (auto& c : jobs) n_slots += c->ending || c->lent ? 0 : 1;
+    for (auto& c : jobs) n_slots += c->ending || c->end_in_flight ? 0 : 1;
     json models = json::array();
     models.push_back({{"name", m.name}, {"arch", m.arch}, {"context_length", m.n_ctx}, {"chat_family", m.chat_family},
                       {"kv_type", m.kv_type}, {"kv_capacity_tokens", m.kv_capacity_tokens}, {"ready", es.healthy},
@@ -753,15 +751,10 @@ struct worker::impl {
       ended(c, db.commit_step(c.job_id, c.epoch, std::move(step)), note, false, retain);
       return;
     }
-    // NOTE: as a grouped end's: its turns are over, so the KV goes now and the slot is lent while the
-    // end commits (one-request jobs held their slots through the commit's fsync: 64 slots bounded
-    // the one-request figure, issue 29, docs/queue_perf.md session 39).
+    // NOTE: as a grouped end's: its turns are over, so the KV goes now, and end_without_waiting lends
+    // the slot while the end commits (one-request jobs held their slots through the commit's fsync:
+    // 64 slots bounded the one-request figure, issue 29, docs/queue_perf.md session 39).
     release_kv(c);
-    {
-      std::lock_guard lock(mu);
-      c.lent = true;
-    }
-    slot_freed.notify_one();
     end_without_waiting(c, note, false, [&](std::function<void(write_status)> done) {
       db.commit_step_async(c.job_id, c.epoch, std::move(step), std::move(done));
     });
@@ -770,13 +763,17 @@ struct worker::impl {
   // NOTE: the job thread does not wait for its end's commit (issue 29: a wait and a wake per job, a
   // third of the job threads' context switches): the rest (counters, the KV's release, the ack) runs
   // where the write is answered -- the store's writer thread for the local control plane, the end
-  // batcher's thread for a grouped end -- and marks the job done; its slot stays held until then
-  // (a grouped end's is lent, as before). A lost end's on_lost reads the store: it goes to the job
+  // batcher's thread for a grouped end -- and marks the job done; its slot is lent meanwhile (its KV
+  // was released before). A lost end's on_lost reads the store: it goes to the job
   // pool, never onto the thread that answered. send(done) queues the write.
   template <class Send>
   void end_without_waiting(job_ctx& c, const end_note& note, bool grouped, Send send) {
     auto self = c.shared_from_this();
-    c.end_in_flight = true;
+    {
+      std::lock_guard lock(mu);  // NOTE: under mu, as done: the dispatcher's predicate cannot miss it
+      c.end_in_flight = true;
+    }
+    slot_freed.notify_one();
     n_ends_in_flight++;
     try {
       send([this, self, note, grouped](write_status ws) {
@@ -793,7 +790,10 @@ struct worker::impl {
         n_ends_in_flight--;  // NOTE: last: stop() may tear the worker down once it reads 0
       });
     } catch (...) {
-      c.end_in_flight = false;  // not queued: the caller's handler ends the job
+      {
+        std::lock_guard lock(mu);
+        c.end_in_flight = false;  // not queued: the caller's handler ends the job (its slot held again)
+      }
       n_ends_in_flight--;
       throw;
     }
@@ -820,7 +820,7 @@ struct worker::impl {
     close_parked(c, now);
     if (retain)
       retain_kv(c);
-    else if (!grouped && !c.lent)
+    else if (!grouped && !c.end_in_flight)  // an end in flight released its KV before it was sent
       release_kv(c);
     if (!grouped) ack(c);
   }
